@@ -1,0 +1,255 @@
+"""The adapter contract: what a channel plugin implements, and what it is given.
+
+An adapter speaks one channel for one account. The switchboard calls
+`start(ctx)` with an `AdapterContext`; the adapter connects and hands every raw
+platform payload to `await ctx.ingest(raw)`, which returns only after the event
+is committed to the store. So an adapter that acks (advances a poll offset,
+answers a webhook, acknowledges an envelope, deletes a mailbox message) only
+after `ingest` returns gets "ack after durable write" for free.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from attrs import define, field, frozen
+
+from .model import Event, Outbound, Receipt, Sender
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+__all__ = [
+    "Adapter",
+    "AdapterContext",
+    "Capabilities",
+    "IngestResult",
+    "RouteTable",
+    "SecretFilter",
+    "split_text",
+    "utf16_len",
+]
+
+
+@frozen
+class Capabilities:
+    """What a channel can do. The run builder offers only the tools that apply."""
+
+    threads: bool = False
+    edits: bool = False
+    reactions: bool = False
+    typing: bool = False
+    replies: bool = True
+    #: longest text one platform message may carry, in the platform's own units
+    max_text_len: int = 4000
+    #: a word for the framing: "Telegram", "Slack", ...
+    display_name: str = ""
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """One account on one channel."""
+
+    channel: str
+    capabilities: Capabilities
+    #: who the agent is on this platform, known after `start` (may stay None)
+    me: Sender | None
+
+    async def start(self, ctx: AdapterContext) -> None:
+        """Connect and begin delivering raw payloads with `await ctx.ingest(raw)`."""
+
+    async def stop(self) -> None:
+        """Stop receiving; finish or abandon in-flight work cleanly. Idempotent."""
+
+    async def send(self, outbound: Outbound) -> Receipt:
+        """Deliver one outbound request. Raise RateLimited / Rejected / Uncertain, nothing else."""
+
+    def normalize(self, raw: Mapping[str, Any]) -> Event | None:
+        """Turn a platform payload into an Event, or None when it is not for us.
+
+        Pure. Raise NormalizeError on malformed input.
+        """
+
+
+@frozen
+class IngestResult:
+    """What happened to one raw payload handed to `ctx.ingest`.
+
+    status: "stored" (new row committed), "duplicate" (already stored: safe to
+    ack), "ignored" (normalize returned None: safe to ack), "held" (stored but
+    kept from the agent by policy), "malformed" (NormalizeError: logged, counted,
+    safe to ack since a retry cannot fix it).
+    """
+
+    status: str
+    event: Event | None = None
+    conversation_id: int | None = None
+    seq: int | None = None
+    reason: str | None = None
+
+    @property
+    def committed(self) -> bool:
+        """True when the payload needs no redelivery (anything but a failure to store)."""
+        return self.status in {"stored", "duplicate", "ignored", "held", "malformed"}
+
+
+Handler = Callable[["web.Request"], Awaitable["web.StreamResponse"]]
+
+
+@define
+class RouteTable:
+    """Routes adapters add to the switchboard's HTTP server, at any time.
+
+    aiohttp freezes its router when the app starts; this table sits behind one
+    catch-all route, so adapters can add routes from `start`.
+    """
+
+    public_url: str = "http://127.0.0.1:8765"
+    _routes: dict[tuple[str, str], Handler] = field(factory=dict)
+
+    def add(self, method: str, path: str, handler: Handler) -> str:
+        """Serve `handler` at `path`; return the public URL of the route."""
+        if not path.startswith("/"):
+            raise ValueError(f"route path must start with '/': {path!r}")
+        key = (method.upper(), path)
+        if key in self._routes:
+            raise ValueError(f"route {method.upper()} {path} is already registered")
+        self._routes[key] = handler
+        return self.url(path)
+
+    def remove(self, method: str, path: str) -> None:
+        self._routes.pop((method.upper(), path), None)
+
+    def url(self, path: str) -> str:
+        return self.public_url.rstrip("/") + path
+
+    def find(self, method: str, path: str) -> Handler | None:
+        handler = self._routes.get((method.upper(), path))
+        if handler is None and method.upper() == "HEAD":
+            handler = self._routes.get(("GET", path))
+        return handler
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self._routes
+
+
+class AdapterContext:
+    """What an adapter is given at `start`: ingest, durable state, routes, a safe logger.
+
+    The switchboard builds one per account; tests build a `ContractContext`
+    from `backchannel.testing`, which has the same surface.
+    """
+
+    account: str
+    config: Mapping[str, Any]
+    routes: RouteTable
+    log: logging.LoggerAdapter[logging.Logger]
+
+    async def ingest(
+        self, raw: Mapping[str, Any], *, state: Mapping[str, str | None] | None = None
+    ) -> IngestResult:
+        """Normalize, store and schedule one payload; return after the commit.
+
+        `state` (key -> value, None deletes) is written in the same transaction
+        as the event, for adapters whose own state must move with the
+        transcript (an encryption ratchet, a cursor).
+        """
+        raise NotImplementedError
+
+    async def is_known(self, event_id: str) -> bool:
+        """Return True when an event with this platform id is already stored."""
+        raise NotImplementedError
+
+    async def get_state(self, key: str) -> str | None:
+        """Read one durable per-account value (a poll cursor, a session blob)."""
+        raise NotImplementedError
+
+    async def set_state(self, key: str, value: str | None) -> None:
+        """Write (or, with None, delete) one durable per-account value."""
+        raise NotImplementedError
+
+
+class SecretFilter(logging.Filter):
+    """Replace every known secret in a log record with `***`."""
+
+    def __init__(self, secrets: Iterable[str] = ()):
+        super().__init__()
+        self._pattern: re.Pattern[str] | None = None
+        self.update(secrets)
+
+    def update(self, secrets: Iterable[str]) -> None:
+        known = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+        self._pattern = re.compile("|".join(map(re.escape, known))) if known else None
+
+    def redact(self, text: str) -> str:
+        return self._pattern.sub("***", text) if self._pattern else text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._pattern is None:
+            return True
+        message = record.getMessage()
+        record.msg = self.redact(message)
+        record.args = None
+        if record.exc_info and record.exc_info[1] is not None:
+            import traceback
+
+            text = "".join(traceback.format_exception(*record.exc_info))
+            record.exc_info = None
+            record.exc_text = None
+            record.msg = f"{record.msg}\n{self.redact(text).rstrip()}"
+        return True
+
+
+def split_text(text: str, limit: int, measure: Callable[[str], int] = len) -> list[str]:
+    """Split `text` into ordered parts of at most `limit` units each.
+
+    Cuts prefer a paragraph break, then a line break, then a space; a word
+    longer than the limit is cut hard. `measure` counts units (UTF-16 code
+    units for Telegram, characters elsewhere). The whitespace a cut falls on
+    is dropped; nothing else is.
+    """
+    if limit <= 0:
+        raise ValueError("limit must be positive")
+    if measure(text) <= limit:
+        return [text]
+    parts: list[str] = []
+    rest = text
+    while measure(rest) > limit:
+        head = _longest_prefix(rest, limit, measure)
+        cut = -1
+        for separator in ("\n\n", "\n", " "):
+            found = head.rfind(separator)
+            if found > 0:
+                cut = found
+                break
+        if cut <= 0:
+            parts.append(head)
+            rest = rest[len(head) :]
+            continue
+        parts.append(rest[:cut])
+        rest = rest[cut:].lstrip("\n ") if rest[cut:].strip() else ""
+    if rest:
+        parts.append(rest)
+    return [part for part in parts if part]
+
+
+def _longest_prefix(text: str, limit: int, measure: Callable[[str], int]) -> str:
+    if measure is len:
+        return text[:limit]
+    low, high = 0, min(len(text), limit)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if measure(text[:mid]) <= limit:
+            low = mid
+        else:
+            high = mid - 1
+    return text[:low]
+
+
+def utf16_len(text: str) -> int:
+    """Length in UTF-16 code units (how Telegram counts)."""
+    return len(text.encode("utf-16-le")) // 2
+

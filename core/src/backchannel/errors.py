@@ -1,0 +1,101 @@
+"""The exceptions backchannel raises, under one root.
+
+::
+
+    BackchannelError
+    ├── ConfigError          bad or missing configuration (names the file and key)
+    ├── PluginError          a plugin failed to load or registered a clashing name
+    ├── NormalizeError       a platform payload is malformed (says what and where)
+    ├── StoreError           the transcript store refused an operation
+    └── DeliveryError        an outbound send did not complete as asked
+        ├── RateLimited      definitely not delivered; safe to retry after `retry_after`
+        ├── Rejected         the platform said no (bad target, no permission, ...)
+        └── Uncertain        may or may not have arrived (timeout, reset, 5xx)
+
+Adapters raise only the three `DeliveryError` leaves from `send`, and only
+`NormalizeError` from `normalize`. Messages never contain secrets.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackchannelError",
+    "ConfigError",
+    "DeliveryError",
+    "NormalizeError",
+    "PluginError",
+    "RateLimited",
+    "Rejected",
+    "StoreError",
+    "Uncertain",
+]
+
+
+class BackchannelError(Exception):
+    """Root of every error backchannel raises on purpose."""
+
+
+class ConfigError(BackchannelError):
+    """Configuration is missing or wrong. The message names the file and key."""
+
+    def __init__(self, message: str, *, path: str | None = None, key: str | None = None):
+        where = ", ".join(part for part in (path, key) if part)
+        super().__init__(f"{where}: {message}" if where else message)
+        self.path = path
+        self.key = key
+
+
+class PluginError(BackchannelError):
+    """A plugin could not be loaded, or registered a name another plugin owns."""
+
+    def __init__(self, message: str, *, plugin: str | None = None):
+        super().__init__(message)
+        self.plugin = plugin
+
+
+class NormalizeError(BackchannelError):
+    """A raw platform payload could not be understood.
+
+    `where` is the dotted path of the offending field (``message.chat.id``).
+    """
+
+    def __init__(self, message: str, *, where: str | None = None):
+        super().__init__(f"{where}: {message}" if where else message)
+        self.where = where
+
+
+class StoreError(BackchannelError):
+    """The transcript store refused an operation (unknown id, closed store, ...)."""
+
+
+class DeliveryError(BackchannelError):
+    """An outbound operation did not complete as asked."""
+
+    #: the outbox status this error leads to: "failed" or "uncertain" (or "retry")
+    status: str = "failed"
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class RateLimited(DeliveryError):
+    """The platform refused for now; nothing was delivered. Retry after `retry_after` seconds."""
+
+    status = "retry"
+
+    def __init__(self, retry_after: float, reason: str = "rate limited"):
+        super().__init__(f"{reason} (retry after {retry_after:g}s)")
+        self.retry_after = float(retry_after)
+
+
+class Rejected(DeliveryError):
+    """The platform said no: the message was not delivered and retrying will not help."""
+
+    status = "failed"
+
+
+class Uncertain(DeliveryError):
+    """The outcome is unknown: the message may have arrived. Never retried automatically."""
+
+    status = "uncertain"

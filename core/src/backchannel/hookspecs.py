@@ -1,0 +1,51 @@
+"""Every hook backchannel calls. Project name "backchannel"; entry point group "backchannel"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pluggy import HookimplMarker, HookspecMarker
+
+hookspec = HookspecMarker("backchannel")
+hookimpl = HookimplMarker("backchannel")
+
+
+@hookspec
+def register_channels(register: Any) -> None:
+    """Register adapter factories: ``register("telegram", TelegramAdapter)``.
+
+    Called once when plugins load. The factory is called as
+    ``factory(account_name, settings)`` with the account's config table
+    (secrets already resolved) and returns an Adapter.
+    """
+
+
+@hookspec
+def register_agents(register: Any) -> None:
+    """Register agent kinds usable from config: ``register("demo", make_demo_agent)``.
+
+    The factory is called as ``factory(settings)`` with the agent's config
+    table and returns an async callable taking a Run.
+    """
+
+
+@hookspec
+def register_tools(register: Any, conversation: Any) -> None:
+    """Offer extra tools in runs for `conversation`: ``register(Tool | function)``.
+
+    Called each time a Run is built. `conversation` is the store's
+    Conversation. Register nothing to offer nothing.
+    """
+
+
+@hookspec(firstresult=True)
+def framing(conversation: Any, channel: str, default: str) -> str | None:
+    """Return the framing instruction for a run, replacing `default`.
+
+    Stops at the first non-None result; return None to keep the default.
+    """
+
+
+@hookspec
+def register_commands(cli: Any) -> None:
+    """Add click commands or groups to the ``backchannel`` command: ``cli.add_command(group)``."""

@@ -1,0 +1,239 @@
+"""The store contract. Every backend passes `backchannel.testing.StoreContract`.
+
+The API is batch-first (`append_inbound` takes many events and commits them in
+one transaction) so the switchboard can group-commit whatever arrives
+together, and async so a networked backend fits the same shape.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from attrs import field, frozen
+
+from ..model import Address, Conversation, Event, Message, Outbound, Receipt, Sender
+
+__all__ = ["AppendResult", "Inbound", "OutboxEntry", "Participant", "RunRecord", "Store"]
+
+
+@frozen
+class Inbound:
+    """One event to append, with the policy's verdict and adapter state to commit with it."""
+
+    event: Event
+    held: bool = False
+    triggers: bool = False
+    state: Mapping[str, str | None] | None = None
+
+
+@frozen
+class AppendResult:
+    """Outcome of one appended event.
+
+    status: "stored" (a new transcript row), "applied" (an edit, delete or
+    reaction changed an existing row), "recorded" (an edit/delete/reaction
+    whose target is unknown: kept for dedupe only), "duplicate".
+    """
+
+    status: str
+    conversation_id: int
+    seq: int | None = None
+    triggers: bool = False
+
+
+@frozen
+class Participant:
+    sender: Sender
+    message_count: int
+    first_seq: int
+    last_seq: int
+
+
+@frozen
+class OutboxEntry:
+    """One outbound request as recorded: status pending, sent, failed or uncertain."""
+
+    id: int
+    conversation_id: int
+    kind: str
+    text: str
+    status: str
+    reason: str | None = None
+    reply_to: str | None = None
+    target: str | None = None
+    message_seq: int | None = None
+    platform_ids: tuple[str, ...] = ()
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+@frozen
+class RunRecord:
+    id: int
+    conversation_id: int
+    trigger_seq: int
+    upto_seq: int
+    started_at: float
+    finished_at: float | None = None
+    status: str = "running"
+    error: str | None = None
+    meta: Mapping[str, Any] = field(factory=dict)
+
+
+class Store(ABC):
+    """The durable transcript: conversations, messages, outbox, runs, adapter state."""
+
+    # lifecycle -------------------------------------------------------------
+    @abstractmethod
+    async def close(self) -> None:
+        """Flush and close. Idempotent."""
+
+    @abstractmethod
+    async def recover(self) -> list[OutboxEntry]:
+        """Mark every `pending` outbox row `uncertain` (a crash interrupted it); return them."""
+
+    # inbound ---------------------------------------------------------------
+    @abstractmethod
+    async def append_inbound(self, items: Sequence[Inbound]) -> list[AppendResult]:
+        """Append events in order, in one transaction; dedupe on (account, event_id)."""
+
+    @abstractmethod
+    async def is_known(self, account: str, event_id: str) -> bool:
+        """Return True when (account, event_id) is already stored."""
+
+    # conversations ---------------------------------------------------------
+    @abstractmethod
+    async def conversation(self, conversation_id: int) -> Conversation:
+        """Return one conversation; raise StoreError when unknown."""
+
+    @abstractmethod
+    async def find_conversation(self, address: Address) -> Conversation | None:
+        """Return the conversation at `address`, or None."""
+
+    @abstractmethod
+    async def ensure_conversation(
+        self, address: Address, kind: str = "direct", title: str | None = None
+    ) -> Conversation:
+        """Return the conversation at `address`, creating it when new."""
+
+    @abstractmethod
+    async def conversations(
+        self, account: str | None = None, limit: int = 100
+    ) -> list[Conversation]:
+        """Return conversations, most recently active first."""
+
+    @abstractmethod
+    async def participants(self, conversation_id: int) -> list[Participant]:
+        """Return the people seen in a conversation, most active first."""
+
+    @abstractmethod
+    async def set_conversation_meta(self, conversation_id: int, meta: Mapping[str, Any]) -> None:
+        """Merge `meta` into the conversation's metadata."""
+
+    # transcript ------------------------------------------------------------
+    @abstractmethod
+    async def window(
+        self, conversation_id: int, limit: int, upto_seq: int | None = None
+    ) -> list[Message]:
+        """Return the last `limit` visible (not held) messages up to `upto_seq`, oldest first.
+
+        Must cost O(limit), whatever the length of the conversation.
+        """
+
+    @abstractmethod
+    async def history(self, conversation_id: int, before_seq: int, limit: int) -> list[Message]:
+        """Return up to `limit` visible messages before `before_seq`, oldest first."""
+
+    @abstractmethod
+    async def messages_after(
+        self, conversation_id: int, after_seq: int, limit: int = 1000
+    ) -> list[Message]:
+        """Return visible messages with seq > after_seq, oldest first."""
+
+    @abstractmethod
+    async def message(self, conversation_id: int, seq: int) -> Message | None:
+        """Return one message by seq, or None."""
+
+    @abstractmethod
+    async def message_by_platform_id(
+        self, conversation_id: int, platform_message_id: str
+    ) -> Message | None:
+        """Return the message with this platform id in the conversation, or None."""
+
+    @abstractmethod
+    async def revisions(self, conversation_id: int, seq: int) -> list[tuple[str, str, float]]:
+        """Return earlier versions of a message as (kind, text, at), oldest first."""
+
+    # outbound --------------------------------------------------------------
+    @abstractmethod
+    async def record_outbound(
+        self, conversation_id: int, outbound: Outbound, sender: Sender, run_id: int | None = None
+    ) -> OutboxEntry:
+        """Write an outbound request as `pending` before it is sent.
+
+        For kind "message" this also appends the transcript row (seq assigned).
+        """
+
+    @abstractmethod
+    async def mark_sent(self, outbox_id: int, receipt: Receipt) -> OutboxEntry:
+        """Record success with the platform's message id(s)."""
+
+    @abstractmethod
+    async def mark_failed(self, outbox_id: int, reason: str) -> OutboxEntry:
+        """Record a definite failure (the platform said no)."""
+
+    @abstractmethod
+    async def mark_uncertain(self, outbox_id: int, reason: str) -> OutboxEntry:
+        """Record that the outcome is unknown (it may have arrived)."""
+
+    @abstractmethod
+    async def outbox(
+        self, status: str | None = None, conversation_id: int | None = None, limit: int = 100
+    ) -> list[OutboxEntry]:
+        """Return outbox rows, newest first, optionally filtered."""
+
+    # handling --------------------------------------------------------------
+    @abstractmethod
+    async def mark_handled(self, conversation_id: int, seq: int) -> None:
+        """Advance the conversation's handled_seq to `seq` (never moves backwards)."""
+
+    @abstractmethod
+    async def unhandled(self) -> list[Conversation]:
+        """Return conversations with a triggering message past handled_seq."""
+
+    @abstractmethod
+    async def begin_run(self, conversation_id: int, trigger_seq: int, upto_seq: int) -> int:
+        """Record a run start; return its id."""
+
+    @abstractmethod
+    async def finish_run(
+        self, run_id: int, status: str, error: str | None = None, upto_seq: int | None = None
+    ) -> None:
+        """Record how a run ended: "ok", "error" or "timeout"."""
+
+    @abstractmethod
+    async def runs(self, conversation_id: int | None = None, limit: int = 50) -> list[RunRecord]:
+        """Return runs, newest first."""
+
+    # adapter state and dead letters ----------------------------------------
+    @abstractmethod
+    async def get_state(self, account: str, key: str) -> str | None:
+        """Read one durable per-account value."""
+
+    @abstractmethod
+    async def set_state(self, account: str, key: str, value: str | None) -> None:
+        """Write (None deletes) one durable per-account value."""
+
+    @abstractmethod
+    async def add_dead_letter(self, account: str, ref: str, reason: str, payload: str) -> None:
+        """Keep a payload that could not be processed, for the operator."""
+
+    @abstractmethod
+    async def dead_letters(self, account: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Return dead letters, newest first."""
+
+    @abstractmethod
+    async def stats(self) -> dict[str, int]:
+        """Return counts: conversations, messages, held, outbox by status, runs, dead letters."""

@@ -1,0 +1,165 @@
+"""Schema migrations: an ordered list of small functions, each recorded in `_migrations`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import apsw
+
+from ..model import now
+
+Migration = Callable[[apsw.Connection], None]
+
+
+def m001_initial(db: apsw.Connection) -> None:
+    db.execute(
+        """
+        CREATE TABLE conversations (
+            id INTEGER PRIMARY KEY,
+            account TEXT NOT NULL,
+            chat TEXT NOT NULL,
+            thread TEXT NOT NULL DEFAULT '',
+            kind TEXT NOT NULL DEFAULT 'direct',
+            title TEXT,
+            created_at REAL NOT NULL,
+            active_at REAL NOT NULL,
+            last_seq INTEGER NOT NULL DEFAULT 0,
+            handled_seq INTEGER NOT NULL DEFAULT 0,
+            trigger_seq INTEGER NOT NULL DEFAULT 0,
+            visible_count INTEGER NOT NULL DEFAULT 0,
+            held_count INTEGER NOT NULL DEFAULT 0,
+            meta TEXT NOT NULL DEFAULT '{}',
+            UNIQUE (account, chat, thread)
+        );
+        CREATE INDEX conversations_active ON conversations (active_at DESC);
+        CREATE INDEX conversations_unhandled ON conversations (trigger_seq)
+            WHERE trigger_seq > handled_seq;
+
+        CREATE TABLE messages (
+            conversation_id INTEGER NOT NULL,
+            seq INTEGER NOT NULL,
+            direction TEXT NOT NULL,
+            event_id TEXT,
+            sender_id TEXT NOT NULL,
+            sender_name TEXT NOT NULL DEFAULT '',
+            sender_handle TEXT,
+            sender_is_bot INTEGER NOT NULL DEFAULT 0,
+            text TEXT NOT NULL DEFAULT '',
+            platform_message_id TEXT,
+            reply_to TEXT,
+            reply_to_seq INTEGER,
+            mentions_me INTEGER NOT NULL DEFAULT 0,
+            attachments TEXT,
+            sent_at REAL NOT NULL,
+            edited_at REAL,
+            deleted_at REAL,
+            held INTEGER NOT NULL DEFAULT 0,
+            triggers INTEGER NOT NULL DEFAULT 0,
+            status TEXT NOT NULL DEFAULT 'received',
+            status_reason TEXT,
+            reactions TEXT,
+            meta TEXT,
+            PRIMARY KEY (conversation_id, seq)
+        ) WITHOUT ROWID;
+        CREATE INDEX messages_platform_id ON messages (conversation_id, platform_message_id)
+            WHERE platform_message_id IS NOT NULL;
+
+        CREATE TABLE events (
+            account TEXT NOT NULL,
+            event_id TEXT NOT NULL,
+            conversation_id INTEGER NOT NULL,
+            seq INTEGER,
+            kind TEXT NOT NULL,
+            PRIMARY KEY (account, event_id)
+        ) WITHOUT ROWID;
+
+        CREATE TABLE revisions (
+            conversation_id INTEGER NOT NULL,
+            seq INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            text TEXT NOT NULL,
+            at REAL NOT NULL
+        );
+        CREATE INDEX revisions_message ON revisions (conversation_id, seq);
+
+        CREATE TABLE participants (
+            conversation_id INTEGER NOT NULL,
+            sender_id TEXT NOT NULL,
+            name TEXT NOT NULL DEFAULT '',
+            handle TEXT,
+            is_bot INTEGER NOT NULL DEFAULT 0,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            first_seq INTEGER NOT NULL,
+            last_seq INTEGER NOT NULL,
+            PRIMARY KEY (conversation_id, sender_id)
+        ) WITHOUT ROWID;
+
+        CREATE TABLE outbox (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL,
+            run_id INTEGER,
+            kind TEXT NOT NULL,
+            text TEXT NOT NULL,
+            reply_to TEXT,
+            target TEXT,
+            message_seq INTEGER,
+            status TEXT NOT NULL,
+            reason TEXT,
+            platform_ids TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE INDEX outbox_status ON outbox (status);
+        CREATE INDEX outbox_conversation ON outbox (conversation_id);
+
+        CREATE TABLE runs (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL,
+            trigger_seq INTEGER NOT NULL,
+            upto_seq INTEGER NOT NULL,
+            started_at REAL NOT NULL,
+            finished_at REAL,
+            status TEXT NOT NULL DEFAULT 'running',
+            error TEXT
+        );
+        CREATE INDEX runs_conversation ON runs (conversation_id, id);
+
+        CREATE TABLE state (
+            account TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (account, key)
+        ) WITHOUT ROWID;
+
+        CREATE TABLE dead_letters (
+            id INTEGER PRIMARY KEY,
+            account TEXT NOT NULL,
+            ref TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            at REAL NOT NULL
+        );
+        """
+    )
+
+
+MIGRATIONS: list[Migration] = [m001_initial]
+
+
+def migrate(db: apsw.Connection) -> list[str]:
+    """Apply the migrations not yet recorded; return the names applied."""
+    db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL)")
+    done = {row[0] for row in db.execute("SELECT name FROM _migrations")}
+    applied = []
+    for migration in MIGRATIONS:
+        if migration.__name__ in done:
+            continue
+        with db:
+            migration(db)
+            db.execute(
+                "INSERT INTO _migrations (name, applied_at) VALUES (?, ?)",
+                (migration.__name__, now()),
+            )
+        applied.append(migration.__name__)
+    return applied

@@ -1,0 +1,741 @@
+"""The embedded store: one SQLite file through apsw, WAL, synchronous=NORMAL.
+
+WAL with synchronous=NORMAL makes each commit durable against a process crash
+(SIGKILL), which is the failure the guarantees speak of; an OS crash or power
+loss can lose the last transactions before a checkpoint. Set
+``synchronous = "FULL"`` in config to trade speed for that too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from ..errors import StoreError
+from ..model import Address, Attachment, Conversation, Message, Outbound, Receipt, Sender, now
+from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, Store
+from .migrations import migrate
+
+__all__ = ["SQLiteStore", "open_store"]
+
+_MESSAGE_COLUMNS = (
+    "conversation_id, seq, direction, event_id, sender_id, sender_name, sender_handle,"
+    " sender_is_bot, text, platform_message_id, reply_to, reply_to_seq, mentions_me,"
+    " attachments, sent_at, edited_at, deleted_at, held, triggers, status, status_reason,"
+    " reactions, meta"
+)
+_CONVERSATION_COLUMNS = (
+    "id, account, chat, thread, kind, title, last_seq, handled_seq, trigger_seq,"
+    " visible_count, held_count, created_at, meta"
+)
+_OUTBOX_COLUMNS = (
+    "id, conversation_id, kind, text, status, reason, reply_to, target, message_seq,"
+    " platform_ids, created_at, updated_at"
+)
+
+
+def open_store(path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> SQLiteStore:
+    """Open (creating when needed) the store at `path`; its directory is made 0700."""
+    return SQLiteStore(path, synchronous=synchronous)
+
+
+class SQLiteStore(Store):
+    """The apsw implementation of `Store`. One connection, used from one event loop."""
+
+    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL"):
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            directory = self.path.parent
+            if not directory.exists():
+                directory.mkdir(parents=True, mode=0o700)
+        if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+            raise StoreError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
+        try:
+            self._db: apsw.Connection | None = apsw.Connection(str(path))
+        except apsw.Error as error:
+            raise StoreError(f"cannot open store {self.path}: {error}") from error
+        db = self._db
+        db.set_busy_timeout(5000)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        db.execute("PRAGMA foreign_keys=ON")
+        if str(path) != ":memory:":
+            for suffix in ("", "-wal", "-shm"):
+                candidate = Path(f"{self.path}{suffix}")
+                if candidate.exists():
+                    candidate.chmod(0o600)
+        migrate(db)
+        self._conversation_ids: dict[tuple[str, str, str], int] = {}
+
+    # lifecycle -------------------------------------------------------------
+    @property
+    def db(self) -> apsw.Connection:
+        if self._db is None:
+            raise StoreError("the store is closed")
+        return self._db
+
+    async def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    async def recover(self) -> list[OutboxEntry]:
+        db = self.db
+        with db:
+            pending = [
+                row[0] for row in db.execute("SELECT id FROM outbox WHERE status = 'pending'")
+            ]
+            for outbox_id in pending:
+                self._set_outbox_status(
+                    outbox_id, "uncertain", "interrupted by a restart before the platform answered"
+                )
+        return [self._outbox_entry(outbox_id) for outbox_id in pending]
+
+    # inbound ---------------------------------------------------------------
+    async def append_inbound(self, items: Sequence[Inbound]) -> list[AppendResult]:
+        db = self.db
+        results: list[AppendResult] = []
+        try:
+            with db:
+                for item in items:
+                    results.append(self._append_one(item))
+                    if item.state:
+                        for key, value in item.state.items():
+                            self._write_state(item.event.account, key, value)
+        except BaseException:
+            self._conversation_ids.clear()
+            raise
+        return results
+
+    def _append_one(self, item: Inbound) -> AppendResult:
+        db = self.db
+        event = item.event
+        known = db.execute(
+            "SELECT conversation_id, seq FROM events WHERE account = ? AND event_id = ?",
+            (event.account, event.event_id),
+        ).fetchone()
+        if known is not None:
+            return AppendResult("duplicate", known[0], known[1])
+        conversation_id = self._conversation_id(
+            event.address, event.conversation_kind, event.conversation_title, event.sent_at
+        )
+        if event.kind == "message":
+            result = self._append_message(conversation_id, item)
+        else:
+            result = self._apply_change(conversation_id, item)
+        db.execute(
+            "INSERT INTO events (account, event_id, conversation_id, seq, kind) VALUES (?,?,?,?,?)",
+            (event.account, event.event_id, conversation_id, result.seq, event.kind),
+        )
+        return result
+
+    def _append_message(self, conversation_id: int, item: Inbound) -> AppendResult:
+        db = self.db
+        event = item.event
+        held = 1 if item.held else 0
+        triggers = 1 if item.triggers and not item.held else 0
+        seq = db.execute(
+            "UPDATE conversations SET last_seq = last_seq + 1,"
+            " visible_count = visible_count + ?, held_count = held_count + ?,"
+            " trigger_seq = CASE WHEN ? THEN last_seq + 1 ELSE trigger_seq END,"
+            " active_at = ? WHERE id = ? RETURNING last_seq",
+            (1 - held, held, triggers, event.sent_at, conversation_id),
+        ).fetchone()[0]
+        reply_to_seq = None
+        if event.reply_to is not None:
+            row = db.execute(
+                "SELECT seq FROM messages WHERE conversation_id = ? AND platform_message_id = ?",
+                (conversation_id, event.reply_to),
+            ).fetchone()
+            reply_to_seq = row[0] if row else None
+        sender = event.sender
+        db.execute(
+            f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES"
+            " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                conversation_id,
+                seq,
+                "in",
+                event.event_id,
+                sender.id,
+                sender.name,
+                sender.handle,
+                int(sender.is_bot),
+                event.text,
+                event.platform_message_id,
+                event.reply_to,
+                reply_to_seq,
+                int(event.mentions_me),
+                _dump_attachments(event.attachments),
+                event.sent_at,
+                None,
+                None,
+                held,
+                triggers,
+                "received",
+                None,
+                None,
+                json.dumps(dict(event.meta)) if event.meta else None,
+            ),
+        )
+        db.execute(
+            "INSERT INTO participants (conversation_id, sender_id, name, handle, is_bot,"
+            " message_count, first_seq, last_seq) VALUES (?,?,?,?,?,1,?,?)"
+            " ON CONFLICT (conversation_id, sender_id) DO UPDATE SET"
+            " name = excluded.name, handle = excluded.handle, is_bot = excluded.is_bot,"
+            " message_count = message_count + 1, last_seq = excluded.last_seq",
+            (conversation_id, sender.id, sender.name, sender.handle, int(sender.is_bot), seq, seq),
+        )
+        return AppendResult("stored", conversation_id, seq, bool(triggers))
+
+    def _apply_change(self, conversation_id: int, item: Inbound) -> AppendResult:
+        db = self.db
+        event = item.event
+        target = event.platform_message_id
+        row = None
+        if target is not None:
+            row = db.execute(
+                "SELECT seq, text, reactions FROM messages"
+                " WHERE conversation_id = ? AND platform_message_id = ?",
+                (conversation_id, target),
+            ).fetchone()
+        if row is None:
+            if event.kind == "edit":
+                # an edit of a message we never saw: keep its new text as a message
+                return self._append_message(conversation_id, item)
+            return AppendResult("recorded", conversation_id, None)
+        seq, old_text, reactions_json = row
+        at = event.sent_at
+        if event.kind == "edit":
+            if event.text != old_text:
+                db.execute(
+                    "INSERT INTO revisions (conversation_id, seq, kind, text, at) VALUES (?,?,?,?,?)",
+                    (conversation_id, seq, "edit", old_text, at),
+                )
+            db.execute(
+                "UPDATE messages SET text = ?, edited_at = ?, attachments = COALESCE(?, attachments)"
+                " WHERE conversation_id = ? AND seq = ?",
+                (event.text, at, _dump_attachments(event.attachments), conversation_id, seq),
+            )
+        elif event.kind == "delete":
+            db.execute(
+                "INSERT INTO revisions (conversation_id, seq, kind, text, at) VALUES (?,?,?,?,?)",
+                (conversation_id, seq, "delete", old_text, at),
+            )
+            db.execute(
+                "UPDATE messages SET deleted_at = ? WHERE conversation_id = ? AND seq = ?",
+                (at, conversation_id, seq),
+            )
+        elif event.kind == "reaction":
+            reactions = [tuple(pair) for pair in json.loads(reactions_json or "[]")]
+            pair = (event.sender.label, event.text)
+            if event.meta.get("removed"):
+                reactions = [r for r in reactions if r != pair]
+            elif pair not in reactions:
+                reactions.append(pair)
+            db.execute(
+                "UPDATE messages SET reactions = ? WHERE conversation_id = ? AND seq = ?",
+                (json.dumps(reactions), conversation_id, seq),
+            )
+        return AppendResult("applied", conversation_id, seq)
+
+    def _conversation_id(
+        self, address: Address, kind: str, title: str | None, at: float | None = None
+    ) -> int:
+        key = (address.account, address.chat, address.thread or "")
+        cached = self._conversation_ids.get(key)
+        if cached is not None and title is None:
+            return cached
+        db = self.db
+        row = db.execute(
+            "SELECT id, title FROM conversations WHERE account = ? AND chat = ? AND thread = ?", key
+        ).fetchone()
+        if row is None:
+            stamp = at or now()
+            conversation_id = db.execute(
+                "INSERT INTO conversations (account, chat, thread, kind, title, created_at,"
+                " active_at) VALUES (?,?,?,?,?,?,?) RETURNING id",
+                (*key, kind, title, stamp, stamp),
+            ).fetchone()[0]
+        else:
+            conversation_id = row[0]
+            if title is not None and title != row[1]:
+                db.execute(
+                    "UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id)
+                )
+        self._conversation_ids[key] = conversation_id
+        return int(conversation_id)
+
+    async def is_known(self, account: str, event_id: str) -> bool:
+        row = self.db.execute(
+            "SELECT 1 FROM events WHERE account = ? AND event_id = ?", (account, str(event_id))
+        ).fetchone()
+        return row is not None
+
+    # conversations ---------------------------------------------------------
+    async def conversation(self, conversation_id: int) -> Conversation:
+        row = self.db.execute(
+            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"no conversation with id {conversation_id}")
+        return _conversation(row)
+
+    async def find_conversation(self, address: Address) -> Conversation | None:
+        row = self.db.execute(
+            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations"
+            " WHERE account = ? AND chat = ? AND thread = ?",
+            (address.account, address.chat, address.thread or ""),
+        ).fetchone()
+        return _conversation(row) if row else None
+
+    async def ensure_conversation(
+        self, address: Address, kind: str = "direct", title: str | None = None
+    ) -> Conversation:
+        with self.db:
+            conversation_id = self._conversation_id(address, kind, title)
+        return await self.conversation(conversation_id)
+
+    async def conversations(
+        self, account: str | None = None, limit: int = 100
+    ) -> list[Conversation]:
+        if account is None:
+            rows = self.db.execute(
+                f"SELECT {_CONVERSATION_COLUMNS} FROM conversations"
+                " ORDER BY active_at DESC, id DESC LIMIT ?",
+                (limit,),
+            )
+        else:
+            rows = self.db.execute(
+                f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE account = ?"
+                " ORDER BY active_at DESC, id DESC LIMIT ?",
+                (account, limit),
+            )
+        return [_conversation(row) for row in rows]
+
+    async def participants(self, conversation_id: int) -> list[Participant]:
+        rows = self.db.execute(
+            "SELECT sender_id, name, handle, is_bot, message_count, first_seq, last_seq"
+            " FROM participants WHERE conversation_id = ?"
+            " ORDER BY message_count DESC, first_seq",
+            (conversation_id,),
+        )
+        return [
+            Participant(Sender(r[0], r[1], r[2], bool(r[3])), r[4], r[5], r[6]) for r in rows
+        ]
+
+    async def set_conversation_meta(self, conversation_id: int, meta: Mapping[str, Any]) -> None:
+        db = self.db
+        with db:
+            row = db.execute(
+                "SELECT meta FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+            if row is None:
+                raise StoreError(f"no conversation with id {conversation_id}")
+            merged = {**json.loads(row[0] or "{}"), **meta}
+            db.execute(
+                "UPDATE conversations SET meta = ? WHERE id = ?",
+                (json.dumps(merged), conversation_id),
+            )
+
+    # transcript ------------------------------------------------------------
+    async def window(
+        self, conversation_id: int, limit: int, upto_seq: int | None = None
+    ) -> list[Message]:
+        rows = self.db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq <= ?"
+            " AND held = 0 ORDER BY seq DESC LIMIT ?",
+            (conversation_id, upto_seq if upto_seq is not None else 2**62, limit),
+        ).fetchall()
+        rows.reverse()
+        return [_message(row) for row in rows]
+
+    async def history(self, conversation_id: int, before_seq: int, limit: int) -> list[Message]:
+        return await self.window(conversation_id, limit, before_seq - 1)
+
+    async def messages_after(
+        self, conversation_id: int, after_seq: int, limit: int = 1000
+    ) -> list[Message]:
+        rows = self.db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq > ?"
+            " AND held = 0 ORDER BY seq LIMIT ?",
+            (conversation_id, after_seq, limit),
+        )
+        return [_message(row) for row in rows]
+
+    async def message(self, conversation_id: int, seq: int) -> Message | None:
+        row = self.db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq = ?",
+            (conversation_id, seq),
+        ).fetchone()
+        return _message(row) if row else None
+
+    async def message_by_platform_id(
+        self, conversation_id: int, platform_message_id: str
+    ) -> Message | None:
+        row = self.db.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages"
+            " WHERE conversation_id = ? AND platform_message_id = ? ORDER BY seq LIMIT 1",
+            (conversation_id, str(platform_message_id)),
+        ).fetchone()
+        return _message(row) if row else None
+
+    async def revisions(self, conversation_id: int, seq: int) -> list[tuple[str, str, float]]:
+        rows = self.db.execute(
+            "SELECT kind, text, at FROM revisions WHERE conversation_id = ? AND seq = ?"
+            " ORDER BY rowid",
+            (conversation_id, seq),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    # outbound --------------------------------------------------------------
+    async def record_outbound(
+        self, conversation_id: int, outbound: Outbound, sender: Sender, run_id: int | None = None
+    ) -> OutboxEntry:
+        db = self.db
+        stamp = now()
+        with db:
+            seq = None
+            if outbound.kind == "message":
+                row = db.execute(
+                    "UPDATE conversations SET last_seq = last_seq + 1,"
+                    " visible_count = visible_count + 1, active_at = ?"
+                    " WHERE id = ? RETURNING last_seq",
+                    (stamp, conversation_id),
+                ).fetchone()
+                if row is None:
+                    raise StoreError(f"no conversation with id {conversation_id}")
+                seq = row[0]
+                reply_to_seq = None
+                if outbound.reply_to is not None:
+                    found = db.execute(
+                        "SELECT seq FROM messages WHERE conversation_id = ?"
+                        " AND platform_message_id = ?",
+                        (conversation_id, outbound.reply_to),
+                    ).fetchone()
+                    reply_to_seq = found[0] if found else None
+                db.execute(
+                    f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES"
+                    " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        conversation_id,
+                        seq,
+                        "out",
+                        None,
+                        sender.id,
+                        sender.name,
+                        sender.handle,
+                        int(sender.is_bot),
+                        outbound.text,
+                        None,
+                        outbound.reply_to,
+                        reply_to_seq,
+                        0,
+                        None,
+                        stamp,
+                        None,
+                        None,
+                        0,
+                        0,
+                        "pending",
+                        None,
+                        None,
+                        None,
+                    ),
+                )
+            elif not db.execute(
+                "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone():
+                raise StoreError(f"no conversation with id {conversation_id}")
+            outbox_id = db.execute(
+                "INSERT INTO outbox (conversation_id, run_id, kind, text, reply_to, target,"
+                " message_seq, status, created_at, updated_at)"
+                " VALUES (?,?,?,?,?,?,?,'pending',?,?) RETURNING id",
+                (
+                    conversation_id,
+                    run_id,
+                    outbound.kind,
+                    outbound.text,
+                    outbound.reply_to,
+                    outbound.target,
+                    seq,
+                    stamp,
+                    stamp,
+                ),
+            ).fetchone()[0]
+        return self._outbox_entry(outbox_id)
+
+    async def mark_sent(self, outbox_id: int, receipt: Receipt) -> OutboxEntry:
+        db = self.db
+        ids = receipt.part_ids or (
+            (receipt.platform_message_id,) if receipt.platform_message_id else ()
+        )
+        with db:
+            entry = self._outbox_entry(outbox_id)
+            db.execute(
+                "UPDATE outbox SET status = 'sent', reason = NULL, platform_ids = ?,"
+                " updated_at = ? WHERE id = ?",
+                (json.dumps(list(ids)), now(), outbox_id),
+            )
+            if entry.message_seq is not None:
+                db.execute(
+                    "UPDATE messages SET status = 'sent', status_reason = NULL,"
+                    " platform_message_id = ?, meta = ? WHERE conversation_id = ? AND seq = ?",
+                    (
+                        receipt.platform_message_id,
+                        json.dumps({"part_ids": list(ids)}) if len(ids) > 1 else None,
+                        entry.conversation_id,
+                        entry.message_seq,
+                    ),
+                )
+            elif entry.kind == "edit" and entry.target is not None:
+                row = db.execute(
+                    "SELECT seq, text FROM messages WHERE conversation_id = ?"
+                    " AND platform_message_id = ?",
+                    (entry.conversation_id, entry.target),
+                ).fetchone()
+                if row is not None:
+                    stamp = now()
+                    db.execute(
+                        "INSERT INTO revisions (conversation_id, seq, kind, text, at)"
+                        " VALUES (?,?,?,?,?)",
+                        (entry.conversation_id, row[0], "edit", row[1], stamp),
+                    )
+                    db.execute(
+                        "UPDATE messages SET text = ?, edited_at = ?"
+                        " WHERE conversation_id = ? AND seq = ?",
+                        (entry.text, stamp, entry.conversation_id, row[0]),
+                    )
+        return self._outbox_entry(outbox_id)
+
+    async def mark_failed(self, outbox_id: int, reason: str) -> OutboxEntry:
+        with self.db:
+            self._set_outbox_status(outbox_id, "failed", reason)
+        return self._outbox_entry(outbox_id)
+
+    async def mark_uncertain(self, outbox_id: int, reason: str) -> OutboxEntry:
+        with self.db:
+            self._set_outbox_status(outbox_id, "uncertain", reason)
+        return self._outbox_entry(outbox_id)
+
+    def _set_outbox_status(self, outbox_id: int, status: str, reason: str) -> None:
+        db = self.db
+        entry = self._outbox_entry(outbox_id)
+        db.execute(
+            "UPDATE outbox SET status = ?, reason = ?, updated_at = ? WHERE id = ?",
+            (status, reason, now(), outbox_id),
+        )
+        if entry.message_seq is not None:
+            db.execute(
+                "UPDATE messages SET status = ?, status_reason = ?"
+                " WHERE conversation_id = ? AND seq = ?",
+                (status, reason, entry.conversation_id, entry.message_seq),
+            )
+
+    def _outbox_entry(self, outbox_id: int) -> OutboxEntry:
+        row = self.db.execute(
+            f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE id = ?", (outbox_id,)
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"no outbox entry with id {outbox_id}")
+        return _outbox(row)
+
+    async def outbox(
+        self, status: str | None = None, conversation_id: int | None = None, limit: int = 100
+    ) -> list[OutboxEntry]:
+        clauses, params = [], []
+        if status is not None:
+            clauses.append("status = ?")
+            params.append(status)
+        if conversation_id is not None:
+            clauses.append("conversation_id = ?")
+            params.append(conversation_id)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self.db.execute(
+            f"SELECT {_OUTBOX_COLUMNS} FROM outbox {where} ORDER BY id DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [_outbox(row) for row in rows]
+
+    # handling --------------------------------------------------------------
+    async def mark_handled(self, conversation_id: int, seq: int) -> None:
+        with self.db:
+            self.db.execute(
+                "UPDATE conversations SET handled_seq = MAX(handled_seq, ?) WHERE id = ?",
+                (seq, conversation_id),
+            )
+
+    async def unhandled(self) -> list[Conversation]:
+        rows = self.db.execute(
+            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations"
+            " WHERE trigger_seq > handled_seq ORDER BY active_at"
+        )
+        return [_conversation(row) for row in rows]
+
+    async def begin_run(self, conversation_id: int, trigger_seq: int, upto_seq: int) -> int:
+        with self.db:
+            row = self.db.execute(
+                "INSERT INTO runs (conversation_id, trigger_seq, upto_seq, started_at)"
+                " VALUES (?,?,?,?) RETURNING id",
+                (conversation_id, trigger_seq, upto_seq, now()),
+            ).fetchone()
+        return int(row[0])
+
+    async def finish_run(
+        self, run_id: int, status: str, error: str | None = None, upto_seq: int | None = None
+    ) -> None:
+        with self.db:
+            self.db.execute(
+                "UPDATE runs SET status = ?, error = ?, finished_at = ?,"
+                " upto_seq = COALESCE(?, upto_seq) WHERE id = ?",
+                (status, error, now(), upto_seq, run_id),
+            )
+
+    async def runs(self, conversation_id: int | None = None, limit: int = 50) -> list[RunRecord]:
+        sql = (
+            "SELECT id, conversation_id, trigger_seq, upto_seq, started_at, finished_at,"
+            " status, error FROM runs"
+        )
+        if conversation_id is None:
+            rows = self.db.execute(sql + " ORDER BY id DESC LIMIT ?", (limit,))
+        else:
+            rows = self.db.execute(
+                sql + " WHERE conversation_id = ? ORDER BY id DESC LIMIT ?",
+                (conversation_id, limit),
+            )
+        return [RunRecord(*row) for row in rows]
+
+    # adapter state and dead letters ----------------------------------------
+    async def get_state(self, account: str, key: str) -> str | None:
+        row = self.db.execute(
+            "SELECT value FROM state WHERE account = ? AND key = ?", (account, key)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    async def set_state(self, account: str, key: str, value: str | None) -> None:
+        with self.db:
+            self._write_state(account, key, value)
+
+    def _write_state(self, account: str, key: str, value: str | None) -> None:
+        if value is None:
+            self.db.execute("DELETE FROM state WHERE account = ? AND key = ?", (account, key))
+        else:
+            self.db.execute(
+                "INSERT INTO state (account, key, value, updated_at) VALUES (?,?,?,?)"
+                " ON CONFLICT (account, key) DO UPDATE SET value = excluded.value,"
+                " updated_at = excluded.updated_at",
+                (account, key, str(value), now()),
+            )
+
+    async def add_dead_letter(self, account: str, ref: str, reason: str, payload: str) -> None:
+        with self.db:
+            self.db.execute(
+                "INSERT INTO dead_letters (account, ref, reason, payload, at) VALUES (?,?,?,?,?)",
+                (account, ref, reason, payload[:65536], now()),
+            )
+
+    async def dead_letters(
+        self, account: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        sql = "SELECT id, account, ref, reason, payload, at FROM dead_letters"
+        params: tuple[Any, ...] = (limit,)
+        if account is not None:
+            sql += " WHERE account = ?"
+            params = (account, limit)
+        rows = self.db.execute(sql + " ORDER BY id DESC LIMIT ?", params)
+        keys = ("id", "account", "ref", "reason", "payload", "at")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    async def stats(self) -> dict[str, int]:
+        db = self.db
+
+        def count(sql: str) -> int:
+            return int(db.execute(sql).fetchone()[0] or 0)
+
+        figures = {
+            "conversations": count("SELECT COUNT(*) FROM conversations"),
+            "messages": count("SELECT COALESCE(SUM(last_seq), 0) FROM conversations"),
+            "held": count("SELECT COALESCE(SUM(held_count), 0) FROM conversations"),
+            "unhandled_conversations": count(
+                "SELECT COUNT(*) FROM conversations WHERE trigger_seq > handled_seq"
+            ),
+            "runs": count("SELECT COUNT(*) FROM runs"),
+            "dead_letters": count("SELECT COUNT(*) FROM dead_letters"),
+        }
+        for status, number in db.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status"):
+            figures[f"outbox_{status}"] = int(number)
+        return figures
+
+
+def _dump_attachments(attachments: Sequence[Attachment]) -> str | None:
+    if not attachments:
+        return None
+    return json.dumps(
+        [
+            {"kind": a.kind, "name": a.name, "mime": a.mime, "size": a.size, "ref": a.ref}
+            for a in attachments
+        ]
+    )
+
+
+def _conversation(row: Sequence[Any]) -> Conversation:
+    return Conversation(
+        id=row[0],
+        address=Address(row[1], row[2], row[3] or None),
+        kind=row[4],
+        title=row[5],
+        last_seq=row[6],
+        handled_seq=row[7],
+        trigger_seq=row[8],
+        visible_count=row[9],
+        held_count=row[10],
+        created_at=row[11],
+        meta=json.loads(row[12] or "{}"),
+    )
+
+
+def _message(row: Sequence[Any]) -> Message:
+    return Message(
+        conversation_id=row[0],
+        seq=row[1],
+        direction=row[2],
+        event_id=row[3],
+        sender=Sender(row[4], row[5], row[6], bool(row[7])),
+        text=row[8],
+        platform_message_id=row[9],
+        reply_to=row[10],
+        reply_to_seq=row[11],
+        mentions_me=bool(row[12]),
+        attachments=tuple(Attachment(**a) for a in json.loads(row[13])) if row[13] else (),
+        sent_at=row[14],
+        edited_at=row[15],
+        deleted_at=row[16],
+        held=bool(row[17]),
+        triggers=bool(row[18]),
+        status=row[19],
+        status_reason=row[20],
+        reactions=tuple(tuple(r) for r in json.loads(row[21])) if row[21] else (),  # type: ignore[misc]
+        meta=json.loads(row[22]) if row[22] else {},
+    )
+
+
+def _outbox(row: Sequence[Any]) -> OutboxEntry:
+    return OutboxEntry(
+        id=row[0],
+        conversation_id=row[1],
+        kind=row[2],
+        text=row[3],
+        status=row[4],
+        reason=row[5],
+        reply_to=row[6],
+        target=row[7],
+        message_seq=row[8],
+        platform_ids=tuple(json.loads(row[9])) if row[9] else (),
+        created_at=row[10],
+        updated_at=row[11],
+    )

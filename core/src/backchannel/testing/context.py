@@ -1,0 +1,148 @@
+"""`ContractContext`: an AdapterContext over a real store, with hooks tests can hold and watch."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from ..adapter import AdapterContext, IngestResult, RouteTable, SecretFilter
+from ..errors import NormalizeError
+from ..model import Event
+from ..store import Inbound, Store
+
+__all__ = ["ContractContext"]
+
+
+class ContractContext(AdapterContext):
+    """An AdapterContext that commits to a real store, without the rest of the switchboard.
+
+    - ``hold()`` makes every following ingest wait before its commit until
+      ``release()``; ``wait_started(event_id)`` returns once an ingest for that
+      event is waiting or done. Together they prove "ack after commit".
+    - ``wait_ingested(event_id, times)`` returns once the adapter has handed
+      that event over `times` times (redeliveries included).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        account: str = "test",
+        config: Mapping[str, Any] | None = None,
+        routes: RouteTable | None = None,
+        secrets: tuple[str, ...] = (),
+    ):
+        self.store = store
+        self.account = account
+        self.config = dict(config or {})
+        self.routes = routes or RouteTable()
+        logger = logging.getLogger(f"backchannel.test.{account}")
+        self.secret_filter = SecretFilter(secrets)
+        logger.addFilter(self.secret_filter)
+        self.log = logging.LoggerAdapter(logger, {"account": account})
+        self.adapter: Any = None
+        self.events: list[Event] = []
+        self.results: list[IngestResult] = []
+        self.malformed: list[str] = []
+        self._calls: Counter[str] = Counter()
+        self._gate = asyncio.Event()
+        self._gate.set()
+        self._changed = asyncio.Condition()
+
+    def bind(self, adapter: Any) -> ContractContext:
+        """Use `adapter.normalize` for ingests; return self."""
+        self.adapter = adapter
+        return self
+
+    def hold(self) -> None:
+        """Make following ingests wait before committing, until `release()`."""
+        self._gate.clear()
+
+    def release(self) -> None:
+        self._gate.set()
+
+    async def ingest(
+        self, raw: Mapping[str, Any], *, state: Mapping[str, str | None] | None = None
+    ) -> IngestResult:
+        if self.adapter is None:
+            raise RuntimeError("ContractContext.bind(adapter) was not called")
+        try:
+            event = self.adapter.normalize(raw)
+        except NormalizeError as error:
+            self.malformed.append(str(error))
+            await self._note(None)
+            return IngestResult("malformed", reason=str(error))
+        if event is None:
+            if state:
+                for key, value in state.items():
+                    await self.store.set_state(self.account, key, value)
+            await self._note(None)
+            return IngestResult("ignored")
+        self._calls[event.event_id] += 1
+        await self._note(event.event_id)
+        await self._gate.wait()
+        (appended,) = await self.store.append_inbound(
+            [Inbound(event, triggers=True, state=state)]
+        )
+        status = "duplicate" if appended.status == "duplicate" else "stored"
+        result = IngestResult(status, event, appended.conversation_id, appended.seq)
+        self.events.append(event)
+        self.results.append(result)
+        await self._note(event.event_id)
+        return result
+
+    async def _note(self, event_id: str | None) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    def calls(self, event_id: str) -> int:
+        """How many times the adapter handed over this event."""
+        return self._calls[event_id]
+
+    async def wait_started(self, event_id: str, timeout: float = 10.0) -> None:
+        """Return once an ingest of `event_id` has begun."""
+        await self._wait(lambda: self._calls[event_id] >= 1, timeout, f"ingest of {event_id}")
+
+    async def wait_ingested(self, event_id: str, times: int = 1, timeout: float = 10.0) -> None:
+        """Return once `event_id` has been handed over and committed `times` times."""
+
+        def done() -> bool:
+            return sum(1 for r in self.results if r.event and r.event.event_id == event_id) >= times
+
+        await self._wait(done, timeout, f"{times} ingest(s) of {event_id}")
+
+    async def wait_for(self, predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
+        """Return once `predicate()` is true, re-checked after every ingest."""
+        await self._wait(predicate, timeout, what)
+
+    async def _wait(self, predicate: Any, timeout: float, what: str) -> None:
+        async def waiter() -> None:
+            async with self._changed:
+                await self._changed.wait_for(predicate)
+
+        try:
+            await asyncio.wait_for(waiter(), timeout)
+        except TimeoutError:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None
+
+    async def is_known(self, event_id: str) -> bool:
+        return await self.store.is_known(self.account, event_id)
+
+    async def get_state(self, key: str) -> str | None:
+        return await self.store.get_state(self.account, key)
+
+    async def set_state(self, key: str, value: str | None) -> None:
+        await self.store.set_state(self.account, key, value)
+
+    async def rows(self) -> int:
+        """Total transcript rows stored for this account."""
+        total = 0
+        for conversation in await self.store.conversations(self.account, limit=10_000):
+            total += conversation.last_seq
+        return total
+
+    def dump(self) -> str:
+        return json.dumps([e.event_id for e in self.events])
