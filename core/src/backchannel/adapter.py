@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from attrs import define, field, frozen
 
-from .model import Event, Outbound, Receipt, Sender
+from .model import Address, Event, Message, Outbound, Receipt, Sender
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -169,6 +169,13 @@ class AdapterContext:
 
     async def set_state(self, key: str, value: str | None) -> None:
         """Write (or, with None, delete) one durable per-account value."""
+        raise NotImplementedError
+
+    async def transcript(self, address: Address, limit: int = 200) -> list[Message]:
+        """Return the stored transcript at `address` (last `limit` visible messages, oldest first).
+
+        For channels that show the transcript themselves (the web chat).
+        """
         raise NotImplementedError
 
 

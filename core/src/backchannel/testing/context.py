@@ -11,7 +11,7 @@ from typing import Any
 
 from ..adapter import AdapterContext, IngestResult, RouteTable, SecretFilter
 from ..errors import NormalizeError
-from ..model import Event
+from ..model import Address, Event, Message
 from ..store import Inbound, Store
 
 __all__ = ["ContractContext"]
@@ -136,6 +136,12 @@ class ContractContext(AdapterContext):
 
     async def set_state(self, key: str, value: str | None) -> None:
         await self.store.set_state(self.account, key, value)
+
+    async def transcript(self, address: Address, limit: int = 200) -> list[Message]:
+        conversation = await self.store.find_conversation(address)
+        if conversation is None:
+            return []
+        return await self.store.window(conversation.id, limit)
 
     async def rows(self) -> int:
         """Total transcript rows stored for this account."""
