@@ -13,5 +13,18 @@ from __future__ import annotations
 
 from .context import ContractContext
 from .contract import AdapterContract, ContractHarness
+from .fake_channel import FakeChannel, FakeChannelAdapter, FakeChannelHarness, FakePlatform
+from .recording import RecordingAgent
+from .store_contract import StoreContract
 
-__all__ = ["AdapterContract", "ContractContext", "ContractHarness"]
+__all__ = [
+    "AdapterContract",
+    "ContractContext",
+    "ContractHarness",
+    "FakeChannel",
+    "FakeChannelAdapter",
+    "FakeChannelHarness",
+    "FakePlatform",
+    "RecordingAgent",
+    "StoreContract",
+]

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from ..store import SQLiteStore
+from ..switchboard import Switchboard
 from .context import ContractContext
+from .fake_channel import FakeChannel
 
 
 @pytest.fixture
@@ -23,3 +25,17 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
 async def contract_context(store: SQLiteStore) -> ContractContext:
     """A ContractContext over the `store` fixture, account "test"."""
     return ContractContext(store, account="test")
+
+
+@pytest.fixture
+def fake_channel() -> FakeChannel:
+    """A fresh in-memory FakeChannel (platform + adapter factory)."""
+    return FakeChannel()
+
+
+@pytest.fixture
+async def switchboard(store: SQLiteStore) -> AsyncIterator[Switchboard]:
+    """A Switchboard over the `store` fixture, without an HTTP server; stopped after the test."""
+    board = Switchboard(store)
+    yield board
+    await board.stop()

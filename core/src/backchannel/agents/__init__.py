@@ -1,0 +1,1 @@
+"""Built-in agents: `demo` (no network), `openai` (OpenAI-compatible tool loop), `python`."""

@@ -1,0 +1,57 @@
+"""The demo agent: no network, deterministic; it replies by describing the run it was given."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..runs import Run
+
+__all__ = ["demo_agent", "describe_run", "make_demo_agent"]
+
+_KIND = {"direct": "direct chat", "group": "group chat", "thread": "thread"}
+
+
+def describe_run(run: Run) -> str:
+    """Return a few sentences saying what the agent was handed: messages, people, tools."""
+    conversation = run.conversation
+    inbound = [m for m in run.messages if m["role"] == "user"]
+    own = [m for m in run.messages if m["role"] == "assistant"]
+    people = {line["content"].split("] ", 1)[-1].split(":", 1)[0].split(" (")[0] for line in inbound}
+    channel = run.instruction.split(" on ", 1)[-1].split(" (account", 1)[0]
+    where = _KIND.get(conversation.kind, "conversation")
+    count = len(run.messages)
+    sentences = [
+        f"I can see {count} message{'s' if count != 1 else ''} from {len(people)}"
+        f" {'person' if len(people) == 1 else 'people'} in this {channel} {where}"
+        + (f' "{conversation.title}"' if conversation.title else "")
+        + (f", {len(own)} of them mine." if own else "."),
+    ]
+    trigger = run.trigger
+    if trigger is not None:
+        quoted = trigger.text if len(trigger.text) <= 120 else trigger.text[:117] + "..."
+        sentences.append(f'You ({trigger.sender.label}) wrote #{trigger.seq}: "{quoted}".')
+    sentences.append(
+        "I am the demo agent: no model runs here. I answered by calling the reply tool;"
+        f" the tools I was offered are {', '.join(run.tool_names)}."
+    )
+    sentences.append(
+        "Run `backchannel preview` on this conversation to see the exact instruction,"
+        " messages and tool schemas an LLM agent would receive."
+    )
+    return " ".join(sentences)
+
+
+async def demo_agent(run: Run) -> None:
+    """Reply to the triggering message with a description of the run."""
+    text = describe_run(run)
+    target = run.trigger
+    if target is not None and target.direction == "in" and run.tool("reply") is not None:
+        await run.call("reply", {"message_id": target.seq, "text": text})
+    else:
+        await run.call("send_message", {"text": text})
+
+
+def make_demo_agent(settings: Mapping[str, Any]) -> Any:
+    """Agent factory for kind "demo" (takes no settings)."""
+    return demo_agent

@@ -1,0 +1,232 @@
+"""Outbound: record before send, send with bounded retry, record the outcome; the send tools."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from attrs import frozen
+
+from .adapter import Adapter
+from .errors import DeliveryError, RateLimited, Rejected, Uncertain
+from .framing import format_message, strip_id_prefix
+from .model import Conversation, Outbound, Receipt, Sender
+from .runs import RunSession
+from .store import OutboxEntry, Store
+from .tools import Tool
+
+__all__ = ["DeliveryResult", "Deliverer", "channel_tools"]
+
+log = logging.getLogger("backchannel.outbound")
+
+
+@frozen
+class DeliveryResult:
+    """The recorded outcome of one outbound request."""
+
+    entry: OutboxEntry
+    receipt: Receipt | None = None
+
+    @property
+    def status(self) -> str:
+        return self.entry.status
+
+    def describe(self) -> str:
+        """A sentence the model can read."""
+        what = {"message": "message", "edit": "edit", "reaction": "reaction"}[self.entry.kind]
+        if self.status == "sent":
+            if self.entry.message_seq is not None:
+                parts = len(self.entry.platform_ids)
+                split = f" (split into {parts} parts)" if parts > 1 else ""
+                return f"sent as #{self.entry.message_seq}{split}"
+            return f"{what} done"
+        if self.status == "failed":
+            return f"{what} NOT delivered: {self.entry.reason}"
+        return (
+            f"delivery uncertain ({self.entry.reason}): the {what} may or may not have arrived;"
+            " do not resend unless asked"
+        )
+
+
+class Deliverer:
+    """Sends outbound requests through one adapter, recording each step in the store."""
+
+    def __init__(
+        self,
+        store: Store,
+        adapter: Adapter,
+        *,
+        max_attempts: int = 4,
+        max_retry_after: float = 60.0,
+    ):
+        self.store = store
+        self.adapter = adapter
+        self.max_attempts = max_attempts
+        self.max_retry_after = max_retry_after
+
+    async def deliver(
+        self, conversation: Conversation, outbound: Outbound, *, run_id: int | None = None
+    ) -> DeliveryResult:
+        """Record `outbound` as pending, send it, and record sent / failed / uncertain."""
+        sender = self.adapter.me or Sender("me", "me", is_bot=True)
+        entry = await self.store.record_outbound(conversation.id, outbound, sender, run_id)
+        outbound = _with_outbox_id(outbound, entry.id)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                receipt = await self.adapter.send(outbound)
+            except RateLimited as error:
+                if attempt >= self.max_attempts or error.retry_after > self.max_retry_after:
+                    entry = await self.store.mark_failed(
+                        entry.id, f"rate limited {attempt} time(s); last asked to wait"
+                        f" {error.retry_after:g}s"
+                    )
+                    return DeliveryResult(entry)
+                log.info(
+                    "rate limited on %s, retrying in %.2fs (attempt %d)",
+                    conversation.address.key,
+                    error.retry_after,
+                    attempt,
+                )
+                await asyncio.sleep(error.retry_after)
+                continue
+            except Rejected as error:
+                entry = await self.store.mark_failed(entry.id, error.reason)
+                return DeliveryResult(entry)
+            except Uncertain as error:
+                entry = await self.store.mark_uncertain(entry.id, error.reason)
+                log.warning("send to %s is uncertain: %s", conversation.address.key, error.reason)
+                return DeliveryResult(entry)
+            except DeliveryError as error:  # a plugin raised the base class: be safe
+                entry = await self.store.mark_uncertain(entry.id, error.reason)
+                return DeliveryResult(entry)
+            except asyncio.CancelledError:
+                await self.store.mark_uncertain(entry.id, "cancelled while sending")
+                raise
+            except Exception as error:  # an adapter bug: the request may have gone out
+                log.exception("adapter %s raised from send", self.adapter.channel)
+                entry = await self.store.mark_uncertain(
+                    entry.id, f"adapter error {type(error).__name__}"
+                )
+                return DeliveryResult(entry)
+            entry = await self.store.mark_sent(entry.id, receipt)
+            return DeliveryResult(entry, receipt)
+
+
+def _with_outbox_id(outbound: Outbound, outbox_id: int) -> Outbound:
+    from attrs import evolve
+
+    return evolve(outbound, outbox_id=outbox_id)
+
+
+def channel_tools(
+    deliverer: Deliverer, session: RunSession, conversation: Conversation
+) -> list[Tool]:
+    """Return the standard tools for a run in `conversation`, as far as the channel allows."""
+    store = deliverer.store
+    capabilities = deliverer.adapter.capabilities
+    address = conversation.address
+
+    async def target(message_id: int) -> tuple[Any, str | None]:
+        message = await store.message(conversation.id, message_id)
+        if message is None:
+            return None, f"error: there is no message #{message_id} in this conversation"
+        if message.platform_message_id is None:
+            return None, f"error: message #{message_id} has no platform id (it was not delivered)"
+        return message, None
+
+    async def send_message(text: str) -> str:
+        """Send a new message to this conversation.
+
+        Args:
+            text: what to say, as plain text (the platform's own formatting is kept as written)
+        """
+        text = strip_id_prefix(text)
+        if not text.strip():
+            return "error: text is empty"
+        result = await deliverer.deliver(
+            conversation, Outbound(address, text), run_id=session.run_id
+        )
+        return result.describe()
+
+    async def reply(message_id: int, text: str) -> str:
+        """Reply to one message of this conversation (shown as a reply on the platform).
+
+        Args:
+            message_id: the id of the message to answer, the number in [#n]
+            text: what to say
+        """
+        text = strip_id_prefix(text)
+        if not text.strip():
+            return "error: text is empty"
+        message, problem = await target(message_id)
+        if problem:
+            return problem
+        result = await deliverer.deliver(
+            conversation,
+            Outbound(address, text, reply_to=message.platform_message_id),
+            run_id=session.run_id,
+        )
+        return result.describe()
+
+    async def edit_message(message_id: int, text: str) -> str:
+        """Change the text of a message you sent earlier.
+
+        Args:
+            message_id: the id of your own message, the number in [#n]
+            text: the new full text
+        """
+        message, problem = await target(message_id)
+        if problem:
+            return problem
+        if message.direction != "out":
+            return f"error: #{message_id} was written by someone else; you can only edit your own"
+        result = await deliverer.deliver(
+            conversation,
+            Outbound(address, strip_id_prefix(text), kind="edit", target=message.platform_message_id),
+            run_id=session.run_id,
+        )
+        return result.describe()
+
+    async def react(message_id: int, emoji: str) -> str:
+        """Add an emoji reaction to a message.
+
+        Args:
+            message_id: the id of the message, the number in [#n]
+            emoji: one emoji, such as 👍
+        """
+        message, problem = await target(message_id)
+        if problem:
+            return problem
+        result = await deliverer.deliver(
+            conversation,
+            Outbound(address, emoji, kind="reaction", target=message.platform_message_id),
+            run_id=session.run_id,
+        )
+        return result.describe()
+
+    async def read_history(before_id: int, limit: int = 20) -> str:
+        """Read older messages of this conversation, the ones before a given id.
+
+        Args:
+            before_id: return messages older than this id
+            limit: how many messages, at most 100
+        """
+        rows = await store.history(conversation.id, before_id, max(1, min(limit, 100)))
+        if not rows:
+            return f"there are no messages before #{before_id}"
+        return "\n\n".join(
+            ("(you) " if m.direction == "out" else "") + format_message(m)["content"] for m in rows
+        )
+
+    tools: Sequence[Any] = [
+        send_message,
+        reply if capabilities.replies else None,
+        edit_message if capabilities.edits else None,
+        react if capabilities.reactions else None,
+        read_history,
+    ]
+    return [Tool.from_function(fn) for fn in tools if fn is not None]

@@ -1,0 +1,51 @@
+"""Who may reach the agent, and when it responds. Small pure functions over an Event."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from attrs import field, frozen
+
+from .model import Event
+
+__all__ = ["Access", "Policy", "Respond"]
+
+Access = Literal["anyone", "allowlist", "owner"]
+Respond = Literal["always", "mention", "never"]
+
+
+def _ids(values: object) -> tuple[str, ...]:
+    return tuple(str(v) for v in (values or ()))  # type: ignore[attr-defined]
+
+
+@frozen
+class Policy:
+    """A binding's rules.
+
+    access: "anyone"; "allowlist" (only sender ids in `allow`); "owner" (only `owner`).
+    respond (in group conversations and threads; direct conversations always
+    respond unless "never"): "always"; "mention" (mentioned or replied to);
+    "never" (store only).
+    """
+
+    access: Access = "anyone"
+    allow: tuple[str, ...] = field(default=(), converter=_ids)
+    owner: str | None = None
+    respond: Respond = "mention"
+
+    def may_reach(self, event: Event) -> bool:
+        """Return True when the sender may reach the agent (else the message is held)."""
+        sender = event.sender.id
+        if self.access == "anyone":
+            return True
+        if self.access == "owner":
+            return self.owner is not None and sender == self.owner
+        return sender in self.allow or (self.owner is not None and sender == self.owner)
+
+    def triggers(self, event: Event) -> bool:
+        """Return True when this event should start (or extend) a run."""
+        if event.kind != "message" or self.respond == "never":
+            return False
+        if event.conversation_kind == "direct" or self.respond == "always":
+            return True
+        return event.mentions_me

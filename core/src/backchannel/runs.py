@@ -1,0 +1,206 @@
+"""Runs: one hand-over to an agent — framing instruction, messages, executable tools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from attrs import define, field, frozen
+
+from .framing import default_framing, format_message
+from .model import Conversation, Message, Sender
+from .tools import Tool, ToolArgumentError
+
+__all__ = ["Agent", "Run", "RunBuilder", "RunSession", "WindowSettings"]
+
+log = logging.getLogger("backchannel.runs")
+
+
+class Agent(Protocol):
+    """Anything that can be handed a Run: an async callable returning nothing useful."""
+
+    async def __call__(self, run: Run) -> Any: ...
+
+
+@frozen
+class WindowSettings:
+    """How much transcript a run carries: at most `messages` messages and `chars` characters."""
+
+    messages: int = 50
+    chars: int = 24_000
+
+
+@define
+class RunSession:
+    """The mutable side of a run: how far it has read, and how it reaches the transcript."""
+
+    conversation_id: int
+    #: the highest seq this run has seen (window end, then what new_messages took)
+    seen_seq: int
+    fetch_after: Callable[[int, int], Awaitable[list[Message]]]
+    me: Sender | None = None
+    run_id: int | None = None
+    taken: list[Message] = field(factory=list)
+
+
+@frozen
+class Run:
+    """What an agent receives. Export with `to_openai()` / `to_anthropic()`; act with `call()`."""
+
+    instruction: str
+    messages: tuple[Mapping[str, str], ...]
+    tools: tuple[Tool, ...]
+    conversation: Conversation
+    trigger: Message | None
+    session: RunSession = field(repr=False, eq=False)
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [tool.name for tool in self.tools]
+
+    def tool(self, name: str) -> Tool | None:
+        """Return the tool called `name`, or None."""
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        return None
+
+    async def call(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> str:
+        """Execute a tool; return a result text the model can read. Never raises for tool errors."""
+        tool = self.tool(name)
+        if tool is None:
+            known = ", ".join(self.tool_names)
+            return f"error: there is no tool called {name!r}; the tools are: {known}"
+        try:
+            result = await tool(arguments)
+        except ToolArgumentError as error:
+            return f"error: bad arguments for {name}: {error}"
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a tool must never kill the run
+            log.exception("tool %s failed", name)
+            return f"error: {name} failed: {type(error).__name__}: {error}"
+        if isinstance(result, str):
+            return result
+        return json.dumps(result, ensure_ascii=False, default=str)
+
+    async def new_messages(self) -> list[dict[str, str]]:
+        """Return inbound messages that arrived since the run began, and count them as handled."""
+        fresh = await self.session.fetch_after(self.conversation.id, self.session.seen_seq)
+        if not fresh:
+            return []
+        self.session.seen_seq = fresh[-1].seq
+        self.session.taken.extend(fresh)
+        return [format_message(m, self.session.me) for m in fresh if m.direction == "in"]
+
+    def to_openai(self) -> dict[str, Any]:
+        """Return {"messages": [system, ...], "tools": [...]} for chat-completions APIs."""
+        messages: list[dict[str, Any]] = [{"role": "system", "content": self.instruction}]
+        messages.extend(dict(m) for m in self.messages)
+        return {"messages": messages, "tools": [tool.to_openai() for tool in self.tools]}
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """Return {"system", "messages", "tools"} with strictly alternating roles, user first."""
+        merged: list[dict[str, Any]] = []
+        for message in self.messages:
+            if merged and merged[-1]["role"] == message["role"]:
+                merged[-1]["content"] += "\n\n" + message["content"]
+            else:
+                merged.append({"role": message["role"], "content": message["content"]})
+        if not merged or merged[0]["role"] != "user":
+            merged.insert(0, {"role": "user", "content": "(earlier messages are not shown)"})
+        if merged[-1]["role"] != "user":
+            merged.append({"role": "user", "content": "(no new message since your last one)"})
+        return {
+            "system": self.instruction,
+            "messages": merged,
+            "tools": [tool.to_anthropic() for tool in self.tools],
+        }
+
+
+class RunBuilder:
+    """Builds Runs from the store: the window, the framing, the tools."""
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        channel: str,
+        channel_name: str,
+        me: Callable[[], Sender | None],
+        window: WindowSettings,
+        tools: Callable[[RunSession, Conversation], Sequence[Tool]],
+        framing_hook: Callable[[Conversation, str, str], str | None] | None = None,
+    ):
+        self.store = store
+        self.channel = channel
+        self.channel_name = channel_name
+        self.me = me
+        self.window = window
+        self.tools = tools
+        self.framing_hook = framing_hook
+
+    async def build(
+        self,
+        conversation_id: int,
+        trigger_seq: int | None = None,
+        *,
+        upto_seq: int | None = None,
+        notes: Sequence[str] = (),
+    ) -> Run:
+        """Return the Run an agent would receive now for this conversation."""
+        conversation = await self.store.conversation(conversation_id)
+        upto = upto_seq if upto_seq is not None else conversation.last_seq
+        rows = await self.store.window(conversation_id, self.window.messages, upto)
+        rows = _trim_to_chars(rows, self.window.chars)
+        me = self.me()
+        messages = tuple(format_message(m, me) for m in rows)
+        trigger = next((m for m in reversed(rows) if m.seq == trigger_seq), None)
+        if trigger is None and trigger_seq:
+            trigger = await self.store.message(conversation_id, trigger_seq)
+        participants = _participants_in(rows, me)
+        hidden = max(conversation.visible_count - len(rows) - _visible_after(conversation, upto), 0)
+        session = RunSession(conversation_id, upto, self.store.messages_after, me)
+        tools = tuple(self.tools(session, conversation))
+        instruction = default_framing(
+            conversation,
+            channel=self.channel,
+            channel_name=self.channel_name,
+            me=me,
+            window=rows,
+            participants=participants,
+            hidden_before=hidden,
+            tool_names=[t.name for t in tools if t.name != "read_history"],
+            notes=notes,
+        )
+        if self.framing_hook is not None:
+            instruction = self.framing_hook(conversation, self.channel, instruction) or instruction
+        return Run(instruction, messages, tools, conversation, trigger, session)
+
+
+def _trim_to_chars(rows: list[Message], limit: int) -> list[Message]:
+    total = 0
+    kept: list[Message] = []
+    for message in reversed(rows):
+        total += len(message.text) + 32
+        if kept and total > limit:
+            break
+        kept.append(message)
+    kept.reverse()
+    return kept
+
+
+def _participants_in(rows: Sequence[Message], me: Sender | None) -> list[Sender]:
+    seen: dict[str, Sender] = {}
+    for message in rows:
+        if message.direction == "in":
+            seen[message.sender.id] = message.sender
+    return list(seen.values())
+
+
+def _visible_after(conversation: Conversation, upto: int) -> int:
+    # messages past `upto` are not "earlier history"; approximate by seq distance
+    return max(conversation.last_seq - upto, 0)

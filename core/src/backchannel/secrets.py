@@ -1,0 +1,67 @@
+"""Keep secrets out of logs: every known secret is replaced by *** in every log record.
+
+`register_secret(value)` adds a value; the first call installs a log record
+factory, so the redaction covers all loggers (aiohttp, discord.py, slack-sdk,
+ours) and exception tracebacks, whatever handlers are attached.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import traceback
+from typing import Any
+
+__all__ = ["redact", "register_secret"]
+
+_lock = threading.Lock()
+_secrets: set[str] = set()
+_pattern: re.Pattern[str] | None = None
+_installed = False
+
+
+def register_secret(value: str | None) -> None:
+    """Redact `value` (when 6 characters or longer) from every log record from now on."""
+    global _pattern
+    if not value or len(value) < 6:
+        return
+    with _lock:
+        if value in _secrets:
+            return
+        _secrets.add(value)
+        ordered = sorted(_secrets, key=len, reverse=True)
+        _pattern = re.compile("|".join(re.escape(s) for s in ordered))
+        _install()
+
+
+def redact(text: str) -> str:
+    """Return `text` with every registered secret replaced by ***."""
+    pattern = _pattern
+    return pattern.sub("***", text) if pattern is not None else text
+
+
+def _install() -> None:
+    global _installed
+    if _installed:
+        return
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        if _pattern is None:
+            return record
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string: leave it to logging's own handling
+            return record
+        if record.exc_info and record.exc_info[1] is not None:
+            message += "\n" + "".join(traceback.format_exception(*record.exc_info)).rstrip()
+            record.exc_info = None
+            record.exc_text = None
+        record.msg = redact(message)
+        record.args = None
+        return record
+
+    logging.setLogRecordFactory(factory)
+    _installed = True

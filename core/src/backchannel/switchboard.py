@@ -1,0 +1,540 @@
+"""The switchboard: ingest pipeline, group commit, scheduler, runs, lifecycle.
+
+::
+
+    adapter ──raw──▶ ingest: normalize ─▶ policy ─▶ queue ─▶ one transaction per batch
+                                                              │ committed: ingest returns
+                                                              ▼
+                                          poke(conversation) ─▶ debounce ─▶ run (one at a time)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from attrs import define, field
+
+from .adapter import Adapter, AdapterContext, IngestResult, RouteTable
+from .errors import ConfigError, NormalizeError
+from .model import Address, Conversation, Message
+from .outbound import Deliverer, channel_tools
+from .plugins import get_plugin_manager
+from .policy import Policy
+from .runs import Agent, Run, RunBuilder, RunSession, WindowSettings
+from .secrets import register_secret
+from .server import HttpServer
+from .store import Inbound, Store
+from .tools import Tool
+
+__all__ = ["Binding", "Switchboard"]
+
+log = logging.getLogger("backchannel.switchboard")
+
+RESTART_NOTE = (
+    "backchannel restarted since your last turn in this conversation. Nothing was lost:"
+    " every message you have not answered yet is shown below."
+)
+
+
+@define
+class Binding:
+    """Which agent handles an account's conversations, and how."""
+
+    agent: Agent
+    policy: Policy = field(factory=Policy)
+    window: WindowSettings = field(factory=WindowSettings)
+    #: seconds of quiet before a run starts (last message wins) ...
+    debounce: float = 0.0
+    #: ... but never more than this after the first waiting message
+    max_wait: float = 3.0
+    run_timeout: float = 300.0
+    name: str = "default"
+
+    def __init__(
+        self,
+        agent: Agent,
+        policy: Policy | None = None,
+        window: WindowSettings | None = None,
+        *,
+        respond: str | None = None,
+        access: str | None = None,
+        allow: Iterable[str] = (),
+        owner: str | None = None,
+        debounce: float = 0.0,
+        max_wait: float = 3.0,
+        run_timeout: float = 300.0,
+        name: str = "default",
+    ):
+        if policy is None:
+            policy = Policy(
+                access=access or "anyone",  # type: ignore[arg-type]
+                allow=tuple(allow),
+                owner=owner,
+                respond=respond or "mention",  # type: ignore[arg-type]
+            )
+        self.__attrs_init__(  # type: ignore[attr-defined]
+            agent, policy, window or WindowSettings(), debounce, max_wait, run_timeout, name
+        )
+
+
+@define
+class _Slot:
+    """Scheduling state of one conversation (memory only; the store has the truth)."""
+
+    running: bool = False
+    wanted: bool = False
+    timer: asyncio.TimerHandle | None = None
+    first_poke: float | None = None
+    notes: list[str] = field(factory=list)
+
+
+@define
+class _Account:
+    name: str
+    adapter: Adapter
+    binding: Binding
+    context: AccountContext
+    deliverer: Deliverer
+    builder: RunBuilder
+    started: bool = False
+
+
+class Switchboard:
+    """Wires adapters, the store, policies and agents together."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        public_url: str | None = None,
+        max_concurrent_runs: int = 8,
+        max_batch: int = 2000,
+        stop_timeout: float = 10.0,
+    ):
+        self.store = store
+        self.routes = RouteTable(public_url or f"http://{host}:{port or 0}")
+        self._explicit_public_url = public_url is not None
+        self.server = (
+            HttpServer(self.routes, host=host, port=port, health=self.health)
+            if port is not None
+            else None
+        )
+        self.url: str | None = None
+        self.accounts: dict[str, _Account] = {}
+        self.counters: dict[str, int] = {
+            "ingested": 0,
+            "stored": 0,
+            "duplicate": 0,
+            "ignored": 0,
+            "held": 0,
+            "malformed": 0,
+            "runs": 0,
+            "run_errors": 0,
+        }
+        self._max_batch = max_batch
+        self._stop_timeout = stop_timeout
+        self._queue: list[tuple[Inbound, asyncio.Future[Any]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._slots: dict[int, _Slot] = {}
+        self._run_limit = asyncio.Semaphore(max_concurrent_runs)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._busy = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._started = False
+        self._stopping = False
+        self._conversation_account: dict[int, str] = {}
+
+    # setup -----------------------------------------------------------------
+    def add_account(
+        self,
+        adapter: Adapter,
+        binding: Binding,
+        *,
+        name: str | None = None,
+        secrets: Iterable[str] = (),
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Attach an adapter (one account) with the binding that handles its conversations."""
+        account = name or getattr(adapter, "account", None)
+        if not account:
+            raise ConfigError("an account needs a name (adapter.account or name=...)")
+        if account in self.accounts:
+            raise ConfigError(f"account {account!r} is added twice")
+        for secret in secrets:
+            register_secret(secret)
+        context = AccountContext(self, account, config or {})
+        deliverer = Deliverer(self.store, adapter)
+        pm = get_plugin_manager()
+
+        def tools(session: RunSession, conversation: Conversation) -> list[Tool]:
+            offered = channel_tools(deliverer, session, conversation)
+            extra: list[Tool] = []
+
+            def register(tool: Any) -> None:
+                extra.append(tool if isinstance(tool, Tool) else Tool.from_function(tool))
+
+            pm.hook.register_tools(register=register, conversation=conversation)
+            return offered + extra
+
+        def framing(conversation: Conversation, channel: str, default: str) -> str | None:
+            result = pm.hook.framing(conversation=conversation, channel=channel, default=default)
+            return result if isinstance(result, str) else None
+
+        builder = RunBuilder(
+            self.store,
+            channel=adapter.channel,
+            channel_name=adapter.capabilities.display_name or adapter.channel.title(),
+            me=lambda: adapter.me,
+            window=binding.window,
+            tools=tools,
+            framing_hook=framing,
+        )
+        self.accounts[account] = _Account(account, adapter, binding, context, deliverer, builder)
+
+    # lifecycle -------------------------------------------------------------
+    async def start(self) -> None:
+        """Recover the store, serve HTTP, start adapters, and re-run unanswered conversations."""
+        if self._started:
+            return
+        self._started = True
+        interrupted = await self.store.recover()
+        for entry in interrupted:
+            log.warning(
+                "send #%s in conversation %s was interrupted by a restart: marked uncertain",
+                entry.message_seq or entry.id,
+                entry.conversation_id,
+            )
+        if self.server is not None:
+            self.url = await self.server.start()
+            if not self._explicit_public_url:
+                self.routes.public_url = self.url
+        for account in self.accounts.values():
+            try:
+                await account.adapter.start(account.context)
+            except Exception:
+                log.error("account %s failed to start; stopping what started", account.name)
+                await self.stop()
+                raise
+            account.started = True
+        for conversation in await self.store.unhandled():
+            if conversation.address.account not in self.accounts:
+                continue
+            slot = self._slot(conversation.id)
+            slot.notes.append(RESTART_NOTE)
+            self.poke(conversation.id, conversation.address.account)
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop adapters, let in-flight runs finish (bounded), flush, close the store."""
+        if self._stopping:
+            return
+        self._stopping = True
+        timeout = self._stop_timeout if timeout is None else timeout
+        for account in self.accounts.values():
+            if account.started:
+                try:
+                    await account.adapter.stop()
+                except Exception:
+                    log.exception("account %s failed to stop cleanly", account.name)
+        for slot in self._slots.values():
+            if slot.timer is not None:
+                slot.timer.cancel()
+                slot.timer = None
+        if self._flusher is not None:
+            await asyncio.wait([self._flusher], timeout=timeout)
+        pending = [t for t in self._tasks if not t.done()]
+        if pending:
+            done, still = await asyncio.wait(pending, timeout=timeout)
+            for task in still:
+                task.cancel()
+            if still:
+                await asyncio.wait(still, timeout=2)
+        if self.server is not None:
+            await self.server.stop()
+        await self.store.close()
+
+    async def __aenter__(self) -> Switchboard:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def wait_idle(self, timeout: float = 30.0) -> None:
+        """Return when nothing is queued, debouncing or running."""
+        try:
+            await asyncio.wait_for(self._wait_idle(), timeout)
+        except TimeoutError:
+            raise TimeoutError(f"the switchboard was still busy after {timeout}s") from None
+
+    async def _wait_idle(self) -> None:
+        while True:
+            await self._idle.wait()
+            await asyncio.sleep(0)
+            if self._idle.is_set():
+                return
+
+    # ingest ----------------------------------------------------------------
+    async def ingest(
+        self,
+        account: str,
+        raw: Mapping[str, Any],
+        *,
+        state: Mapping[str, str | None] | None = None,
+    ) -> IngestResult:
+        """Normalize, store and schedule one raw payload; return after its commit."""
+        entry = self.accounts.get(account)
+        if entry is None:
+            raise ConfigError(f"unknown account {account!r}")
+        self.counters["ingested"] += 1
+        try:
+            event = entry.adapter.normalize(raw)
+        except NormalizeError as error:
+            return await self._malformed(account, raw, str(error))
+        except Exception as error:  # an adapter bug must not stop the pipeline
+            log.exception("account %s: normalize raised %s", account, type(error).__name__)
+            return await self._malformed(account, raw, f"normalize raised {error!r}")
+        if event is None:
+            self.counters["ignored"] += 1
+            if state:
+                for key, value in state.items():
+                    await self.store.set_state(account, key, value)
+            return IngestResult("ignored")
+        if event.address.account != account:
+            return await self._malformed(
+                account, raw, f"event address names account {event.address.account!r}"
+            )
+        policy = entry.binding.policy
+        held = not policy.may_reach(event)
+        inbound = Inbound(event, held=held, triggers=policy.triggers(event), state=state)
+        self._enter()
+        try:
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._queue.append((inbound, future))
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.create_task(self._flush())
+            appended = await future
+            if appended.status == "duplicate":
+                self.counters["duplicate"] += 1
+                return IngestResult(
+                    "duplicate", event, appended.conversation_id, appended.seq
+                )
+            self.counters["held" if held else "stored"] += 1
+            self._conversation_account[appended.conversation_id] = account
+            if appended.triggers:
+                self.poke(appended.conversation_id, account)
+            return IngestResult(
+                "held" if held else "stored", event, appended.conversation_id, appended.seq
+            )
+        finally:
+            self._leave()
+
+    async def _flush(self) -> None:
+        while self._queue:
+            batch = self._queue[: self._max_batch]
+            del self._queue[: self._max_batch]
+            try:
+                results = await self.store.append_inbound([item for item, _ in batch])
+            except Exception as error:
+                log.error("store refused a batch of %d events: %s", len(batch), error)
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(error)
+                continue
+            for (_, future), result in zip(batch, results, strict=True):
+                if not future.done():
+                    future.set_result(result)
+
+    async def _malformed(self, account: str, raw: Mapping[str, Any], reason: str) -> IngestResult:
+        self.counters["malformed"] += 1
+        log.warning("account %s: malformed payload dropped: %s", account, reason)
+        try:
+            payload = json.dumps(raw, default=str)[:65536]
+        except (TypeError, ValueError):
+            payload = repr(raw)[:65536]
+        await self.store.add_dead_letter(account, "malformed", reason, payload)
+        return IngestResult("malformed", reason=reason)
+
+    # scheduling ------------------------------------------------------------
+    def poke(self, conversation_id: int, account: str) -> None:
+        """Ask for a run of this conversation (debounced; one at a time)."""
+        if self._stopping:
+            return
+        self._conversation_account[conversation_id] = account
+        slot = self._slot(conversation_id)
+        slot.wanted = True
+        if slot.running:
+            return
+        binding = self.accounts[account].binding
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if slot.first_poke is None:
+            slot.first_poke = now
+        if slot.timer is not None:
+            slot.timer.cancel()
+        else:
+            self._enter()
+        delay = min(binding.debounce, max(slot.first_poke + binding.max_wait - now, 0.0))
+        slot.timer = loop.call_later(delay, self._fire, conversation_id)
+
+    def _fire(self, conversation_id: int) -> None:
+        slot = self._slot(conversation_id)
+        slot.timer = None
+        slot.first_poke = None
+        if self._stopping:
+            self._leave()
+            return
+        slot.running = True
+        slot.wanted = False
+        task = asyncio.create_task(self._run_conversation(conversation_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_conversation(self, conversation_id: int) -> None:
+        slot = self._slot(conversation_id)
+        account_name = self._conversation_account[conversation_id]
+        account = self.accounts[account_name]
+        try:
+            async with self._run_limit:
+                await self._run_once(account, conversation_id, slot)
+        finally:
+            slot.running = False
+            try:
+                if not self._stopping:
+                    conversation = await self.store.conversation(conversation_id)
+                    if conversation.trigger_seq > conversation.handled_seq:
+                        self.poke(conversation_id, account_name)
+            except Exception:
+                log.exception("could not check conversation %s for follow-up", conversation_id)
+            finally:
+                self._leave()
+
+    async def _run_once(self, account: _Account, conversation_id: int, slot: _Slot) -> None:
+        conversation = await self.store.conversation(conversation_id)
+        upto = conversation.last_seq
+        notes, slot.notes = slot.notes, []
+        run = await account.builder.build(
+            conversation_id, conversation.trigger_seq, upto_seq=upto, notes=notes
+        )
+        run_id = await self.store.begin_run(conversation_id, conversation.trigger_seq, upto)
+        run.session.run_id = run_id
+        self.counters["runs"] += 1
+        typing = self._start_typing(account, conversation.address)
+        status, error = "ok", None
+        try:
+            await asyncio.wait_for(account.binding.agent(run), account.binding.run_timeout)
+        except TimeoutError:
+            status, error = "timeout", f"the agent ran past {account.binding.run_timeout:g}s"
+        except asyncio.CancelledError:
+            status, error = "cancelled", "the switchboard stopped during the run"
+            raise
+        except Exception as failure:
+            status, error = "error", f"{type(failure).__name__}: {failure}"
+            log.exception("agent failed in conversation %s", conversation.address.key)
+        finally:
+            if typing is not None:
+                typing.cancel()
+            if status != "ok":
+                self.counters["run_errors"] += 1
+            seen = max(upto, run.session.seen_seq)
+            if status != "cancelled":
+                await self.store.mark_handled(conversation_id, seen)
+            await self.store.finish_run(run_id, status, error, seen)
+
+    def _start_typing(self, account: _Account, address: Address) -> asyncio.Task[None] | None:
+        adapter = account.adapter
+        if not adapter.capabilities.typing or not hasattr(adapter, "typing"):
+            return None
+
+        async def keep_typing() -> None:
+            while True:
+                try:
+                    await adapter.typing(address)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:
+                    log.debug("typing indicator failed on %s: %s", address.key, error)
+                await asyncio.sleep(4.0)
+
+        return asyncio.create_task(keep_typing())
+
+    def _slot(self, conversation_id: int) -> _Slot:
+        slot = self._slots.get(conversation_id)
+        if slot is None:
+            slot = self._slots[conversation_id] = _Slot()
+        return slot
+
+    def _enter(self) -> None:
+        self._busy += 1
+        self._idle.clear()
+
+    def _leave(self) -> None:
+        self._busy -= 1
+        if self._busy == 0:
+            self._idle.set()
+
+    # operator tools --------------------------------------------------------
+    async def build_run(self, conversation_id: int) -> Run:
+        """Return the Run an agent would receive now for this conversation (nothing is sent)."""
+        conversation = await self.store.conversation(conversation_id)
+        account = self.accounts.get(conversation.address.account)
+        if account is None:
+            raise ConfigError(f"conversation {conversation_id} belongs to unknown account"
+                              f" {conversation.address.account!r}")
+        return await account.builder.build(conversation_id, conversation.trigger_seq)
+
+    async def send(self, address: Address, text: str) -> str:
+        """Send `text` as an operator, recorded in the transcript; return the outcome."""
+        from .model import Outbound
+
+        account = self.accounts.get(address.account)
+        if account is None:
+            raise ConfigError(f"unknown account {address.account!r}")
+        conversation = await self.store.ensure_conversation(address)
+        result = await account.deliverer.deliver(conversation, Outbound(address, text))
+        return result.describe()
+
+    async def health(self) -> dict[str, Any]:
+        return {"accounts": sorted(self.accounts), "counters": dict(self.counters)}
+
+
+class AccountContext(AdapterContext):
+    """The AdapterContext the switchboard gives each account."""
+
+    def __init__(self, board: Switchboard, account: str, config: Mapping[str, Any]):
+        self.board = board
+        self.account = account
+        self.config = config
+        self.routes = board.routes
+        self.log = logging.LoggerAdapter(
+            logging.getLogger(f"backchannel.account.{account}"), {"account": account}
+        )
+
+    async def ingest(
+        self, raw: Mapping[str, Any], *, state: Mapping[str, str | None] | None = None
+    ) -> IngestResult:
+        return await self.board.ingest(self.account, raw, state=state)
+
+    async def is_known(self, event_id: str) -> bool:
+        return await self.board.store.is_known(self.account, event_id)
+
+    async def get_state(self, key: str) -> str | None:
+        return await self.board.store.get_state(self.account, key)
+
+    async def set_state(self, key: str, value: str | None) -> None:
+        await self.board.store.set_state(self.account, key, value)
+
+    async def transcript(self, address: Address, limit: int = 200) -> list[Message]:
+        conversation = await self.board.store.find_conversation(address)
+        if conversation is None:
+            return []
+        return await self.board.store.window(conversation.id, limit)
+
+

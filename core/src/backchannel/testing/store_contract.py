@@ -1,0 +1,223 @@
+"""`StoreContract`: the checks every store backend passes. Subclass and provide a `store` fixture."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ..errors import StoreError
+from ..model import Address, Event, Outbound, Receipt, Sender
+from ..store import Inbound, Store
+
+__all__ = ["StoreContract", "make_event"]
+
+ALICE = Sender("alice", "Alice", "alice")
+BOB = Sender("bob", "Bob")
+ME = Sender("me", "Agent", is_bot=True)
+
+
+def make_event(
+    event_id: str,
+    text: str = "hi",
+    *,
+    chat: str = "c1",
+    account: str = "acct",
+    sender: Sender = ALICE,
+    kind: str = "message",
+    message_id: str | None = None,
+    **extra: Any,
+) -> Event:
+    """Build a test Event; the platform message id defaults to `event_id`."""
+    return Event(
+        address=Address(account, chat, extra.pop("thread", None)),
+        event_id=event_id,
+        sender=sender,
+        kind=kind,  # type: ignore[arg-type]
+        text=text,
+        platform_message_id=message_id or event_id,
+        **extra,
+    )
+
+
+class StoreContract:
+    """Behaviour every `Store` implementation must show."""
+
+    async def test_seq_is_assigned_per_conversation_from_one(self, store: Store) -> None:
+        results = await store.append_inbound(
+            [
+                Inbound(make_event("e1", chat="a")),
+                Inbound(make_event("e2", chat="b")),
+                Inbound(make_event("e3", chat="a")),
+            ]
+        )
+        assert [(r.status, r.seq) for r in results] == [("stored", 1), ("stored", 1), ("stored", 2)]
+        assert results[0].conversation_id == results[2].conversation_id != results[1].conversation_id
+
+    async def test_redelivered_event_adds_no_row(self, store: Store) -> None:
+        first = await store.append_inbound([Inbound(make_event("e1", "one"))])
+        again = await store.append_inbound(
+            [Inbound(make_event("e1", "one, again")), Inbound(make_event("e1"))]
+        )
+        assert [r.status for r in again] == ["duplicate", "duplicate"]
+        assert again[0].seq == first[0].seq
+        window = await store.window(first[0].conversation_id, 10)
+        assert [m.text for m in window] == ["one"]
+
+    async def test_same_event_id_on_two_accounts_is_two_events(self, store: Store) -> None:
+        results = await store.append_inbound(
+            [Inbound(make_event("e1", account="x")), Inbound(make_event("e1", account="y"))]
+        )
+        assert [r.status for r in results] == ["stored", "stored"]
+
+    async def test_seq_never_comes_from_the_wire(self, store: Store) -> None:
+        await store.append_inbound([Inbound(make_event("900", message_id="900"))])
+        results = await store.append_inbound([Inbound(make_event("5", message_id="5"))])
+        assert results[0].seq == 2
+
+    async def test_edit_changes_visible_text_and_keeps_earlier_text(self, store: Store) -> None:
+        (stored,) = await store.append_inbound([Inbound(make_event("e1", "helo"))])
+        (edit,) = await store.append_inbound(
+            [Inbound(make_event("e1-edit", "hello", kind="edit", message_id="e1"))]
+        )
+        assert edit.status == "applied" and edit.seq == stored.seq
+        message = await store.message(stored.conversation_id, stored.seq)
+        assert message is not None
+        assert message.text == "hello" and message.edited_at is not None
+        assert [text for _, text, _ in await store.revisions(stored.conversation_id, 1)] == ["helo"]
+        conversation = await store.conversation(stored.conversation_id)
+        assert conversation.last_seq == 1
+
+    async def test_delete_marks_the_message_and_keeps_its_text(self, store: Store) -> None:
+        (stored,) = await store.append_inbound([Inbound(make_event("e1", "oops"))])
+        await store.append_inbound([Inbound(make_event("d1", kind="delete", message_id="e1"))])
+        message = await store.message(stored.conversation_id, 1)
+        assert message is not None and message.deleted_at is not None and message.text == "oops"
+
+    async def test_reaction_is_attached_to_its_target(self, store: Store) -> None:
+        (stored,) = await store.append_inbound([Inbound(make_event("e1", "nice"))])
+        await store.append_inbound(
+            [Inbound(make_event("r1", "👍", kind="reaction", message_id="e1", sender=BOB))]
+        )
+        message = await store.message(stored.conversation_id, 1)
+        assert message is not None and message.reactions == (("Bob", "👍"),)
+
+    async def test_change_to_unknown_message_is_recorded_for_dedupe(self, store: Store) -> None:
+        (result,) = await store.append_inbound(
+            [Inbound(make_event("d9", kind="delete", message_id="nope"))]
+        )
+        assert result.status == "recorded"
+        assert await store.is_known("acct", "d9")
+
+    async def test_held_messages_are_stored_counted_and_kept_out_of_windows(
+        self, store: Store
+    ) -> None:
+        results = await store.append_inbound(
+            [
+                Inbound(make_event("e1", "visible"), triggers=True),
+                Inbound(make_event("e2", "held", sender=BOB), held=True, triggers=True),
+            ]
+        )
+        conversation = await store.conversation(results[0].conversation_id)
+        assert conversation.held_count == 1 and conversation.last_seq == 2
+        assert conversation.trigger_seq == 1  # a held message never triggers
+        assert [m.text for m in await store.window(conversation.id, 10)] == ["visible"]
+        assert [m.text for m in await store.messages_after(conversation.id, 0)] == ["visible"]
+
+    async def test_window_returns_the_last_n_oldest_first(self, store: Store) -> None:
+        await store.append_inbound([Inbound(make_event(f"e{n}", f"t{n}")) for n in range(1, 31)])
+        conversation = (await store.conversations())[0]
+        window = await store.window(conversation.id, 5)
+        assert [m.seq for m in window] == [26, 27, 28, 29, 30]
+        assert [m.seq for m in await store.window(conversation.id, 3, upto_seq=10)] == [8, 9, 10]
+        assert [m.seq for m in await store.history(conversation.id, 8, 2)] == [6, 7]
+
+    async def test_outbound_is_recorded_pending_before_it_is_sent(self, store: Store) -> None:
+        (stored,) = await store.append_inbound([Inbound(make_event("e1"))])
+        conversation = await store.conversation(stored.conversation_id)
+        entry = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "reply", reply_to="e1"), ME
+        )
+        assert entry.status == "pending" and entry.message_seq == 2
+        message = await store.message(conversation.id, 2)
+        assert message is not None and message.direction == "out" and message.status == "pending"
+        assert message.reply_to_seq == 1
+        sent = await store.mark_sent(entry.id, Receipt("p-1", ("p-1", "p-2")))
+        assert sent.status == "sent" and sent.platform_ids == ("p-1", "p-2")
+        message = await store.message(conversation.id, 2)
+        assert message is not None and message.platform_message_id == "p-1"
+        assert message.status == "sent"
+
+    async def test_failed_and_uncertain_outcomes_are_recorded(self, store: Store) -> None:
+        conversation = await store.ensure_conversation(Address("acct", "c1"))
+        failed = await store.record_outbound(conversation.id, Outbound(conversation.address, "a"), ME)
+        unsure = await store.record_outbound(conversation.id, Outbound(conversation.address, "b"), ME)
+        assert (await store.mark_failed(failed.id, "chat not found")).status == "failed"
+        assert (await store.mark_uncertain(unsure.id, "timeout")).status == "uncertain"
+        message = await store.message(conversation.id, unsure.message_seq or 0)
+        assert message is not None and message.status == "uncertain"
+        assert message.status_reason == "timeout"
+
+    async def test_recover_turns_pending_into_uncertain(self, store: Store) -> None:
+        conversation = await store.ensure_conversation(Address("acct", "c1"))
+        entry = await store.record_outbound(conversation.id, Outbound(conversation.address, "x"), ME)
+        recovered = await store.recover()
+        assert [e.id for e in recovered] == [entry.id]
+        assert recovered[0].status == "uncertain"
+        assert await store.outbox(status="pending") == []
+
+    async def test_outbound_edit_changes_own_message_when_sent(self, store: Store) -> None:
+        conversation = await store.ensure_conversation(Address("acct", "c1"))
+        entry = await store.record_outbound(conversation.id, Outbound(conversation.address, "v1"), ME)
+        await store.mark_sent(entry.id, Receipt("p-9"))
+        edit = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "v2", kind="edit", target="p-9"), ME
+        )
+        assert edit.message_seq is None
+        await store.mark_sent(edit.id, Receipt("p-9"))
+        message = await store.message(conversation.id, 1)
+        assert message is not None and message.text == "v2" and message.edited_at is not None
+
+    async def test_handled_seq_only_moves_forward(self, store: Store) -> None:
+        (stored,) = await store.append_inbound([Inbound(make_event("e1"), triggers=True)])
+        assert [c.id for c in await store.unhandled()] == [stored.conversation_id]
+        await store.mark_handled(stored.conversation_id, 1)
+        await store.mark_handled(stored.conversation_id, 0)
+        conversation = await store.conversation(stored.conversation_id)
+        assert conversation.handled_seq == 1
+        assert await store.unhandled() == []
+
+    async def test_runs_are_recorded_with_their_outcome(self, store: Store) -> None:
+        conversation = await store.ensure_conversation(Address("acct", "c1"))
+        run_id = await store.begin_run(conversation.id, 1, 1)
+        await store.finish_run(run_id, "error", "ValueError: boom")
+        (run,) = await store.runs(conversation.id)
+        assert (run.status, run.error) == ("error", "ValueError: boom")
+        assert run.finished_at is not None
+
+    async def test_state_is_committed_with_the_event(self, store: Store) -> None:
+        await store.append_inbound([Inbound(make_event("e1"), state={"offset": "41"})])
+        assert await store.get_state("acct", "offset") == "41"
+        await store.set_state("acct", "offset", None)
+        assert await store.get_state("acct", "offset") is None
+
+    async def test_participants_are_counted(self, store: Store) -> None:
+        await store.append_inbound(
+            [
+                Inbound(make_event("e1")),
+                Inbound(make_event("e2", sender=BOB)),
+                Inbound(make_event("e3")),
+            ]
+        )
+        conversation = (await store.conversations())[0]
+        people = await store.participants(conversation.id)
+        assert [(p.sender.id, p.message_count) for p in people] == [("alice", 2), ("bob", 1)]
+
+    async def test_unknown_conversation_is_a_clear_error(self, store: Store) -> None:
+        with pytest.raises(StoreError, match="no conversation with id 4242"):
+            await store.conversation(4242)
+
+    async def test_dead_letters_are_kept(self, store: Store) -> None:
+        await store.add_dead_letter("acct", "malformed", "missing chat", "{}")
+        (letter,) = await store.dead_letters("acct")
+        assert letter["reason"] == "missing chat"

@@ -1,0 +1,195 @@
+"""Tools: plain typed async functions offered to the agent, with a JSON schema each.
+
+`Tool.from_function(fn)` reads the signature for the schema and the docstring
+for the description (first paragraph) and per-argument descriptions (an
+``Args:`` section, Google style).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import types
+import typing
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from attrs import field, frozen
+
+__all__ = ["Tool", "ToolArgumentError"]
+
+
+class ToolArgumentError(ValueError):
+    """The arguments given to a tool do not match its schema."""
+
+
+@frozen
+class Tool:
+    """An executable function offered in a run: name, description, JSON schema, implementation."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    function: Callable[..., Awaitable[Any]] = field(repr=False)
+
+    @classmethod
+    def from_function(
+        cls, function: Callable[..., Any], *, name: str | None = None, description: str | None = None
+    ) -> Tool:
+        """Build a Tool from a typed function; sync functions are wrapped to be awaitable."""
+        doc = inspect.getdoc(function) or ""
+        summary, arg_docs = _parse_doc(doc)
+        hints = typing.get_type_hints(function)
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        for parameter in inspect.signature(function).parameters.values():
+            if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                continue
+            schema = _schema_for(hints.get(parameter.name, str))
+            if parameter.name in arg_docs:
+                schema["description"] = arg_docs[parameter.name]
+            if parameter.default is inspect.Parameter.empty:
+                required.append(parameter.name)
+            elif parameter.default is not None:
+                schema["default"] = parameter.default
+            properties[parameter.name] = schema
+        parameters: dict[str, Any] = {
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": False,
+        }
+        if inspect.iscoroutinefunction(function):
+            implementation = function
+        else:
+
+            async def implementation(**kwargs: Any) -> Any:
+                return function(**kwargs)
+
+        return cls(
+            name=name or function.__name__,
+            description=description or summary,
+            parameters=parameters,
+            function=implementation,
+        )
+
+    def coerce(self, arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
+        """Parse and check `arguments` (a dict or a JSON string) against the schema."""
+        if arguments is None or arguments == "":
+            data: Any = {}
+        elif isinstance(arguments, str):
+            try:
+                data = json.loads(arguments)
+            except json.JSONDecodeError as error:
+                raise ToolArgumentError(f"arguments are not valid JSON: {error.msg}") from None
+        else:
+            data = dict(arguments)
+        if not isinstance(data, dict):
+            raise ToolArgumentError("arguments must be a JSON object")
+        properties = self.parameters.get("properties", {})
+        unknown = sorted(set(data) - set(properties))
+        if unknown:
+            raise ToolArgumentError(f"unknown argument(s): {', '.join(unknown)}")
+        missing = [name for name in self.parameters.get("required", []) if name not in data]
+        if missing:
+            raise ToolArgumentError(f"missing required argument(s): {', '.join(missing)}")
+        for name, value in list(data.items()):
+            data[name] = _coerce_value(name, value, properties[name])
+        return data
+
+    async def __call__(self, arguments: Mapping[str, Any] | str | None = None) -> Any:
+        return await self.function(**self.coerce(arguments))
+
+    def to_openai(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
+
+    def to_anthropic(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": dict(self.parameters),
+        }
+
+
+_JSON_TYPES: dict[Any, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    dict: "object",
+}
+
+
+def _schema_for(annotation: Any) -> dict[str, Any]:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(options) == 1:
+            return _schema_for(options[0])
+        return {"anyOf": [_schema_for(a) for a in options]}
+    if origin is typing.Literal:
+        values = list(typing.get_args(annotation))
+        return {"type": _JSON_TYPES.get(type(values[0]), "string"), "enum": values}
+    if origin in (list, tuple, set, frozenset) or annotation in (list, tuple):
+        args = typing.get_args(annotation)
+        return {"type": "array", "items": _schema_for(args[0]) if args else {}}
+    if origin is dict:
+        return {"type": "object"}
+    return {"type": _JSON_TYPES.get(annotation, "string")}
+
+
+def _coerce_value(name: str, value: Any, schema: Mapping[str, Any]) -> Any:
+    kind = schema.get("type")
+    if "enum" in schema and value not in schema["enum"]:
+        allowed = ", ".join(map(str, schema["enum"]))
+        raise ToolArgumentError(f"{name} must be one of {allowed}, not {value!r}")
+    if kind == "integer":
+        if isinstance(value, bool):
+            raise ToolArgumentError(f"{name} must be an integer, not {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            text = value.strip().lstrip("#")
+            if re.fullmatch(r"-?\d+", text):
+                return int(text)
+        raise ToolArgumentError(f"{name} must be an integer, not {value!r}")
+    if kind == "number":
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return value
+        raise ToolArgumentError(f"{name} must be a number, not {value!r}")
+    if kind == "string":
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        raise ToolArgumentError(f"{name} must be a string, not {type(value).__name__}")
+    if kind == "boolean" and not isinstance(value, bool):
+        raise ToolArgumentError(f"{name} must be true or false, not {value!r}")
+    return value
+
+
+def _parse_doc(doc: str) -> tuple[str, dict[str, str]]:
+    paragraphs = doc.split("\n\n")
+    summary = paragraphs[0].replace("\n", " ").strip() if paragraphs else ""
+    args: dict[str, str] = {}
+    match = re.search(r"^(?:Args|Arguments|Parameters):\s*\n(.*?)(?:\n\s*\n|\Z)", doc, re.S | re.M)
+    if match:
+        current = None
+        for line in match.group(1).splitlines():
+            found = re.match(r"\s*(\w+)(?:\s*\([^)]*\))?:\s*(.*)", line)
+            if found:
+                current = found.group(1)
+                args[current] = found.group(2).strip()
+            elif current and line.strip():
+                args[current] += " " + line.strip()
+    return summary, args

@@ -1,0 +1,61 @@
+"""The SQLite store passes the store contract, and keeps its promises across reopening."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from backchannel.store import Inbound, SQLiteStore
+from backchannel.testing import StoreContract
+from backchannel.testing.store_contract import make_event
+
+
+class TestSQLiteStoreContract(StoreContract):
+    pass
+
+
+async def test_store_directory_is_private(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "deep" / "state" / "bc.db")
+    await store.close()
+    mode = stat.S_IMODE(os.stat(tmp_path / "deep" / "state").st_mode)
+    assert mode == 0o700
+
+
+async def test_dedupe_survives_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "bc.db"
+    store = SQLiteStore(path)
+    await store.append_inbound([Inbound(make_event("e1", "once"))])
+    await store.close()
+    store = SQLiteStore(path)
+    (result,) = await store.append_inbound([Inbound(make_event("e1", "once"))])
+    assert result.status == "duplicate"
+    (after,) = await store.append_inbound([Inbound(make_event("e2", "next"))])
+    assert after.seq == 2
+    await store.close()
+
+
+async def test_migrations_are_recorded_once(tmp_path: Path) -> None:
+    path = tmp_path / "bc.db"
+    await SQLiteStore(path).close()
+    store = SQLiteStore(path)
+    rows = list(store.db.execute("SELECT name FROM _migrations"))
+    assert rows == [("m001_initial",)]
+    await store.close()
+
+
+async def test_a_failed_batch_commits_nothing(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "bc.db")
+    bad = make_event("e2")
+    object.__setattr__(bad, "text", object())  # not storable: the batch must roll back
+    try:
+        await store.append_inbound([Inbound(make_event("e1"), state={"k": "v"}), Inbound(bad)])
+    except Exception:
+        pass
+    else:
+        raise AssertionError("the broken batch was accepted")
+    assert not await store.is_known("acct", "e1")
+    assert await store.get_state("acct", "k") is None
+    (result,) = await store.append_inbound([Inbound(make_event("e1"))])
+    assert (result.status, result.seq) == ("stored", 1)
+    await store.close()
