@@ -1,0 +1,375 @@
+"""The switchboard end to end over FakeChannel: ingest, policy, scheduling, delivery, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from backchannel.model import Address
+from backchannel.runs import Run
+from backchannel.store import SQLiteStore
+from backchannel.switchboard import RESTART_NOTE, Binding, Switchboard
+from backchannel.testing import FakeChannel, RecordingAgent
+
+
+def reply_with(text: str) -> RecordingAgent:
+    return RecordingAgent(lambda run: text)
+
+
+async def started(store: SQLiteStore, channel: FakeChannel, binding: Binding) -> Switchboard:
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), binding)
+    await board.start()
+    return board
+
+
+async def test_direct_message_gets_a_reply_to_that_message(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    agent = reply_with("hello Alice")
+    board = await started(store, channel, Binding(agent))
+    channel.platform.user_says("hi bot")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    (sent,) = channel.platform.sent
+    assert sent.text == "hello Alice"
+    assert sent.reply_to is not None
+    run = agent.runs[0]
+    assert run.trigger is not None and run.trigger.text == "hi bot"
+    assert run.messages[-1] == {"role": "user", "content": "[#1] Alice: hi bot"}
+    window = await store.window(run.conversation.id, 10)
+    assert [(m.direction, m.status) for m in window] == [("in", "received"), ("out", "sent")]
+    await board.stop()
+
+
+async def test_own_echo_never_triggers_a_run(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    agent = reply_with("x")
+    board = await started(store, channel, Binding(agent))
+    channel.platform.bot_echo("my own words")
+    channel.platform.user_says("real message")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert len(agent.runs) == 1
+    assert board.counters["ignored"] == 1
+    await board.stop()
+
+
+async def test_group_message_without_mention_is_context_not_a_trigger(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    agent = reply_with("on it")
+    board = await started(store, channel, Binding(agent, respond="mention"))
+    channel.platform.user_says("chatter", chat="g", chat_type="group", title="Ops")
+    channel.platform.user_says("@bot help", chat="g", chat_type="group", sender="bob", mention=True)
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    (run,) = agent.runs
+    assert [m["content"] for m in run.messages] == ["[#1] Alice: chatter", "[#2] Bob: @bot help"]
+    assert 'group conversation called "Ops"' in run.instruction
+    await board.stop()
+
+
+async def test_held_sender_is_stored_counted_and_never_shown(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    agent = reply_with("ok")
+    board = await started(store, channel, Binding(agent, access="allowlist", allow=["alice"]))
+    channel.platform.user_says("let me in", sender="mallory")
+    channel.platform.user_says("hello", sender="alice")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    (run,) = agent.runs
+    assert all("let me in" not in m["content"] for m in run.messages)
+    assert "mallory" not in run.instruction.lower()
+    conversation = await store.conversation(run.conversation.id)
+    assert conversation.held_count == 1
+    assert board.counters["held"] == 1
+    await board.stop()
+
+
+async def test_messages_during_a_run_lead_to_one_follow_up_run(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    gate = asyncio.Event()
+    started_run = asyncio.Event()
+
+    async def slow(run: Run) -> None:
+        started_run.set()
+        await gate.wait()
+
+    agent = RecordingAgent(action=slow)
+    board = await started(store, channel, Binding(agent))
+    channel.platform.user_says("one")
+    await started_run.wait()
+    for text in ("two", "three", "four"):
+        channel.platform.user_says(text)
+    await channel_ingested(board, 4)
+    gate.set()
+    await agent.wait_runs(2)
+    await board.wait_idle()
+    assert len(agent.runs) == 2
+    assert agent.runs[1].messages[-1]["content"] == "[#4] Alice: four"
+    await board.stop()
+
+
+async def test_messages_taken_mid_run_need_no_follow_up(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    more = asyncio.Event()
+    taken: list[dict[str, str]] = []
+
+    async def steer(run: Run) -> None:
+        await more.wait()
+        taken.extend(await run.new_messages())
+
+    agent = RecordingAgent(action=steer)
+    board = await started(store, channel, Binding(agent))
+    channel.platform.user_says("one")
+    await channel_ingested(board, 1)
+    channel.platform.user_says("two")
+    await channel_ingested(board, 2)
+    more.set()
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert len(agent.runs) == 1
+    assert taken == [{"role": "user", "content": "[#2] Alice: two"}]
+    conversation = await store.conversation(agent.runs[0].conversation.id)
+    assert conversation.handled_seq == 2
+    await board.stop()
+
+
+async def test_debounce_turns_a_burst_into_one_run(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    agent = reply_with("all of it")
+    board = await started(store, channel, Binding(agent, debounce=0.2, max_wait=5))
+    for n in range(5):
+        channel.platform.user_says(f"part {n}")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert len(agent.runs) == 1
+    assert len(agent.runs[0].messages) == 5
+    await board.stop()
+
+
+async def test_rate_limited_send_is_retried_after_retry_after(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    channel.platform.fail_next_send("rate_limited", 0.05)
+    channel.platform.fail_next_send("rate_limited", 0.05)
+    agent = reply_with("eventually")
+    board = await started(store, channel, Binding(agent))
+    channel.platform.user_says("hi")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert channel.platform.texts() == ["eventually"]
+    assert agent.results[0].startswith("sent as #2")
+    await board.stop()
+
+
+async def test_uncertain_send_is_not_retried_and_the_agent_is_told(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    channel.platform.fail_next_send("uncertain")
+    agent = reply_with("maybe")
+    board = await started(store, channel, Binding(agent))
+    channel.platform.user_says("hi")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert channel.platform.texts() == []
+    assert "do not resend" in agent.results[0]
+    (entry,) = await store.outbox()
+    assert entry.status == "uncertain"
+    await board.stop()
+
+
+async def test_rejected_send_is_not_retried_and_recorded_failed(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    channel.platform.fail_next_send("rejected")
+    agent = reply_with("nope")
+    board = await started(store, channel, Binding(agent))
+    channel.platform.user_says("hi")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert "NOT delivered: fake platform: chat not found" in agent.results[0]
+    assert [e.status for e in await store.outbox()] == ["failed"]
+    await board.stop()
+
+
+async def test_failing_agent_is_recorded_and_the_board_keeps_serving(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    calls = 0
+
+    async def flaky(run: Run) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ValueError("model exploded")
+        await run.call("send_message", {"text": "recovered"})
+
+    agent = RecordingAgent(action=flaky)
+    board = await started(store, channel, Binding(agent))
+    channel.platform.user_says("first")
+    await agent.wait_runs(1)
+    channel.platform.user_says("second")
+    await agent.wait_runs(2)
+    await board.wait_idle()
+    runs = await store.runs()
+    assert [(r.status, r.error) for r in reversed(runs)] == [
+        ("error", "ValueError: model exploded"),
+        ("ok", None),
+    ]
+    assert channel.platform.texts() == ["recovered"]
+    await board.stop()
+
+
+async def test_hanging_agent_times_out_and_is_recorded(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+
+    async def hang(run: Run) -> None:
+        await asyncio.Event().wait()
+
+    board = await started(store, channel, Binding(hang, run_timeout=0.2))
+    channel.platform.user_says("anyone?")
+    await channel_ingested(board, 1)
+    await board.wait_idle()
+    (run,) = await store.runs()
+    assert run.status == "timeout"
+    conversation = await store.conversation(run.conversation_id)
+    assert conversation.handled_seq == 1
+    await board.stop()
+
+
+async def test_malformed_payload_is_counted_and_the_pipeline_goes_on(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    agent = reply_with("fine")
+    board = await started(store, channel, Binding(agent))
+    channel.platform.push({"type": "message", "chat": {"id": "c1"}})
+    channel.platform.user_says("still here")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert board.counters["malformed"] == 1
+    (letter,) = await store.dead_letters()
+    assert "from" in letter["reason"]
+    await board.stop()
+
+
+async def test_restart_runs_unanswered_conversations_again(tmp_path: Path) -> None:
+    path = tmp_path / "bc.db"
+    channel = FakeChannel()
+    never = asyncio.Event()
+
+    async def stuck(run: Run) -> None:
+        await never.wait()
+
+    board = Switchboard(SQLiteStore(path), stop_timeout=0.1)
+    board.add_account(channel.adapter("fake"), Binding(stuck))
+    await board.start()
+    channel.platform.user_says("are you there?")
+    await channel_ingested(board, 1)
+    await board.stop()  # the run is cancelled: the message stays unanswered
+
+    agent = reply_with("yes, sorry")
+    board = Switchboard(SQLiteStore(path))
+    board.add_account(channel.adapter("fake"), Binding(agent))
+    await board.start()
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert RESTART_NOTE in agent.runs[0].instruction
+    assert channel.platform.texts() == ["yes, sorry"]
+    await board.stop()
+
+
+async def test_one_run_per_conversation_and_a_global_limit(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    running = 0
+    peak = 0
+    release = asyncio.Event()
+
+    async def track(run: Run) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await release.wait()
+        running -= 1
+
+    agent = RecordingAgent(action=track)
+    board = Switchboard(store, max_concurrent_runs=2)
+    board.add_account(channel.adapter("fake"), Binding(agent))
+    await board.start()
+    for chat in ("a", "b", "c", "d"):
+        channel.platform.user_says("hi", chat=chat)
+    await channel_ingested(board, 4)
+    await wait_until(lambda: running == 2)
+    release.set()
+    await agent.wait_runs(4)
+    await board.wait_idle()
+    assert peak == 2
+    await board.stop()
+
+
+async def test_edit_react_and_history_tools(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    results: list[str] = []
+
+    async def act(run: Run) -> None:
+        results.append(await run.call("send_message", {"text": "draft"}))
+        results.append(await run.call("edit_message", {"message_id": 2, "text": "final"}))
+        results.append(await run.call("react", {"message_id": 1, "emoji": "👍"}))
+        results.append(await run.call("read_history", {"before_id": 2}))
+        results.append(await run.call("edit_message", {"message_id": 1, "text": "hacked"}))
+        results.append(await run.call("reply", {"message_id": 99, "text": "?"}))
+        results.append(await run.call("reply", {"message_id": "one", "text": "?"}))
+        results.append(await run.call("launch_rockets", {}))
+
+    agent = RecordingAgent(action=act)
+    board = await started(store, channel, Binding(agent))
+    channel.platform.user_says("hello")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert results[0] == "sent as #2"
+    assert results[1] == "edit done" and results[2] == "reaction done"
+    assert results[3] == "[#1] Alice: hello"
+    assert "only edit your own" in results[4]
+    assert results[5] == "error: there is no message #99 in this conversation"
+    assert results[6].startswith("error: bad arguments for reply: message_id must be an integer")
+    assert results[7].startswith("error: there is no tool called 'launch_rockets'")
+    message = await store.message(agent.runs[0].conversation.id, 2)
+    assert message is not None and message.text == "final"
+    assert [m.kind for m in channel.platform.sent] == ["message", "edit", "reaction"]
+    await board.stop()
+
+
+async def test_operator_send_is_recorded_in_the_transcript(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    board = await started(store, channel, Binding(reply_with("x")))
+    outcome = await board.send(Address("fake", "c9"), "from the operator")
+    assert outcome == "sent as #1"
+    conversation = await store.find_conversation(Address("fake", "c9"))
+    assert conversation is not None
+    (message,) = await store.window(conversation.id, 5)
+    assert (message.direction, message.text) == ("out", "from the operator")
+    await board.stop()
+
+
+async def test_typing_is_shown_while_a_run_is_in_progress(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    seen: list[int] = []
+
+    async def watch(run: Run) -> None:
+        await wait_until(lambda: len(channel.platform.typing) > 0)
+        seen.append(len(channel.platform.typing))
+
+    board = await started(store, channel, Binding(RecordingAgent(action=watch)))
+    channel.platform.user_says("hi", chat="t")
+    await channel_ingested(board, 1)
+    await board.wait_idle()
+    assert seen and channel.platform.typing[0] == ("t", None)
+    await board.stop()
+
+
+async def channel_ingested(board: Switchboard, count: int) -> None:
+    await wait_until(lambda: board.counters["stored"] + board.counters["held"] >= count)
+
+
+async def wait_until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    """Poll a cheap in-memory predicate on each loop turn (bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)
