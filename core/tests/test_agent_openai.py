@@ -11,9 +11,13 @@ from typing import Any
 import pytest
 from backchannel.agents.openai import ModelError, OpenAIAgent, make_openai_agent
 from backchannel.errors import ConfigError
+from backchannel.policy import Policy
+from backchannel.switchboard import Binding, Switchboard
+from backchannel.testing import FakeChannel
 from backchannel.testing.fake_openai import FakeOpenAI
 
 KEY = "sk-test-5f1e0c9a7b2d4e6f8a0b"
+ALWAYS = Policy(respond="always")
 
 SEND_SCHEMA = {
     "type": "function",
@@ -474,3 +478,86 @@ def test_credentials_in_the_base_url_stay_out_of_the_host():
     assert agent.host == "proxy.example:8443"
     assert "hunter22" not in repr(agent)
     assert "https://proxy.example:8443/v1" in repr(agent)
+
+
+# -- the real path: Switchboard + FakeChannel + a real Run -----------------------------------
+
+
+async def test_inbound_message_gets_the_models_reply_on_the_channel(
+    switchboard: Switchboard, fake_channel: FakeChannel, fake: FakeOpenAI
+):
+    fake.call_tool("reply", {"message_id": 1, "text": "Hello Alice!"})
+    fake.answer("done")
+    agent = agent_for(fake)
+    switchboard.add_account(fake_channel.adapter("fake"), Binding(agent, ALWAYS))
+    await switchboard.start()
+
+    inbound = fake_channel.platform.user_says("hi")
+    await fake.wait_requests(2)
+    await switchboard.wait_idle()
+
+    sent = fake_channel.platform.sent
+    assert [(m.text, m.reply_to) for m in sent] == [("Hello Alice!", inbound["message_id"])]
+    first, second = fake.bodies
+    assert first["messages"][0]["role"] == "system"
+    assert first["messages"][-1] == {"role": "user", "content": "[#1] Alice: hi"}
+    offered = {tool["function"]["name"] for tool in first["tools"]}
+    assert {"send_message", "reply"} <= offered
+    call_id = second["messages"][-2]["tool_calls"][0]["id"]
+    result = second["messages"][-1]
+    assert result["role"] == "tool"
+    assert result["tool_call_id"] == call_id
+    assert "error" not in result["content"].lower()
+    assert switchboard.counters["run_errors"] == 0
+
+
+async def test_message_arriving_mid_run_steers_the_same_run(
+    switchboard: Switchboard, fake_channel: FakeChannel, fake: FakeOpenAI
+):
+    fake.call_tool("reply", {"message_id": 1, "text": "checking the staging server"})
+    fake.call_tool("send_message", {"text": "switching to prod, Alice"})
+    fake.answer("done")
+    switchboard.add_account(fake_channel.adapter("fake"), Binding(agent_for(fake), ALWAYS))
+    await switchboard.start()
+    platform = fake_channel.platform
+
+    fake.hold()
+    platform.user_says("is the server up?")
+    await fake.wait_requests(1)
+    # ingested the way the adapter does it; returns once committed to the store
+    stored = await switchboard.ingest("fake", platform.make_message("sorry, I meant prod"))
+    assert stored.status == "stored"
+    fake.release()
+    await fake.wait_requests(3)
+    await switchboard.wait_idle()
+
+    second = fake.bodies[1]["messages"]
+    assert second[-2]["role"] == "tool"
+    assert second[-1]["role"] == "user"
+    assert second[-1]["content"].endswith("Alice: sorry, I meant prod")
+    assert platform.texts() == ["checking the staging server", "switching to prod, Alice"]
+    # the correction was handled inside the first run: no second run, no unscripted request
+    assert switchboard.counters["runs"] == 1
+    assert fake.pending == 0
+    assert len(fake.bodies) == 3
+
+
+async def test_model_failure_fails_the_run_without_the_key_in_logs(
+    switchboard: Switchboard,
+    fake_channel: FakeChannel,
+    fake: FakeOpenAI,
+    caplog: pytest.LogCaptureFixture,
+):
+    fake.fail(401, f"Incorrect API key provided: {KEY}.", code="invalid_api_key")
+    switchboard.add_account(fake_channel.adapter("fake"), Binding(agent_for(fake), ALWAYS))
+    await switchboard.start()
+
+    with caplog.at_level(logging.DEBUG):
+        fake_channel.platform.user_says("hello?")
+        await fake.wait_requests(1)
+        await switchboard.wait_idle()
+
+    assert switchboard.counters["run_errors"] == 1
+    assert fake_channel.platform.sent == []
+    assert "HTTP 401" in caplog.text
+    assert KEY not in caplog.text

@@ -187,7 +187,7 @@ class FakeOpenAI:
         """Let held requests go on to their scripted answers."""
         self._gate.set()
 
-    async def wait_requests(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:  # noqa: ASYNC109
+    async def wait_requests(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
         """Return the bodies once at least `count` authorized requests arrived (bounded wait)."""
         try:
             async with asyncio.timeout(timeout), self._arrived:
