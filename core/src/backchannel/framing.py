@@ -128,7 +128,9 @@ def _inbound_line(message: Message) -> str:
             bits.append(_size(attachment.size))
         parts.append(f"[attached {', '.join(bits)}]")
     if message.reactions:
-        parts.append("[reactions: " + ", ".join(f"{e} by {who}" for who, e in message.reactions) + "]")
+        parts.append(
+            "[reactions: " + ", ".join(f"{e} by {who}" for who, e in message.reactions) + "]"
+        )
     return "\n".join(parts)
 
 

@@ -17,7 +17,7 @@ from .runs import RunSession
 from .store import OutboxEntry, Store
 from .tools import Tool
 
-__all__ = ["DeliveryResult", "Deliverer", "channel_tools"]
+__all__ = ["Deliverer", "DeliveryResult", "channel_tools"]
 
 log = logging.getLogger("backchannel.outbound")
 
@@ -81,8 +81,9 @@ class Deliverer:
             except RateLimited as error:
                 if attempt >= self.max_attempts or error.retry_after > self.max_retry_after:
                     entry = await self.store.mark_failed(
-                        entry.id, f"rate limited {attempt} time(s); last asked to wait"
-                        f" {error.retry_after:g}s"
+                        entry.id,
+                        f"rate limited {attempt} time(s); last asked to wait"
+                        f" {error.retry_after:g}s",
                     )
                     return DeliveryResult(entry)
                 log.info(
@@ -186,7 +187,9 @@ def channel_tools(
             return f"error: #{message_id} was written by someone else; you can only edit your own"
         result = await deliverer.deliver(
             conversation,
-            Outbound(address, strip_id_prefix(text), kind="edit", target=message.platform_message_id),
+            Outbound(
+                address, strip_id_prefix(text), kind="edit", target=message.platform_message_id
+            ),
             run_id=session.run_id,
         )
         return result.describe()

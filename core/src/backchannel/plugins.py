@@ -18,7 +18,7 @@ from attrs import define, field
 from . import hookspecs
 from .errors import PluginError
 
-__all__ = ["Registry", "channels", "agents", "get_plugin_manager", "plugin_summary"]
+__all__ = ["Registry", "agents", "channels", "get_plugin_manager", "plugin_summary"]
 
 DEFAULT_PLUGINS = ("backchannel.agents.builtin",)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -251,7 +250,7 @@ class Switchboard:
             await asyncio.wait([self._flusher], timeout=timeout)
         pending = [t for t in self._tasks if not t.done()]
         if pending:
-            done, still = await asyncio.wait(pending, timeout=timeout)
+            _, still = await asyncio.wait(pending, timeout=timeout)
             for task in still:
                 task.cancel()
             if still:
@@ -323,9 +322,7 @@ class Switchboard:
             appended = await future
             if appended.status == "duplicate":
                 self.counters["duplicate"] += 1
-                return IngestResult(
-                    "duplicate", event, appended.conversation_id, appended.seq
-                )
+                return IngestResult("duplicate", event, appended.conversation_id, appended.seq)
             self.counters["held" if held else "stored"] += 1
             self._conversation_account[appended.conversation_id] = account
             if appended.triggers:
@@ -486,8 +483,10 @@ class Switchboard:
         conversation = await self.store.conversation(conversation_id)
         account = self.accounts.get(conversation.address.account)
         if account is None:
-            raise ConfigError(f"conversation {conversation_id} belongs to unknown account"
-                              f" {conversation.address.account!r}")
+            raise ConfigError(
+                f"conversation {conversation_id} belongs to unknown account"
+                f" {conversation.address.account!r}"
+            )
         return await account.builder.build(conversation_id, conversation.trigger_seq)
 
     async def send(self, address: Address, text: str) -> str:
@@ -536,5 +535,3 @@ class AccountContext(AdapterContext):
         if conversation is None:
             return []
         return await self.board.store.window(conversation.id, limit)
-
-

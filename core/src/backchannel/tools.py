@@ -35,7 +35,11 @@ class Tool:
 
     @classmethod
     def from_function(
-        cls, function: Callable[..., Any], *, name: str | None = None, description: str | None = None
+        cls,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
     ) -> Tool:
         """Build a Tool from a typed function; sync functions are wrapped to be awaitable."""
         doc = inspect.getdoc(function) or ""

@@ -17,7 +17,9 @@ def describe_run(run: Run) -> str:
     conversation = run.conversation
     inbound = [m for m in run.messages if m["role"] == "user"]
     own = [m for m in run.messages if m["role"] == "assistant"]
-    people = {line["content"].split("] ", 1)[-1].split(":", 1)[0].split(" (")[0] for line in inbound}
+    people = {
+        line["content"].split("] ", 1)[-1].split(":", 1)[0].split(" (")[0] for line in inbound
+    }
     channel = run.instruction.split(" on ", 1)[-1].split(" (account", 1)[0]
     where = _KIND.get(conversation.kind, "conversation")
     count = len(run.messages)

@@ -231,7 +231,9 @@ class Store(ABC):
         """Keep a payload that could not be processed, for the operator."""
 
     @abstractmethod
-    async def dead_letters(self, account: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    async def dead_letters(
+        self, account: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
         """Return dead letters, newest first."""
 
     @abstractmethod

@@ -139,13 +139,15 @@ class SQLiteStore(Store):
         event = item.event
         held = 1 if item.held else 0
         triggers = 1 if item.triggers and not item.held else 0
-        seq = db.execute(
-            "UPDATE conversations SET last_seq = last_seq + 1,"
-            " visible_count = visible_count + ?, held_count = held_count + ?,"
-            " trigger_seq = CASE WHEN ? THEN last_seq + 1 ELSE trigger_seq END,"
-            " active_at = ? WHERE id = ? RETURNING last_seq",
-            (1 - held, held, triggers, event.sent_at, conversation_id),
-        ).fetchone()[0]
+        seq = _first(
+            db.execute(
+                "UPDATE conversations SET last_seq = last_seq + 1,"
+                " visible_count = visible_count + ?, held_count = held_count + ?,"
+                " trigger_seq = CASE WHEN ? THEN last_seq + 1 ELSE trigger_seq END,"
+                " active_at = ? WHERE id = ? RETURNING last_seq",
+                (1 - held, held, triggers, event.sent_at, conversation_id),
+            )
+        )
         reply_to_seq = None
         if event.reply_to is not None:
             row = db.execute(
@@ -257,11 +259,13 @@ class SQLiteStore(Store):
         ).fetchone()
         if row is None:
             stamp = at or now()
-            conversation_id = db.execute(
-                "INSERT INTO conversations (account, chat, thread, kind, title, created_at,"
-                " active_at) VALUES (?,?,?,?,?,?,?) RETURNING id",
-                (*key, kind, title, stamp, stamp),
-            ).fetchone()[0]
+            conversation_id = _first(
+                db.execute(
+                    "INSERT INTO conversations (account, chat, thread, kind, title, created_at,"
+                    " active_at) VALUES (?,?,?,?,?,?,?) RETURNING id",
+                    (*key, kind, title, stamp, stamp),
+                )
+            )
         else:
             conversation_id = row[0]
             if title is not None and title != row[1]:
@@ -325,9 +329,7 @@ class SQLiteStore(Store):
             " ORDER BY message_count DESC, first_seq",
             (conversation_id,),
         )
-        return [
-            Participant(Sender(r[0], r[1], r[2], bool(r[3])), r[4], r[5], r[6]) for r in rows
-        ]
+        return [Participant(Sender(r[0], r[1], r[2], bool(r[3])), r[4], r[5], r[6]) for r in rows]
 
     async def set_conversation_meta(self, conversation_id: int, meta: Mapping[str, Any]) -> None:
         db = self.db
@@ -452,22 +454,24 @@ class SQLiteStore(Store):
                 "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
             ).fetchone():
                 raise StoreError(f"no conversation with id {conversation_id}")
-            outbox_id = db.execute(
-                "INSERT INTO outbox (conversation_id, run_id, kind, text, reply_to, target,"
-                " message_seq, status, created_at, updated_at)"
-                " VALUES (?,?,?,?,?,?,?,'pending',?,?) RETURNING id",
-                (
-                    conversation_id,
-                    run_id,
-                    outbound.kind,
-                    outbound.text,
-                    outbound.reply_to,
-                    outbound.target,
-                    seq,
-                    stamp,
-                    stamp,
-                ),
-            ).fetchone()[0]
+            outbox_id = _first(
+                db.execute(
+                    "INSERT INTO outbox (conversation_id, run_id, kind, text, reply_to, target,"
+                    " message_seq, status, created_at, updated_at)"
+                    " VALUES (?,?,?,?,?,?,?,'pending',?,?) RETURNING id",
+                    (
+                        conversation_id,
+                        run_id,
+                        outbound.kind,
+                        outbound.text,
+                        outbound.reply_to,
+                        outbound.target,
+                        seq,
+                        stamp,
+                        stamp,
+                    ),
+                )
+            )
         return self._outbox_entry(outbox_id)
 
     async def mark_sent(self, outbox_id: int, receipt: Receipt) -> OutboxEntry:
@@ -548,7 +552,8 @@ class SQLiteStore(Store):
     async def outbox(
         self, status: str | None = None, conversation_id: int | None = None, limit: int = 100
     ) -> list[OutboxEntry]:
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
         if status is not None:
             clauses.append("status = ?")
             params.append(status)
@@ -583,8 +588,9 @@ class SQLiteStore(Store):
                 "INSERT INTO runs (conversation_id, trigger_seq, upto_seq, started_at)"
                 " VALUES (?,?,?,?) RETURNING id",
                 (conversation_id, trigger_seq, upto_seq, now()),
-            ).fetchone()
-        return int(row[0])
+            )
+            run_id = _first(row)
+        return int(run_id)
 
     async def finish_run(
         self, run_id: int, status: str, error: str | None = None, upto_seq: int | None = None
@@ -655,7 +661,7 @@ class SQLiteStore(Store):
         db = self.db
 
         def count(sql: str) -> int:
-            return int(db.execute(sql).fetchone()[0] or 0)
+            return int(_first(db.execute(sql)) or 0)
 
         figures = {
             "conversations": count("SELECT COUNT(*) FROM conversations"),
@@ -670,6 +676,13 @@ class SQLiteStore(Store):
         for status, number in db.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status"):
             figures[f"outbox_{status}"] = int(number)
         return figures
+
+
+def _first(cursor: Any) -> Any:
+    row = cursor.fetchone()
+    if row is None:
+        raise StoreError("the database returned no row where one was expected")
+    return row[0]
 
 
 def _dump_attachments(attachments: Sequence[Attachment]) -> str | None:
@@ -719,7 +732,7 @@ def _message(row: Sequence[Any]) -> Message:
         triggers=bool(row[18]),
         status=row[19],
         status_reason=row[20],
-        reactions=tuple(tuple(r) for r in json.loads(row[21])) if row[21] else (),  # type: ignore[misc]
+        reactions=tuple((str(r[0]), str(r[1])) for r in json.loads(row[21])) if row[21] else (),
         meta=json.loads(row[22]) if row[22] else {},
     )
 

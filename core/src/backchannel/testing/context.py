@@ -84,9 +84,7 @@ class ContractContext(AdapterContext):
         self._calls[event.event_id] += 1
         await self._note(event.event_id)
         await self._gate.wait()
-        (appended,) = await self.store.append_inbound(
-            [Inbound(event, triggers=True, state=state)]
-        )
+        (appended,) = await self.store.append_inbound([Inbound(event, triggers=True, state=state)])
         status = "duplicate" if appended.status == "duplicate" else "stored"
         result = IngestResult(status, event, appended.conversation_id, appended.seq)
         self.events.append(event)
@@ -114,7 +112,9 @@ class ContractContext(AdapterContext):
 
         await self._wait(done, timeout, f"{times} ingest(s) of {event_id}")
 
-    async def wait_for(self, predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
+    async def wait_for(
+        self, predicate: Any, timeout: float = 10.0, what: str = "condition"
+    ) -> None:
         """Return once `predicate()` is true, re-checked after every ingest."""
         await self._wait(predicate, timeout, what)
 

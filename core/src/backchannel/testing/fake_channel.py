@@ -79,9 +79,20 @@ class FakePlatform:
         mention: bool = False,
     ) -> dict[str, Any]:
         """Queue a user's message for the bot; return the raw update."""
-        return self.push(self.make_message(text, chat=chat, chat_type=chat_type, title=title,
-                                           thread=thread, sender=sender, name=name,
-                                           is_bot=is_bot, reply_to=reply_to, mention=mention))
+        return self.push(
+            self.make_message(
+                text,
+                chat=chat,
+                chat_type=chat_type,
+                title=title,
+                thread=thread,
+                sender=sender,
+                name=name,
+                is_bot=is_bot,
+                reply_to=reply_to,
+                mention=mention,
+            )
+        )
 
     def make_message(
         self,
@@ -103,8 +114,12 @@ class FakePlatform:
             "type": "message",
             "chat": {"id": chat, "type": chat_type, "title": title},
             "thread": thread,
-            "from": {"id": sender, "name": name or sender.title(), "handle": sender,
-                     "is_bot": is_bot},
+            "from": {
+                "id": sender,
+                "name": name or sender.title(),
+                "handle": sender,
+                "is_bot": is_bot,
+            },
             "message_id": message_id,
             "text": text,
             "reply_to": reply_to,
@@ -113,17 +128,33 @@ class FakePlatform:
         }
         return raw
 
-    def user_edits(self, message_id: str, text: str, *, chat: str = "c1",
-                   sender: str = "alice") -> dict[str, Any]:
-        return self.push({"type": "edit", "chat": {"id": chat, "type": "direct"},
-                          "from": {"id": sender, "name": sender.title()},
-                          "message_id": message_id, "text": text, "date": now()})
+    def user_edits(
+        self, message_id: str, text: str, *, chat: str = "c1", sender: str = "alice"
+    ) -> dict[str, Any]:
+        return self.push(
+            {
+                "type": "edit",
+                "chat": {"id": chat, "type": "direct"},
+                "from": {"id": sender, "name": sender.title()},
+                "message_id": message_id,
+                "text": text,
+                "date": now(),
+            }
+        )
 
-    def user_deletes(self, message_id: str, *, chat: str = "c1",
-                     sender: str = "alice") -> dict[str, Any]:
-        return self.push({"type": "delete", "chat": {"id": chat, "type": "direct"},
-                          "from": {"id": sender, "name": sender.title()},
-                          "message_id": message_id, "text": "", "date": now()})
+    def user_deletes(
+        self, message_id: str, *, chat: str = "c1", sender: str = "alice"
+    ) -> dict[str, Any]:
+        return self.push(
+            {
+                "type": "delete",
+                "chat": {"id": chat, "type": "direct"},
+                "from": {"id": sender, "name": sender.title()},
+                "message_id": message_id,
+                "text": "",
+                "date": now(),
+            }
+        )
 
     def bot_echo(self, text: str, *, chat: str = "c1") -> dict[str, Any]:
         """Queue an echo of the bot's own message (platforms that echo do this)."""
@@ -131,10 +162,16 @@ class FakePlatform:
 
     def make_echo(self, text: str, *, chat: str = "c1") -> dict[str, Any]:
         """Build (without queueing) an echo of the bot's own message."""
-        return dict({"type": "message", "chat": {"id": chat, "type": "direct"},
-                          "from": {"id": BOT_ID, "name": "Bot", "is_bot": True},
-                          "message_id": f"m{next(self._message_ids)}", "text": text,
-                          "date": now()})
+        return dict(
+            {
+                "type": "message",
+                "chat": {"id": chat, "type": "direct"},
+                "from": {"id": BOT_ID, "name": "Bot", "is_bot": True},
+                "message_id": f"m{next(self._message_ids)}",
+                "text": text,
+                "date": now(),
+            }
+        )
 
     def push(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         update = {**raw, "update": next(self._serial)}
@@ -189,15 +226,31 @@ class FakePlatform:
                 await asyncio.sleep(value)
         address = outbound.address
         if outbound.kind != "message":
-            self.sent.append(SentMessage("", address.chat, address.thread, outbound.text,
-                                         kind=outbound.kind, target=outbound.target))
+            self.sent.append(
+                SentMessage(
+                    "",
+                    address.chat,
+                    address.thread,
+                    outbound.text,
+                    kind=outbound.kind,
+                    target=outbound.target,
+                )
+            )
             return Receipt(outbound.target)
         ids = []
         for part in split_text(outbound.text, limit):
             message_id = f"m{next(self._message_ids)}"
             ids.append(message_id)
-            self.sent.append(SentMessage(message_id, address.chat, address.thread, part,
-                                         outbound.reply_to, outbound.quiet))
+            self.sent.append(
+                SentMessage(
+                    message_id,
+                    address.chat,
+                    address.thread,
+                    part,
+                    outbound.reply_to,
+                    outbound.quiet,
+                )
+            )
         return Receipt(ids[0], tuple(ids))
 
     def texts(self, chat: str = "c1") -> list[str]:
@@ -209,14 +262,22 @@ class FakeChannelAdapter:
 
     channel = "fake"
 
-    def __init__(self, account: str, settings: Mapping[str, Any] | None = None,
-                 platform: FakePlatform | None = None):
+    def __init__(
+        self,
+        account: str,
+        settings: Mapping[str, Any] | None = None,
+        platform: FakePlatform | None = None,
+    ):
         settings = dict(settings or {})
         self.account = account
         self.platform = platform or settings.get("platform") or FakePlatform()
         self.capabilities = Capabilities(
-            threads=True, edits=True, reactions=True, typing=True,
-            max_text_len=int(settings.get("max_text_len", 200)), display_name="Fake Chat",
+            threads=True,
+            edits=True,
+            reactions=True,
+            typing=True,
+            max_text_len=int(settings.get("max_text_len", 200)),
+            display_name="Fake Chat",
         )
         self.me: Sender | None = None
         self._task: asyncio.Task[None] | None = None
@@ -265,16 +326,21 @@ class FakeChannelAdapter:
             return Event(
                 address=Address(self.account, chat["id"], thread),
                 event_id=event_id,
-                sender=Sender(sender["id"], sender.get("name", ""), sender.get("handle"),
-                              bool(sender.get("is_bot"))),
+                sender=Sender(
+                    sender["id"],
+                    sender.get("name", ""),
+                    sender.get("handle"),
+                    bool(sender.get("is_bot")),
+                ),
                 kind=kind,
                 text=str(raw.get("text", "")),
                 platform_message_id=raw["message_id"],
                 reply_to=raw.get("reply_to"),
                 mentions_me=BOT_ID in (raw.get("mentions") or ()),
                 sent_at=float(raw.get("date") or now()),
-                conversation_kind="thread" if thread else ("group" if chat_type == "group"
-                                                           else "direct"),
+                conversation_kind="thread"
+                if thread
+                else ("group" if chat_type == "group" else "direct"),
                 conversation_title=chat.get("title"),
                 raw=raw,
             )

@@ -52,7 +52,9 @@ class StoreContract:
             ]
         )
         assert [(r.status, r.seq) for r in results] == [("stored", 1), ("stored", 1), ("stored", 2)]
-        assert results[0].conversation_id == results[2].conversation_id != results[1].conversation_id
+        assert (
+            results[0].conversation_id == results[2].conversation_id != results[1].conversation_id
+        )
 
     async def test_redelivered_event_adds_no_row(self, store: Store) -> None:
         first = await store.append_inbound([Inbound(make_event("e1", "one"))])
@@ -81,7 +83,7 @@ class StoreContract:
             [Inbound(make_event("e1-edit", "hello", kind="edit", message_id="e1"))]
         )
         assert edit.status == "applied" and edit.seq == stored.seq
-        message = await store.message(stored.conversation_id, stored.seq)
+        message = await store.message(stored.conversation_id, 1)
         assert message is not None
         assert message.text == "hello" and message.edited_at is not None
         assert [text for _, text, _ in await store.revisions(stored.conversation_id, 1)] == ["helo"]
@@ -150,17 +152,24 @@ class StoreContract:
 
     async def test_failed_and_uncertain_outcomes_are_recorded(self, store: Store) -> None:
         conversation = await store.ensure_conversation(Address("acct", "c1"))
-        failed = await store.record_outbound(conversation.id, Outbound(conversation.address, "a"), ME)
-        unsure = await store.record_outbound(conversation.id, Outbound(conversation.address, "b"), ME)
+        failed = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "a"), ME
+        )
+        unsure = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "b"), ME
+        )
         assert (await store.mark_failed(failed.id, "chat not found")).status == "failed"
         assert (await store.mark_uncertain(unsure.id, "timeout")).status == "uncertain"
-        message = await store.message(conversation.id, unsure.message_seq or 0)
+        assert unsure.message_seq is not None
+        message = await store.message(conversation.id, unsure.message_seq)
         assert message is not None and message.status == "uncertain"
         assert message.status_reason == "timeout"
 
     async def test_recover_turns_pending_into_uncertain(self, store: Store) -> None:
         conversation = await store.ensure_conversation(Address("acct", "c1"))
-        entry = await store.record_outbound(conversation.id, Outbound(conversation.address, "x"), ME)
+        entry = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "x"), ME
+        )
         recovered = await store.recover()
         assert [e.id for e in recovered] == [entry.id]
         assert recovered[0].status == "uncertain"
@@ -168,7 +177,9 @@ class StoreContract:
 
     async def test_outbound_edit_changes_own_message_when_sent(self, store: Store) -> None:
         conversation = await store.ensure_conversation(Address("acct", "c1"))
-        entry = await store.record_outbound(conversation.id, Outbound(conversation.address, "v1"), ME)
+        entry = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "v1"), ME
+        )
         await store.mark_sent(entry.id, Receipt("p-9"))
         edit = await store.record_outbound(
             conversation.id, Outbound(conversation.address, "v2", kind="edit", target="p-9"), ME
