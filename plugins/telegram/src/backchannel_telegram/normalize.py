@@ -1,0 +1,417 @@
+"""Pure functions: a Telegram Bot API `Update` -> a backchannel `Event` (or None).
+
+What becomes what:
+
+- ``message`` / ``channel_post`` -> kind "message"; ``edited_message`` /
+  ``edited_channel_post`` -> kind "edit"; ``message_reaction`` -> kind "reaction".
+- ``event_id`` is the Update's ``update_id``: Telegram's own id of this
+  happening, unique per bot and kept across webhook retries and getUpdates
+  re-reads, and different for every edit of a message.
+- The conversation is the chat; in a forum supergroup a message with
+  ``is_topic_message`` lives in the topic ``message_thread_id`` (the Address's
+  thread). Messages in a forum's General topic carry no thread.
+- Service messages (members joining, pins, topic created, migration notices,
+  ...) and updates of kinds we do not handle (callback queries, polls, ...)
+  give None, as do messages the bot itself sent.
+- A group upgraded to a supergroup continues under the supergroup's chat id;
+  its first message there carries ``meta["migrated_from_chat_id"]``.
+
+Entity offsets and lengths count UTF-16 code units, as Telegram does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from attrs import frozen
+from backchannel.errors import NormalizeError
+from backchannel.model import Address, Attachment, ConversationKind, Event, EventKind, Sender
+
+__all__ = ["BotIdentity", "normalize_update", "utf16_slice"]
+
+#: Message fields that carry something a person said or shared. A message
+#: with none of these is a service message (or a kind we do not understand).
+_CONTENT_FIELDS = (
+    "text",
+    "caption",
+    "photo",
+    "document",
+    "video",
+    "animation",
+    "audio",
+    "voice",
+    "video_note",
+    "sticker",
+    "contact",
+    "location",
+    "venue",
+    "poll",
+    "dice",
+)
+
+_MESSAGE_KINDS: dict[str, EventKind] = {
+    "message": "message",
+    "channel_post": "message",
+    "business_message": "message",
+    "edited_message": "edit",
+    "edited_channel_post": "edit",
+    "edited_business_message": "edit",
+}
+
+
+@frozen
+class BotIdentity:
+    """Who the bot is: its user id (from the token or getMe) and @username (from getMe)."""
+
+    id: str | None = None
+    username: str | None = None
+
+
+def normalize_update(
+    update: Mapping[str, Any], account: str, bot: BotIdentity = BotIdentity()
+) -> Event | None:
+    """Return the Event for one Update, or None when it is not for the agent.
+
+    Raise NormalizeError naming the offending field when the update is malformed.
+    """
+    if not isinstance(update, Mapping):
+        raise NormalizeError("an update must be a JSON object", where="update")
+    update_id = update.get("update_id")
+    if not isinstance(update_id, int) or isinstance(update_id, bool):
+        raise NormalizeError(f"missing or non-integer update_id: {update_id!r}", where="update_id")
+    for field_name, kind in _MESSAGE_KINDS.items():
+        if field_name in update:
+            message = _mapping(update[field_name], field_name)
+            return _message_event(update, message, field_name, kind, account, bot)
+    if "message_reaction" in update:
+        return _reaction_event(
+            update, _mapping(update["message_reaction"], "message_reaction"), account, bot
+        )
+    return None
+
+
+def utf16_slice(text: str, offset: int, length: int) -> str:
+    """Return the part of `text` at UTF-16 `offset` and `length` (how Telegram counts)."""
+    encoded = text.encode("utf-16-le")
+    return encoded[offset * 2 : (offset + length) * 2].decode("utf-16-le", errors="replace")
+
+
+# messages -------------------------------------------------------------------
+
+
+def _message_event(
+    update: Mapping[str, Any],
+    message: Mapping[str, Any],
+    where: str,
+    kind: EventKind,
+    account: str,
+    bot: BotIdentity,
+) -> Event | None:
+    message_id = _int(message.get("message_id"), f"{where}.message_id")
+    chat = _mapping(message.get("chat"), f"{where}.chat")
+    _int(chat.get("id"), f"{where}.chat.id")
+    date = _int(message.get("date"), f"{where}.date")
+    author = message.get("from")
+    if author is not None:
+        author = _mapping(author, f"{where}.from")
+        if bot.id is not None and str(author.get("id")) == bot.id:
+            return None
+    if not any(name in message for name in _CONTENT_FIELDS):
+        return None  # a service message: members joined, a pin, a topic created, a migration, ...
+
+    text, entities = _text_and_entities(message, where)
+    address, conversation_kind = _address(message, chat, account)
+    meta: dict[str, Any] = {"update_id": update["update_id"], "chat_type": _chat_type(chat)}
+    for key in ("migrate_from_chat_id", "media_group_id", "author_signature"):
+        if key in message:
+            meta[key] = message[key]
+    if "forward_origin" in message or "forward_date" in message:
+        meta["forwarded"] = True
+    if where.startswith("business"):
+        meta["business_connection_id"] = message.get("business_connection_id")
+    sent_at = float(date)
+    if kind == "edit" and isinstance(message.get("edit_date"), int):
+        sent_at = float(message["edit_date"])
+    reply_to = _reply_target(message)
+    return Event(
+        address=address,
+        event_id=str(update["update_id"]),
+        sender=_sender(message, chat, where),
+        kind=kind,
+        text=text,
+        platform_message_id=str(message_id),
+        reply_to=reply_to,
+        mentions_me=_mentions_bot(text, entities, bot) or _replies_to_bot(message, bot),
+        attachments=_attachments(message, where),
+        sent_at=sent_at,
+        conversation_kind=conversation_kind,
+        conversation_title=_title(chat),
+        meta=meta,
+        raw=update,
+    )
+
+
+def _address(
+    message: Mapping[str, Any], chat: Mapping[str, Any], account: str
+) -> tuple[Address, ConversationKind]:
+    chat_id = str(chat["id"])
+    thread = message.get("message_thread_id")
+    if message.get("is_topic_message") and thread is not None:
+        return Address(account, chat_id, str(thread)), "thread"
+    if _chat_type(chat) == "private":
+        return Address(account, chat_id), "direct"
+    return Address(account, chat_id), "group"
+
+
+def _chat_type(chat: Mapping[str, Any]) -> str:
+    """Return chat.type; old payloads (and Telegram's own webhook examples) omit it."""
+    kind = chat.get("type")
+    if isinstance(kind, str):
+        return kind
+    chat_id = chat.get("id")
+    return "private" if isinstance(chat_id, int) and chat_id > 0 else "group"
+
+
+def _title(chat: Mapping[str, Any]) -> str | None:
+    if isinstance(chat.get("title"), str):
+        return str(chat["title"])
+    name = _full_name(chat)
+    return name or None
+
+
+def _sender(message: Mapping[str, Any], chat: Mapping[str, Any], where: str) -> Sender:
+    # Anonymous admins and channels posting into a group speak as `sender_chat`;
+    # `from` is then a placeholder bot (GroupAnonymousBot, Channel_Bot).
+    sender_chat = message.get("sender_chat")
+    if isinstance(sender_chat, Mapping) and "id" in sender_chat:
+        name = str(message.get("author_signature") or sender_chat.get("title") or "")
+        return Sender(str(sender_chat["id"]), name, sender_chat.get("username"), is_bot=False)
+    author = message.get("from")
+    if isinstance(author, Mapping):
+        if "id" not in author:
+            raise NormalizeError("sender has no id", where=f"{where}.from.id")
+        return Sender(
+            str(author["id"]),
+            _full_name(author),
+            author.get("username"),
+            is_bot=bool(author.get("is_bot", False)),
+        )
+    if _chat_type(chat) == "channel":
+        return Sender(
+            str(chat["id"]),
+            str(message.get("author_signature") or _title(chat) or ""),
+            chat.get("username"),
+        )
+    raise NormalizeError("message has neither from nor sender_chat", where=f"{where}.from")
+
+
+def _full_name(person: Mapping[str, Any]) -> str:
+    parts = (person.get("first_name"), person.get("last_name"))
+    return " ".join(str(part) for part in parts if part)
+
+
+def _text_and_entities(
+    message: Mapping[str, Any], where: str
+) -> tuple[str, Sequence[Mapping[str, Any]]]:
+    if "text" in message:
+        text, entities_key = message["text"], "entities"
+    else:
+        text, entities_key = message.get("caption", ""), "caption_entities"
+    if not isinstance(text, str):
+        raise NormalizeError(f"expected a string, got {type(text).__name__}", where=f"{where}.text")
+    entities = message.get(entities_key) or []
+    if not isinstance(entities, list):
+        raise NormalizeError("expected a list", where=f"{where}.{entities_key}")
+    return text, [e for e in entities if isinstance(e, Mapping)]
+
+
+def _reply_target(message: Mapping[str, Any]) -> str | None:
+    replied = message.get("reply_to_message")
+    if not isinstance(replied, Mapping) or "message_id" not in replied:
+        return None
+    # In a forum topic every message "replies" to the topic's creation message,
+    # whose id is the thread id: that is where it lives, not what it answers.
+    if message.get("is_topic_message") and replied["message_id"] == message.get(
+        "message_thread_id"
+    ):
+        return None
+    return str(replied["message_id"])
+
+
+def _mentions_bot(text: str, entities: Sequence[Mapping[str, Any]], bot: BotIdentity) -> bool:
+    handle = f"@{bot.username}".lower() if bot.username else None
+    for entity in entities:
+        kind = entity.get("type")
+        if kind == "text_mention":
+            user = entity.get("user")
+            if bot.id is not None and isinstance(user, Mapping) and str(user.get("id")) == bot.id:
+                return True
+        elif kind in ("mention", "bot_command") and handle:
+            offset, length = entity.get("offset"), entity.get("length")
+            if not isinstance(offset, int) or not isinstance(length, int):
+                continue
+            word = utf16_slice(text, offset, length).lower()
+            if word == handle or (kind == "bot_command" and word.endswith(handle)):
+                return True
+    return False
+
+
+def _replies_to_bot(message: Mapping[str, Any], bot: BotIdentity) -> bool:
+    if bot.id is None or _reply_target(message) is None:
+        return False
+    replied = message["reply_to_message"]
+    author = replied.get("from")
+    return isinstance(author, Mapping) and str(author.get("id")) == bot.id
+
+
+# attachments ------------------------------------------------------------------
+
+
+def _attachments(message: Mapping[str, Any], where: str) -> list[Attachment]:
+    found: list[Attachment] = []
+    photo = message.get("photo")
+    if isinstance(photo, list) and photo:
+        # PhotoSize variants of one picture, smallest first: keep the largest.
+        largest = photo[-1]
+        found.append(_file("photo", largest, f"{where}.photo", mime="image/jpeg"))
+    # An animation message also carries `document` for old clients: report it once.
+    file_kinds = ("animation", "video", "audio", "voice", "video_note", "sticker")
+    for kind in file_kinds:
+        if isinstance(message.get(kind), Mapping):
+            found.append(_file(kind, message[kind], f"{where}.{kind}"))
+    if isinstance(message.get("document"), Mapping) and "animation" not in message:
+        found.append(_file("document", message["document"], f"{where}.document"))
+    found.extend(_shared_things(message))
+    return found
+
+
+def _file(kind: str, item: Any, where: str, mime: str | None = None) -> Attachment:
+    if not isinstance(item, Mapping) or not isinstance(item.get("file_id"), str):
+        raise NormalizeError("a file without a file_id", where=f"{where}.file_id")
+    name = item.get("file_name")
+    if name is None and kind == "audio":
+        name = " - ".join(str(p) for p in (item.get("performer"), item.get("title")) if p) or None
+    if name is None and kind == "sticker":
+        name = item.get("emoji")
+    size = item.get("file_size")
+    return Attachment(
+        kind=kind,
+        name=name,
+        mime=item.get("mime_type") or mime,
+        size=size if isinstance(size, int) else None,
+        ref=item["file_id"],
+    )
+
+
+def _shared_things(message: Mapping[str, Any]) -> list[Attachment]:
+    """Contacts, places, polls and dice: described by name, with nothing to download."""
+    found: list[Attachment] = []
+    contact = message.get("contact")
+    if isinstance(contact, Mapping):
+        name = " ".join(str(p) for p in (_full_name(contact), contact.get("phone_number")) if p)
+        found.append(Attachment(kind="contact", name=name or None))
+    venue = message.get("venue")
+    location = message.get("location")
+    if isinstance(venue, Mapping):
+        found.append(Attachment(kind="venue", name=_venue_name(venue)))
+    elif isinstance(location, Mapping):
+        found.append(Attachment(kind="location", name=_place(location)))
+    poll = message.get("poll")
+    if isinstance(poll, Mapping):
+        found.append(Attachment(kind="poll", name=str(poll.get("question", "")) or None))
+    dice = message.get("dice")
+    if isinstance(dice, Mapping):
+        found.append(Attachment(kind="dice", name=f"{dice.get('emoji', '')} {dice.get('value')}"))
+    return found
+
+
+def _place(location: Mapping[str, Any]) -> str | None:
+    latitude, longitude = location.get("latitude"), location.get("longitude")
+    if isinstance(latitude, int | float) and isinstance(longitude, int | float):
+        return f"{latitude:.6f},{longitude:.6f}"
+    return None
+
+
+def _venue_name(venue: Mapping[str, Any]) -> str | None:
+    parts = [venue.get("title"), venue.get("address")]
+    where = venue.get("location")
+    if isinstance(where, Mapping):
+        parts.append(_place(where))
+    return ", ".join(str(p) for p in parts if p) or None
+
+
+# reactions ------------------------------------------------------------------
+
+
+def _reaction_event(
+    update: Mapping[str, Any], reaction: Mapping[str, Any], account: str, bot: BotIdentity
+) -> Event | None:
+    chat = _mapping(reaction.get("chat"), "message_reaction.chat")
+    _int(chat.get("id"), "message_reaction.chat.id")
+    message_id = _int(reaction.get("message_id"), "message_reaction.message_id")
+    date = _int(reaction.get("date"), "message_reaction.date")
+    user = reaction.get("user")
+    actor = reaction.get("actor_chat")
+    if isinstance(user, Mapping) and "id" in user:
+        if bot.id is not None and str(user["id"]) == bot.id:
+            return None
+        sender = Sender(
+            str(user["id"]), _full_name(user), user.get("username"), bool(user.get("is_bot", False))
+        )
+    elif isinstance(actor, Mapping) and "id" in actor:
+        sender = Sender(str(actor["id"]), str(actor.get("title") or ""), actor.get("username"))
+    else:
+        raise NormalizeError("a reaction without user or actor_chat", where="message_reaction.user")
+    new = _emojis(reaction.get("new_reaction"), "message_reaction.new_reaction")
+    old = _emojis(reaction.get("old_reaction"), "message_reaction.old_reaction")
+    # Telegram sends the whole new set; the text carries the added emoji (or
+    # "" when the user took their reactions back), meta carries both sets.
+    added = [emoji for emoji in new if emoji not in old]
+    text = added[0] if added else (new[0] if new else "")
+    return Event(
+        address=Address(account, str(chat["id"])),
+        event_id=str(update["update_id"]),
+        sender=sender,
+        kind="reaction",
+        text=text,
+        platform_message_id=str(message_id),
+        sent_at=float(date),
+        conversation_kind="direct" if _chat_type(chat) == "private" else "group",
+        conversation_title=_title(chat),
+        meta={"update_id": update["update_id"], "new_reaction": new, "old_reaction": old},
+        raw=update,
+    )
+
+
+def _emojis(value: Any, where: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise NormalizeError("expected a list of ReactionType", where=where)
+    found = []
+    for item in value:
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("type") == "emoji" and isinstance(item.get("emoji"), str):
+            found.append(item["emoji"])
+        elif item.get("type") == "custom_emoji":
+            found.append(f"custom_emoji:{item.get('custom_emoji_id')}")
+        elif item.get("type") == "paid":
+            found.append("⭐")
+    return found
+
+
+# field helpers ----------------------------------------------------------------
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise NormalizeError(f"expected an object, got {type(value).__name__}", where=where)
+    return value
+
+
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise NormalizeError(f"expected an integer, got {value!r}", where=where)
+    return value

@@ -1,0 +1,126 @@
+"""The adapter conformance suite against FakeTelegram, in polling and in webhook mode."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+from aiohttp import web
+from backchannel.adapter import RouteTable
+from backchannel.model import Address
+from backchannel.testing import AdapterContract, ContractContext, ContractHarness
+from backchannel_telegram import TelegramAdapter
+from backchannel_telegram.testing import FakeTelegram
+
+
+class TelegramHarness(ContractHarness):
+    def __init__(self, adapter: TelegramAdapter, fake: FakeTelegram):
+        self.adapter = adapter
+        self.fake = fake
+        self.alice = fake.user("Alice", "Liddell", username="alice")
+        self.chat = fake.private_chat(self.alice)
+        self.address = Address(adapter.account, str(self.chat["id"]))
+
+    async def deliver_user_message(self, text: str) -> str:
+        return str(self.fake.inject_message(self.chat, self.alice, text)["update_id"])
+
+    async def deliver_again(self, event_id: str) -> None:
+        self.fake.deliver_again(int(event_id))
+
+    def is_acked(self, event_id: str) -> bool:
+        return self.fake.is_acked(int(event_id))
+
+    async def wait_acked(self, event_id: str, timeout: float = 10.0) -> None:
+        await self.fake.wait_for(lambda: self.is_acked(event_id), timeout, f"ack of {event_id}")
+
+    def user_message_payload(self, text: str) -> Mapping[str, Any]:
+        return {
+            "update_id": 900_000_001,
+            "message": {
+                "message_id": 77,
+                "from": dict(self.alice),
+                "chat": dict(self.chat),
+                "date": 1_760_000_000,
+                "text": text,
+            },
+        }
+
+    def own_message_payload(self, text: str) -> Mapping[str, Any]:
+        payload = self.user_message_payload(text)
+        payload["message"]["from"] = dict(self.fake.bot)  # type: ignore[index]
+        return payload
+
+    def malformed_payloads(self) -> Sequence[Mapping[str, Any]]:
+        good = self.user_message_payload("x")["message"]
+        return [
+            {"message": good},  # no update_id
+            {"update_id": "12", "message": good},  # update_id as a string
+            {"update_id": 5, "message": "hello"},  # message not an object
+            {"update_id": 6, "message": {**good, "chat": {"type": "private"}}},  # chat without id
+            {"update_id": 7, "message": {k: v for k, v in good.items() if k != "date"}},
+        ]
+
+    def sent_texts(self) -> list[str]:
+        return self.fake.sent_texts(self.chat)
+
+    def fail_next_send(self, fault: str, retry_after: float = 2.0) -> None:
+        kind = {"rate_limited": "429", "timeout": "hang_after", "rejected": "forbidden"}[fault]
+        self.fake.fail_next("sendMessage", kind, retry_after=retry_after)
+
+
+class TestPollingContract(AdapterContract):
+    @pytest.fixture
+    async def harness(
+        self, fake: FakeTelegram, contract_context: ContractContext
+    ) -> AsyncIterator[TelegramHarness]:
+        adapter = TelegramAdapter(contract_context.account, fake.settings(request_timeout=1.5))
+        harness = TelegramHarness(adapter, fake)
+        await adapter.start(contract_context.bind(adapter))
+        yield harness
+        await adapter.stop()
+
+
+class TestWebhookContract(AdapterContract):
+    @pytest.fixture
+    async def harness(
+        self, fake: FakeTelegram, contract_context: ContractContext
+    ) -> AsyncIterator[TelegramHarness]:
+        async with RouteServer() as routes:
+            contract_context.routes = routes.table
+            adapter = TelegramAdapter(
+                contract_context.account, fake.settings(mode="webhook", request_timeout=1.5)
+            )
+            harness = TelegramHarness(adapter, fake)
+            await adapter.start(contract_context.bind(adapter))
+            yield harness
+            await adapter.stop()
+
+
+class RouteServer:
+    """A minimal stand-in for the switchboard's HTTP server: serves a RouteTable on 127.0.0.1:0."""
+
+    def __init__(self) -> None:
+        self.table = RouteTable()
+        self._runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> RouteServer:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.table.public_url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        handler = self.table.find(request.method, request.path)
+        if handler is None:
+            return web.Response(status=404)
+        return await handler(request)
