@@ -1,0 +1,426 @@
+"""`DiscordAdapter`: one Discord bot as a backchannel account, on discord.py (unpatched).
+
+Receiving: discord.py keeps the Gateway connection (heartbeats, reconnect,
+RESUME). The adapter listens to ``on_socket_raw_receive`` (so discord.py is
+built with ``enable_debug_events=True``), queues each raw gateway payload in
+arrival order, and one task hands MESSAGE_CREATE / UPDATE / DELETE dispatches,
+as the documented JSON, to ``ctx.ingest``. Replays after a RESUME and duplicate
+dispatches carry the same event ids (message id; message id + edited_timestamp
+for edits), so the store keeps one row each.
+
+Sending goes through discord.py's HTTP layer and its rate limiter. Waits the
+limiter would take longer than ``max_ratelimit_wait`` seconds surface as
+RateLimited so the switchboard retries from the outbox instead of blocking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import zlib
+from collections import OrderedDict
+from collections.abc import Awaitable, Mapping
+from typing import Any, TypeVar
+
+import aiohttp
+import discord
+import yarl
+from discord.gateway import DiscordWebSocket
+from discord.http import Route
+
+from backchannel.adapter import AdapterContext, Capabilities, split_text
+from backchannel.errors import BackchannelError, ConfigError, RateLimited, Rejected, Uncertain
+from backchannel.model import Address, Event, Outbound, Receipt, Sender
+
+from .normalize import CONTEXT_KEY, normalize_payload
+
+__all__ = ["DiscordAdapter", "DiscordStartError"]
+
+_T = TypeVar("_T")
+_MESSAGE_EVENTS = frozenset({"MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE"})
+_MENTION_KINDS = frozenset({"users", "roles", "everyone"})
+_PORTAL = "https://discord.com/developers/applications"
+
+
+class DiscordStartError(ConfigError):
+    """The bot could not connect: bad token, an intent not granted, Discord unreachable."""
+
+
+class DiscordAdapter:
+    """One Discord bot account. Settings: see docs/channels/discord.md."""
+
+    channel = "discord"
+
+    def __init__(self, account: str, settings: Mapping[str, Any]):
+        token = settings.get("token")
+        if not isinstance(token, str) or not token.strip():
+            raise ConfigError("the Discord bot token is missing", key=f"accounts.{account}.token")
+        self.account = account
+        self._token = token.strip()
+        self._api_base = _opt_str(settings.get("api_base"))
+        self._gateway_url = _opt_str(settings.get("gateway_url"))
+        self.request_timeout = float(settings.get("request_timeout", 15.0))
+        self.ready_timeout = float(settings.get("ready_timeout", 30.0))
+        self.max_ratelimit_wait = float(settings.get("max_ratelimit_wait", 2.0))
+        self.heartbeat_timeout = float(settings.get("heartbeat_timeout", 60.0))
+        self.guild_ready_timeout = float(settings.get("guild_ready_timeout", 2.0))
+        mentions = settings.get("allowed_mentions", ["users"])
+        unknown = set(mentions) - _MENTION_KINDS
+        if unknown:
+            raise ConfigError(
+                f"allowed_mentions may hold users, roles, everyone; not {sorted(unknown)}",
+                key=f"accounts.{account}.allowed_mentions",
+            )
+        self.allowed_mentions = discord.AllowedMentions(
+            everyone="everyone" in mentions,
+            roles="roles" in mentions,
+            users="users" in mentions,
+            replied_user=bool(settings.get("mention_replied_user", True)),
+        )
+        self.capabilities = Capabilities(
+            threads=True,
+            edits=True,
+            reactions=True,
+            typing=True,
+            replies=True,
+            max_text_len=2000,
+            display_name="Discord",
+        )
+        self.me: Sender | None = None
+        self._ctx: AdapterContext | None = None
+        self._client: _GatewayClient | None = None
+        self._client_task: asyncio.Task[None] | None = None
+        self._ingest_task: asyncio.Task[None] | None = None
+        self._inbox: asyncio.Queue[str] = asyncio.Queue()
+        self._ready = asyncio.Event()
+        self._committed: OrderedDict[str, None] = OrderedDict()
+
+    def __repr__(self) -> str:
+        return f"DiscordAdapter(account={self.account!r}, me={self.me!r})"
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self, ctx: AdapterContext) -> None:
+        """Log in, connect to the Gateway and return once discord.py is ready.
+
+        Raises DiscordStartError (a ConfigError) for a refused token, a
+        privileged intent that is not enabled, or no READY within `ready_timeout`.
+        """
+        if self._client is not None:
+            raise RuntimeError(f"Discord account {self.account!r} is already started")
+        self._ctx = ctx
+        self._ready = asyncio.Event()
+        self._inbox = asyncio.Queue()
+        # discord.py reads these class attributes for every client in the process
+        if self._api_base:
+            Route.BASE = self._api_base.rstrip("/")
+        if self._gateway_url:
+            DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(self._gateway_url)
+        client = _GatewayClient(self)
+        # discord.py will not take a max_ratelimit_timeout under 30 s; shorter
+        # waits belong to the switchboard's outbox retry, not to a blocked send
+        client.http.max_ratelimit_timeout = self.max_ratelimit_wait
+        self._client = client
+        self._ingest_task = asyncio.create_task(self._ingest_loop(), name=f"discord-ingest-{self.account}")
+        self._client_task = asyncio.create_task(self._run_client(client), name=f"discord-{self.account}")
+        ready = asyncio.create_task(self._ready.wait())
+        done, _ = await asyncio.wait(
+            {ready, self._client_task}, timeout=self.ready_timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        ready.cancel()
+        if self._ready.is_set():
+            return
+        failure = self._client_task.exception() if self._client_task in done else None
+        await self.stop()
+        if isinstance(failure, BackchannelError):
+            raise failure
+        raise DiscordStartError(
+            f"Discord account {self.account!r} was not ready within {self.ready_timeout:g}s "
+            "(no READY from the Gateway); check the network and Discord's status page"
+        )
+
+    async def stop(self) -> None:
+        """Close the Gateway connection and the HTTP session. Idempotent."""
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.close()
+        for task in (self._client_task, self._ingest_task):
+            if task is not None and not task.done():
+                task.cancel()
+            if task is not None:
+                with contextlib.suppress(BaseException):
+                    await task
+        self._client_task = self._ingest_task = None
+
+    async def _run_client(self, client: _GatewayClient) -> None:
+        try:
+            await client.start(self._token)
+        except asyncio.CancelledError:
+            raise
+        except discord.PrivilegedIntentsRequired:
+            raise DiscordStartError(
+                f"Discord closed the Gateway with 4014 (disallowed intents) for account {self.account!r}: "
+                f"enable the Message Content intent for this bot at {_PORTAL} -> your application -> "
+                "Bot -> Privileged Gateway Intents -> MESSAGE CONTENT INTENT, then restart"
+            ) from None
+        except discord.LoginFailure:
+            raise DiscordStartError(
+                f"Discord refused the bot token of account {self.account!r} (401 Unauthorized): "
+                f"copy a fresh token from {_PORTAL} -> your application -> Bot -> Reset Token"
+            ) from None
+        except discord.ConnectionClosed as closed:
+            if closed.code == 4004:
+                raise DiscordStartError(
+                    f"Discord closed the Gateway with 4004 (authentication failed) for account "
+                    f"{self.account!r}: the bot token is wrong or was reset; copy a fresh one from {_PORTAL}"
+                ) from None
+            raise DiscordStartError(
+                f"Discord closed the Gateway with code {closed.code} for account {self.account!r}"
+            ) from None
+        except (aiohttp.ClientError, OSError, discord.HTTPException) as error:
+            raise DiscordStartError(
+                f"could not reach Discord for account {self.account!r}: {type(error).__name__}: {error}"
+            ) from None
+        finally:
+            if self._ready.is_set() and self._client is client and self._ctx is not None:
+                self._ctx.log.error("Discord connection of account %s ended", self.account)
+
+    # ------------------------------------------------------------ receiving
+
+    def normalize(self, raw: Mapping[str, Any]) -> Event | None:
+        """Return the Event for a raw gateway payload (see backchannel_discord.normalize)."""
+        return normalize_payload(raw, account=self.account, bot_id=self.me.id if self.me else None)
+
+    def is_committed(self, event_id: str) -> bool:
+        """True once `event_id` was handed to ctx.ingest and the store committed it (recent ones)."""
+        return event_id in self._committed
+
+    def _on_raw(self, text: str | bytes) -> None:
+        self._inbox.put_nowait(text if isinstance(text, str) else text.decode())
+
+    def _on_ready(self, client: discord.Client) -> None:
+        user = client.user
+        if user is not None and self.me is None:
+            self.me = Sender(str(user.id), user.global_name or user.name, user.name, is_bot=True)
+        self._ready.set()
+
+    async def _ingest_loop(self) -> None:
+        while True:
+            text = await self._inbox.get()
+            try:
+                payload = json.loads(text)
+            except ValueError:
+                continue
+            kind = payload.get("t") if isinstance(payload, dict) else None
+            if kind == "READY":
+                user = (payload.get("d") or {}).get("user") or {}
+                if user.get("id"):
+                    name = user.get("global_name") or user.get("username") or ""
+                    self.me = Sender(str(user["id"]), name, user.get("username"), is_bot=True)
+            elif kind in _MESSAGE_EVENTS:
+                await self._ingest(payload)
+            elif kind == "MESSAGE_DELETE_BULK":
+                data = payload.get("d") or {}
+                for message_id in data.get("ids") or ():
+                    single = {k: v for k, v in data.items() if k != "ids"}
+                    await self._ingest({"op": 0, "t": "MESSAGE_DELETE", "d": {**single, "id": message_id}})
+
+    async def _ingest(self, payload: dict[str, Any]) -> None:
+        assert self._ctx is not None
+        context = self._context_for(payload.get("d") or {})
+        if context:
+            payload[CONTEXT_KEY] = context
+        for attempt in range(3):
+            try:
+                result = await self._ctx.ingest(payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self._ctx.log.exception(
+                    "storing a Discord %s failed (attempt %d of 3)", payload.get("t"), attempt + 1
+                )
+                await asyncio.sleep(0.5 * (attempt + 1))
+                continue
+            if result.event is not None and result.committed:
+                self._committed[result.event.event_id] = None
+                while len(self._committed) > 10_000:
+                    self._committed.popitem(last=False)
+            return
+
+    def _context_for(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """What discord.py's cache knows about the message's channel and guild."""
+        client = self._client
+        try:
+            channel_id = int(data.get("channel_id", ""))
+        except (TypeError, ValueError):
+            return {}
+        channel = client.get_channel(channel_id) if client is not None else None
+        if channel is None:
+            return {}
+        context: dict[str, Any] = {"channel_type": channel.type.value}
+        name = getattr(channel, "name", None)
+        if name:
+            context["channel_name"] = name
+        guild = getattr(channel, "guild", None)
+        if guild is not None and guild.name:
+            context["guild_name"] = guild.name
+        if isinstance(channel, discord.Thread):
+            context["parent_id"] = str(channel.parent_id)
+            parent = channel.parent
+            if parent is not None:
+                context["parent_name"] = parent.name
+        return context
+
+    # ------------------------------------------------------------ sending
+
+    async def send(self, outbound: Outbound) -> Receipt:
+        """Post, edit or react. Raises RateLimited, Rejected or Uncertain only."""
+        client = self._client
+        if client is None:
+            raise RateLimited(5.0, f"Discord account {self.account!r} is not connected")
+        channel = client.get_partial_messageable(_snowflake(outbound.address.chat, "chat"))
+        if outbound.kind == "reaction":
+            target = channel.get_partial_message(_snowflake(outbound.target, "target"))
+            await self._call(target.add_reaction(outbound.text.strip()))
+            return Receipt(str(target.id), (str(target.id),))
+        if outbound.kind == "edit":
+            if len(outbound.text) > self.capabilities.max_text_len:
+                raise Rejected(
+                    f"an edit must fit in one Discord message ({self.capabilities.max_text_len} "
+                    f"characters); this text has {len(outbound.text)}"
+                )
+            target = channel.get_partial_message(_snowflake(outbound.target, "target"))
+            await self._call(target.edit(content=outbound.text, allowed_mentions=self.allowed_mentions))
+            return Receipt(str(target.id), (str(target.id),))
+        return await self._post(channel, outbound)
+
+    async def typing(self, address: Address) -> None:
+        """Show "<bot> is typing..." in the conversation (lasts ~10 s on Discord)."""
+        client = self._client
+        if client is None:
+            return
+        with contextlib.suppress(RateLimited, Rejected, Uncertain):
+            await self._call(client.http.send_typing(_snowflake(address.chat, "chat")))
+
+    async def _post(self, channel: discord.PartialMessageable, outbound: Outbound) -> Receipt:
+        parts = split_text(outbound.text, self.capabilities.max_text_len) or [""]
+        ids: list[str] = []
+        for index, part in enumerate(parts):
+            reference = None
+            if outbound.reply_to and index == 0:
+                reference = discord.MessageReference(
+                    message_id=_snowflake(outbound.reply_to, "reply_to"),
+                    channel_id=channel.id,
+                    fail_if_not_exists=False,
+                )
+            send = channel.send(
+                content=part,
+                reference=reference,
+                allowed_mentions=self.allowed_mentions,
+                silent=outbound.quiet,
+                nonce=_nonce(outbound, index, part),
+            )
+            try:
+                message = await self._call(send)
+            except (RateLimited, Rejected, Uncertain) as error:
+                if not ids:
+                    raise
+                raise Uncertain(
+                    f"part {index + 1} of {len(parts)} was not sent ({error.reason}); "
+                    f"parts 1-{index} were delivered as messages {', '.join(ids)}"
+                ) from None
+            ids.append(str(message.id))
+        return Receipt(ids[0], tuple(ids))
+
+    async def _call(self, call: Awaitable[_T]) -> _T:
+        """Await one discord.py HTTP call; map every failure to RateLimited / Rejected / Uncertain."""
+        try:
+            return await asyncio.wait_for(call, self.request_timeout)
+        except TimeoutError:
+            raise Uncertain(
+                f"Discord did not answer within {self.request_timeout:g}s; the request may have gone through"
+            ) from None
+        except discord.RateLimited as limited:
+            raise RateLimited(limited.retry_after, "Discord rate limit") from None
+        except discord.HTTPException as error:
+            raise _map_http_error(error) from None
+        except aiohttp.ClientConnectorError as error:
+            raise RateLimited(5.0, f"could not connect to Discord ({type(error).__name__})") from None
+        except (aiohttp.ClientError, OSError) as error:
+            raise Uncertain(
+                f"the connection to Discord failed mid-request ({type(error).__name__}); "
+                "the request may have gone through"
+            ) from None
+
+
+class _GatewayClient(discord.Client):
+    """discord.Client with the intents and options the adapter needs, forwarding raw payloads."""
+
+    def __init__(self, adapter: DiscordAdapter):
+        intents = discord.Intents.none()
+        intents.guilds = True  # channel, thread and guild names for titles
+        intents.guild_messages = True
+        intents.dm_messages = True
+        intents.message_content = True
+        super().__init__(
+            intents=intents,
+            enable_debug_events=True,
+            chunk_guilds_at_startup=False,
+            member_cache_flags=discord.MemberCacheFlags.none(),
+            max_messages=None,
+            heartbeat_timeout=adapter.heartbeat_timeout,
+            guild_ready_timeout=adapter.guild_ready_timeout,
+        )
+        self._adapter = adapter
+
+    async def on_socket_raw_receive(self, msg: str | bytes) -> None:
+        self._adapter._on_raw(msg)
+
+    async def on_ready(self) -> None:
+        self._adapter._on_ready(self)
+
+    async def on_error(self, event_method: str, /, *args: Any, **kwargs: Any) -> None:
+        ctx = self._adapter._ctx
+        if ctx is not None:
+            ctx.log.exception("error in discord.py handler %s", event_method)
+
+
+def _map_http_error(error: discord.HTTPException) -> RateLimited | Rejected | Uncertain:
+    status = error.status
+    what = f"Discord answered {status}" + (f" (code {error.code})" if error.code else "")
+    detail = f"{what}: {error.text}" if error.text else what
+    if status == 429:
+        # a 429 discord.py did not absorb: Cloudflare's (no Via header) or retries exhausted
+        headers = getattr(error.response, "headers", {}) or {}
+        retry_after = _float(headers.get("Retry-After")) or 5.0
+        return RateLimited(retry_after, detail)
+    if status >= 500:
+        return Uncertain(f"{detail}; the request may have gone through")
+    return Rejected(detail)
+
+
+def _nonce(outbound: Outbound, index: int, part: str) -> str | None:
+    """A nonce Discord enforces: a retried send of the same outbox row returns the first message."""
+    if outbound.outbox_id is None:
+        return None
+    digest = zlib.crc32(f"{outbound.address.key}\n{part}".encode())
+    return f"b{outbound.outbox_id}.{index}.{digest:08x}"[:25]
+
+
+def _snowflake(value: str | None, what: str) -> int:
+    if value is None or not str(value).isdigit():
+        raise Rejected(f"{what} must be a Discord id (a snowflake), got {value!r}")
+    return int(value)
+
+
+def _opt_str(value: object) -> str | None:
+    return str(value) if value else None
+
+
+def _float(value: object) -> float | None:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None

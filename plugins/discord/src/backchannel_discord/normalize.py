@@ -1,0 +1,304 @@
+"""Pure functions: a Discord gateway payload -> an Event (or None).
+
+Input is what the gateway sends, as JSON-decoded dicts:
+
+- a dispatch envelope ``{"op": 0, "t": "MESSAGE_CREATE", "s": 42, "d": {...}}``
+  for MESSAGE_CREATE, MESSAGE_UPDATE and MESSAGE_DELETE, or
+- a bare Message object (what REST returns), read as a MESSAGE_CREATE.
+
+The adapter adds one key of its own to the envelope, ``"backchannel"``, with
+what its cache knows and the payload does not say: the channel's type and name,
+a thread's parent, the guild's name. Every field of it is optional, so a
+payload captured straight off the wire normalizes too.
+
+Addresses: a guild text channel, a thread and a DM are each their own
+conversation, addressed by the id of the channel the message was posted in
+(``Address(account, chat=channel_id)``). A Discord thread *is* a channel, so
+a thread's messages live at ``chat=<thread id>``; the parent channel is kept in
+``meta["parent_channel_id"]``. Posting to that id posts in the thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from backchannel.errors import NormalizeError
+from backchannel.model import Address, Attachment, ConversationKind, Event, Sender
+
+__all__ = ["CONTEXT_KEY", "THREAD_CHANNEL_TYPES", "normalize_payload", "snowflake_time"]
+
+#: the envelope key where the adapter puts facts from its cache
+CONTEXT_KEY = "backchannel"
+#: channel types that are threads: announcement, public and private threads
+THREAD_CHANNEL_TYPES = frozenset({10, 11, 12})
+#: message types that carry a person's (or a bot's) words: DEFAULT, REPLY,
+#: CHAT_INPUT_COMMAND and CONTEXT_MENU_COMMAND replies. The rest are system
+#: notices (joins, pins, thread created, boosts, ...) and are not for the agent.
+_TALK_TYPES = frozenset({0, 19, 20, 23})
+_DISCORD_EPOCH_MS = 1420070400000
+_HANDLED = ("MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE")
+
+
+def normalize_payload(
+    raw: Mapping[str, Any], *, account: str, bot_id: str | None = None
+) -> Event | None:
+    """Return the Event for one gateway payload, or None when it is not for the agent.
+
+    None for: the bot's own messages (author id == `bot_id`), system messages,
+    updates that change no text (embed unfurls), and dispatches other than
+    MESSAGE_CREATE / MESSAGE_UPDATE / MESSAGE_DELETE.
+    """
+    if not isinstance(raw, Mapping):
+        raise NormalizeError(f"expected a JSON object, got {type(raw).__name__}")
+    if "t" in raw or "op" in raw:
+        kind = raw.get("t")
+        data = raw.get("d")
+        if kind not in _HANDLED:
+            return None
+        if not isinstance(data, Mapping):
+            raise NormalizeError(f"{kind} without an object in 'd'", where="d")
+        where = "d."
+    else:
+        kind, data, where = "MESSAGE_CREATE", raw, ""
+    context = raw.get(CONTEXT_KEY)
+    context = context if isinstance(context, Mapping) else {}
+    reader = _Reader(data, where)
+    if kind == "MESSAGE_DELETE":
+        return _delete(reader, account, context)
+    return _message(reader, kind, account, bot_id, context, raw)
+
+
+def snowflake_time(snowflake: str) -> float:
+    """Return the Unix time (seconds) a Discord snowflake id was minted."""
+    return ((int(snowflake) >> 22) + _DISCORD_EPOCH_MS) / 1000.0
+
+
+# ---------------------------------------------------------------- helpers
+
+
+class _Reader:
+    """Field access that raises NormalizeError naming the dotted path."""
+
+    def __init__(self, data: Mapping[str, Any], prefix: str):
+        self.data = data
+        self.prefix = prefix
+
+    def snowflake(self, key: str, *, required: bool = True) -> str | None:
+        value = self.data.get(key)
+        if value is None:
+            if required:
+                raise NormalizeError("missing snowflake id", where=self.prefix + key)
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise NormalizeError(f"expected a snowflake, got {value!r}", where=self.prefix + key)
+        text = str(value)
+        if not text.isdigit():
+            raise NormalizeError(f"expected a snowflake, got {value!r}", where=self.prefix + key)
+        return text
+
+    def obj(self, key: str) -> Mapping[str, Any] | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise NormalizeError(f"expected an object, got {value!r}", where=self.prefix + key)
+        return value
+
+    def sub(self, key: str) -> _Reader | None:
+        value = self.obj(key)
+        return None if value is None else _Reader(value, f"{self.prefix}{key}.")
+
+    def text(self, key: str) -> str | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise NormalizeError(f"expected a string, got {value!r}", where=self.prefix + key)
+        return value
+
+    def items(self, key: str) -> list[Any]:
+        value = self.data.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise NormalizeError(f"expected a list, got {value!r}", where=self.prefix + key)
+        return value
+
+
+def _message(
+    reader: _Reader,
+    kind: str,
+    account: str,
+    bot_id: str | None,
+    context: Mapping[str, Any],
+    raw: Mapping[str, Any],
+) -> Event | None:
+    message_id = reader.snowflake("id")
+    channel_id = reader.snowflake("channel_id")
+    assert message_id is not None and channel_id is not None
+    message_type = reader.data.get("type", 0)
+    if message_type not in _TALK_TYPES:
+        return None
+    author = reader.sub("author")
+    is_edit = kind == "MESSAGE_UPDATE"
+    if author is None and not is_edit:
+        raise NormalizeError("message without an author", where=reader.prefix + "author")
+    sender = _sender(author, reader.obj("member"), reader.data.get("webhook_id"))
+    if bot_id is not None and sender.id == bot_id:
+        return None
+    content = reader.text("content")
+    edited = reader.text("edited_timestamp")
+    if is_edit and (content is None or edited is None):
+        # an update without new text: an embed unfurl, a pin, a flags change
+        return None
+    reply_to = _reply_to(reader, message_type)
+    referenced = reader.sub("referenced_message")
+    replied_author = referenced.sub("author") if referenced else None
+    replied_to_me = bool(
+        bot_id and replied_author and replied_author.snowflake("id", required=False) == bot_id
+    )
+    conversation_kind, title, meta = _conversation(reader, context)
+    if reader.data.get("webhook_id") is not None:
+        meta["webhook_id"] = str(reader.data["webhook_id"])
+    text = content or ""
+    sent_at = _timestamp(reader.text("timestamp")) or snowflake_time(message_id)
+    event_id = f"{message_id}:edit:{edited}" if is_edit else message_id
+    return Event(
+        address=Address(account, channel_id),
+        event_id=event_id,
+        sender=sender,
+        kind="edit" if is_edit else "message",
+        text=text,
+        platform_message_id=message_id,
+        reply_to=reply_to,
+        mentions_me=replied_to_me or _mentions(reader, text, bot_id),
+        attachments=_attachments(reader),
+        sent_at=(_timestamp(edited) or sent_at) if is_edit else sent_at,
+        conversation_kind=conversation_kind,
+        conversation_title=title,
+        meta=meta,
+        raw=raw,
+    )
+
+
+def _delete(reader: _Reader, account: str, context: Mapping[str, Any]) -> Event:
+    message_id = reader.snowflake("id")
+    channel_id = reader.snowflake("channel_id")
+    assert message_id is not None and channel_id is not None
+    conversation_kind, title, meta = _conversation(reader, context)
+    return Event(
+        address=Address(account, channel_id),
+        event_id=f"{message_id}:delete",
+        sender=Sender(id="unknown", name=""),
+        kind="delete",
+        platform_message_id=message_id,
+        conversation_kind=conversation_kind,
+        conversation_title=title,
+        meta=meta,
+    )
+
+
+def _sender(
+    author: _Reader | None, member: Mapping[str, Any] | None, webhook_id: object
+) -> Sender:
+    if author is None:
+        return Sender(id="unknown", name="")
+    user_id = author.snowflake("id")
+    assert user_id is not None
+    username = author.text("username") or ""
+    discriminator = author.text("discriminator")
+    handle = username
+    if username and discriminator and discriminator != "0":
+        handle = f"{username}#{discriminator}"
+    nick = member.get("nick") if member else None
+    name = nick or author.text("global_name") or username
+    is_bot = bool(author.data.get("bot")) or webhook_id is not None
+    return Sender(id=user_id, name=name, handle=handle or None, is_bot=is_bot)
+
+
+def _reply_to(reader: _Reader, message_type: object) -> str | None:
+    reference = reader.sub("message_reference")
+    if reference is None:
+        return None
+    # type 1 is a forward, not a reply; type is absent on older payloads (a reply)
+    if reference.data.get("type", 0) != 0:
+        return None
+    return reference.snowflake("message_id", required=False)
+
+
+def _mentions(reader: _Reader, text: str, bot_id: str | None) -> bool:
+    if not bot_id:
+        return False
+    for index, user in enumerate(reader.items("mentions")):
+        if not isinstance(user, Mapping):
+            raise NormalizeError(f"expected a user, got {user!r}", where=f"{reader.prefix}mentions.{index}")
+        if str(user.get("id")) == bot_id:
+            return True
+    return f"<@{bot_id}>" in text or f"<@!{bot_id}>" in text
+
+
+def _conversation(
+    reader: _Reader, context: Mapping[str, Any]
+) -> tuple[ConversationKind, str | None, dict[str, Any]]:
+    guild_id = reader.snowflake("guild_id", required=False)
+    meta: dict[str, Any] = {}
+    if guild_id is None:
+        return "direct", None, meta
+    meta["guild_id"] = guild_id
+    guild_name = context.get("guild_name")
+    if guild_name:
+        meta["guild_name"] = str(guild_name)
+    channel_type = context.get("channel_type")
+    # `position` is present only on messages posted in threads
+    is_thread = channel_type in THREAD_CHANNEL_TYPES or (
+        channel_type is None and "position" in reader.data
+    )
+    channel_name = context.get("channel_name")
+    if is_thread:
+        parent_id = context.get("parent_id")
+        parent_name = context.get("parent_name")
+        if parent_id:
+            meta["parent_channel_id"] = str(parent_id)
+        title = f"#{parent_name} › {channel_name}" if parent_name and channel_name else channel_name
+        return "thread", _with_guild(title, guild_name), meta
+    title = f"#{channel_name}" if channel_name else None
+    return "group", _with_guild(title, guild_name), meta
+
+
+def _with_guild(title: str | None, guild_name: object) -> str | None:
+    if title and guild_name:
+        return f"{title} ({guild_name})"
+    return title
+
+
+def _attachments(reader: _Reader) -> tuple[Attachment, ...]:
+    found: list[Attachment] = []
+    for index, item in enumerate(reader.items("attachments")):
+        if not isinstance(item, Mapping):
+            raise NormalizeError(
+                f"expected an attachment object, got {item!r}", where=f"{reader.prefix}attachments.{index}"
+            )
+        mime = item.get("content_type")
+        major = mime.split("/", 1)[0] if isinstance(mime, str) else ""
+        size = item.get("size")
+        found.append(
+            Attachment(
+                kind=major if major in {"image", "video", "audio"} else "file",
+                name=item.get("filename"),
+                mime=mime if isinstance(mime, str) else None,
+                size=size if isinstance(size, int) else None,
+                ref=item.get("url"),
+            )
+        )
+    return tuple(found)
+
+
+def _timestamp(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
