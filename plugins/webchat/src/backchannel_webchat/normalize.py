@@ -1,0 +1,150 @@
+"""Pure functions between the web chat's wire frames and backchannel's model.
+
+The websocket handler turns a visitor's ``{"type": "message"}`` frame into a
+raw payload (`inbound_payload`), hands it to ``ctx.ingest``, and `normalize`
+turns that payload into an `Event`. The event id is derived from the
+client-generated ``client_id``, scoped to the conversation, so a page that
+resends an unacknowledged message after a reconnect adds no second row, and
+no visitor can collide with another visitor's ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from backchannel.errors import NormalizeError
+from backchannel.model import Address, Event, Message, Sender
+
+__all__ = [
+    "AGENT_ID_PREFIX",
+    "PAYLOAD_KIND",
+    "conversation_chat",
+    "inbound_payload",
+    "message_frame",
+    "normalize",
+    "visitor_id",
+]
+
+#: the `kind` of every raw payload the web chat hands to ctx.ingest
+PAYLOAD_KIND = "webchat.message"
+#: platform ids of the agent's messages start with this; visitors' ids never do
+AGENT_ID_PREFIX = "a-"
+#: client-chosen ids (tab ids, client message ids) must look like this
+SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def visitor_id(token: str) -> str:
+    """Return the public id of a visitor from their secret browser token.
+
+    The token lives in the visitor's localStorage and proves who they are; only
+    its hash appears in addresses, the store, the CLI and logs.
+    """
+    return "v" + hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+def conversation_chat(visitor: str, tab: str) -> str:
+    """Return the `Address.chat` of one visitor's tab conversation."""
+    return f"{visitor}.{tab}"
+
+
+def inbound_payload(
+    *,
+    chat: str,
+    visitor: str,
+    name: str,
+    client_id: str,
+    text: str,
+    sent_at: float,
+    title: str | None = None,
+) -> dict[str, Any]:
+    """Return the raw payload the web chat hands to ctx.ingest for one visitor message."""
+    payload: dict[str, Any] = {
+        "kind": PAYLOAD_KIND,
+        "chat": chat,
+        "role": "visitor",
+        "sender": {"id": visitor, "name": name},
+        "client_id": client_id,
+        "text": text,
+        "sent_at": sent_at,
+    }
+    if title:
+        payload["title"] = title
+    return payload
+
+
+def normalize(account: str, raw: Mapping[str, Any]) -> Event | None:
+    """Return the Event for one raw web chat payload, or None for the agent's own messages.
+
+    Raise NormalizeError naming the offending field when the payload is malformed.
+    """
+    if not isinstance(raw, Mapping):
+        raise NormalizeError(f"expected an object, got {type(raw).__name__}", where="payload")
+    if raw.get("kind") != PAYLOAD_KIND:
+        raise NormalizeError(f"expected {PAYLOAD_KIND!r}, got {raw.get('kind')!r}", where="kind")
+    role = raw.get("role")
+    if role == "agent":
+        return None
+    if role != "visitor":
+        raise NormalizeError(f"expected 'visitor' or 'agent', got {role!r}", where="role")
+    chat = _text(raw, "chat")
+    client_id = _text(raw, "client_id")
+    if not SAFE_ID.match(client_id):
+        raise NormalizeError("expected 1-64 letters, digits, '-' or '_'", where="client_id")
+    text = raw.get("text")
+    if not isinstance(text, str):
+        raise NormalizeError(f"expected a string, got {type(text).__name__}", where="text")
+    sender = raw.get("sender")
+    if not isinstance(sender, Mapping):
+        raise NormalizeError("expected an object with id and name", where="sender")
+    sender_id = _text(sender, "id", where="sender.id")
+    name = sender.get("name")
+    sent_at = raw.get("sent_at")
+    if isinstance(sent_at, bool) or not isinstance(sent_at, int | float):
+        raise NormalizeError(f"expected Unix seconds, got {sent_at!r}", where="sent_at")
+    return Event(
+        address=Address(account, chat),
+        event_id=f"{chat}:{client_id}",
+        sender=Sender(sender_id, name if isinstance(name, str) and name else "Visitor"),
+        kind="message",
+        text=text,
+        platform_message_id=client_id,
+        mentions_me=True,  # a web chat is a direct conversation with the agent
+        sent_at=float(sent_at),
+        conversation_kind="direct",
+        conversation_title=raw.get("title") if isinstance(raw.get("title"), str) else None,
+        meta={"channel": "web chat"},
+        raw=raw,
+    )
+
+
+def message_frame(message: Message) -> dict[str, Any]:
+    """Return the ``{"type": "message"}`` frame that shows one stored transcript row."""
+    inbound = message.direction == "in"
+    frame: dict[str, Any] = {
+        "type": "message",
+        "seq": message.seq,
+        "id": message.platform_message_id,
+        "role": "visitor" if inbound else "agent",
+        "sender": message.sender.label,
+        "text": message.text,
+        "sent_at": message.sent_at,
+    }
+    if inbound and message.platform_message_id:
+        frame["client_id"] = message.platform_message_id
+    if message.edited_at is not None:
+        frame["edited"] = True
+    if message.deleted_at is not None:
+        frame["deleted"] = True
+    if not inbound and message.status not in {"sent", "received"}:
+        frame["status"] = message.status
+    return frame
+
+
+def _text(raw: Mapping[str, Any], key: str, where: str | None = None) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value:
+        raise NormalizeError(f"expected a non-empty string, got {value!r}", where=where or key)
+    return value

@@ -1,0 +1,264 @@
+"""One visitor's websocket: the untrusted side of the web chat.
+
+Wire protocol (JSON text frames)::
+
+    page -> server   {"type": "hello", "visitor": TOKEN, "conversation": TAB, "name": "Ada"}
+                     {"type": "message", "client_id": ID, "text": "..."}
+                     {"type": "received", "delivery": TOKEN}
+    server -> page   {"type": "welcome", ...}   {"type": "transcript", "messages": [...]}
+                     {"type": "ack", "client_id": ID, "seq": N}
+                     {"type": "message", ...}   {"type": "edit", ...}   {"type": "typing"}
+                     {"type": "error", "code": ..., "message": ..., ["client_id"], ["retry_after"]}
+
+Every problem with a frame is answered with an error frame and the
+connection is kept; only a wrong first frame, too many tabs or a frame
+larger than the websocket limit closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from aiohttp import WSMsgType, web
+from backchannel.adapter import AdapterContext
+from backchannel.model import now
+
+from .hub import Connection
+from .normalize import (
+    SAFE_ID,
+    conversation_chat,
+    inbound_payload,
+    message_frame,
+    visitor_id,
+)
+
+if TYPE_CHECKING:
+    from .adapter import WebchatAdapter
+
+__all__ = ["VisitorSession"]
+
+HELLO_TIMEOUT = 10.0
+MAX_NAME = 64
+
+
+class VisitorSession:
+    """Serves one websocket from hello to close."""
+
+    def __init__(self, adapter: WebchatAdapter, ctx: AdapterContext, request: web.Request):
+        self.adapter = adapter
+        self.settings = adapter.settings
+        self.ctx = ctx
+        self.request = request
+        self.ws = web.WebSocketResponse(
+            heartbeat=30.0,
+            # generous for UTF-8 and JSON escaping; the character limit is checked on the text
+            max_msg_size=self.settings.max_message_chars * 6 + 4096,
+        )
+        self.connection: Connection | None = None
+
+    async def run(self) -> web.StreamResponse:
+        """Check the origin, upgrade, greet, then serve frames until the page goes away."""
+        if not self._origin_allowed():
+            self.ctx.log.warning("web chat: refused a websocket from another origin")
+            raise web.HTTPForbidden(text="this page's origin may not open the web chat")
+        await self.ws.prepare(self.request)
+        try:
+            connection = await self._hello()
+            if connection is None:
+                return self.ws
+            self.connection = connection
+            await self._serve(connection)
+        finally:
+            if self.connection is not None:
+                self.adapter.hub.remove(self.connection)
+            if not self.ws.closed:
+                await self.ws.close()
+        return self.ws
+
+    # handshake -------------------------------------------------------------
+    def _origin_allowed(self) -> bool:
+        origin = self.request.headers.get("Origin")
+        if origin is None:
+            return True  # not a browser: origin checks guard browsers against other sites
+        origin = origin.rstrip("/")
+        if origin in self.settings.allowed_origins:
+            return True
+        return urlsplit(origin).netloc.lower() == self.request.host.lower()
+
+    async def _hello(self) -> Connection | None:
+        try:
+            async with asyncio.timeout(HELLO_TIMEOUT):
+                message = await self.ws.receive()
+        except TimeoutError:
+            await self._close_with("hello_timeout", "the page did not say hello in time", 1008)
+            return None
+        if message.type != WSMsgType.TEXT:
+            await self.ws.close()
+            return None
+        frame = _parse(message.data)
+        token = frame.get("visitor") if frame else None
+        tab = frame.get("conversation") if frame else None
+        if (
+            frame is None
+            or frame.get("type") != "hello"
+            or not isinstance(token, str)
+            or not 16 <= len(token) <= 128
+            or not isinstance(tab, str)
+            or not SAFE_ID.match(tab)
+        ):
+            await self._close_with(
+                "bad_hello",
+                "the first frame must be {type: hello, visitor: 16-128 chars,"
+                " conversation: 1-64 letters, digits, - or _}",
+                1008,
+            )
+            return None
+        visitor = visitor_id(token)
+        if self.adapter.hub.sockets_of(visitor) >= self.settings.max_sockets_per_visitor:
+            await self._close_with(
+                "too_many_tabs",
+                f"at most {self.settings.max_sockets_per_visitor} web chat tabs may be open"
+                " at once; close one and reload",
+                1008,
+            )
+            return None
+        name = frame.get("name")
+        name = name.strip()[:MAX_NAME] if isinstance(name, str) and name.strip() else "Visitor"
+        connection = Connection(self.ws, visitor, conversation_chat(visitor, tab), name)
+        # join before reading the transcript, so nothing pushed in between is lost;
+        # the page keys messages by seq, so anything in both shows once
+        self.adapter.hub.add(connection)
+        await self.adapter.remember_chat(connection.chat)
+        await self._send(
+            {
+                "type": "welcome",
+                "conversation": connection.chat,
+                "title": self.settings.title,
+                "agent": self.adapter.me.label if self.adapter.me else "Agent",
+                "max_message_chars": self.settings.max_message_chars,
+            }
+        )
+        messages = await self.adapter.transcript(connection.chat)
+        await self._send({"type": "transcript", "messages": [message_frame(m) for m in messages]})
+        return connection
+
+    # frames ----------------------------------------------------------------
+    async def _serve(self, connection: Connection) -> None:
+        async for message in self.ws:
+            if message.type == WSMsgType.TEXT:
+                frame = _parse(message.data)
+                if frame is None:
+                    await self._error("bad_frame", "a frame must be a JSON object with a type")
+                    continue
+                await self._dispatch(connection, frame)
+            elif message.type == WSMsgType.BINARY:
+                await self._error("bad_frame", "binary frames are not understood; send JSON text")
+            elif message.type == WSMsgType.ERROR:
+                self.ctx.log.info("web chat socket error: %s", self.ws.exception())
+                return
+
+    async def _dispatch(self, connection: Connection, frame: dict[str, Any]) -> None:
+        kind = frame.get("type")
+        if kind == "message":
+            await self._visitor_message(connection, frame)
+        elif kind == "received":
+            self.adapter.hub.confirm(connection, frame.get("delivery"))
+        elif kind == "ping":
+            await self._send({"type": "pong"})
+        else:
+            await self._error("bad_frame", f"unknown frame type {str(kind)[:40]!r}")
+
+    async def _visitor_message(self, connection: Connection, frame: dict[str, Any]) -> None:
+        client_id = frame.get("client_id")
+        text = frame.get("text")
+        if not isinstance(client_id, str) or not SAFE_ID.match(client_id):
+            await self._error("bad_frame", "client_id must be 1-64 letters, digits, - or _")
+            return
+        if not isinstance(text, str):
+            await self._error("bad_frame", "text must be a string", client_id=client_id)
+            return
+        if not text.strip():
+            await self._error("empty", "the message is empty", client_id=client_id)
+            return
+        limit = self.settings.max_message_chars
+        if len(text) > limit:
+            await self._error(
+                "too_long",
+                f"the message has {len(text)} characters; at most {limit} are allowed",
+                client_id=client_id,
+            )
+            return
+        wait = self.adapter.visitor_limits.take(connection.visitor)
+        if wait:
+            await self._error(
+                "rate_limited",
+                f"too many messages; try again in {wait:.0f} s",
+                client_id=client_id,
+                retry_after=round(wait, 2),
+            )
+            return
+        payload = inbound_payload(
+            chat=connection.chat,
+            visitor=connection.visitor,
+            name=connection.name,
+            client_id=client_id,
+            text=text,
+            sent_at=now(),
+            title=self.settings.title,
+        )
+        try:
+            result = await self.ctx.ingest(payload)
+        except Exception:
+            self.ctx.log.exception("web chat: storing a visitor message failed")
+            await self._error(
+                "unavailable",
+                "the message could not be stored; it will be retried",
+                client_id=client_id,
+            )
+            return
+        if result.status == "malformed":
+            await self._error("bad_frame", result.reason or "malformed", client_id=client_id)
+            return
+        # acked only now: the message is committed
+        await self._send({"type": "ack", "client_id": client_id, "seq": result.seq})
+        if result.status in {"stored", "held"} and result.seq is not None:
+            others = [
+                c for c in self.adapter.hub.connections(connection.chat) if c is not connection
+            ]
+            if others:
+                echo = {
+                    "type": "message",
+                    "seq": result.seq,
+                    "id": client_id,
+                    "client_id": client_id,
+                    "role": "visitor",
+                    "sender": connection.name,
+                    "text": text,
+                    "sent_at": payload["sent_at"],
+                }
+                await self.adapter.hub.push(others, echo)
+
+    # helpers ---------------------------------------------------------------
+    async def _send(self, frame: dict[str, Any]) -> None:
+        if not self.ws.closed:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self.ws.send_str(json.dumps(frame))
+
+    async def _error(self, code: str, message: str, **extra: Any) -> None:
+        await self._send({"type": "error", "code": code, "message": message, **extra})
+
+    async def _close_with(self, code: str, message: str, close_code: int) -> None:
+        await self._error(code, message)
+        await self.ws.close(code=close_code, message=code.encode())
+
+
+def _parse(data: str) -> dict[str, Any] | None:
+    try:
+        frame = json.loads(data)
+    except ValueError:
+        return None
+    return frame if isinstance(frame, dict) and isinstance(frame.get("type"), str) else None

@@ -1,0 +1,99 @@
+"""The web chat account's settings, read from its config table with clear errors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from attrs import frozen
+from backchannel.errors import ConfigError
+
+__all__ = ["WebchatSettings"]
+
+
+@frozen
+class WebchatSettings:
+    """Everything a web chat account can be configured with (all optional)."""
+
+    #: URL prefix the page is served under; always starts and ends with "/"
+    path: str = "/"
+    #: page title and, unless `agent_name` is set, the agent's display name
+    title: str = "Chat"
+    agent_name: str = "Agent"
+    #: longest visitor message, in characters
+    max_message_chars: int = 4000
+    #: visitor messages per minute per visitor (token bucket refill), and the burst allowed
+    rate_limit: float = 20.0
+    rate_burst: int = 5
+    #: messages of the transcript shown when a page (re)connects
+    history: int = 200
+    #: extra origins allowed to open the websocket (same-origin is always allowed)
+    allowed_origins: tuple[str, ...] = ()
+    #: open websockets (tabs) per visitor
+    max_sockets_per_visitor: int = 8
+    #: seconds `send` waits for a connected page to confirm it displayed a message
+    delivery_timeout: float = 10.0
+    #: agent messages per minute per conversation (a runaway agent cannot flood a tab)
+    agent_rate_limit: float = 60.0
+    agent_burst: int = 20
+    #: longest agent message part; longer sends are split
+    max_text_len: int = 20000
+
+    @classmethod
+    def from_mapping(cls, settings: Mapping[str, Any], where: str = "webchat") -> WebchatSettings:
+        """Build settings from an account's config table; raise ConfigError naming the key."""
+        known = {a.name for a in cls.__attrs_attrs__}
+        values: dict[str, Any] = {}
+        for key, value in settings.items():
+            if key in {"channel", "agent", "binding", "enabled"}:
+                continue  # keys the config layer may leave in the table
+            if key not in known:
+                raise ConfigError(
+                    f"unknown web chat setting (known: {', '.join(sorted(known))})",
+                    key=f"{where}.{key}",
+                )
+            values[key] = _check(key, value, where)
+        title = values.get("title", cls.title)
+        if "agent_name" not in values and "title" in values:
+            values["agent_name"] = title
+        if "path" in values:
+            values["path"] = _normal_path(values["path"], where)
+        return cls(**values)
+
+
+_POSITIVE_NUMBERS = {"rate_limit", "delivery_timeout", "agent_rate_limit"}
+_POSITIVE_INTS = {
+    "max_message_chars",
+    "rate_burst",
+    "history",
+    "max_sockets_per_visitor",
+    "agent_burst",
+    "max_text_len",
+}
+
+
+def _check(key: str, value: Any, where: str) -> Any:
+    name = f"{where}.{key}"
+    if key in _POSITIVE_INTS:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"expected a positive integer, got {value!r}", key=name)
+        return value
+    if key in _POSITIVE_NUMBERS:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(f"expected a positive number, got {value!r}", key=name)
+        return float(value)
+    if key == "allowed_origins":
+        if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+            raise ConfigError("expected a list of origins like 'https://example.com'", key=name)
+        return tuple(v.rstrip("/") for v in value)
+    if not isinstance(value, str) or (key != "path" and not value.strip()):
+        raise ConfigError(f"expected a non-empty string, got {value!r}", key=name)
+    return value
+
+
+def _normal_path(path: str, where: str) -> str:
+    if not path.startswith("/"):
+        raise ConfigError(f"must start with '/', got {path!r}", key=f"{where}.path")
+    if any(c in path for c in "?#\\ "):
+        raise ConfigError(f"must be a plain URL path, got {path!r}", key=f"{where}.path")
+    return path if path.endswith("/") else path + "/"

@@ -1,0 +1,392 @@
+// backchannel web chat page. Plain JavaScript, no build step, no dependencies.
+//
+// Every message is rendered with textContent (never innerHTML), keyed by its
+// transcript seq, so a reload, a reconnect or a push that races the
+// transcript never shows a message twice.
+"use strict";
+
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const log = $("log");
+  const form = $("composer");
+  const input = $("text");
+  const sendButton = $("send");
+  const statusEl = $("status");
+  const typingEl = $("typing");
+  const errorEl = $("error");
+  const emptyEl = $("empty");
+  const counter = $("counter");
+  const scroller = document.querySelector(".conversation");
+
+  const KEY_VISITOR = "backchannel.webchat.visitor";
+  const KEY_NAME = "backchannel.webchat.name";
+  const KEY_TAB = "backchannel.webchat.conversation";
+  const KEY_PENDING = "backchannel.webchat.pending";
+
+  let maxChars = Number(input.getAttribute("maxlength")) || 4000;
+  let agentName = "Agent";
+  let socket = null;
+  let attempts = 0;
+  let reconnectTimer = null;
+  let typingTimer = null;
+  const bySeq = new Map();
+  const byId = new Map();
+  const byClient = new Map();
+
+  // identity ----------------------------------------------------------------
+  function randomId(bytes) {
+    const data = new Uint8Array(bytes);
+    crypto.getRandomValues(data);
+    return Array.from(data, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
+  function remembered(storage, key, make) {
+    let value = null;
+    try { value = storage.getItem(key); } catch (e) { /* storage disabled */ }
+    if (!value) {
+      value = make();
+      try { storage.setItem(key, value); } catch (e) { /* keep it for this page only */ }
+    }
+    return value;
+  }
+
+  const params = new URLSearchParams(location.search);
+  if (params.get("name")) {
+    try { localStorage.setItem(KEY_NAME, params.get("name").slice(0, 64)); } catch (e) { /* ignore */ }
+  }
+  const visitor = remembered(localStorage, KEY_VISITOR, () => randomId(16));
+  let tab = remembered(sessionStorage, KEY_TAB, () => randomId(8));
+
+  function visitorName() {
+    try { return localStorage.getItem(KEY_NAME) || ""; } catch (e) { return ""; }
+  }
+
+  // messages waiting for the server's ack survive a reload of this tab
+  function loadPending() {
+    try { return JSON.parse(sessionStorage.getItem(KEY_PENDING) || "[]"); } catch (e) { return []; }
+  }
+  let pending = loadPending();
+  function savePending() {
+    try { sessionStorage.setItem(KEY_PENDING, JSON.stringify(pending)); } catch (e) { /* ignore */ }
+  }
+
+  // rendering ---------------------------------------------------------------
+  function formatTime(seconds) {
+    const date = seconds ? new Date(seconds * 1000) : new Date();
+    return date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  }
+
+  function findBubble(frame) {
+    return (frame.seq != null && bySeq.get(frame.seq)) ||
+      (frame.client_id && byClient.get(frame.client_id)) ||
+      (frame.message_id && byId.get(frame.message_id)) ||
+      (frame.id && byId.get(frame.id)) || null;
+  }
+
+  function createBubble(frame) {
+    const li = document.createElement("li");
+    li.className = "msg " + (frame.role === "visitor" ? "visitor" : "agent");
+    const meta = document.createElement("div");
+    meta.className = "meta";
+    const who = document.createElement("span");
+    who.className = "who";
+    const time = document.createElement("time");
+    const state = document.createElement("span");
+    state.className = "state";
+    meta.append(who, time, state);
+    const body = document.createElement("div");
+    body.className = "body";
+    li.append(meta, body);
+    li.parts = [];
+    return li;
+  }
+
+  function setState(li, text, failed) {
+    const state = li.querySelector(".state");
+    state.textContent = text || "";
+    state.classList.toggle("failed", Boolean(failed));
+    li.classList.toggle("failed", Boolean(failed));
+    li.classList.toggle("pending", !failed && Boolean(text));
+  }
+
+  function place(li, seq) {
+    if (seq == null) {
+      log.append(li);
+      return;
+    }
+    li.dataset.seq = String(seq);
+    for (const other of log.children) {
+      if (other === li) continue;
+      const otherSeq = other.dataset.seq ? Number(other.dataset.seq) : Infinity;
+      if (otherSeq > seq) {
+        if (li.nextSibling !== other) log.insertBefore(li, other);
+        return;
+      }
+    }
+    if (log.lastElementChild !== li) log.append(li);
+  }
+
+  function render(frame) {
+    let li = findBubble(frame);
+    const isNew = !li;
+    if (isNew) li = createBubble(frame);
+    const who = frame.role === "visitor" ? "You" : (frame.sender || agentName);
+    li.querySelector(".who").textContent = who;
+    const time = li.querySelector("time");
+    time.textContent = formatTime(frame.sent_at);
+    if (frame.sent_at) time.dateTime = new Date(frame.sent_at * 1000).toISOString();
+    const body = li.querySelector(".body");
+    if (frame.parts > 1 && !li.complete) {
+      li.parts[frame.part] = frame.text;
+      body.textContent = li.parts.filter((p) => p != null).join("\n");
+    } else if (frame.text != null) {
+      body.textContent = frame.text;
+      if (frame.parts == null && frame.seq != null) li.complete = true;
+    }
+    if (frame.reply_to && !li.querySelector(".quote")) {
+      const target = byId.get(frame.reply_to) || byClient.get(frame.reply_to);
+      if (target) {
+        const quote = document.createElement("div");
+        quote.className = "quote";
+        const text = target.querySelector(".body").textContent;
+        quote.textContent = "↪ " + (text.length > 80 ? text.slice(0, 80) + "…" : text);
+        li.insertBefore(quote, body);
+      }
+    }
+    if (frame.edited) markEdited(li);
+    if (frame.status === "failed") setState(li, "not delivered", true);
+    else if (frame.status === "uncertain") setState(li, "may not have been delivered", true);
+    else if (frame.status === "sending") setState(li, "sending…", false);
+    else if (frame.seq != null) setState(li, "", false);
+    if (frame.seq != null) bySeq.set(frame.seq, li);
+    if (frame.id) byId.set(frame.id, li);
+    if (frame.message_id) byId.set(frame.message_id, li);
+    if (frame.client_id) byClient.set(frame.client_id, li);
+    place(li, frame.seq);
+    emptyEl.hidden = log.children.length > 0;
+    return isNew;
+  }
+
+  function markEdited(li) {
+    const meta = li.querySelector(".meta");
+    if (!meta.querySelector(".edited")) {
+      const edited = document.createElement("span");
+      edited.className = "edited";
+      edited.textContent = "edited";
+      meta.append(edited);
+    }
+  }
+
+  function scrollToEnd() {
+    scroller.scrollTop = scroller.scrollHeight;
+  }
+
+  function showError(text) {
+    errorEl.textContent = text || "";
+  }
+
+  function setStatus(state, text) {
+    statusEl.dataset.state = state;
+    statusEl.textContent = text;
+  }
+
+  // connection --------------------------------------------------------------
+  function socketUrl() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    const dir = location.pathname.replace(/[^/]*$/, "");
+    return scheme + location.host + dir + "ws";
+  }
+
+  function connect() {
+    clearTimeout(reconnectTimer);
+    setStatus("connecting", attempts ? "Reconnecting…" : "Connecting…");
+    const ws = new WebSocket(socketUrl());
+    socket = ws;
+    ws.addEventListener("open", () => {
+      ws.send(JSON.stringify({ type: "hello", visitor, conversation: tab, name: visitorName() }));
+    });
+    ws.addEventListener("message", (event) => {
+      let frame;
+      try { frame = JSON.parse(event.data); } catch (e) { return; }
+      if (ws === socket) handle(ws, frame);
+    });
+    ws.addEventListener("close", (event) => {
+      if (ws !== socket) return;
+      socket = null;
+      setStatus("offline", "Offline — reconnecting…");
+      sendButton.disabled = false;
+      attempts += 1;
+      const slow = event.reason === "too_many_tabs" ? 30000 : 0;
+      const delay = slow || Math.min(10000, 400 * 2 ** Math.min(attempts, 5)) * (0.75 + Math.random() / 2);
+      reconnectTimer = setTimeout(connect, delay);
+    });
+  }
+
+  function send(frame) {
+    if (socket && socket.readyState === WebSocket.OPEN) {
+      socket.send(JSON.stringify(frame));
+      return true;
+    }
+    return false;
+  }
+
+  function handle(ws, frame) {
+    switch (frame.type) {
+      case "welcome":
+        attempts = 0;
+        agentName = frame.agent || agentName;
+        if (frame.max_message_chars) {
+          maxChars = frame.max_message_chars;
+          input.maxLength = maxChars;
+        }
+        setStatus("online", "Online");
+        showError("");
+        break;
+      case "transcript":
+        log.setAttribute("aria-busy", "true");
+        for (const message of frame.messages || []) render(message);
+        for (const item of pending) {
+          if (!byClient.has(item.client_id)) {
+            render({ client_id: item.client_id, role: "visitor", text: item.text, status: "sending" });
+          }
+          send({ type: "message", client_id: item.client_id, text: item.text });
+        }
+        log.setAttribute("aria-busy", "false");
+        emptyEl.hidden = log.children.length > 0;
+        scrollToEnd();
+        break;
+      case "ack": {
+        pending = pending.filter((item) => item.client_id !== frame.client_id);
+        savePending();
+        const li = byClient.get(frame.client_id);
+        if (li && frame.seq != null) render({ client_id: frame.client_id, seq: frame.seq, role: "visitor" });
+        break;
+      }
+      case "message":
+        if (frame.role === "agent") hideTyping();
+        render(frame);
+        if (frame.delivery) send({ type: "received", delivery: frame.delivery });
+        scrollToEnd();
+        break;
+      case "edit": {
+        const li = byId.get(frame.id);
+        if (li) {
+          li.querySelector(".body").textContent = frame.text;
+          markEdited(li);
+        }
+        if (frame.delivery) send({ type: "received", delivery: frame.delivery });
+        break;
+      }
+      case "typing":
+        showTyping(frame.sender || agentName);
+        break;
+      case "error":
+        handleError(frame);
+        break;
+      default:
+        break;
+    }
+  }
+
+  function handleError(frame) {
+    const li = frame.client_id ? byClient.get(frame.client_id) : null;
+    if (frame.code === "rate_limited" && frame.client_id) {
+      const wait = Math.max(1, Number(frame.retry_after) || 3);
+      if (li) setState(li, "waiting " + Math.ceil(wait) + " s…", false);
+      showError("You are sending quickly; your message will go out in " + Math.ceil(wait) + " s.");
+      setTimeout(() => {
+        const item = pending.find((p) => p.client_id === frame.client_id);
+        if (item) send({ type: "message", client_id: item.client_id, text: item.text });
+      }, wait * 1000);
+      return;
+    }
+    if (frame.code === "unavailable" && frame.client_id) {
+      showError(frame.message);
+      setTimeout(() => {
+        const item = pending.find((p) => p.client_id === frame.client_id);
+        if (item) send({ type: "message", client_id: item.client_id, text: item.text });
+      }, 3000);
+      return;
+    }
+    if (frame.client_id) {
+      pending = pending.filter((item) => item.client_id !== frame.client_id);
+      savePending();
+      if (li) setState(li, "not sent", true);
+    }
+    showError(frame.message || "Something went wrong.");
+  }
+
+  function showTyping(name) {
+    typingEl.textContent = name + " is typing…";
+    clearTimeout(typingTimer);
+    typingTimer = setTimeout(hideTyping, 6000);
+  }
+
+  function hideTyping() {
+    clearTimeout(typingTimer);
+    typingEl.textContent = "";
+  }
+
+  // composing ---------------------------------------------------------------
+  function updateCounter() {
+    const length = input.value.length;
+    counter.textContent = length > maxChars * 0.8 ? length + " / " + maxChars : "";
+    counter.classList.toggle("over", length > maxChars);
+  }
+
+  function autosize() {
+    input.style.height = "auto";
+    input.style.height = Math.min(input.scrollHeight + 2, 192) + "px";
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const text = input.value;
+    if (!text.trim()) return;
+    if (text.length > maxChars) {
+      showError("Your message has " + text.length + " characters; at most " + maxChars + " are allowed.");
+      return;
+    }
+    showError("");
+    const clientId = randomId(12);
+    pending.push({ client_id: clientId, text });
+    savePending();
+    render({ client_id: clientId, role: "visitor", text, status: "sending" });
+    send({ type: "message", client_id: clientId, text });
+    input.value = "";
+    updateCounter();
+    autosize();
+    scrollToEnd();
+    input.focus();
+  });
+
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      form.requestSubmit();
+    }
+  });
+  input.addEventListener("input", () => { updateCounter(); autosize(); });
+
+  $("new-chat").addEventListener("click", () => {
+    tab = randomId(8);
+    try { sessionStorage.setItem(KEY_TAB, tab); } catch (e) { /* ignore */ }
+    pending = [];
+    savePending();
+    bySeq.clear(); byId.clear(); byClient.clear();
+    log.replaceChildren();
+    emptyEl.hidden = false;
+    hideTyping();
+    attempts = 0;
+    if (socket) {
+      const old = socket;
+      socket = null;
+      old.close(1000, "new chat");
+    }
+    connect();
+    input.focus();
+  });
+
+  connect();
+  input.focus();
+})();
