@@ -26,7 +26,9 @@ async def fake() -> AsyncIterator[FakeDiscord]:
 
 
 @pytest.fixture
-async def adapter(fake: FakeDiscord, contract_context: ContractContext) -> AsyncIterator[DiscordAdapter]:
+async def adapter(
+    fake: FakeDiscord, contract_context: ContractContext
+) -> AsyncIterator[DiscordAdapter]:
     started = DiscordAdapter(contract_context.account, {**fake.settings, **FAST})
     await started.start(contract_context.bind(started))
     yield started

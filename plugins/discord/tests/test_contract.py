@@ -64,9 +64,7 @@ class TestDiscordContract(AdapterContract):
     async def harness(
         self, fake: FakeDiscord, contract_context: ContractContext
     ) -> AsyncIterator[DiscordHarness]:
-        adapter = DiscordAdapter(
-            contract_context.account, {**fake.settings, **FAST}
-        )
+        adapter = DiscordAdapter(contract_context.account, {**fake.settings, **FAST})
         await adapter.start(contract_context.bind(adapter))
         yield DiscordHarness(adapter, fake)
         await adapter.stop()

@@ -26,12 +26,11 @@ from typing import Any, TypeVar
 import aiohttp
 import discord
 import yarl
-from discord.gateway import DiscordWebSocket
-from discord.http import Route
-
 from backchannel.adapter import AdapterContext, Capabilities, split_text
 from backchannel.errors import BackchannelError, ConfigError, RateLimited, Rejected, Uncertain
 from backchannel.model import Address, Event, Outbound, Receipt, Sender
+from discord.gateway import DiscordWebSocket
+from discord.http import Route
 
 from .normalize import CONTEXT_KEY, normalize_payload
 
@@ -122,11 +121,17 @@ class DiscordAdapter:
         # waits belong to the switchboard's outbox retry, not to a blocked send
         client.http.max_ratelimit_timeout = self.max_ratelimit_wait
         self._client = client
-        self._ingest_task = asyncio.create_task(self._ingest_loop(), name=f"discord-ingest-{self.account}")
-        self._client_task = asyncio.create_task(self._run_client(client), name=f"discord-{self.account}")
+        self._ingest_task = asyncio.create_task(
+            self._ingest_loop(), name=f"discord-ingest-{self.account}"
+        )
+        self._client_task = asyncio.create_task(
+            self._run_client(client), name=f"discord-{self.account}"
+        )
         ready = asyncio.create_task(self._ready.wait())
         done, _ = await asyncio.wait(
-            {ready, self._client_task}, timeout=self.ready_timeout, return_when=asyncio.FIRST_COMPLETED
+            {ready, self._client_task},
+            timeout=self.ready_timeout,
+            return_when=asyncio.FIRST_COMPLETED,
         )
         ready.cancel()
         if self._ready.is_set():
@@ -225,7 +230,9 @@ class DiscordAdapter:
                 data = payload.get("d") or {}
                 for message_id in data.get("ids") or ():
                     single = {k: v for k, v in data.items() if k != "ids"}
-                    await self._ingest({"op": 0, "t": "MESSAGE_DELETE", "d": {**single, "id": message_id}})
+                    await self._ingest(
+                        {"op": 0, "t": "MESSAGE_DELETE", "d": {**single, "id": message_id}}
+                    )
 
     async def _ingest(self, payload: dict[str, Any]) -> None:
         assert self._ctx is not None
@@ -259,7 +266,10 @@ class DiscordAdapter:
         channel = client.get_channel(channel_id) if client is not None else None
         if channel is None:
             return {}
-        context: dict[str, Any] = {"channel_type": channel.type.value}
+        context: dict[str, Any] = {}
+        channel_type = getattr(channel, "type", None)
+        if channel_type is not None:
+            context["channel_type"] = channel_type.value
         name = getattr(channel, "name", None)
         if name:
             context["channel_name"] = name
@@ -292,7 +302,9 @@ class DiscordAdapter:
                     f"characters); this text has {len(outbound.text)}"
                 )
             target = channel.get_partial_message(_snowflake(outbound.target, "target"))
-            await self._call(target.edit(content=outbound.text, allowed_mentions=self.allowed_mentions))
+            await self._call(
+                target.edit(content=outbound.text, allowed_mentions=self.allowed_mentions)
+            )
             return Receipt(str(target.id), (str(target.id),))
         return await self._post(channel, outbound)
 
@@ -308,19 +320,21 @@ class DiscordAdapter:
         parts = split_text(outbound.text, self.capabilities.max_text_len) or [""]
         ids: list[str] = []
         for index, part in enumerate(parts):
-            reference = None
+            options: dict[str, Any] = {}
             if outbound.reply_to and index == 0:
-                reference = discord.MessageReference(
+                options["reference"] = discord.MessageReference(
                     message_id=_snowflake(outbound.reply_to, "reply_to"),
                     channel_id=channel.id,
                     fail_if_not_exists=False,
                 )
+            nonce = _nonce(outbound, index, part)
+            if nonce is not None:
+                options["nonce"] = nonce
             send = channel.send(
                 content=part,
-                reference=reference,
                 allowed_mentions=self.allowed_mentions,
                 silent=outbound.quiet,
-                nonce=_nonce(outbound, index, part),
+                **options,
             )
             try:
                 message = await self._call(send)
@@ -347,7 +361,9 @@ class DiscordAdapter:
         except discord.HTTPException as error:
             raise _map_http_error(error) from None
         except aiohttp.ClientConnectorError as error:
-            raise RateLimited(5.0, f"could not connect to Discord ({type(error).__name__})") from None
+            raise RateLimited(
+                5.0, f"could not connect to Discord ({type(error).__name__})"
+            ) from None
         except (aiohttp.ClientError, OSError) as error:
             raise Uncertain(
                 f"the connection to Discord failed mid-request ({type(error).__name__}); "

@@ -200,9 +200,7 @@ def _delete(reader: _Reader, account: str, context: Mapping[str, Any]) -> Event:
     )
 
 
-def _sender(
-    author: _Reader | None, member: Mapping[str, Any] | None, webhook_id: object
-) -> Sender:
+def _sender(author: _Reader | None, member: Mapping[str, Any] | None, webhook_id: object) -> Sender:
     if author is None:
         return Sender(id="unknown", name="")
     user_id = author.snowflake("id")
@@ -233,7 +231,9 @@ def _mentions(reader: _Reader, text: str, bot_id: str | None) -> bool:
         return False
     for index, user in enumerate(reader.items("mentions")):
         if not isinstance(user, Mapping):
-            raise NormalizeError(f"expected a user, got {user!r}", where=f"{reader.prefix}mentions.{index}")
+            raise NormalizeError(
+                f"expected a user, got {user!r}", where=f"{reader.prefix}mentions.{index}"
+            )
         if str(user.get("id")) == bot_id:
             return True
     return f"<@{bot_id}>" in text or f"<@!{bot_id}>" in text
@@ -278,7 +278,8 @@ def _attachments(reader: _Reader) -> tuple[Attachment, ...]:
     for index, item in enumerate(reader.items("attachments")):
         if not isinstance(item, Mapping):
             raise NormalizeError(
-                f"expected an attachment object, got {item!r}", where=f"{reader.prefix}attachments.{index}"
+                f"expected an attachment object, got {item!r}",
+                where=f"{reader.prefix}attachments.{index}",
             )
         mime = item.get("content_type")
         major = mime.split("/", 1)[0] if isinstance(mime, str) else ""

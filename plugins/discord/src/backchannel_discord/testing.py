@@ -455,7 +455,9 @@ class FakeDiscord:
         try:
             await asyncio.wait_for(waiter(), timeout)
         except TimeoutError:
-            raise AssertionError(f"FakeDiscord: timed out after {timeout}s waiting for {what}") from None
+            raise AssertionError(
+                f"FakeDiscord: timed out after {timeout}s waiting for {what}"
+            ) from None
 
     async def wait_for_sent(
         self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0
@@ -498,7 +500,7 @@ class FakeDiscord:
         """Drop every gateway connection: abruptly (no close frame) or with close `code`."""
         for connection in list(self._connections):
             if code is None:
-                transport = connection.ws._req.transport if connection.ws._req else None  # noqa: SLF001
+                transport = connection.ws._req.transport if connection.ws._req else None
                 if transport is not None:
                     transport.abort()
             else:
@@ -565,7 +567,11 @@ class FakeDiscord:
         if session.intents & INTENT_MESSAGE_CONTENT or "content" not in copy:
             return copy
         mentioned = any(m.get("id") == self.bot_id for m in copy.get("mentions", []))
-        if copy.get("guild_id") and not mentioned and copy.get("author", {}).get("id") != self.bot_id:
+        if (
+            copy.get("guild_id")
+            and not mentioned
+            and copy.get("author", {}).get("id") != self.bot_id
+        ):
             copy["content"] = ""
             copy["embeds"], copy["attachments"], copy["components"] = [], [], []
         return copy
@@ -588,7 +594,8 @@ class FakeDiscord:
         self._connections.append(connection)
         try:
             await self._send(
-                connection, {"op": 10, "d": {"heartbeat_interval": int(self.heartbeat_interval * 1000)}}
+                connection,
+                {"op": 10, "d": {"heartbeat_interval": int(self.heartbeat_interval * 1000)}},
             )
             async for frame in ws:
                 if frame.type is not WSMsgType.TEXT:
@@ -677,7 +684,12 @@ class FakeDiscord:
             if payload["s"] > start:
                 await self._send(connection, payload)
         session.seq += 1
-        resumed = {"op": 0, "t": "RESUMED", "s": session.seq, "d": {"_trace": ['["fake-gateway",{}]']}}
+        resumed = {
+            "op": 0,
+            "t": "RESUMED",
+            "s": session.seq,
+            "d": {"_trace": ['["fake-gateway",{}]']},
+        }
         session.backlog.append(resumed)
         await self._send(connection, resumed)
         await self._notify()
@@ -834,7 +846,8 @@ class FakeDiscord:
         if len(rest) == 2 and method == "PATCH":
             if message["author"]["id"] != self.bot_id:
                 return self._json(
-                    403, {"message": "Cannot edit a message authored by another user", "code": 50005}
+                    403,
+                    {"message": "Cannot edit a message authored by another user", "code": 50005},
                 )
             message["content"] = (body or {}).get("content", message["content"])
             message["edited_timestamp"] = _iso(time.time())
@@ -864,7 +877,9 @@ class FakeDiscord:
         message["allowed_mentions"] = body.get("allowed_mentions")
         self.messages[message["id"]] = message
         self.sent.append(message)
-        await self.dispatch("MESSAGE_CREATE", {k: v for k, v in message.items() if k != "allowed_mentions"})
+        await self.dispatch(
+            "MESSAGE_CREATE", {k: v for k, v in message.items() if k != "allowed_mentions"}
+        )
         return message
 
     async def _fault(self, fault: _Fault, bucket: str, request: web.Request) -> web.StreamResponse:
@@ -913,7 +928,9 @@ class FakeDiscord:
         )
         return response
 
-    def _json(self, status: int, body: Any, headers: Mapping[str, str] | None = None) -> web.Response:
+    def _json(
+        self, status: int, body: Any, headers: Mapping[str, str] | None = None
+    ) -> web.Response:
         response = web.Response(status=status, text=json.dumps(body), headers=dict(headers or {}))
         response.content_type = _JSON  # exactly application/json: discord.py checks it
         response.charset = None

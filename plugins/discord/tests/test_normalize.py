@@ -1,0 +1,321 @@
+"""normalize on payloads shaped as Discord documents them (and as the gateway really sends them)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from backchannel.errors import NormalizeError
+from backchannel_discord.normalize import normalize_payload, snowflake_time
+
+BOT = "1100000000000000001"
+GUILD = "197038439483310086"
+CHANNEL = "290926798999357250"
+THREAD = "1230000000000000077"
+
+# the Message object example from Discord's docs (channel resource), as MESSAGE_CREATE carries it
+DOCS_MESSAGE: dict[str, Any] = {
+    "reactions": [{"count": 1, "me": False, "emoji": {"id": None, "name": "🔥"}}],
+    "attachments": [],
+    "tts": False,
+    "embeds": [],
+    "timestamp": "2017-07-11T17:27:07.299000+00:00",
+    "mention_everyone": False,
+    "id": "334385199974967042",
+    "pinned": False,
+    "edited_timestamp": None,
+    "author": {
+        "username": "Mason",
+        "discriminator": "9999",
+        "id": "53908099506183680",
+        "avatar": "a_bab14f271d565501444b2ca3be944b25",
+    },
+    "mention_roles": [],
+    "content": "Supa Hot",
+    "channel_id": CHANNEL,
+    "mentions": [],
+    "type": 0,
+}
+
+
+def envelope(kind: str, data: dict[str, Any], **context: Any) -> dict[str, Any]:
+    payload: dict[str, Any] = {"op": 0, "t": kind, "s": 12, "d": data}
+    if context:
+        payload["backchannel"] = context
+    return payload
+
+
+def in_guild(**extra: Any) -> dict[str, Any]:
+    message = copy.deepcopy(DOCS_MESSAGE)
+    message["guild_id"] = GUILD
+    message["member"] = {
+        "roles": [],
+        "nick": None,
+        "joined_at": "2016-06-01T10:00:00.000000+00:00",
+        "deaf": False,
+        "mute": False,
+        "flags": 0,
+    }
+    message.update(extra)
+    return message
+
+
+def norm(raw: dict[str, Any]) -> Any:
+    return normalize_payload(raw, account="main", bot_id=BOT)
+
+
+def test_docs_message_in_a_guild_channel_is_a_group_message() -> None:
+    event = norm(envelope("MESSAGE_CREATE", in_guild(), channel_name="general", guild_name="Ops"))
+    assert event.kind == "message"
+    assert event.event_id == "334385199974967042"
+    assert event.platform_message_id == "334385199974967042"
+    assert (event.address.account, event.address.chat, event.address.thread) == (
+        "main",
+        CHANNEL,
+        None,
+    )
+    assert event.conversation_kind == "group"
+    assert event.conversation_title == "#general (Ops)"
+    assert event.text == "Supa Hot"
+    assert event.sender.id == "53908099506183680"
+    assert event.sender.name == "Mason"
+    assert event.sender.handle == "Mason#9999"
+    assert not event.sender.is_bot
+    assert not event.mentions_me
+    assert event.sent_at == pytest.approx(1499794027.299)
+    assert event.meta["guild_id"] == GUILD
+
+
+def test_sender_name_prefers_member_nick_then_global_name() -> None:
+    message = in_guild()
+    message["author"] = {**message["author"], "global_name": "Mason G", "discriminator": "0"}
+    assert norm(envelope("MESSAGE_CREATE", message)).sender.name == "Mason G"
+    message["member"]["nick"] = "Supa Mason"
+    event = norm(envelope("MESSAGE_CREATE", message))
+    assert event.sender.name == "Supa Mason"
+    assert event.sender.handle == "Mason"
+
+
+def test_message_without_guild_id_is_a_direct_conversation() -> None:
+    event = norm(envelope("MESSAGE_CREATE", copy.deepcopy(DOCS_MESSAGE)))
+    assert event.conversation_kind == "direct"
+    assert event.address.chat == CHANNEL
+    assert "guild_id" not in event.meta
+
+
+def test_thread_message_is_its_own_conversation_titled_by_parent() -> None:
+    message = in_guild(channel_id=THREAD, position=3)
+    event = norm(
+        envelope(
+            "MESSAGE_CREATE",
+            message,
+            channel_type=11,
+            channel_name="release plan",
+            parent_id=CHANNEL,
+            parent_name="general",
+            guild_name="Ops",
+        )
+    )
+    assert event.conversation_kind == "thread"
+    assert event.address.chat == THREAD
+    assert event.address.thread is None
+    assert event.conversation_title == "#general › release plan (Ops)"
+    assert event.meta["parent_channel_id"] == CHANNEL
+
+
+def test_thread_message_captured_without_cache_context_is_still_a_thread() -> None:
+    event = norm(envelope("MESSAGE_CREATE", in_guild(channel_id=THREAD, position=0)))
+    assert event.conversation_kind == "thread"
+    assert event.address.chat == THREAD
+
+
+def test_reply_sets_reply_to_and_a_reply_to_the_bot_mentions_it() -> None:
+    bot_message = in_guild(
+        id="334385199974967000", author={"id": BOT, "username": "bc", "bot": True}
+    )
+    reply = in_guild(
+        id="334385199974967099",
+        type=19,
+        content="thanks",
+        message_reference={
+            "type": 0,
+            "message_id": "334385199974967000",
+            "channel_id": CHANNEL,
+            "guild_id": GUILD,
+        },
+        referenced_message=bot_message,
+    )
+    event = norm(envelope("MESSAGE_CREATE", reply))
+    assert event.reply_to == "334385199974967000"
+    assert event.mentions_me
+
+
+def test_reply_to_someone_else_does_not_mention_the_bot() -> None:
+    reply = in_guild(
+        type=19,
+        message_reference={"message_id": "1", "channel_id": CHANNEL},
+        referenced_message=in_guild(id="1"),
+    )
+    event = norm(envelope("MESSAGE_CREATE", reply))
+    assert event.reply_to == "1"
+    assert not event.mentions_me
+
+
+def test_forwarded_message_is_not_a_reply() -> None:
+    forward = in_guild(
+        message_reference={"type": 1, "message_id": "5", "channel_id": "6"},
+        message_snapshots=[{"message": {"content": "fwd", "type": 0}}],
+        content="",
+    )
+    assert norm(envelope("MESSAGE_CREATE", forward)).reply_to is None
+
+
+@pytest.mark.parametrize(
+    ("content", "mentions"),
+    [
+        (f"<@{BOT}> status?", [{"id": BOT, "username": "bc", "bot": True}]),
+        (f"<@!{BOT}> status?", []),
+    ],
+)
+def test_mention_of_the_bot_sets_mentions_me(content: str, mentions: list[Any]) -> None:
+    event = norm(envelope("MESSAGE_CREATE", in_guild(content=content, mentions=mentions)))
+    assert event.mentions_me
+
+
+def test_own_messages_and_own_edits_are_none() -> None:
+    mine = in_guild(author={"id": BOT, "username": "bc", "bot": True})
+    assert norm(envelope("MESSAGE_CREATE", mine)) is None
+    edited = {**mine, "edited_timestamp": "2017-07-11T17:30:00.000000+00:00"}
+    assert norm(envelope("MESSAGE_UPDATE", edited)) is None
+
+
+def test_other_bots_and_webhooks_are_kept_and_marked() -> None:
+    other = in_guild(author={"id": "77", "username": "otherbot", "bot": True})
+    assert norm(envelope("MESSAGE_CREATE", other)).sender.is_bot
+    hook = in_guild(webhook_id="88", author={"id": "88", "username": "CI", "discriminator": "0000"})
+    event = norm(envelope("MESSAGE_CREATE", hook))
+    assert event.sender.is_bot
+    assert event.meta["webhook_id"] == "88"
+
+
+@pytest.mark.parametrize("system_type", [6, 7, 8, 18, 21])
+def test_system_messages_are_not_for_the_agent(system_type: int) -> None:
+    assert norm(envelope("MESSAGE_CREATE", in_guild(type=system_type, content=""))) is None
+
+
+def test_edit_event_id_is_unique_per_edit_and_targets_the_message() -> None:
+    first = in_guild(content="v2", edited_timestamp="2017-07-11T17:30:00.000000+00:00")
+    second = in_guild(content="v3", edited_timestamp="2017-07-11T17:31:00.000000+00:00")
+    one = norm(envelope("MESSAGE_UPDATE", first))
+    two = norm(envelope("MESSAGE_UPDATE", second))
+    assert one.kind == two.kind == "edit"
+    assert one.platform_message_id == two.platform_message_id == "334385199974967042"
+    assert one.event_id != two.event_id
+    assert one.text == "v2"
+    assert one.sent_at == pytest.approx(1499794200.0)
+
+
+def test_partial_update_without_author_still_edits() -> None:
+    partial = {
+        "id": "334385199974967042",
+        "channel_id": CHANNEL,
+        "guild_id": GUILD,
+        "content": "fixed typo",
+        "edited_timestamp": "2017-07-11T17:30:00.000000+00:00",
+    }
+    event = norm(envelope("MESSAGE_UPDATE", partial))
+    assert event.kind == "edit"
+    assert event.text == "fixed typo"
+
+
+def test_update_that_changes_no_text_is_ignored() -> None:
+    unfurl = {
+        "id": "334385199974967042",
+        "channel_id": CHANNEL,
+        "guild_id": GUILD,
+        "embeds": [{"type": "link", "url": "https://example.com"}],
+    }
+    assert norm(envelope("MESSAGE_UPDATE", unfurl)) is None
+
+
+def test_delete_targets_the_message() -> None:
+    event = norm(
+        envelope(
+            "MESSAGE_DELETE", {"id": "334385199974967042", "channel_id": CHANNEL, "guild_id": GUILD}
+        )
+    )
+    assert event.kind == "delete"
+    assert event.platform_message_id == "334385199974967042"
+    assert event.event_id == "334385199974967042:delete"
+    assert event.address.chat == CHANNEL
+
+
+def test_attachments_become_metadata() -> None:
+    attachment = {
+        "id": "1100000000000000999",
+        "filename": "graph.png",
+        "size": 48213,
+        "url": "https://cdn.discordapp.com/attachments/1/2/graph.png",
+        "proxy_url": "https://media.discordapp.net/attachments/1/2/graph.png",
+        "content_type": "image/png",
+        "width": 640,
+        "height": 480,
+    }
+    plain = {"id": "2", "filename": "notes", "size": 10, "url": "https://cdn/notes"}
+    event = norm(envelope("MESSAGE_CREATE", in_guild(content="", attachments=[attachment, plain])))
+    first, second = event.attachments
+    assert (first.kind, first.name, first.mime, first.size) == (
+        "image",
+        "graph.png",
+        "image/png",
+        48213,
+    )
+    assert first.ref == attachment["url"]
+    assert (second.kind, second.mime) == ("file", None)
+
+
+def test_integer_ids_extra_fields_and_bare_message_objects_are_accepted() -> None:
+    message = in_guild(id=334385199974967042, channel_id=int(CHANNEL), flags=0, poll=None)
+    message["author"]["id"] = 53908099506183680
+    message["some_future_field"] = {"x": 1}
+    event = norm(message)  # a bare Message object, as REST returns it
+    assert event.kind == "message"
+    assert event.event_id == "334385199974967042"
+    assert event.address.chat == CHANNEL
+
+
+def test_missing_timestamp_falls_back_to_the_snowflake_time() -> None:
+    message = in_guild()
+    del message["timestamp"]
+    assert norm(envelope("MESSAGE_CREATE", message)).sent_at == pytest.approx(
+        snowflake_time("334385199974967042")
+    )
+    assert snowflake_time("175928847299117063") == pytest.approx(1462015105.796)
+
+
+def test_other_dispatches_are_not_for_the_agent() -> None:
+    assert norm(envelope("TYPING_START", {"channel_id": CHANNEL, "user_id": "1"})) is None
+    assert norm({"op": 11}) is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "where"),
+    [
+        (envelope("MESSAGE_CREATE", None), "d"),  # type: ignore[arg-type]
+        (envelope("MESSAGE_CREATE", {**DOCS_MESSAGE, "id": None}), "d.id"),
+        (envelope("MESSAGE_CREATE", {**DOCS_MESSAGE, "channel_id": "general"}), "d.channel_id"),
+        (
+            envelope("MESSAGE_CREATE", {k: v for k, v in DOCS_MESSAGE.items() if k != "author"}),
+            "d.author",
+        ),
+        (envelope("MESSAGE_CREATE", {**DOCS_MESSAGE, "author": "Mason"}), "d.author"),
+        (envelope("MESSAGE_CREATE", {**DOCS_MESSAGE, "content": ["x"]}), "d.content"),
+        (envelope("MESSAGE_CREATE", {**DOCS_MESSAGE, "attachments": ["x"]}), "d.attachments.0"),
+        (envelope("MESSAGE_DELETE", {"channel_id": CHANNEL}), "d.id"),
+    ],
+)
+def test_malformed_payloads_say_where(payload: dict[str, Any], where: str) -> None:
+    with pytest.raises(NormalizeError) as caught:
+        norm(payload)
+    assert caught.value.where == where
