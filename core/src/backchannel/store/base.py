@@ -92,7 +92,7 @@ class Store(ABC):
 
     @abstractmethod
     async def recover(self) -> list[OutboxEntry]:
-        """Mark every `pending` outbox row `uncertain` (a crash interrupted it); return them."""
+        """Mark `pending` outbox rows `uncertain` and running runs `interrupted`; return the rows."""
 
     # inbound ---------------------------------------------------------------
     @abstractmethod

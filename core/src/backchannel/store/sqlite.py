@@ -94,6 +94,11 @@ class SQLiteStore(Store):
                 self._set_outbox_status(
                     outbox_id, "uncertain", "interrupted by a restart before the platform answered"
                 )
+            db.execute(
+                "UPDATE runs SET status = 'interrupted', error = 'the process stopped during the run',"
+                " finished_at = ? WHERE status = 'running'",
+                (now(),),
+            )
         return [self._outbox_entry(outbox_id) for outbox_id in pending]
 
     # inbound ---------------------------------------------------------------
@@ -679,10 +684,11 @@ class SQLiteStore(Store):
 
 
 def _first(cursor: Any) -> Any:
-    row = cursor.fetchone()
-    if row is None:
+    """Return the first column of the only row; the cursor is drained so no statement stays open."""
+    rows = cursor.fetchall()
+    if not rows:
         raise StoreError("the database returned no row where one was expected")
-    return row[0]
+    return rows[0][0]
 
 
 def _dump_attachments(attachments: Sequence[Attachment]) -> str | None:
