@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import pytest
-from aiohttp import web
 from backchannel.adapter import RouteTable
 from backchannel.model import Address
 from backchannel.testing import AdapterContract, ContractContext, ContractHarness
@@ -84,43 +83,13 @@ class TestPollingContract(AdapterContract):
 class TestWebhookContract(AdapterContract):
     @pytest.fixture
     async def harness(
-        self, fake: FakeTelegram, contract_context: ContractContext
+        self, fake: FakeTelegram, contract_context: ContractContext, routes: RouteTable
     ) -> AsyncIterator[TelegramHarness]:
-        async with RouteServer() as routes:
-            contract_context.routes = routes.table
-            adapter = TelegramAdapter(
-                contract_context.account, fake.settings(mode="webhook", request_timeout=1.5)
-            )
-            harness = TelegramHarness(adapter, fake)
-            await adapter.start(contract_context.bind(adapter))
-            yield harness
-            await adapter.stop()
-
-
-class RouteServer:
-    """A minimal stand-in for the switchboard's HTTP server: serves a RouteTable on 127.0.0.1:0."""
-
-    def __init__(self) -> None:
-        self.table = RouteTable()
-        self._runner: web.AppRunner | None = None
-
-    async def __aenter__(self) -> RouteServer:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.table.public_url = f"http://127.0.0.1:{port}"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._runner is not None
-        await self._runner.cleanup()
-
-    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        handler = self.table.find(request.method, request.path)
-        if handler is None:
-            return web.Response(status=404)
-        return await handler(request)
+        contract_context.routes = routes
+        adapter = TelegramAdapter(
+            contract_context.account, fake.settings(mode="webhook", request_timeout=1.5)
+        )
+        harness = TelegramHarness(adapter, fake)
+        await adapter.start(contract_context.bind(adapter))
+        yield harness
+        await adapter.stop()

@@ -28,7 +28,7 @@ from backchannel.errors import (
 from backchannel.model import Address, Event, Outbound, Receipt, Sender
 
 from .api import BotApi, TelegramError, Token, sleep_or_stop
-from .normalize import BotIdentity, normalize_update
+from .normalize import BotIdentity, migration_of, normalize_update
 from .pacing import Pacer, PacingLimits
 
 __all__ = ["DEFAULT_ALLOWED_UPDATES", "TelegramAdapter"]
@@ -142,7 +142,28 @@ class TelegramAdapter:
     def normalize(self, raw: Mapping[str, Any]) -> Event | None:
         """Turn one Bot API Update into an Event (see normalize.py)."""
         identity = BotIdentity(self._token.bot_id, self._username)
-        return normalize_update(raw, self.account, identity)
+        return normalize_update(raw, self.account, identity, self._aliases)
+
+    @property
+    def _aliases(self) -> dict[str, str]:
+        """Supergroup id -> the id its conversation is filed under (the original group)."""
+        aliases: dict[str, str] = {}
+        for old, new in self._migrated.items():
+            original = old
+            while original in aliases:  # a chain of upgrades files under the first id
+                original = aliases[original]
+            aliases[new] = original
+        return aliases
+
+    def _learn_migration(self, update: Mapping[str, Any]) -> dict[str, str | None]:
+        """Note a group upgrade announced by `update`; return the state to commit with it."""
+        found = migration_of(update) if isinstance(update, Mapping) else None
+        if found is None or self._migrated.get(found[0]) == found[1]:
+            return {}
+        old, new = found
+        self._migrated[old] = new
+        self._log().info("group %s was upgraded to supergroup %s; following it", old, new)
+        return {"migrations": json.dumps(self._migrated)}
 
     async def _learn_identity(self) -> None:
         try:
@@ -215,7 +236,8 @@ class TelegramAdapter:
             self._ingesting = True
             try:
                 # the offset commits with the update, so a crash cannot lose or double it
-                await ctx.ingest(update, state={"offset": str(next_offset)})
+                state = {"offset": str(next_offset), **self._learn_migration(update)}
+                await ctx.ingest(update, state=state)
             finally:
                 self._ingesting = False
             offset, moved = next_offset, True
@@ -305,7 +327,7 @@ class TelegramAdapter:
         except ValueError:
             return web.json_response({"ok": False, "description": "not JSON"}, status=400)
         try:
-            await self._ctx.ingest(update)
+            await self._ctx.ingest(update, state=self._learn_migration(update) or None)
         except Exception:
             self._log().exception("could not store a webhook update; Telegram will retry")
             return web.json_response({"ok": False}, status=500)

@@ -13,8 +13,11 @@ What becomes what:
 - Service messages (members joining, pins, topic created, migration notices,
   ...) and updates of kinds we do not handle (callback queries, polls, ...)
   give None, as do messages the bot itself sent.
-- A group upgraded to a supergroup continues under the supergroup's chat id;
-  its first message there carries ``meta["migrated_from_chat_id"]``.
+- A group upgraded to a supergroup keeps its conversation: the adapter learns
+  ``migrate_to_chat_id`` / ``migrate_from_chat_id`` from Telegram's service
+  messages and passes `chat_aliases` (supergroup id -> original group id), so
+  messages from the supergroup land at the original Address, with
+  ``meta["chat_id"]`` (the supergroup id) and ``meta["migrated_from_chat_id"]``.
 
 Entity offsets and lengths count UTF-16 code units, as Telegram does.
 """
@@ -28,7 +31,7 @@ from attrs import frozen
 from backchannel.errors import NormalizeError
 from backchannel.model import Address, Attachment, ConversationKind, Event, EventKind, Sender
 
-__all__ = ["BotIdentity", "normalize_update", "utf16_slice"]
+__all__ = ["BotIdentity", "migration_of", "normalize_update", "utf16_slice"]
 
 #: Message fields that carry something a person said or shared. A message
 #: with none of these is a service message (or a kind we do not understand).
@@ -69,12 +72,18 @@ class BotIdentity:
 
 
 def normalize_update(
-    update: Mapping[str, Any], account: str, bot: BotIdentity = BotIdentity()
+    update: Mapping[str, Any],
+    account: str,
+    bot: BotIdentity = BotIdentity(),
+    chat_aliases: Mapping[str, str] | None = None,
 ) -> Event | None:
     """Return the Event for one Update, or None when it is not for the agent.
 
-    Raise NormalizeError naming the offending field when the update is malformed.
+    `chat_aliases` maps a chat id to the id its conversation is filed under
+    (a supergroup to the group it was upgraded from). Raise NormalizeError
+    naming the offending field when the update is malformed.
     """
+    aliases = chat_aliases or {}
     if not isinstance(update, Mapping):
         raise NormalizeError("an update must be a JSON object", where="update")
     update_id = update.get("update_id")
@@ -83,11 +92,23 @@ def normalize_update(
     for field_name, kind in _MESSAGE_KINDS.items():
         if field_name in update:
             message = _mapping(update[field_name], field_name)
-            return _message_event(update, message, field_name, kind, account, bot)
+            return _message_event(update, message, field_name, kind, account, bot, aliases)
     if "message_reaction" in update:
-        return _reaction_event(
-            update, _mapping(update["message_reaction"], "message_reaction"), account, bot
-        )
+        reaction = _mapping(update["message_reaction"], "message_reaction")
+        return _reaction_event(update, reaction, account, bot, aliases)
+    return None
+
+
+def migration_of(update: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Return (old group id, new supergroup id) when the update announces an upgrade."""
+    message = update.get("message")
+    if not isinstance(message, Mapping) or not isinstance(message.get("chat"), Mapping):
+        return None
+    chat_id = message["chat"].get("id")
+    if isinstance(message.get("migrate_to_chat_id"), int):
+        return str(chat_id), str(message["migrate_to_chat_id"])
+    if isinstance(message.get("migrate_from_chat_id"), int):
+        return str(message["migrate_from_chat_id"]), str(chat_id)
     return None
 
 
@@ -107,6 +128,7 @@ def _message_event(
     kind: EventKind,
     account: str,
     bot: BotIdentity,
+    aliases: Mapping[str, str],
 ) -> Event | None:
     message_id = _int(message.get("message_id"), f"{where}.message_id")
     chat = _mapping(message.get("chat"), f"{where}.chat")
@@ -121,9 +143,12 @@ def _message_event(
         return None  # a service message: members joined, a pin, a topic created, a migration, ...
 
     text, entities = _text_and_entities(message, where)
-    address, conversation_kind = _address(message, chat, account)
+    address, conversation_kind = _address(message, chat, account, aliases)
     meta: dict[str, Any] = {"update_id": update["update_id"], "chat_type": _chat_type(chat)}
-    for key in ("migrate_from_chat_id", "media_group_id", "author_signature"):
+    if address.chat != str(chat["id"]):
+        meta["chat_id"] = chat["id"]
+        meta["migrated_from_chat_id"] = int(address.chat)
+    for key in ("media_group_id", "author_signature"):
         if key in message:
             meta[key] = message[key]
     if "forward_origin" in message or "forward_date" in message:
@@ -153,9 +178,9 @@ def _message_event(
 
 
 def _address(
-    message: Mapping[str, Any], chat: Mapping[str, Any], account: str
+    message: Mapping[str, Any], chat: Mapping[str, Any], account: str, aliases: Mapping[str, str]
 ) -> tuple[Address, ConversationKind]:
-    chat_id = str(chat["id"])
+    chat_id = aliases.get(str(chat["id"]), str(chat["id"]))
     thread = message.get("message_thread_id")
     if message.get("is_topic_message") and thread is not None:
         return Address(account, chat_id, str(thread)), "thread"
@@ -345,7 +370,11 @@ def _venue_name(venue: Mapping[str, Any]) -> str | None:
 
 
 def _reaction_event(
-    update: Mapping[str, Any], reaction: Mapping[str, Any], account: str, bot: BotIdentity
+    update: Mapping[str, Any],
+    reaction: Mapping[str, Any],
+    account: str,
+    bot: BotIdentity,
+    aliases: Mapping[str, str],
 ) -> Event | None:
     chat = _mapping(reaction.get("chat"), "message_reaction.chat")
     _int(chat.get("id"), "message_reaction.chat.id")
@@ -370,7 +399,7 @@ def _reaction_event(
     added = [emoji for emoji in new if emoji not in old]
     text = added[0] if added else (new[0] if new else "")
     return Event(
-        address=Address(account, str(chat["id"])),
+        address=Address(account, aliases.get(str(chat["id"]), str(chat["id"]))),
         event_id=str(update["update_id"]),
         sender=sender,
         kind="reaction",

@@ -216,6 +216,8 @@ class FakeTelegram:
         self.max_hang = max_hang
         #: every call the fake answered: (method, params), in arrival order
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        #: time.monotonic() of each entry in `calls`
+        self.call_times: list[float] = []
         self.sent: list[SentMessage] = []
         self.reactions: list[tuple[int, int, list[dict[str, Any]]]] = []
         self.chat_actions: list[tuple[int, str, int | None]] = []
@@ -373,28 +375,44 @@ class FakeTelegram:
         self.inject({"message": message})
         return thread
 
-    def migrate_group(self, group: Mapping[str, Any]) -> dict[str, Any]:
-        """Upgrade a basic group to a supergroup, as Telegram does; return the new chat."""
+    def migrate_group(
+        self, group: Mapping[str, Any], by: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Upgrade a basic group to a supergroup as Telegram does; return the new chat.
+
+        Two service updates are queued (``migrate_to_chat_id`` in the old group,
+        ``migrate_from_chat_id`` in the new one), and sends to the old id are
+        refused with ``parameters.migrate_to_chat_id`` from then on.
+        """
         new = self._register(
             {"id": -next(self._supergroup_ids), "title": group["title"], "type": "supergroup"}
         )
         self._migrated[group["id"]] = new["id"]
-        old_notice = self._new_message(group, self.bot)
+        old_notice = self._new_message(group, by or self.user("Group", username="group_owner"))
         old_notice["migrate_to_chat_id"] = new["id"]
-        new_notice = self._new_message(
-            new,
-            {
-                "id": 1087968824,
-                "is_bot": True,
-                "first_name": "Group",
-                "username": "GroupAnonymousBot",
-            },
-        )
+        anonymous = {
+            "id": 1087968824,
+            "is_bot": True,
+            "first_name": "Group",
+            "username": "GroupAnonymousBot",
+        }
+        new_notice = self._new_message(new, anonymous)
         new_notice["sender_chat"] = dict(new)
         new_notice["migrate_from_chat_id"] = group["id"]
         self.inject({"message": old_notice})
         self.inject({"message": new_notice})
         return new
+
+    def set_webhook(self, url: str, secret_token: str | None = None) -> None:
+        """Set a webhook as another deployment of the same bot would (getUpdates then gets 409)."""
+        self.webhook = {
+            "url": url,
+            "secret_token": secret_token,
+            "allowed_updates": None,
+            "max_connections": 40,
+        }
+        self._poll_serial += 1
+        self._poke()
 
     # injecting updates ----------------------------------------------------------
 
@@ -588,6 +606,7 @@ class FakeTelegram:
         method = request.match_info["method"]
         params = await _params(request)
         self.calls.append((method, params))
+        self.call_times.append(time.monotonic())
         handler = getattr(self, f"_m_{method.lower()}", None)
         if handler is None:
             return _error(404, "Not Found")
@@ -689,6 +708,8 @@ class FakeTelegram:
             async with self._changed:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait_for(ready), timeout)
+        if self.webhook is not None:
+            return _error(409, CONFLICT_WEBHOOK)
         if serial != self._poll_serial:
             return _error(409, CONFLICT_POLLER)
         allowed = _json_param(params.get("allowed_updates"))

@@ -1,0 +1,627 @@
+"""normalize_update on Bot API payloads shaped as Telegram documents and sends them."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from backchannel.errors import NormalizeError
+from backchannel_telegram.normalize import BotIdentity, migration_of, normalize_update
+
+BOT = BotIdentity(id="123456789", username="backchannel_test_bot")
+
+# The "Message with text" example from Telegram's webhook guide, verbatim in
+# shape: no chat.type, no from.is_bot (old payloads omit both).
+DOCS_TEXT = {
+    "update_id": 10000,
+    "message": {
+        "date": 1441645532,
+        "chat": {
+            "last_name": "Test Lastname",
+            "id": 1111111,
+            "first_name": "Test",
+            "username": "Test",
+        },
+        "message_id": 1365,
+        "from": {
+            "last_name": "Test Lastname",
+            "id": 1111111,
+            "first_name": "Test",
+            "username": "Test",
+        },
+        "text": "/start",
+    },
+}
+DOCS_REPLY = {
+    "update_id": 10000,
+    "message": {
+        "date": 1441645532,
+        "chat": {
+            "last_name": "Test Lastname",
+            "id": 1111111,
+            "type": "private",
+            "first_name": "Test Firstname",
+            "username": "Testusername",
+        },
+        "message_id": 1365,
+        "from": {
+            "last_name": "Test Lastname",
+            "id": 1111111,
+            "first_name": "Test Firstname",
+            "username": "Testusername",
+        },
+        "text": "/start",
+        "reply_to_message": {
+            "date": 1441645000,
+            "chat": {
+                "last_name": "Reply Lastname",
+                "type": "private",
+                "id": 1111112,
+                "first_name": "Reply Firstname",
+                "username": "Testusername",
+            },
+            "message_id": 1334,
+            "text": "Original",
+        },
+    },
+}
+DOCS_EDITED = {
+    "update_id": 10001,
+    "edited_message": {
+        "date": 1441645532,
+        "chat": {
+            "last_name": "Test Lastname",
+            "type": "private",
+            "id": 1111111,
+            "first_name": "Test Firstname",
+            "username": "Testusername",
+        },
+        "message_id": 1365,
+        "from": {
+            "last_name": "Test Lastname",
+            "id": 1111111,
+            "first_name": "Test Firstname",
+            "username": "Testusername",
+        },
+        "text": "Edited text",
+        "edit_date": 1441646600,
+    },
+}
+DOCS_DOCUMENT = {
+    "update_id": 10000,
+    "message": {
+        "date": 1441645532,
+        "chat": {
+            "last_name": "Test Lastname",
+            "type": "private",
+            "id": 1111111,
+            "first_name": "Test Firstname",
+            "username": "Testusername",
+        },
+        "message_id": 1365,
+        "from": {
+            "last_name": "Test Lastname",
+            "id": 1111111,
+            "first_name": "Test Firstname",
+            "username": "Testusername",
+        },
+        "document": {
+            "file_id": "AwADBAADbXXXXXXXXXXXGBdhD2l6_XX",
+            "file_name": "Testfile.pdf",
+            "mime_type": "application/pdf",
+            "file_size": 536392,
+        },
+    },
+}
+DOCS_VOICE = {
+    "update_id": 10000,
+    "message": {
+        **{k: v for k, v in DOCS_DOCUMENT["message"].items() if k != "document"},  # type: ignore[attr-defined]
+        "voice": {
+            "file_id": "AwADBAADbXXXXXXXXXXXGBdhD2l6_XX",
+            "duration": 5,
+            "mime_type": "audio/ogg",
+            "file_size": 23000,
+        },
+    },
+}
+
+ALICE = {
+    "id": 5551234,
+    "is_bot": False,
+    "first_name": "Alice",
+    "last_name": "Liddell",
+    "username": "alice",
+    "language_code": "en",
+}
+FORUM = {"id": -1001987654321, "title": "Engineering", "type": "supergroup", "is_forum": True}
+GROUP = {"id": -4012345678, "title": "Ops", "type": "group"}
+
+
+def group_message(text: str, update_id: int = 500, **extra: Any) -> dict[str, Any]:
+    message = {"message_id": 42, "from": ALICE, "chat": GROUP, "date": 1760000000, "text": text}
+    message.update(extra)
+    return {"update_id": update_id, "message": message}
+
+
+def test_docs_text_example_is_a_direct_message() -> None:
+    event = normalize_update(DOCS_TEXT, "tg", BOT)
+    assert event is not None
+    assert event.event_id == "10000"
+    assert event.kind == "message"
+    assert event.text == "/start"
+    assert event.address.chat == "1111111" and event.address.thread is None
+    assert event.conversation_kind == "direct"
+    assert event.sender.id == "1111111"
+    assert event.sender.name == "Test Test Lastname"
+    assert event.sender.handle == "Test"
+    assert not event.sender.is_bot
+    assert event.platform_message_id == "1365"
+    assert event.sent_at == 1441645532.0
+
+
+def test_docs_reply_example_sets_reply_to() -> None:
+    event = normalize_update(DOCS_REPLY, "tg", BOT)
+    assert event is not None and event.reply_to == "1334"
+    assert not event.mentions_me  # the replied message is not the bot's
+
+
+def test_docs_edit_example_is_an_edit_of_the_message() -> None:
+    event = normalize_update(DOCS_EDITED, "tg", BOT)
+    assert event is not None
+    assert event.kind == "edit"
+    assert event.platform_message_id == "1365"
+    assert event.text == "Edited text"
+    assert event.sent_at == 1441646600.0
+    assert event.event_id == "10001"
+
+
+def test_each_edit_of_one_message_has_its_own_event_id() -> None:
+    second = copy.deepcopy(DOCS_EDITED)
+    second["update_id"] = 10002
+    second["edited_message"]["text"] = "Edited again"
+    first_event = normalize_update(DOCS_EDITED, "tg", BOT)
+    second_event = normalize_update(second, "tg", BOT)
+    assert first_event and second_event
+    assert first_event.event_id != second_event.event_id
+    assert first_event.platform_message_id == second_event.platform_message_id
+
+
+def test_docs_document_and_voice_examples_become_attachments() -> None:
+    document = normalize_update(DOCS_DOCUMENT, "tg", BOT)
+    voice = normalize_update(DOCS_VOICE, "tg", BOT)
+    assert document is not None and voice is not None
+    (doc,) = document.attachments
+    assert (doc.kind, doc.name, doc.mime, doc.size, doc.ref) == (
+        "document",
+        "Testfile.pdf",
+        "application/pdf",
+        536392,
+        "AwADBAADbXXXXXXXXXXXGBdhD2l6_XX",
+    )
+    assert document.text == ""
+    (note,) = voice.attachments
+    assert (note.kind, note.mime, note.size) == ("voice", "audio/ogg", 23000)
+
+
+def test_photo_keeps_the_largest_size_and_the_caption() -> None:
+    update = group_message(
+        "",
+        photo=[
+            {
+                "file_id": "small",
+                "file_unique_id": "u1",
+                "file_size": 1000,
+                "width": 90,
+                "height": 90,
+            },
+            {
+                "file_id": "large",
+                "file_unique_id": "u2",
+                "file_size": 90000,
+                "width": 1280,
+                "height": 1280,
+            },
+        ],
+        caption="look @backchannel_test_bot",
+        caption_entities=[{"type": "mention", "offset": 5, "length": 21}],
+    )
+    del update["message"]["text"]
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None
+    assert event.text == "look @backchannel_test_bot"
+    assert event.mentions_me
+    (photo,) = event.attachments
+    assert (photo.kind, photo.ref, photo.size, photo.mime) == (
+        "photo",
+        "large",
+        90000,
+        "image/jpeg",
+    )
+
+
+def test_animation_is_reported_once_not_also_as_document() -> None:
+    doc = {
+        "file_id": "anim",
+        "file_unique_id": "a",
+        "file_name": "x.gif.mp4",
+        "mime_type": "video/mp4",
+        "file_size": 5,
+    }
+    update = group_message(
+        "", animation={**doc, "width": 1, "height": 1, "duration": 1}, document=doc
+    )
+    del update["message"]["text"]
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None and [a.kind for a in event.attachments] == ["animation"]
+
+
+def test_sticker_contact_and_location_are_described() -> None:
+    update = group_message(
+        "",
+        sticker={
+            "file_id": "st",
+            "file_unique_id": "s",
+            "type": "regular",
+            "width": 512,
+            "height": 512,
+            "is_animated": False,
+            "is_video": False,
+            "emoji": "😀",
+        },
+    )
+    del update["message"]["text"]
+    sticker = normalize_update(update, "tg", BOT)
+    assert sticker is not None and (sticker.attachments[0].kind, sticker.attachments[0].name) == (
+        "sticker",
+        "😀",
+    )
+    update = group_message("", location={"latitude": 51.5, "longitude": -0.12})
+    del update["message"]["text"]
+    place = normalize_update(update, "tg", BOT)
+    assert place is not None and place.attachments[0].name == "51.500000,-0.120000"
+    update = group_message("", contact={"phone_number": "+441234", "first_name": "Bob"})
+    del update["message"]["text"]
+    contact = normalize_update(update, "tg", BOT)
+    assert contact is not None and contact.attachments[0].name == "Bob +441234"
+
+
+def test_mention_entity_counts_utf16_offsets() -> None:
+    text = "👋🏽 hey @backchannel_test_bot, and @alice"
+    # 👋🏽 is four UTF-16 units: the entity offsets Telegram sends count those
+    update = group_message(
+        text,
+        entities=[
+            {"type": "mention", "offset": 9, "length": 21},
+            {"type": "mention", "offset": 36, "length": 6},
+        ],
+    )
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None and event.mentions_me
+    assert event.conversation_kind == "group"
+    assert event.conversation_title == "Ops"
+
+
+def test_mention_of_someone_else_is_not_a_mention_of_the_bot() -> None:
+    update = group_message("hi @alice", entities=[{"type": "mention", "offset": 3, "length": 6}])
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None and not event.mentions_me
+
+
+def test_text_mention_of_the_bot_and_command_addressed_to_it_are_mentions() -> None:
+    update = group_message(
+        "Backchannel help",
+        entities=[
+            {
+                "type": "text_mention",
+                "offset": 0,
+                "length": 11,
+                "user": {"id": 123456789, "is_bot": True, "first_name": "Backchannel"},
+            }
+        ],
+    )
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None and event.mentions_me
+    command = group_message(
+        "/help@backchannel_test_bot", entities=[{"type": "bot_command", "offset": 0, "length": 26}]
+    )
+    event = normalize_update(command, "tg", BOT)
+    assert event is not None and event.mentions_me
+
+
+def test_reply_to_the_bot_is_a_mention() -> None:
+    bot_message = {
+        "message_id": 41,
+        "from": {
+            "id": 123456789,
+            "is_bot": True,
+            "first_name": "Backchannel",
+            "username": "backchannel_test_bot",
+        },
+        "chat": GROUP,
+        "date": 1760000000,
+        "text": "earlier answer",
+    }
+    event = normalize_update(group_message("thanks", reply_to_message=bot_message), "tg", BOT)
+    assert event is not None and event.mentions_me and event.reply_to == "41"
+
+
+def test_forum_topic_message_lives_in_the_topic_and_does_not_reply_to_its_creation() -> None:
+    created = {
+        "message_id": 7,
+        "from": ALICE,
+        "chat": FORUM,
+        "date": 1760000000,
+        "message_thread_id": 7,
+        "is_topic_message": True,
+        "forum_topic_created": {"name": "Deploys", "icon_color": 7322096},
+    }
+    update = {
+        "update_id": 600,
+        "message": {
+            "message_id": 9,
+            "from": ALICE,
+            "chat": FORUM,
+            "date": 1760000100,
+            "message_thread_id": 7,
+            "is_topic_message": True,
+            "reply_to_message": created,
+            "text": "deploy is red",
+        },
+    }
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None
+    assert (event.address.chat, event.address.thread) == ("-1001987654321", "7")
+    assert event.conversation_kind == "thread"
+    assert event.conversation_title == "Engineering"
+    assert event.reply_to is None
+    assert normalize_update({"update_id": 599, "message": created}, "tg", BOT) is None
+
+
+def test_reply_inside_a_forum_topic_keeps_its_target() -> None:
+    target = {
+        "message_id": 9,
+        "from": ALICE,
+        "chat": FORUM,
+        "date": 1760000100,
+        "message_thread_id": 7,
+        "is_topic_message": True,
+        "text": "deploy is red",
+    }
+    update = {
+        "update_id": 601,
+        "message": {
+            "message_id": 10,
+            "from": ALICE,
+            "chat": FORUM,
+            "date": 1760000200,
+            "message_thread_id": 7,
+            "is_topic_message": True,
+            "reply_to_message": target,
+            "text": "still red",
+        },
+    }
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None and event.reply_to == "9" and event.address.thread == "7"
+
+
+def test_reply_thread_in_a_plain_supergroup_is_not_a_separate_conversation() -> None:
+    chat = {"id": -1001000000002, "title": "Plain", "type": "supergroup"}
+    target = {"message_id": 3, "from": ALICE, "chat": chat, "date": 1, "text": "q"}
+    update = {
+        "update_id": 602,
+        "message": {
+            "message_id": 4,
+            "from": ALICE,
+            "chat": chat,
+            "date": 2,
+            "message_thread_id": 3,
+            "reply_to_message": target,
+            "text": "a",
+        },
+    }
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None and event.address.thread is None and event.reply_to == "3"
+
+
+@pytest.mark.parametrize(
+    "service",
+    [
+        {"new_chat_members": [ALICE]},
+        {"left_chat_member": ALICE},
+        {"pinned_message": {"message_id": 1, "chat": GROUP, "date": 1}},
+        {"new_chat_title": "Ops 2"},
+        {"group_chat_created": True},
+        {"migrate_to_chat_id": -1001000000009},
+        {"message_auto_delete_timer_changed": {"message_auto_delete_time": 86400}},
+        {"forum_topic_closed": {}},
+    ],
+)
+def test_service_messages_are_not_for_the_agent(service: dict[str, Any]) -> None:
+    update = group_message("x", **service)
+    del update["message"]["text"]
+    assert normalize_update(update, "tg", BOT) is None
+
+
+def test_the_bots_own_message_is_none() -> None:
+    update = group_message(
+        "my words", **{"from": {"id": 123456789, "is_bot": True, "first_name": "Backchannel"}}
+    )
+    assert normalize_update(update, "tg", BOT) is None
+
+
+def test_anonymous_admin_speaks_as_the_group() -> None:
+    update = group_message(
+        "from the admins",
+        sender_chat=GROUP,
+        **{
+            "from": {
+                "id": 1087968824,
+                "is_bot": True,
+                "first_name": "Group",
+                "username": "GroupAnonymousBot",
+            }
+        },
+    )
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None
+    assert event.sender.id == str(GROUP["id"]) and event.sender.name == "Ops"
+    assert not event.sender.is_bot
+
+
+def test_channel_post_is_a_message_from_the_channel() -> None:
+    channel = {"id": -1001555000111, "title": "News", "type": "channel", "username": "news"}
+    update = {
+        "update_id": 700,
+        "channel_post": {
+            "message_id": 5,
+            "sender_chat": channel,
+            "chat": channel,
+            "date": 1760000000,
+            "text": "release 1.2 is out",
+            "author_signature": "Dana",
+        },
+    }
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None
+    assert event.sender.name == "Dana" and event.sender.handle == "news"
+    assert event.conversation_kind == "group"
+
+
+def test_message_reaction_becomes_a_reaction_on_the_target() -> None:
+    update = {
+        "update_id": 800,
+        "message_reaction": {
+            "chat": GROUP,
+            "message_id": 41,
+            "user": ALICE,
+            "date": 1760000300,
+            "old_reaction": [],
+            "new_reaction": [{"type": "emoji", "emoji": "👍"}],
+        },
+    }
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None
+    assert (event.kind, event.text, event.platform_message_id) == ("reaction", "👍", "41")
+    assert event.sender.handle == "alice"
+    assert event.event_id == "800"
+
+
+def test_reaction_taken_back_has_empty_text() -> None:
+    update = {
+        "update_id": 801,
+        "message_reaction": {
+            "chat": GROUP,
+            "message_id": 41,
+            "user": ALICE,
+            "date": 1760000300,
+            "old_reaction": [{"type": "emoji", "emoji": "👍"}],
+            "new_reaction": [],
+        },
+    }
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None and event.text == "" and event.meta["old_reaction"] == ["👍"]
+
+
+def test_migrated_supergroup_messages_are_filed_under_the_original_group() -> None:
+    supergroup = {"id": -1001000000077, "title": "Ops", "type": "supergroup"}
+    notice = {
+        "update_id": 900,
+        "message": {
+            "message_id": 1,
+            "from": ALICE,
+            "chat": supergroup,
+            "date": 1,
+            "migrate_from_chat_id": GROUP["id"],
+        },
+    }
+    assert migration_of(notice) == (str(GROUP["id"]), str(supergroup["id"]))
+    assert normalize_update(notice, "tg", BOT) is None
+    update = {
+        "update_id": 901,
+        "message": {
+            "message_id": 2,
+            "from": ALICE,
+            "chat": supergroup,
+            "date": 2,
+            "text": "still here",
+        },
+    }
+    aliases = {str(supergroup["id"]): str(GROUP["id"])}
+    event = normalize_update(update, "tg", BOT, aliases)
+    assert event is not None
+    assert event.address.chat == str(GROUP["id"])
+    assert event.meta["chat_id"] == supergroup["id"]
+    assert event.meta["migrated_from_chat_id"] == GROUP["id"]
+
+
+def test_updates_of_other_kinds_are_none() -> None:
+    callback = {
+        "update_id": 1,
+        "callback_query": {
+            "id": "4382bfdwdsb323b2d9",
+            "from": ALICE,
+            "data": "x",
+            "chat_instance": "1",
+        },
+    }
+    assert normalize_update(callback, "tg", BOT) is None
+
+
+def test_extra_unknown_fields_are_tolerated() -> None:
+    update = group_message("hi", some_future_field={"x": 1}, link_preview_options={})
+    update["some_future_update_field"] = True
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None and event.text == "hi"
+
+
+@pytest.mark.parametrize(
+    ("payload", "where"),
+    [
+        ({"message": {}}, "update_id"),
+        ({"update_id": 1, "message": []}, "message"),
+        ({"update_id": 1, "message": {"message_id": 1, "date": 1, "text": "x"}}, "message.chat"),
+        (
+            {"update_id": 1, "message": {"message_id": 1, "chat": {"id": "abc"}, "date": 1}},
+            "message.chat.id",
+        ),
+        (
+            {
+                "update_id": 1,
+                "message": {"message_id": 1, "chat": {"id": 5}, "date": 1, "text": "x"},
+            },
+            "message.from",
+        ),
+        (
+            {
+                "update_id": 1,
+                "message": {
+                    "message_id": 1,
+                    "chat": {"id": 5},
+                    "date": 1,
+                    "from": {"id": 5},
+                    "text": 7,
+                },
+            },
+            "message.text",
+        ),
+        (
+            {
+                "update_id": 1,
+                "message": {
+                    "message_id": 1,
+                    "chat": {"id": 5},
+                    "date": 1,
+                    "from": {"id": 5},
+                    "document": {"file_name": "x"},
+                },
+            },
+            "message.document.file_id",
+        ),
+    ],
+)
+def test_malformed_updates_say_where(payload: dict[str, Any], where: str) -> None:
+    with pytest.raises(NormalizeError) as caught:
+        normalize_update(payload, "tg", BOT)
+    assert caught.value.where == where
