@@ -1,0 +1,500 @@
+"""`SlackAdapter`: one Slack app (bot token) as a backchannel account.
+
+Receiving runs in one of two modes:
+
+- ``socket``: slack-sdk's aiohttp `SocketModeClient` (app-level token). Each
+  envelope is acknowledged only after `ctx.ingest` returned; the SDK replaces
+  the socket after a ``disconnect`` message or a dropped connection, and what
+  Slack redelivers is deduplicated by the store.
+- ``events``: the Events API over HTTP on the switchboard's server. Requests
+  are checked with `SignatureVerifier` (bad or stale -> 401, nothing stored)
+  and answered 200 only after the commit.
+
+Both hand the same ``event_callback`` body to `ctx.ingest`, after adding the
+sender's and the conversation's names (``users.info``, ``conversations.info``)
+under ``_backchannel`` so that `normalize` stays pure. Deliveries of one
+message that overlap (Slack's retry while the first is still being stored, or
+``message`` + ``app_mention`` for one mention) share one ingest.
+
+Sending uses `AsyncWebClient`: chat.postMessage, chat.update, reactions.add.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from backchannel.adapter import AdapterContext, Capabilities, IngestResult, split_text
+from backchannel.errors import (
+    BackchannelError,
+    ConfigError,
+    DeliveryError,
+    NormalizeError,
+    Rejected,
+    Uncertain,
+)
+from backchannel.model import Address, Event, Outbound, Receipt, Sender
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.signature import SignatureVerifier
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
+from slack_sdk.web.async_client import AsyncWebClient
+
+from .delivery import call_slack
+from .directory import Directory
+from .normalize import ENRICHMENT_KEY, BotIdentity, normalize_payload
+from .settings import SlackSettings, resolve_proxy
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+__all__ = ["SlackAdapter"]
+
+#: a few emoji agents like to send as characters, by Slack's names for them
+EMOJI_NAMES = {
+    "👍": "thumbsup",
+    "👎": "thumbsdown",
+    "❤️": "heart",
+    "❤": "heart",
+    "😂": "joy",
+    "😄": "smile",
+    "🎉": "tada",
+    "👀": "eyes",
+    "✅": "white_check_mark",
+    "🙏": "pray",
+    "🔥": "fire",
+    "🚀": "rocket",
+    "🤔": "thinking_face",
+    "👋": "wave",
+}
+
+
+class SlackAdapter:
+    """A Slack app: Socket Mode or Events API in, Web API out."""
+
+    channel = "slack"
+
+    def __init__(self, account: str, settings: Mapping[str, Any]):
+        self.account = account
+        self.settings = SlackSettings.from_mapping(account, settings)
+        self.capabilities = Capabilities(
+            threads=True,
+            edits=True,
+            reactions=True,
+            typing=False,
+            replies=True,
+            max_text_len=self.settings.max_text_len,
+            display_name="Slack",
+        )
+        self.me: Sender | None = None
+        self.identity = BotIdentity(_opt(settings.get("bot_user_id")), _opt(settings.get("bot_id")))
+        self.team: str | None = None
+        self.events_url: str | None = None
+        self._ctx: AdapterContext | None = None
+        self._log: logging.Logger | logging.LoggerAdapter[Any] = logging.getLogger(__name__)
+        self._reads: AsyncWebClient | None = None
+        self._writes: AsyncWebClient | None = None
+        self._socket: SocketModeClient | None = None
+        self._verifier: SignatureVerifier | None = None
+        self._directory: Directory | None = None
+        self._inflight: dict[str, asyncio.Task[IngestResult]] = {}
+        self._threads: set[str] = set()
+        self._started = False
+
+    def __repr__(self) -> str:
+        return f"SlackAdapter(account={self.account!r}, mode={self.settings.mode!r})"
+
+    # lifecycle ---------------------------------------------------------------
+    async def start(self, ctx: AdapterContext) -> None:
+        """Check the bot token (auth.test), then connect Socket Mode or add the events route."""
+        self._ctx = ctx
+        self._log = ctx.log
+        settings = self.settings
+        sdk_logger = ctx.log.logger
+        proxy = resolve_proxy(settings.proxy, settings.api_base)
+        self._reads = self._client(sdk_logger, proxy, reads=True)
+        self._writes = self._client(sdk_logger, proxy, reads=False)
+        reads = self._reads
+        self._directory = Directory(
+            fetch_user=lambda user: _data(reads.users_info(user=user)),
+            fetch_channel=lambda chat: _data(reads.conversations_info(channel=chat)),
+            ttl=settings.name_ttl,
+            log=self._log,
+        )
+        await self._authenticate()
+        self._started = True
+        if settings.mode == "socket":
+            await self._connect_socket(sdk_logger, proxy)
+        else:
+            self._verifier = SignatureVerifier(settings.signing_secret or "")
+            self.events_url = ctx.routes.add("POST", settings.events_path, self._handle_http)
+            self._log.info("Slack events are expected at %s", self.events_url)
+
+    async def stop(self) -> None:
+        """Disconnect, drop the route, let in-flight ingests finish (briefly). Idempotent."""
+        if not self._started:
+            return
+        self._started = False
+        if self._socket is not None:
+            socket, self._socket = self._socket, None
+            await socket.close()
+        if self._ctx is not None and self.settings.mode == "events":
+            self._ctx.routes.remove("POST", self.settings.events_path)
+        pending = list(self._inflight.values())
+        if pending:
+            _done, still = await asyncio.wait(pending, timeout=5.0)
+            for task in still:
+                task.cancel()
+
+    def _client(self, logger: logging.Logger, proxy: str | None, *, reads: bool) -> AsyncWebClient:
+        # Reads are idempotent: retry a reset connection and a 500/503 once.
+        # Writes retry only a connection that was never made (nothing was sent):
+        # a post retried after a reset or a 5xx could appear twice in Slack.
+        # Neither attaches the rate-limit handler: a send's 429 goes to the
+        # outbox as RateLimited(Retry-After), and a lookup's 429 just skips the name.
+        handlers = (
+            [AsyncConnectionErrorRetryHandler(max_retry_count=1), AsyncServerErrorRetryHandler(1)]
+            if reads
+            else [
+                AsyncConnectionErrorRetryHandler(
+                    max_retry_count=1, error_types=[aiohttp.ClientConnectorError]
+                )
+            ]
+        )
+        client = AsyncWebClient(
+            token=self.settings.bot_token,
+            base_url=self.settings.api_base,
+            timeout=self.settings.timeout,  # type: ignore[arg-type]
+            logger=logger,
+            retry_handlers=handlers,  # type: ignore[arg-type]
+        )
+        client.proxy = proxy  # slack-sdk copied HTTPS_PROXY in; apply NO_PROXY / the setting
+        return client
+
+    async def _authenticate(self) -> None:
+        assert self._reads is not None
+        try:
+            auth = await self._reads.auth_test()
+        except SlackApiError as error:
+            code = _error_code(error)
+            raise ConfigError(
+                f"Slack refused the bot token ({code}); check it and the app's installation",
+                key=f"accounts.{self.account}.bot_token",
+            ) from None
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise BackchannelError(
+                f"account {self.account}: could not reach Slack at {self.settings.api_base} "
+                f"({type(error).__name__})"
+            ) from None
+        user_id = _opt(auth.get("user_id"))
+        self.identity = BotIdentity(user_id or self.identity.user_id, _opt(auth.get("bot_id")))
+        self.team = _opt(auth.get("team_id"))
+        name = _opt(auth.get("user")) or "bot"
+        self.me = Sender(id=self.identity.user_id or name, name=name, handle=name, is_bot=True)
+        self._log.info("Slack bot %s (%s) in team %s", name, user_id, self.team)
+
+    async def _connect_socket(self, logger: logging.Logger, proxy: str | None) -> None:
+        socket = SocketModeClient(
+            app_token=self.settings.app_token or "",
+            logger=logger,
+            web_client=self._reads,
+            ping_interval=self.settings.ping_interval,
+        )
+        socket.proxy = proxy
+        socket.socket_mode_request_listeners.append(self._on_envelope)  # type: ignore[arg-type]
+        self._socket = socket
+        try:
+            socket.wss_uri = await socket.issue_new_wss_url()
+        except SlackApiError as error:
+            await socket.close()
+            self._socket = None
+            raise ConfigError(
+                f"Slack refused the app-level token ({_error_code(error)}); it needs the "
+                "connections:write scope and Socket Mode turned on",
+                key=f"accounts.{self.account}.app_token",
+            ) from None
+        await socket.connect()
+
+    # receiving -----------------------------------------------------------------
+    async def _on_envelope(self, client: SocketModeClient, request: SocketModeRequest) -> None:
+        """Ack a Socket Mode envelope once its event is committed (never before)."""
+        if request.type == "events_api":
+            try:
+                result = await self.receive(request.payload)
+            except Exception as error:
+                # not acked: Slack redelivers it, and the store deduplicates
+                self._log.error(
+                    "event in envelope %s was not stored (%s); leaving it unacked",
+                    request.envelope_id,
+                    type(error).__name__,
+                )
+                return
+            if not result.committed:
+                return
+        try:
+            await client.send_socket_mode_response(SocketModeResponse(request.envelope_id))
+        except Exception as error:  # a dead socket: the redelivery will be a duplicate
+            self._log.warning(
+                "could not ack envelope %s (%s)", request.envelope_id, type(error).__name__
+            )
+
+    async def _handle_http(self, request: web.Request) -> web.StreamResponse:
+        """Answer one Events API request: 401 unsigned, challenge, 200 after commit."""
+        from aiohttp import web
+
+        body = await request.read()
+        assert self._verifier is not None
+        try:
+            valid = self._verifier.is_valid_request(body, dict(request.headers))
+        except (ValueError, TypeError):
+            valid = False
+        if not valid:
+            self._log.warning("rejected an Events API request with a bad or stale signature")
+            return web.Response(status=401, text="invalid signature\n")
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return web.Response(status=400, text="body is not JSON\n")
+        if not isinstance(payload, dict):
+            return web.Response(status=400, text="body is not a JSON object\n")
+        kind = payload.get("type")
+        if kind == "url_verification":
+            return web.json_response({"challenge": payload.get("challenge", "")})
+        if kind == "app_rate_limited":
+            self._log.warning("Slack dropped events: the app is over its Events API rate limit")
+            return web.Response(status=200)
+        if kind != "event_callback":
+            return web.Response(status=200)
+        retry = request.headers.get("X-Slack-Retry-Num")
+        if retry:
+            reason = request.headers.get("X-Slack-Retry-Reason", "?")
+            self._log.info("Slack retry %s (%s) of %s", retry, reason, payload.get("event_id"))
+        try:
+            result = await self.receive(payload)
+        except Exception as error:
+            self._log.error("event %s was not stored (%s)", payload.get("event_id"), error)
+            return web.Response(status=500, text="not stored; retry\n")
+        return web.Response(status=200 if result.committed else 500)
+
+    async def receive(self, payload: Mapping[str, Any]) -> IngestResult:
+        """Hand one ``event_callback`` body to ctx.ingest; return after the commit.
+
+        Deliveries with the same message identity that overlap share one ingest.
+        """
+        ctx = self._ctx
+        if ctx is None:
+            raise RuntimeError("SlackAdapter.receive called before start")
+        try:
+            event = self.normalize(payload)
+        except NormalizeError:
+            return await ctx.ingest(payload)  # recorded as malformed; safe to ack
+        if event is None:
+            return await ctx.ingest(payload)
+        key = event.event_id
+        task = self._inflight.get(key)
+        if task is None:
+            task = asyncio.create_task(self._ingest(payload, event))
+            self._inflight[key] = task
+            task.add_done_callback(lambda _t: self._inflight.pop(key, None))
+        return await asyncio.shield(task)
+
+    async def _ingest(self, payload: Mapping[str, Any], event: Event) -> IngestResult:
+        assert self._ctx is not None
+        ctx = self._ctx
+        if await ctx.is_known(event.event_id):
+            return await ctx.ingest(payload)  # a redelivery: no lookups needed
+        raw = dict(payload)
+        try:
+            raw[ENRICHMENT_KEY] = await asyncio.wait_for(
+                self._enrichment(payload, event), self.settings.lookup_timeout
+            )
+        except TimeoutError:
+            self._log.warning("name lookups for %s took too long; storing ids", event.event_id)
+            raw[ENRICHMENT_KEY] = await self._thread_facts(payload)
+        state = None
+        if event.address.thread and event.mentions_me:
+            thread = _thread_key(event.address)
+            self._threads.add(thread)
+            state = {thread: "1"}
+        return await ctx.ingest(raw, state=state)
+
+    async def _enrichment(self, payload: Mapping[str, Any], event: Event) -> dict[str, Any]:
+        assert self._directory is not None
+        facts = await self._thread_facts(payload)
+        names: dict[str, str] = {}
+        sender = event.sender.id
+        if sender[:1] in ("U", "W"):
+            name = await self._directory.user_name(sender)
+            if name:
+                names[sender] = name
+        info = await self._directory.channel(event.address.chat)
+        channel_name = None
+        if info is not None:
+            channel_name = info.name
+            if info.is_im and info.user:
+                channel_name = names.get(info.user) or await self._directory.user_name(info.user)
+        facts["user_names"] = names
+        if channel_name:
+            facts["channel_name"] = channel_name
+        return facts
+
+    async def _thread_facts(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """Whether the bot takes part in the thread this event belongs to."""
+        inner = payload.get("event") if payload.get("type") == "event_callback" else payload
+        if not isinstance(inner, Mapping):
+            return {}
+        message = inner.get("message") if inner.get("subtype") == "message_changed" else inner
+        if not isinstance(message, Mapping):
+            return {}
+        channel, thread_ts = inner.get("channel"), message.get("thread_ts")
+        if not isinstance(channel, str) or not isinstance(thread_ts, str):
+            return {}
+        key = _thread_key(Address(self.account, channel, thread_ts))
+        if key in self._threads:
+            return {"bot_in_thread": True}
+        assert self._ctx is not None
+        if await self._ctx.get_state(key):
+            self._threads.add(key)
+            return {"bot_in_thread": True}
+        return {}
+
+    def normalize(self, raw: Mapping[str, Any]) -> Event | None:
+        """Return the Event for a Slack payload, or None (the app's own posts, service events)."""
+        return normalize_payload(
+            raw,
+            account=self.account,
+            me=self.identity,
+            thread_on_mention=self.settings.thread_on_mention,
+        )
+
+    # sending ---------------------------------------------------------------------
+    async def send(self, outbound: Outbound) -> Receipt:
+        """Post, edit or react. Raise RateLimited / Rejected / Uncertain only."""
+        if self._writes is None:
+            raise Rejected("the Slack adapter is not started")
+        if outbound.kind == "edit":
+            return await self._edit(outbound)
+        if outbound.kind == "reaction":
+            return await self._react(outbound)
+        return await self._post(outbound)
+
+    async def _post(self, outbound: Outbound) -> Receipt:
+        assert self._writes is not None
+        writes = self._writes
+        address = outbound.address
+        # In a thread: stay in it. At top level, replying to a message starts
+        # (or continues) the thread under that message, Slack's way of replying.
+        thread_ts = address.thread or outbound.reply_to
+        if not outbound.text.strip():
+            raise Rejected("no_text")
+        parts = split_text(outbound.text, self.settings.max_text_len)
+        ids: list[str] = []
+        for index, part in enumerate(parts):
+            arguments: dict[str, Any] = {"channel": address.chat, "text": part}
+            if thread_ts:
+                arguments["thread_ts"] = thread_ts
+
+            def post(arguments: dict[str, Any] = arguments) -> Awaitable[Any]:
+                return writes.chat_postMessage(**arguments)
+
+            try:
+                response = await call_slack("chat.postMessage", post, self.settings.timeout)
+            except DeliveryError as error:
+                if not ids:
+                    raise
+                # earlier parts are on Slack: a retry would post them twice
+                raise Uncertain(f"sent {index} of {len(parts)} parts, then: {error}") from None
+            ts = _opt(response.get("ts"))
+            if ts is None:
+                raise Uncertain("chat.postMessage answered ok without a ts")
+            ids.append(ts)
+        if thread_ts:
+            await self._remember_thread(Address(self.account, address.chat, thread_ts))
+        return Receipt(ids[0], part_ids=tuple(ids))
+
+    async def _edit(self, outbound: Outbound) -> Receipt:
+        assert self._writes is not None
+        writes = self._writes
+        if not outbound.target:
+            raise Rejected("an edit needs the target message's ts")
+        if len(outbound.text) > self.settings.max_text_len:
+            raise Rejected(
+                f"edited text is {len(outbound.text)} characters; one Slack message "
+                f"takes {self.settings.max_text_len} here"
+            )
+        channel, target, text = outbound.address.chat, outbound.target, outbound.text
+        await call_slack(
+            "chat.update",
+            lambda: writes.chat_update(channel=channel, ts=target, text=text),
+            self.settings.timeout,
+        )
+        return Receipt(target, part_ids=(target,))
+
+    async def _react(self, outbound: Outbound) -> Receipt:
+        assert self._writes is not None
+        writes = self._writes
+        if not outbound.target:
+            raise Rejected("a reaction needs the target message's ts")
+        name = emoji_name(outbound.text)
+        if not name:
+            raise Rejected("invalid_name")
+        channel, target = outbound.address.chat, outbound.target
+        try:
+            await call_slack(
+                "reactions.add",
+                lambda: writes.reactions_add(channel=channel, timestamp=target, name=name),
+                self.settings.timeout,
+            )
+        except Rejected as error:
+            if error.reason != "already_reacted":
+                raise
+        return Receipt(target, part_ids=(target,))
+
+    async def _remember_thread(self, address: Address) -> None:
+        key = _thread_key(address)
+        if key in self._threads:
+            return
+        self._threads.add(key)
+        if self._ctx is not None:
+            try:
+                await self._ctx.set_state(key, "1")
+            except Exception as error:  # the post is done; losing this fact costs a mention
+                self._log.warning("could not record thread %s (%s)", key, type(error).__name__)
+
+
+def emoji_name(text: str) -> str:
+    """Return Slack's emoji name for `text`: ``:tada:`` -> ``tada``, ``👍`` -> ``thumbsup``."""
+    stripped = text.strip()
+    if stripped in EMOJI_NAMES:
+        return EMOJI_NAMES[stripped]
+    return stripped.strip(":").strip()
+
+
+def _thread_key(address: Address) -> str:
+    return f"thread:{address.chat}:{address.thread}"
+
+
+def _opt(value: Any) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+def _error_code(error: SlackApiError) -> str:
+    data = getattr(error.response, "data", None)
+    if isinstance(data, Mapping) and data.get("error"):
+        return str(data["error"])
+    return f"HTTP {getattr(error.response, 'status_code', '?')}"
+
+
+async def _data(call: Any) -> Mapping[str, Any]:
+    response = await call
+    data = response.data
+    return data if isinstance(data, Mapping) else {}

@@ -1,0 +1,367 @@
+"""Pure functions: a Slack Events API payload -> a backchannel Event (or None).
+
+The input is what Slack sends: the ``event_callback`` body (over HTTP, or as the
+``payload`` of a Socket Mode envelope), optionally with a ``_backchannel`` key
+the adapter adds before ingesting (names it looked up with ``users.info`` and
+``conversations.info``, and whether the bot takes part in the thread). A bare
+inner event (``{"type": "message", ...}``) is accepted too.
+
+Decisions (see docs/channels/slack.md):
+
+- A message's ``event_id`` is its identity on Slack, ``<channel>:<ts>``, not the
+  envelope's ``Ev...`` id: Slack sends both a ``message`` and an ``app_mention``
+  event (two envelope ids) for one mention, and both must make one transcript row.
+- Edits are ``edit:<channel>:<ts>:<edited.ts>``; deletes ``delete:<channel>:<ts>``.
+- A thread is its own conversation ``Address(account, channel, thread_ts)``;
+  the channel's top level is ``Address(account, channel)``. A top-level message
+  that mentions the bot (outside DMs) opens the thread rooted at it
+  (``Address(account, channel, ts)``), so the bot answers in that thread.
+- The app's own messages are recognised by bot user id and ``bot_id``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from attrs import frozen
+from backchannel.errors import NormalizeError
+from backchannel.model import Address, Attachment, ConversationKind, Event, Sender
+
+__all__ = [
+    "ENRICHMENT_KEY",
+    "BotIdentity",
+    "mention_pattern",
+    "message_identity",
+    "normalize_payload",
+]
+
+#: key under which the adapter passes looked-up names into the raw payload
+ENRICHMENT_KEY = "_backchannel"
+
+#: message subtypes that carry a person's (or another bot's) words
+CONTENT_SUBTYPES = frozenset({"bot_message", "file_share", "thread_broadcast", "me_message"})
+
+
+@frozen
+class BotIdentity:
+    """Who the app is on Slack: its bot user id (``U...``) and bot id (``B...``)."""
+
+    user_id: str | None = None
+    bot_id: str | None = None
+
+    def owns(self, message: Mapping[str, Any]) -> bool:
+        """Return True when `message` was posted by this app."""
+        user = message.get("user")
+        bot = message.get("bot_id")
+        if self.user_id and user == self.user_id:
+            return True
+        return bool(self.bot_id and bot == self.bot_id)
+
+
+def mention_pattern(user_id: str) -> re.Pattern[str]:
+    """Return a pattern matching ``<@USERID>`` and ``<@USERID|name>`` in mrkdwn text."""
+    return re.compile(rf"<@{re.escape(user_id)}(?:\|[^>]*)?>")
+
+
+def message_identity(channel: str, ts: str) -> str:
+    """Return the dedupe key of one Slack message: ``<channel>:<ts>``."""
+    return f"{channel}:{ts}"
+
+
+def normalize_payload(
+    raw: Mapping[str, Any],
+    *,
+    account: str,
+    me: BotIdentity,
+    thread_on_mention: bool = True,
+) -> Event | None:
+    """Return the Event for a Slack payload, or None when it is not for the transcript.
+
+    Raises NormalizeError (naming the field) when a field Slack always sends is
+    missing or has the wrong type.
+    """
+    if not isinstance(raw, Mapping):
+        raise NormalizeError(f"expected a JSON object, got {type(raw).__name__}")
+    kind = raw.get("type")
+    if kind == "event_callback":
+        event = raw.get("event")
+        if not isinstance(event, Mapping):
+            raise NormalizeError("event_callback without an event object", where="event")
+        where = "event"
+    elif kind in ("message", "app_mention"):
+        event, where = raw, ""
+    elif isinstance(kind, str):
+        return None  # url_verification, app_rate_limited, other envelope types
+    else:
+        raise NormalizeError("payload has no string 'type'", where="type")
+
+    extra = raw.get(ENRICHMENT_KEY) or {}
+    if not isinstance(extra, Mapping):
+        extra = {}
+    identity = me
+    if identity.user_id is None:
+        identity = BotIdentity(_authorized_bot(raw), me.bot_id)
+    reader = _Reader(event, where, account, identity, extra, thread_on_mention)
+    event_type = event.get("type")
+    if event_type == "app_mention":
+        return reader.message(event, mention=True)
+    if event_type != "message":
+        return None  # reactions, joins, app_home_opened, ...: not transcript rows
+    subtype = event.get("subtype")
+    if subtype is None or subtype in CONTENT_SUBTYPES:
+        return reader.message(event, mention=False)
+    if subtype == "message_changed":
+        return reader.edit(event)
+    if subtype == "message_deleted":
+        return reader.delete(event)
+    return None  # channel_join, channel_topic, message_replied, ...
+
+
+def _authorized_bot(raw: Mapping[str, Any]) -> str | None:
+    authorizations = raw.get("authorizations")
+    if isinstance(authorizations, list):
+        for entry in authorizations:
+            if isinstance(entry, Mapping) and entry.get("is_bot") and entry.get("user_id"):
+                return str(entry["user_id"])
+    return None
+
+
+class _Reader:
+    """Reads one inner event; knows the account, the bot and the adapter's enrichment."""
+
+    def __init__(
+        self,
+        event: Mapping[str, Any],
+        where: str,
+        account: str,
+        me: BotIdentity,
+        extra: Mapping[str, Any],
+        thread_on_mention: bool,
+    ):
+        self.event = event
+        self.where = where
+        self.account = account
+        self.me = me
+        self.extra = extra
+        self.thread_on_mention = thread_on_mention
+        self.mention = mention_pattern(me.user_id) if me.user_id else None
+
+    def at(self, name: str) -> str:
+        return f"{self.where}.{name}" if self.where else name
+
+    def text_field(self, value: Mapping[str, Any], name: str, where: str) -> str:
+        field = value.get(name)
+        if not isinstance(field, str) or not field:
+            raise NormalizeError(f"missing or non-string {name!r}", where=where)
+        return field
+
+    # kinds -------------------------------------------------------------------
+    def message(self, message: Mapping[str, Any], *, mention: bool) -> Event | None:
+        channel = self.text_field(message, "channel", self.at("channel"))
+        ts = self.text_field(message, "ts", self.at("ts"))
+        if self.me.owns(message):
+            return None
+        text = message.get("text") or ""
+        if not isinstance(text, str):
+            raise NormalizeError("'text' is not a string", where=self.at("text"))
+        thread_ts = _opt_str(message.get("thread_ts"))
+        direct = self.is_direct(channel, message)
+        mentions_me = mention or self.mentions(text) or self.replies_to_me(message, thread_ts, ts)
+        address, kind = self.address(channel, ts, thread_ts, mentions_me, direct)
+        meta: dict[str, Any] = {}
+        if message.get("subtype") == "thread_broadcast":
+            meta["also_sent_to_channel"] = True
+        if thread_ts:
+            meta["thread_ts"] = thread_ts
+        return Event(
+            address=address,
+            event_id=message_identity(channel, ts),
+            sender=self.sender(message),
+            kind="message",
+            text=text,
+            platform_message_id=ts,
+            reply_to=thread_ts if thread_ts and thread_ts != ts else None,
+            mentions_me=mentions_me,
+            attachments=_attachments(message.get("files"), self.at("files")),
+            sent_at=_ts_seconds(ts, self.at("ts")),
+            conversation_kind=kind,
+            conversation_title=self.title(kind),
+            meta=meta,
+            raw=self.raw_for_store(),
+        )
+
+    def edit(self, event: Mapping[str, Any]) -> Event | None:
+        channel = self.text_field(event, "channel", self.at("channel"))
+        changed = event.get("message")
+        if not isinstance(changed, Mapping):
+            raise NormalizeError("message_changed without a message", where=self.at("message"))
+        where = self.at("message")
+        ts = self.text_field(changed, "ts", f"{where}.ts")
+        if self.me.owns(changed):
+            return None
+        text = changed.get("text") or ""
+        previous = event.get("previous_message")
+        if (
+            isinstance(previous, Mapping)
+            and previous.get("text") == text
+            and not changed.get("edited")
+        ):
+            return None  # an unfurl or a reply count changed, not the words
+        edited = changed.get("edited")
+        edit_ts = edited.get("ts") if isinstance(edited, Mapping) else None
+        stamp = _opt_str(edit_ts) or _opt_str(event.get("event_ts")) or _opt_str(event.get("ts"))
+        if stamp is None:
+            raise NormalizeError("message_changed without ts or edited.ts", where=self.at("ts"))
+        thread_ts = _opt_str(changed.get("thread_ts"))
+        direct = self.is_direct(channel, event)
+        mentions_me = self.mentions(text) or self.replies_to_me(changed, thread_ts, ts)
+        address, kind = self.address(channel, ts, thread_ts, mentions_me, direct)
+        return Event(
+            address=address,
+            event_id=f"edit:{channel}:{ts}:{stamp}",
+            sender=self.sender(changed),
+            kind="edit",
+            text=text,
+            platform_message_id=ts,
+            mentions_me=mentions_me,
+            attachments=_attachments(changed.get("files"), f"{where}.files"),
+            sent_at=_ts_seconds(stamp, self.at("ts")),
+            conversation_kind=kind,
+            conversation_title=self.title(kind),
+            raw=self.raw_for_store(),
+        )
+
+    def delete(self, event: Mapping[str, Any]) -> Event | None:
+        channel = self.text_field(event, "channel", self.at("channel"))
+        deleted_ts = self.text_field(event, "deleted_ts", self.at("deleted_ts"))
+        previous = event.get("previous_message")
+        previous = previous if isinstance(previous, Mapping) else {}
+        if self.me.owns(previous):
+            return None
+        thread_ts = _opt_str(previous.get("thread_ts"))
+        text = previous.get("text") or ""
+        direct = self.is_direct(channel, event)
+        mentions_me = isinstance(text, str) and self.mentions(text)
+        address, kind = self.address(channel, deleted_ts, thread_ts, mentions_me, direct)
+        stamp = _opt_str(event.get("event_ts")) or _opt_str(event.get("ts")) or deleted_ts
+        sender = self.sender(previous) if previous.get("user") or previous.get("bot_id") else None
+        return Event(
+            address=address,
+            event_id=f"delete:{channel}:{deleted_ts}",
+            sender=sender or Sender(id="slack", name="Slack"),
+            kind="delete",
+            platform_message_id=deleted_ts,
+            sent_at=_ts_seconds(stamp, self.at("event_ts")),
+            conversation_kind=kind,
+            conversation_title=self.title(kind),
+            raw=self.raw_for_store(),
+        )
+
+    # pieces ------------------------------------------------------------------
+    def is_direct(self, channel: str, event: Mapping[str, Any]) -> bool:
+        channel_type = event.get("channel_type")
+        if isinstance(channel_type, str):
+            return channel_type == "im"
+        return channel.startswith("D")  # app_mention carries no channel_type
+
+    def mentions(self, text: str) -> bool:
+        return bool(self.mention and self.mention.search(text))
+
+    def replies_to_me(self, message: Mapping[str, Any], thread_ts: str | None, ts: str) -> bool:
+        if not thread_ts or thread_ts == ts:
+            return False
+        parent = message.get("parent_user_id")
+        if self.me.user_id and parent == self.me.user_id:
+            return True
+        return bool(self.extra.get("bot_in_thread"))
+
+    def address(
+        self, channel: str, ts: str, thread_ts: str | None, mentions_me: bool, direct: bool
+    ) -> tuple[Address, ConversationKind]:
+        if thread_ts and thread_ts != ts:
+            return Address(self.account, channel, thread_ts), "thread"
+        if not direct and mentions_me and self.thread_on_mention:
+            return Address(self.account, channel, ts), "thread"
+        return Address(self.account, channel), "direct" if direct else "group"
+
+    def sender(self, message: Mapping[str, Any]) -> Sender:
+        user = _opt_str(message.get("user"))
+        bot_id = _opt_str(message.get("bot_id"))
+        names = self.extra.get("user_names")
+        names = names if isinstance(names, Mapping) else {}
+        profile = message.get("user_profile")
+        profile = profile if isinstance(profile, Mapping) else {}
+        bot_profile = message.get("bot_profile")
+        bot_profile = bot_profile if isinstance(bot_profile, Mapping) else {}
+        sender_id = user or bot_id
+        if sender_id is None:
+            raise NormalizeError("message has neither 'user' nor 'bot_id'", where=self.at("user"))
+        name = (
+            _opt_str(names.get(sender_id))
+            or _opt_str(profile.get("display_name"))
+            or _opt_str(profile.get("real_name"))
+            or _opt_str(message.get("username"))
+            or _opt_str(bot_profile.get("name"))
+            or ""
+        )
+        handle = _opt_str(profile.get("name"))
+        return Sender(id=sender_id, name=name, handle=handle, is_bot=bot_id is not None)
+
+    def title(self, kind: ConversationKind) -> str | None:
+        name = _opt_str(self.extra.get("channel_name"))
+        if name is None:
+            return None
+        if kind == "direct":
+            return name
+        return f"#{name} (thread)" if kind == "thread" else f"#{name}"
+
+    def raw_for_store(self) -> Mapping[str, Any]:
+        return dict(self.event)
+
+
+def _opt_str(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    return str(value)
+
+
+def _ts_seconds(ts: str, where: str) -> float:
+    try:
+        return float(ts)
+    except (TypeError, ValueError):
+        raise NormalizeError(f"timestamp {ts!r} is not a Slack ts", where=where) from None
+
+
+def _attachments(files: Any, where: str) -> tuple[Attachment, ...]:
+    if files is None:
+        return ()
+    if not isinstance(files, list):
+        raise NormalizeError("'files' is not a list", where=where)
+    found: list[Attachment] = []
+    for index, item in enumerate(files):
+        if not isinstance(item, Mapping):
+            raise NormalizeError("file entry is not an object", where=f"{where}[{index}]")
+        mime = _opt_str(item.get("mimetype"))
+        size = item.get("size")
+        found.append(
+            Attachment(
+                kind=_file_kind(mime, item),
+                name=_opt_str(item.get("name")) or _opt_str(item.get("title")),
+                mime=mime,
+                size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+                ref=_opt_str(item.get("id")),
+            )
+        )
+    return tuple(found)
+
+
+def _file_kind(mime: str | None, item: Mapping[str, Any]) -> str:
+    if item.get("mode") == "tombstone":
+        return "deleted_file"
+    if mime:
+        major = mime.split("/", 1)[0]
+        if major in ("image", "video", "audio"):
+            return major
+    return "file"

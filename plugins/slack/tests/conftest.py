@@ -1,0 +1,65 @@
+"""Fixtures: a FakeSlack, a tiny server for the adapter's routes, loopback never proxied."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from aiohttp import web
+from backchannel.adapter import RouteTable
+from backchannel_slack.testing import FakeSlack
+
+
+@pytest.fixture(autouse=True)
+def loopback_not_proxied(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Keep any HTTPS_PROXY of the machine, but never for 127.0.0.1 (as the docs advise)."""
+    existing = os.environ.get("NO_PROXY") or os.environ.get("no_proxy") or ""
+    hosts = ",".join(h for h in (existing, "127.0.0.1", "localhost") if h)
+    monkeypatch.setenv("NO_PROXY", hosts)
+    monkeypatch.setenv("no_proxy", hosts)
+    yield
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    """A FakeSlack with quick Events API retries and no automatic Socket Mode redelivery."""
+    async with FakeSlack(ack_timeout=None, retry_delays=(0.0, 0.2, 0.5), http_timeout=3.0) as fake:
+        yield fake
+
+
+class RouteServer:
+    """Serves a RouteTable on 127.0.0.1 the way the switchboard's server does."""
+
+    def __init__(self, routes: RouteTable):
+        self.routes = routes
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.routes.public_url = f"http://127.0.0.1:{port}"
+        return self.routes.public_url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        handler = self.routes.find(request.method, request.path)
+        if handler is None:
+            raise web.HTTPNotFound()
+        return await handler(request)
+
+
+@pytest.fixture
+async def route_server(contract_context) -> AsyncIterator[RouteServer]:  # type: ignore[no-untyped-def]
+    server = RouteServer(contract_context.routes)
+    await server.start()
+    yield server
+    await server.stop()
