@@ -1,0 +1,193 @@
+"""The harness session envelope that rides inside a decrypted tiny.place DM.
+
+A decrypted DM body is either plain text or a JSON session envelope:
+
+- ``tinyplace.harness.session.v1``: ``scope{wrapper_session_id,
+  harness_session_id, cwd, ...}``, ``harness{provider, ...}``, one
+  ``message{id, line, role, text, timestamp}``, and an optional ``tp{v,
+  from_session, to_session, in_reply_to}`` extension block;
+- ``tinyplace.harness.session.v2``: the same scope and harness, with one
+  ``event{id, seq, ts, role, kind, payload}`` instead of ``message``.
+
+Field names are snake_case on the wire. An envelope is valid when its version
+tag matches and it names a session (``wrapper_session_id``, else
+``harness_session_id``); anything else is a plain DM, as in the reference
+parsers. Everything here is untrusted text from a peer.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from attrs import frozen
+
+__all__ = [
+    "ENVELOPE_V1",
+    "ENVELOPE_V2",
+    "ParsedBody",
+    "build_v1_envelope",
+    "new_message_id",
+    "parse_body",
+]
+
+ENVELOPE_V1 = "tinyplace.harness.session.v1"
+ENVELOPE_V2 = "tinyplace.harness.session.v2"
+
+#: v2 event kinds that carry words for the other side; the rest is progress noise
+_V2_TEXT_KINDS = {"user_prompt", "agent_message"}
+
+
+@frozen
+class ParsedBody:
+    """A decrypted DM body, read.
+
+    `session` is None for a plain DM. `text` is None when the body is an
+    envelope event that carries no words for a conversation (a v2 status or
+    tool event).
+    """
+
+    text: str | None
+    session: str | None = None
+    role: str | None = None
+    message_id: str | None = None
+    envelope_version: str | None = None
+    provider: str | None = None
+    cwd: str | None = None
+    line: int | None = None
+    event_kind: str | None = None
+    timestamp: str | None = None
+    tp: Mapping[str, Any] | None = None
+
+
+def parse_body(plaintext: str) -> ParsedBody:
+    """Read a decrypted body: a v1 or v2 session envelope, else plain text."""
+    if not plaintext.lstrip().startswith("{"):
+        return ParsedBody(text=plaintext)
+    try:
+        data = json.loads(plaintext)
+    except ValueError:
+        return ParsedBody(text=plaintext)
+    if not isinstance(data, dict):
+        return ParsedBody(text=plaintext)
+    version = data.get("envelope_version")
+    session = _session_key(data.get("scope"))
+    if version not in (ENVELOPE_V1, ENVELOPE_V2) or session is None:
+        return ParsedBody(text=plaintext)
+    harness = _mapping(data.get("harness"))
+    scope = _mapping(data.get("scope"))
+    tp = _mapping(data.get("tp"))
+    common: dict[str, Any] = {
+        "session": session,
+        "envelope_version": version,
+        "provider": _str(harness.get("provider")),
+        "cwd": _str(scope.get("cwd")),
+        "tp": {key: value for key, value in tp.items() if isinstance(value, str | int | bool)},
+    }
+    if version == ENVELOPE_V1:
+        message = _mapping(data.get("message"))
+        line = message.get("line")
+        return ParsedBody(
+            text=_str(message.get("text")) or "",
+            role=_str(message.get("role")),
+            message_id=_str(message.get("id")),
+            line=line if isinstance(line, int) and not isinstance(line, bool) else None,
+            timestamp=_str(message.get("timestamp")),
+            **common,
+        )
+    event = _mapping(data.get("event"))
+    kind = _str(event.get("kind")) or "unknown"
+    return ParsedBody(
+        text=_v2_text(kind, _mapping(event.get("payload"))),
+        role=_str(event.get("role")) or ("user" if kind == "user_prompt" else "agent"),
+        message_id=_str(event.get("id")),
+        event_kind=kind,
+        timestamp=_str(event.get("ts")),
+        **common,
+    )
+
+
+def build_v1_envelope(
+    session: str,
+    text: str,
+    message_id: str,
+    *,
+    in_reply_to: str | None = None,
+    now: float | None = None,
+) -> str:
+    """Return a v1 envelope carrying `text` in `session`, as compact JSON.
+
+    The session id goes into both `wrapper_session_id` and
+    `harness_session_id`, so a compliant peer threads its reply under it.
+    """
+    moment = datetime.fromtimestamp(time.time() if now is None else now, UTC)
+    start = moment.replace(second=0, microsecond=0)
+    end = datetime.fromtimestamp(start.timestamp() + 60, UTC)
+    tp: dict[str, Any] = {"v": 1}
+    if in_reply_to:
+        tp["in_reply_to"] = in_reply_to
+    envelope = {
+        "envelope_version": ENVELOPE_V1,
+        "version": 1,
+        "bucket": {"unit": "minute", "start": _iso(start), "end": _iso(end)},
+        "scope": {
+            "type": "session",
+            "key": session,
+            "cwd": "",
+            "wrapper_session_id": session,
+            "harness_session_id": session,
+        },
+        "harness": {"provider": "backchannel", "command": "backchannel", "argv": []},
+        "message": {
+            "id": message_id,
+            "line": 0,
+            "role": "agent",
+            "text": text,
+            "timestamp": _iso(moment),
+        },
+        "source": {"path": "backchannel", "record_type": "dm"},
+        "tp": tp,
+    }
+    return json.dumps(envelope, separators=(",", ":"), ensure_ascii=False)
+
+
+def new_message_id() -> str:
+    """Return a fresh relay message id, unique across processes and restarts."""
+    return f"msg_{int(time.time() * 1000)}_{secrets.token_hex(6)}"
+
+
+def _session_key(scope: Any) -> str | None:
+    scope = _mapping(scope)
+    for key in ("wrapper_session_id", "harness_session_id"):
+        value = scope.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
+def _v2_text(kind: str, payload: Mapping[str, Any]) -> str | None:
+    if kind in _V2_TEXT_KINDS:
+        return _str(payload.get("text")) or ""
+    if kind == "error":
+        return f"[error] {_str(payload.get('message')) or ''}".rstrip()
+    if kind == "approval_request":
+        what = _str(payload.get("display")) or _str(payload.get("tool_name")) or "a tool call"
+        reason = _str(payload.get("reason"))
+        return f"[approval requested] {what}" + (f" ({reason})" if reason else "")
+    return None
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,258 @@
+"""The SDK's Signal `SessionStore`, kept in backchannel's durable per-account state.
+
+Every record (ratchet session per peer, one-time and signed pre-keys, sender
+keys) is one state key holding JSON. Reads go to `ctx.get_state`. Writes go
+straight through with `ctx.set_state`, except inside `staging()`: there they
+are collected, read back by later reads in the same staging, and handed to
+the caller, which commits them with `ctx.ingest(raw, state=...)` in the same
+transaction as the message whose decryption caused them. If the commit never
+happens (crash, store error), the ratchet stays where the store says it was,
+and the message, still in the mailbox, decrypts again from that state.
+
+The long-term identity key pair is never written here: it is derived from
+the configured identity secret at start.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from tinyplace.signal.store import (
+    PreKeyPair,
+    SenderKeyState,
+    SessionState,
+    SessionStore,
+    SignedPreKeyPair,
+    X25519KeyPair,
+)
+
+__all__ = ["DurableSessionStore", "StateAccess"]
+
+PREFIX = "signal/"
+
+
+class StateAccess(Protocol):
+    """The durable key/value half of an AdapterContext."""
+
+    async def get_state(self, key: str) -> str | None: ...
+
+    async def set_state(self, key: str, value: str | None) -> None: ...
+
+
+class DurableSessionStore(SessionStore):
+    """A `tinyplace.signal.SessionStore` over an account's durable state."""
+
+    def __init__(self, state: StateAccess, identity: X25519KeyPair) -> None:
+        self._state = state
+        self._identity = X25519KeyPair(identity.public_key, identity.private_key)
+        self._staged: dict[str, str | None] | None = None
+
+    @property
+    def state(self) -> StateAccess:
+        """The durable state this store reads and writes (for keys kept beside it)."""
+        return self._state
+
+    # --- staging -----------------------------------------------------------
+
+    @contextmanager
+    def staging(self) -> Iterator[dict[str, str | None]]:
+        """Collect writes instead of committing them; yield the dict they land in.
+
+        The caller passes that dict as `state=` to the ingest that commits the
+        message; leaving the block drops anything not committed.
+        """
+        if self._staged is not None:
+            raise RuntimeError("DurableSessionStore.staging() does not nest")
+        staged: dict[str, str | None] = {}
+        self._staged = staged
+        try:
+            yield staged
+        finally:
+            self._staged = None
+
+    async def _get(self, key: str) -> str | None:
+        full = PREFIX + key
+        if self._staged is not None and full in self._staged:
+            # reads inside a staging see its own writes
+            return self._staged[full]
+        return await self._state.get_state(full)
+
+    async def _put(self, key: str, value: str | None) -> None:
+        if self._staged is not None:
+            self._staged[PREFIX + key] = value
+            return
+        await self._state.set_state(PREFIX + key, value)
+
+    # --- identity ----------------------------------------------------------
+
+    async def get_identity_x25519_key_pair(self) -> X25519KeyPair:
+        return X25519KeyPair(self._identity.public_key, self._identity.private_key)
+
+    # --- signed pre-keys ---------------------------------------------------
+
+    async def get_signed_pre_key(self, key_id: str) -> SignedPreKeyPair | None:
+        data = await self._get_json(f"signed_prekey/{key_id}")
+        return _signed_pre_key(data) if data else None
+
+    async def get_active_signed_pre_key(self) -> SignedPreKeyPair:
+        active = await self._get("signed_prekey_active")
+        if active is None:
+            raise LookupError("No active signed pre-key")
+        key = await self.get_signed_pre_key(active)
+        if key is None:
+            raise LookupError("Active signed pre-key not found")
+        return key
+
+    async def store_signed_pre_key(self, pre_key: SignedPreKeyPair) -> None:
+        await self._put_json(f"signed_prekey/{pre_key.key_id}", _key_record(pre_key))
+        await self._put("signed_prekey_active", pre_key.key_id)
+
+    # --- one-time pre-keys -------------------------------------------------
+
+    async def get_pre_key(self, key_id: str) -> PreKeyPair | None:
+        data = await self._get_json(f"prekey/{key_id}")
+        return _pre_key(data) if data else None
+
+    async def store_pre_key(self, pre_key: PreKeyPair) -> None:
+        await self._put_json(f"prekey/{pre_key.key_id}", _key_record(pre_key))
+        ids = await self._pre_key_ids()
+        if pre_key.key_id not in ids:
+            await self._put_json("prekeys", [*ids, pre_key.key_id])
+
+    async def remove_pre_key(self, key_id: str) -> None:
+        await self._put(f"prekey/{key_id}", None)
+        ids = await self._pre_key_ids()
+        if key_id in ids:
+            await self._put_json("prekeys", [i for i in ids if i != key_id])
+
+    async def get_all_pre_keys(self) -> list[PreKeyPair]:
+        keys = [await self.get_pre_key(key_id) for key_id in await self._pre_key_ids()]
+        return [key for key in keys if key is not None]
+
+    async def _pre_key_ids(self) -> list[str]:
+        ids = await self._get_json("prekeys")
+        return [str(i) for i in ids] if isinstance(ids, list) else []
+
+    # --- sessions ----------------------------------------------------------
+
+    async def get_session(self, address: str) -> SessionState | None:
+        data = await self._get_json(f"session/{address}")
+        return _session(data) if data else None
+
+    async def store_session(self, address: str, session: SessionState) -> None:
+        await self._put_json(f"session/{address}", _session_record(session))
+
+    async def remove_session(self, address: str) -> None:
+        await self._put(f"session/{address}", None)
+
+    # --- sender keys (groups; stored for completeness) ----------------------
+
+    async def get_sender_key(self, distribution_id: str) -> SenderKeyState | None:
+        data = await self._get_json(f"sender_key/{distribution_id}")
+        if not data:
+            return None
+        return SenderKeyState(
+            distribution_id=data["distribution_id"],
+            chain_key=_b(data["chain_key"]),
+            iteration=int(data["iteration"]),
+            signing_public_key=_b(data["signing_public_key"]),
+            signing_private_key=_b(data["signing_private_key"])
+            if data.get("signing_private_key")
+            else None,
+            skipped_keys={int(k): _b(v) for k, v in data.get("skipped_keys", {}).items()},
+        )
+
+    async def store_sender_key(self, sender_key: SenderKeyState) -> None:
+        await self._put_json(
+            f"sender_key/{sender_key.distribution_id}",
+            {
+                "distribution_id": sender_key.distribution_id,
+                "chain_key": _s(sender_key.chain_key),
+                "iteration": sender_key.iteration,
+                "signing_public_key": _s(sender_key.signing_public_key),
+                "signing_private_key": _s(sender_key.signing_private_key)
+                if sender_key.signing_private_key
+                else None,
+                "skipped_keys": {str(k): _s(v) for k, v in sender_key.skipped_keys.items()},
+            },
+        )
+
+    async def remove_sender_key(self, distribution_id: str) -> None:
+        await self._put(f"sender_key/{distribution_id}", None)
+
+    # --- json helpers --------------------------------------------------------
+
+    async def _get_json(self, key: str) -> Any:
+        text = await self._get(key)
+        return None if text is None else json.loads(text)
+
+    async def _put_json(self, key: str, value: Any) -> None:
+        await self._put(key, json.dumps(value, separators=(",", ":")))
+
+
+def _s(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _b(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+def _key_record(key: PreKeyPair | SignedPreKeyPair | Any) -> dict[str, str]:
+    return {
+        "key_id": key.key_id,
+        "public_key": _s(key.key_pair.public_key),
+        "private_key": _s(key.key_pair.private_key),
+        "signature": _s(key.signature),
+    }
+
+
+def _pre_key(data: dict[str, str]) -> PreKeyPair:
+    pair = X25519KeyPair(_b(data["public_key"]), _b(data["private_key"]))
+    return PreKeyPair(key_id=data["key_id"], key_pair=pair, signature=_b(data["signature"]))
+
+
+def _signed_pre_key(data: dict[str, str]) -> SignedPreKeyPair:
+    pair = X25519KeyPair(_b(data["public_key"]), _b(data["private_key"]))
+    return SignedPreKeyPair(key_id=data["key_id"], key_pair=pair, signature=_b(data["signature"]))
+
+
+def _opt(data: bytes | None) -> str | None:
+    return None if data is None else _s(data)
+
+
+def _opt_b(text: str | None) -> bytes | None:
+    return None if text is None else _b(text)
+
+
+def _session_record(session: SessionState) -> dict[str, Any]:
+    return {
+        "dh_send_public": _s(session.dh_send_key_pair.public_key),
+        "dh_send_private": _s(session.dh_send_key_pair.private_key),
+        "dh_recv_public_key": _opt(session.dh_recv_public_key),
+        "root_key": _s(session.root_key),
+        "send_chain_key": _opt(session.send_chain_key),
+        "recv_chain_key": _opt(session.recv_chain_key),
+        "send_message_number": session.send_message_number,
+        "recv_message_number": session.recv_message_number,
+        "previous_chain_length": session.previous_chain_length,
+        "skipped_keys": {k: _s(v) for k, v in session.skipped_keys.items()},
+    }
+
+
+def _session(data: dict[str, Any]) -> SessionState:
+    return SessionState(
+        dh_send_key_pair=X25519KeyPair(_b(data["dh_send_public"]), _b(data["dh_send_private"])),
+        dh_recv_public_key=_opt_b(data["dh_recv_public_key"]),
+        root_key=_b(data["root_key"]),
+        send_chain_key=_opt_b(data["send_chain_key"]),
+        recv_chain_key=_opt_b(data["recv_chain_key"]),
+        send_message_number=int(data["send_message_number"]),
+        recv_message_number=int(data["recv_message_number"]),
+        previous_chain_length=int(data["previous_chain_length"]),
+        skipped_keys={k: _b(v) for k, v in data.get("skipped_keys", {}).items()},
+    )

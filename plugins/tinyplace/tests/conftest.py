@@ -1,0 +1,40 @@
+"""Fixtures: a FakeRelay, peers on it, and settings for an adapter account."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from backchannel_tinyplace.testing import FakeRelay, RelayPeer
+
+
+@pytest.fixture
+async def relay() -> AsyncIterator[FakeRelay]:
+    async with FakeRelay() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def peer(relay: FakeRelay) -> AsyncIterator[RelayPeer]:
+    async with RelayPeer(relay.url) as agent:
+        await agent.publish_keys()
+        yield agent
+
+
+def account_settings(relay: FakeRelay, seed: bytes | None = None, **extra: Any) -> dict[str, Any]:
+    """Settings of a test account on `relay`: fast polling, short timeouts."""
+    return {
+        "identity": (seed or os.urandom(32)).hex(),
+        "relay_url": relay.url,
+        "poll_interval": 0.05,
+        "request_timeout": 2.0,
+        "prekey_pool": 4,
+        **extra,
+    }
+
+
+@pytest.fixture
+def settings_for(relay: FakeRelay) -> Any:
+    return lambda seed=None, **extra: account_settings(relay, seed, **extra)
