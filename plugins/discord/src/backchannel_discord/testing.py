@@ -95,6 +95,7 @@ class _Fault:
     kind: str
     retry_after: float = 2.0
     is_global: bool = False
+    skip: int = 0
 
 
 @define
@@ -148,7 +149,7 @@ class FakeDiscord:
         self.members: dict[tuple[str, str], dict[str, Any]] = {}
         #: every message on the fake platform by id (users' and the bot's)
         self.messages: dict[str, dict[str, Any]] = {}
-        #: what the bot sent, in order: POSTed message payloads as stored
+        #: what the bot posted, in order: the created messages, plus "allowed_mentions" as asked
         self.sent: list[dict[str, Any]] = []
         #: every REST request: (method, path, json body or None)
         self.requests: list[tuple[str, str, Any]] = []
@@ -161,6 +162,7 @@ class FakeDiscord:
         #: when positive, each resume also replays this many already-delivered dispatches
         self.replay_overlap = 0
         self._faults: list[_Fault] = []
+        self._nonces: dict[str, tuple[str, float]] = {}
         self._hang = asyncio.Event()
         self._acks = True
         self._drop_next = 0
@@ -478,8 +480,10 @@ class FakeDiscord:
 
     # ------------------------------------------------------------ REST faults
 
-    def fail_next(self, fault: str, *, retry_after: float = 2.0, is_global: bool = False) -> None:
-        """Answer the next bot write (POST/PATCH/PUT under /channels) with `fault`.
+    def fail_next(
+        self, fault: str, *, retry_after: float = 2.0, is_global: bool = False, skip: int = 0
+    ) -> None:
+        """Answer the next bot write (POST/PATCH/PUT under /channels), after `skip` good ones, with `fault`.
 
         fault: "rate_limited" (429), "forbidden" (403 50013), "missing_access"
         (403 50001), "unknown_channel" (404 10003), "unknown_message" (404
@@ -489,7 +493,7 @@ class FakeDiscord:
         """
         if fault not in _ERRORS and fault not in {"rate_limited", "hang", "reset"}:
             raise ValueError(f"unknown fault {fault!r}")
-        self._faults.append(_Fault(fault, retry_after, is_global))
+        self._faults.append(_Fault(fault, retry_after, is_global, skip))
 
     def release_hang(self) -> None:
         self._hang.set()
@@ -681,7 +685,7 @@ class FakeDiscord:
         connection.session = session
         start = max(0, seq - self.replay_overlap)
         for payload in list(session.backlog):
-            if payload["s"] > start:
+            if payload["s"] > start and payload["t"] != "READY":
                 await self._send(connection, payload)
         session.seq += 1
         resumed = {
@@ -835,7 +839,12 @@ class FakeDiscord:
             return self._limited(bucket, web.Response(status=204))
         if rest[0] != "messages":
             return self._json(404, {"message": "404: Not Found", "code": 0})
-        fault = self._faults.pop(0) if self._faults and method in ("POST", "PATCH", "PUT") else None
+        fault = None
+        if self._faults and method in ("POST", "PATCH", "PUT"):
+            if self._faults[0].skip > 0:
+                self._faults[0].skip -= 1
+            else:
+                fault = self._faults.pop(0)
         if fault is not None:
             return await self._fault(fault, bucket, request)
         if rest == ["messages"] and method == "POST":
@@ -863,6 +872,12 @@ class FakeDiscord:
 
     async def _bot_posts(self, channel_id: str, body: Any) -> dict[str, Any]:
         body = body or {}
+        nonce = body.get("nonce")
+        if nonce is not None and body.get("enforce_nonce"):
+            # Discord: a repeated nonce from the same author within minutes returns the first message
+            earlier = self._nonces.get(str(nonce))
+            if earlier is not None and time.time() - earlier[1] < 300:
+                return self.messages.get(earlier[0]) or {"id": earlier[0], "channel_id": channel_id}
         reference = body.get("message_reference") or {}
         reply_to = reference.get("message_id")
         if reply_to is not None and str(reply_to) not in self.messages:
@@ -873,13 +888,13 @@ class FakeDiscord:
             body.get("content", ""),
             reply_to=str(reply_to) if reply_to is not None else None,
         )
-        message["nonce"] = body.get("nonce")
-        message["allowed_mentions"] = body.get("allowed_mentions")
+        message["nonce"] = nonce
+        message["flags"] = int(body.get("flags") or 0)
         self.messages[message["id"]] = message
-        self.sent.append(message)
-        await self.dispatch(
-            "MESSAGE_CREATE", {k: v for k, v in message.items() if k != "allowed_mentions"}
-        )
+        self.sent.append({**message, "allowed_mentions": body.get("allowed_mentions")})
+        if nonce is not None:
+            self._nonces[str(nonce)] = (message["id"], time.time())
+        await self.dispatch("MESSAGE_CREATE", message)
         return message
 
     async def _fault(self, fault: _Fault, bucket: str, request: web.Request) -> web.StreamResponse:

@@ -1,0 +1,164 @@
+"""Receiving over the Gateway: conversations, edits, deletes, and discord.py's reconnect/resume
+against FakeDiscord's faults. Every check waits on the store or the fake, never on a sleep."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from backchannel.testing import ContractContext
+from backchannel_discord import DiscordAdapter
+from backchannel_discord.testing import FakeDiscord
+
+from .conftest import FAST
+
+
+async def said(fake: FakeDiscord, ctx: ContractContext, channel: str, text: str) -> str:
+    message = await fake.post_message(channel, fake.alice, text)
+    await ctx.wait_ingested(message["id"])
+    return str(message["id"])
+
+
+def event_for(ctx: ContractContext, event_id: str):  # type: ignore[no-untyped-def]
+    return next(e for e in ctx.events if e.event_id == event_id)
+
+
+async def texts(ctx: ContractContext, chat: str) -> list[str]:
+    from backchannel.model import Address
+
+    return [m.text for m in await ctx.transcript(Address(ctx.account, chat))]
+
+
+async def test_guild_channel_message_is_a_titled_group_conversation(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    event = event_for(contract_context, await said(fake, contract_context, fake.general, "hi"))
+    assert event.conversation_kind == "group"
+    assert event.conversation_title == "#general (Test Server)"
+    assert event.sender.name == "Alice"
+    assert event.raw is not None and event.raw["t"] == "MESSAGE_CREATE"
+
+
+async def test_dm_is_a_direct_conversation(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    dm = fake.dm_channel(fake.alice)
+    event = event_for(contract_context, await said(fake, contract_context, dm, "psst"))
+    assert event.conversation_kind == "direct"
+    assert event.address.chat == dm
+
+
+async def test_thread_is_its_own_conversation(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    thread = await fake.add_thread(fake.general, "release plan")
+    await said(fake, contract_context, fake.general, "in the channel")
+    event = event_for(contract_context, await said(fake, contract_context, thread, "in the thread"))
+    assert event.conversation_kind == "thread"
+    assert event.address.chat == thread
+    assert event.conversation_title == "#general › release plan (Test Server)"
+    assert event.meta["parent_channel_id"] == fake.general
+    assert await texts(contract_context, fake.general) == ["in the channel"]
+    assert await texts(contract_context, thread) == ["in the thread"]
+
+
+async def test_edits_and_deletes_reach_the_store(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    first = await said(fake, contract_context, fake.general, "teh plan")
+    edited = await fake.edit_message(first, "the plan")
+    await contract_context.wait_ingested(f"{first}:edit:{edited['edited_timestamp']}")
+    await fake.delete_message(first)
+    await contract_context.wait_ingested(f"{first}:delete")
+    kinds = [(e.kind, e.platform_message_id) for e in contract_context.events]
+    assert kinds == [("message", first), ("edit", first), ("delete", first)]
+    assert contract_context.events[1].text == "the plan"
+
+
+async def test_the_bots_own_posts_never_reach_the_store(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    from backchannel.model import Address, Outbound
+
+    await adapter.send(Outbound(Address("test", fake.general), "my own words"))
+    await said(fake, contract_context, fake.general, "after the bot")
+    assert [e.text for e in contract_context.events] == ["after the bot"]
+
+
+async def test_abnormal_close_resumes_and_replays_what_was_lost_in_flight(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    await said(fake, contract_context, fake.general, "one")
+    fake.drop_next_dispatches(2)
+    lost = [await fake.post_message(fake.general, fake.alice, t) for t in ("two", "three")]
+    await fake.disconnect()  # no close frame: discord.py sees the socket die
+    for message in lost:
+        await contract_context.wait_ingested(message["id"])
+    await said(fake, contract_context, fake.general, "four")
+    assert (fake.identifies, fake.resumes) == (1, 1)
+    assert await texts(contract_context, fake.general) == ["one", "two", "three", "four"]
+
+
+async def test_replayed_events_after_resume_add_no_rows(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    await said(fake, contract_context, fake.general, "one")
+    await said(fake, contract_context, fake.general, "two")
+    fake.replay_overlap = 5  # the resume also replays dispatches the client already had
+    await fake.disconnect(code=4000)
+    await fake.wait_until(lambda: fake.resumes == 1, what="a RESUME")
+    await said(fake, contract_context, fake.general, "three")
+    assert [r.status for r in contract_context.results].count("duplicate") == 2
+    assert await texts(contract_context, fake.general) == ["one", "two", "three"]
+
+
+async def test_op7_reconnect_is_followed_by_a_resume(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    await fake.send_reconnect()
+    await fake.wait_until(lambda: fake.resumes == 1 and fake.connected, what="a RESUME")
+    await said(fake, contract_context, fake.general, "still listening")
+    assert fake.identifies == 1
+
+
+async def test_op9_invalid_session_is_followed_by_a_new_identify(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    # discord.py waits 5 s before a non-initial IDENTIFY (Discord's identify limit)
+    await fake.invalidate_session(resumable=False)
+    await fake.wait_until(lambda: fake.identifies == 2, timeout=15, what="a second IDENTIFY")
+    await said(fake, contract_context, fake.general, "new session")
+    assert fake.resumes == 0
+
+
+@pytest.fixture
+async def slow_acks() -> AsyncIterator[FakeDiscord]:
+    async with FakeDiscord(heartbeat_interval=0.25) as server:
+        yield server
+
+
+async def test_missing_heartbeat_acks_make_discord_py_reconnect_and_resume(
+    slow_acks: FakeDiscord, contract_context: ContractContext
+) -> None:
+    fake = slow_acks
+    adapter = DiscordAdapter("test", {**fake.settings, **FAST, "heartbeat_timeout": 1.0})
+    await adapter.start(contract_context.bind(adapter))
+    try:
+        fake.stop_heartbeat_acks()
+        await fake.wait_until(lambda: fake.resumes == 1, timeout=10, what="a RESUME")
+        fake.resume_heartbeat_acks()
+        await said(fake, contract_context, fake.general, "back")
+        assert fake.identifies == 1
+    finally:
+        await adapter.stop()
+
+
+async def test_bulk_delete_becomes_one_delete_per_message(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    ids = [await said(fake, contract_context, fake.general, t) for t in ("a", "b")]
+    await fake.dispatch(
+        "MESSAGE_DELETE_BULK", {"ids": ids, "channel_id": fake.general, "guild_id": fake.guild_id}
+    )
+    for message_id in ids:
+        await contract_context.wait_ingested(f"{message_id}:delete")
