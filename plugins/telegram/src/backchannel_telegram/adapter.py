@@ -403,7 +403,8 @@ class TelegramAdapter:
     async def _react(self, outbound: Outbound) -> Receipt:
         if not outbound.target:
             raise Rejected("a reaction needs the target message id")
-        emoji = outbound.text.strip()
+        # Telegram's reaction set spells ❤ without the emoji variation selector
+        emoji = outbound.text.strip().replace("\ufe0f", "")
         params = {
             "chat_id": self._chat(outbound.address),
             "message_id": int(outbound.target),

@@ -416,15 +416,19 @@ class FakeTelegram:
 
     # injecting updates ----------------------------------------------------------
 
-    def inject(self, update: Mapping[str, Any]) -> dict[str, Any]:
-        """Queue a raw Update (its update_id is assigned unless given); return it."""
+    def inject(self, update: Mapping[str, Any], *, deliver: bool = True) -> dict[str, Any]:
+        """Queue a raw Update (its update_id is assigned unless given); return it.
+
+        With ``deliver=False`` the update is only built (to POST it yourself).
+        """
         payload = dict(update)
         if "update_id" not in payload:
             payload = {"update_id": self._next_update, **payload}
             self._next_update += 1
         self._all_updates[payload["update_id"]] = payload
-        self._pending.append(payload)
-        self._poke()
+        if deliver:
+            self._pending.append(payload)
+            self._poke()
         return payload
 
     def inject_message(
@@ -438,6 +442,7 @@ class FakeTelegram:
         caption: str | None = None,
         media: str | None = None,
         extra: Mapping[str, Any] | None = None,
+        deliver: bool = True,
     ) -> dict[str, Any]:
         """Queue a `message` Update from `user` in `chat`; return the Update.
 
@@ -468,7 +473,7 @@ class FakeTelegram:
             if topic is None and chat.get("type") == "supergroup":
                 message["message_thread_id"] = reply_to
         message.update(extra or {})
-        return self.inject({"message": message})
+        return self.inject({"message": message}, deliver=deliver)
 
     def inject_edit(self, chat: Mapping[str, Any], message_id: int, text: str) -> dict[str, Any]:
         """Queue an `edited_message` Update changing a user's message text."""

@@ -1,0 +1,172 @@
+"""Long polling: offsets commit with updates, 409 conflicts are explained once, stop is prompt."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+from backchannel.testing import ContractContext
+from backchannel_telegram import TelegramAdapter
+from backchannel_telegram.testing import FakeTelegram
+
+
+async def start_adapter(
+    fake: FakeTelegram, ctx: ContractContext, **settings: Any
+) -> TelegramAdapter:
+    adapter = TelegramAdapter(ctx.account, fake.settings(**settings))
+    await adapter.start(ctx.bind(adapter))
+    return adapter
+
+
+def poll_offsets(fake: FakeTelegram) -> list[Any]:
+    return [params.get("offset") for params in fake.calls_to("getUpdates")]
+
+
+async def test_offset_is_committed_with_each_update_and_a_restart_does_not_reread(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    alice = fake.user("Alice", username="alice")
+    chat = fake.private_chat(alice)
+    adapter = await start_adapter(fake, contract_context)
+    first = fake.inject_message(chat, alice, "one")["update_id"]
+    second = fake.inject_message(chat, alice, "two")["update_id"]
+    await contract_context.wait_ingested(str(second))
+    assert await contract_context.get_state("offset") == str(second + 1)
+    await fake.wait_for(lambda: fake.is_acked(second), what="confirmation of the second update")
+    await adapter.stop()
+
+    calls_before = len(fake.calls_to("getUpdates"))
+    again = await start_adapter(fake, contract_context)
+    await fake.wait_for(lambda: len(fake.calls_to("getUpdates")) > calls_before)
+    assert poll_offsets(fake)[calls_before] == second + 1
+    third = fake.inject_message(chat, alice, "three")["update_id"]
+    await contract_context.wait_ingested(str(third))
+    await again.stop()
+    assert [contract_context.calls(str(u)) for u in (first, second, third)] == [1, 1, 1]
+
+
+async def test_uncommitted_updates_are_read_again_after_a_restart(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    contract_context.hold()  # the store never commits while the first adapter runs
+    adapter = await start_adapter(fake, contract_context)
+    update_id = fake.inject_message(chat, alice, "keep me")["update_id"]
+    await contract_context.wait_started(str(update_id))
+    await asyncio.sleep(0)
+    assert not fake.is_acked(update_id)
+    # the process "dies" with the ingest unfinished: abandon the task without finishing it
+    assert adapter._poller is not None
+    adapter._poller.cancel()
+    await asyncio.gather(adapter._poller, return_exceptions=True)
+    await adapter.stop()
+    assert not await contract_context.is_known(str(update_id))
+    assert not fake.is_acked(update_id)
+
+    contract_context.release()
+    again = await start_adapter(fake, contract_context)
+    await contract_context.wait_ingested(str(update_id))
+    await fake.wait_for(lambda: fake.is_acked(update_id))
+    await again.stop()
+    assert await contract_context.is_known(str(update_id))
+
+
+async def test_another_poller_conflict_is_logged_once_and_retried_with_backoff(
+    fake: FakeTelegram, contract_context: ContractContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    fake.fail_next("getUpdates", "conflict", times=5)
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    adapter = await start_adapter(fake, contract_context, retry_initial=0.05, retry_max=1.0)
+    await fake.wait_for(lambda: len(fake.calls_to("getUpdates")) >= 6, what="six polls")
+    update_id = fake.inject_message(chat, alice, "after the conflict")["update_id"]
+    await contract_context.wait_ingested(str(update_id))
+    await adapter.stop()
+
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, errors
+    assert "another process is polling" in errors[0] and "Stop the other bot process" in errors[0]
+    assert any("polling resumed" in r.getMessage() for r in caplog.records)
+    times = [
+        t for (name, _), t in zip(fake.calls, fake.call_times, strict=True) if name == "getUpdates"
+    ][:6]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    # 0.05 + 0.1 + 0.2 + 0.4 + 0.8 s of backoff: no spinning
+    assert sum(gaps) >= 1.5 * 0.95
+    assert gaps[-1] >= gaps[0]
+
+
+async def test_webhook_set_elsewhere_is_one_clear_error_until_it_is_removed(
+    fake: FakeTelegram, contract_context: ContractContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    adapter = await start_adapter(fake, contract_context, retry_initial=0.05, retry_max=0.2)
+    await fake.wait_for(lambda: len(fake.calls_to("getUpdates")) >= 1)
+    seen = len(fake.calls_to("getUpdates"))
+    fake.set_webhook("https://other-deployment.example/telegram")
+    await fake.wait_for(lambda: len(fake.calls_to("getUpdates")) >= seen + 4, what="retries")
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, errors
+    assert "webhook is set" in errors[0] and "deleteWebhook" in errors[0]
+    fake.webhook = None  # the operator deleted it
+    update_id = fake.inject_message(chat, alice, "back to polling")["update_id"]
+    await contract_context.wait_ingested(str(update_id))
+    await adapter.stop()
+
+
+async def test_polling_start_deletes_an_existing_webhook(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    fake.set_webhook("http://127.0.0.1:9/old-webhook", secret_token="old")
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    adapter = await start_adapter(fake, contract_context)
+    assert fake.webhook is None
+    assert fake.calls_to("deleteWebhook") == [{"drop_pending_updates": False}]
+    update_id = fake.inject_message(chat, alice, "hello")["update_id"]
+    await contract_context.wait_ingested(str(update_id))
+    await adapter.stop()
+
+
+async def test_getupdates_asks_for_reactions_and_long_polls(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    adapter = await start_adapter(fake, contract_context, poll_timeout=7)
+    await fake.wait_for(lambda: len(fake.calls_to("getUpdates")) >= 1)
+    params = fake.calls_to("getUpdates")[0]
+    assert params["timeout"] == 7 and params["limit"] == 100
+    assert "message_reaction" in params["allowed_updates"]
+    await adapter.stop()
+
+
+async def test_stop_during_a_long_poll_returns_promptly(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    adapter = await start_adapter(fake, contract_context, poll_timeout=30)
+    await fake.wait_for(lambda: len(fake.calls_to("getUpdates")) >= 1)
+    await asyncio.wait_for(adapter.stop(), 3)
+
+
+async def test_reaction_and_edit_updates_reach_the_store(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    alice = fake.user("Alice", username="alice")
+    group = fake.group("Ops")
+    adapter = await start_adapter(fake, contract_context)
+    message = fake.inject_message(group, alice, "typo hree")["message"]
+    edit = fake.inject_edit(group, message["message_id"], "typo here")
+    reaction = fake.inject_reaction(group, alice, message["message_id"], ["🔥"])
+    await contract_context.wait_ingested(str(reaction["update_id"]))
+    await adapter.stop()
+    kinds = [(e.kind, e.event_id) for e in contract_context.events]
+    assert kinds[-2:] == [
+        ("edit", str(edit["update_id"])),
+        ("reaction", str(reaction["update_id"])),
+    ]
+    (row,) = await contract_context.transcript(contract_context.events[0].address)
+    assert row.text == "typo here"

@@ -1,0 +1,156 @@
+"""Webhook mode: the secret header guards the route, 200 only after commit, retries, mode switches."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import pytest
+from backchannel.adapter import IngestResult, RouteTable
+from backchannel.testing import ContractContext
+from backchannel_telegram import TelegramAdapter
+from backchannel_telegram.adapter import SECRET_HEADER
+from backchannel_telegram.testing import FakeTelegram
+
+PATH = "/telegram/test"
+
+
+async def start_webhook(
+    fake: FakeTelegram, ctx: ContractContext, routes: RouteTable, **settings: Any
+) -> TelegramAdapter:
+    ctx.routes = routes
+    adapter = TelegramAdapter(ctx.account, fake.settings(mode="webhook", **settings))
+    await adapter.start(ctx.bind(adapter))
+    return adapter
+
+
+def update_payload(fake: FakeTelegram, text: str = "hi") -> dict[str, Any]:
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    return fake.inject_message(chat, alice, text, deliver=False)  # the test POSTs it
+
+
+async def post(url: str, body: Mapping[str, Any], secret: str | None) -> int:
+    headers = {SECRET_HEADER: secret} if secret is not None else {}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, json=body, headers=headers) as response,
+    ):
+        return response.status
+
+
+async def test_set_webhook_registers_the_route_with_a_generated_secret(
+    fake: FakeTelegram, contract_context: ContractContext, routes: RouteTable
+) -> None:
+    adapter = await start_webhook(fake, contract_context, routes)
+    assert fake.webhook is not None
+    assert fake.webhook["url"] == routes.url(PATH)
+    secret = await contract_context.get_state("webhook_secret")
+    assert secret and len(secret) >= 32
+    assert fake.webhook["secret_token"] == secret
+    assert "message_reaction" in fake.webhook["allowed_updates"]
+    await adapter.stop()
+
+
+@pytest.mark.parametrize("secret", [None, "", "wrong-secret"])
+async def test_request_with_wrong_or_missing_secret_is_refused_and_stores_nothing(
+    fake: FakeTelegram,
+    contract_context: ContractContext,
+    routes: RouteTable,
+    caplog: pytest.LogCaptureFixture,
+    secret: str | None,
+) -> None:
+    adapter = await start_webhook(fake, contract_context, routes)
+    real_secret = await contract_context.get_state("webhook_secret")
+    assert real_secret
+    update = update_payload(fake)
+    assert await post(routes.url(PATH), update, secret) == 401
+    assert contract_context.calls(str(update["update_id"])) == 0
+    assert await contract_context.rows() == 0
+    assert not await contract_context.is_known(str(update["update_id"]))
+    assert "wrong or missing" in caplog.text
+    assert real_secret not in caplog.text
+    assert await post(routes.url(PATH), update, real_secret) == 200
+    assert await contract_context.is_known(str(update["update_id"]))
+    await adapter.stop()
+
+
+async def test_answer_is_200_only_after_the_commit_and_failures_are_redelivered(
+    fake: FakeTelegram, store: Any, routes: RouteTable
+) -> None:
+    class FailingOnce(ContractContext):
+        failures = 1
+
+        async def ingest(
+            self, raw: Mapping[str, Any], *, state: Mapping[str, str | None] | None = None
+        ) -> IngestResult:
+            if self.failures:
+                self.failures -= 1
+                raise RuntimeError("disk full")
+            return await super().ingest(raw, state=state)
+
+    ctx = FailingOnce(store)
+    adapter = await start_webhook(fake, ctx, routes)
+    alice = fake.user("Alice")
+    update = fake.inject_message(fake.private_chat(alice), alice, "persist me")
+    update_id = update["update_id"]
+    await fake.wait_for(lambda: fake.is_acked(update_id), what="webhook ack")
+    await adapter.stop()
+    statuses = [status for uid, status in fake.webhook_deliveries if uid == update_id]
+    assert statuses == [500, 200]
+    assert ctx.calls(str(update_id)) == 1
+    assert await ctx.rows() == 1
+
+
+async def test_out_of_order_and_repeated_deliveries_store_each_update_once(
+    fake: FakeTelegram, contract_context: ContractContext, routes: RouteTable
+) -> None:
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    fake.webhook_out_of_order = True
+    ids = [fake.inject_message(chat, alice, f"m{n}")["update_id"] for n in range(4)]
+    adapter = await start_webhook(fake, contract_context, routes)
+    await fake.wait_for(lambda: all(fake.is_acked(i) for i in ids), what="all acked")
+    delivered = [uid for uid, status in fake.webhook_deliveries if status == 200]
+    assert delivered == list(reversed(ids))
+    fake.deliver_again(ids[1])
+    await contract_context.wait_ingested(str(ids[1]), times=2)
+    await adapter.stop()
+    assert contract_context.results[-1].status == "duplicate"
+    assert await contract_context.rows() == 4
+
+
+async def test_secret_survives_a_restart(
+    fake: FakeTelegram, contract_context: ContractContext, routes: RouteTable
+) -> None:
+    adapter = await start_webhook(fake, contract_context, routes)
+    first = await contract_context.get_state("webhook_secret")
+    await adapter.stop()
+    again = await start_webhook(fake, contract_context, routes)
+    assert await contract_context.get_state("webhook_secret") == first
+    assert fake.webhook is not None and fake.webhook["secret_token"] == first
+    await again.stop()
+
+
+async def test_switching_from_webhook_to_polling_deletes_the_webhook(
+    fake: FakeTelegram,
+    contract_context: ContractContext,
+    routes: RouteTable,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    adapter = await start_webhook(fake, contract_context, routes)
+    await adapter.stop()
+    assert fake.webhook is not None  # stopping keeps it: Telegram queues updates meanwhile
+    polling = TelegramAdapter(contract_context.account, fake.settings(mode="polling"))
+    await polling.start(contract_context.bind(polling))
+    assert fake.webhook is None
+    assert len(fake.calls_to("deleteWebhook")) == 1
+    alice = fake.user("Alice")
+    update_id = fake.inject_message(fake.private_chat(alice), alice, "polled")["update_id"]
+    await contract_context.wait_ingested(str(update_id))
+    await polling.stop()
+    assert await contract_context.get_state("mode") == "polling"
+    assert "deleted the bot's webhook" in caplog.text
