@@ -159,6 +159,8 @@ class FakeDiscord:
         self.resumes = 0
         #: close codes the fake sent, in order
         self.close_codes: list[int] = []
+        #: when set, the Gateway accepts only this token (a token reset after login: close 4004)
+        self.gateway_token: str | None = None
         #: when positive, each resume also replays this many already-delivered dispatches
         self.replay_overlap = 0
         self._faults: list[_Fault] = []
@@ -633,7 +635,7 @@ class FakeDiscord:
         if connection.session is not None:
             await self._close(connection, 4005, "Already authenticated.")
             return
-        if data.get("token") != self.token:
+        if data.get("token") != (self.gateway_token or self.token):
             await self._close(connection, 4004, "Authentication failed.")
             return
         intents = data.get("intents")

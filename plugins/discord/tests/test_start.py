@@ -1,0 +1,116 @@
+"""Starting and stopping: clear early errors (4014, wrong token, no READY) and secrets never shown."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from backchannel.errors import ConfigError, RateLimited, Rejected
+from backchannel.model import Address, Outbound
+from backchannel.testing import ContractContext
+from backchannel_discord import DiscordAdapter, DiscordStartError
+from backchannel_discord.testing import FakeDiscord
+
+from .conftest import FAST
+
+
+async def test_message_content_intent_not_granted_fails_start_saying_what_to_enable(
+    contract_context: ContractContext,
+) -> None:
+    async with FakeDiscord(granted_intents=0) as fake:
+        adapter = DiscordAdapter("test", {**fake.settings, **FAST})
+        with pytest.raises(DiscordStartError) as caught:
+            await adapter.start(contract_context.bind(adapter))
+        message = str(caught.value)
+        assert "4014" in message
+        assert "Bot -> Privileged Gateway Intents -> MESSAGE CONTENT INTENT" in message
+        assert fake.close_codes == [4014]
+        assert fake.token not in message
+        await adapter.stop()
+
+
+async def test_wrong_token_fails_start_without_showing_the_token(
+    fake: FakeDiscord, contract_context: ContractContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    wrong = "MTE5wrong-token.Gx1yZa.secretsecretsecret"
+    adapter = DiscordAdapter("test", {**fake.settings, **FAST, "token": wrong})
+    with pytest.raises(DiscordStartError, match="401 Unauthorized") as caught:
+        await adapter.start(contract_context.bind(adapter))
+    assert wrong not in str(caught.value)
+    assert wrong not in caplog.text
+    assert wrong not in repr(adapter)
+
+
+async def test_gateway_4004_fails_start_as_a_bad_token(
+    fake: FakeDiscord, contract_context: ContractContext
+) -> None:
+    fake.gateway_token = "rotated-after-login"
+    adapter = DiscordAdapter("test", {**fake.settings, **FAST})
+    with pytest.raises(DiscordStartError, match="4004") as caught:
+        await adapter.start(contract_context.bind(adapter))
+    assert fake.token not in str(caught.value)
+    assert fake.close_codes == [4004]
+
+
+async def test_no_ready_within_the_timeout_is_a_clear_error(
+    fake: FakeDiscord, contract_context: ContractContext
+) -> None:
+    settings = {**fake.settings, **FAST, "ready_timeout": 1.0}
+    settings["gateway_url"] = settings["gateway_url"].replace("/gateway", "/nowhere")
+    adapter = DiscordAdapter("test", settings)
+    with pytest.raises(DiscordStartError, match="not ready within 1s"):
+        await adapter.start(contract_context.bind(adapter))
+
+
+def test_missing_token_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"accounts\.main\.token"):
+        DiscordAdapter("main", {"token": "  "})
+
+
+def test_unknown_allowed_mentions_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="allowed_mentions"):
+        DiscordAdapter("main", {"token": "x", "allowed_mentions": ["users", "here"]})
+
+
+async def test_stop_before_start_and_twice_is_harmless() -> None:
+    adapter = DiscordAdapter("test", {"token": "x"})
+    await adapter.stop()
+    await adapter.stop()
+    with pytest.raises(RateLimited, match="not connected"):
+        await adapter.send(Outbound(Address("test", "1"), "hi"))
+
+
+async def test_token_appears_in_no_log_error_repr_or_store(
+    fake: FakeDiscord,
+    contract_context: ContractContext,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    caplog.set_level(logging.DEBUG)  # discord.py's own debug logs included
+    adapter = DiscordAdapter("test", {**fake.settings, **FAST})
+    await adapter.start(contract_context.bind(adapter))
+    errors: list[str] = []
+    try:
+        message = await fake.post_message(fake.general, fake.alice, "hello")
+        await contract_context.wait_ingested(message["id"])
+        await adapter.send(Outbound(Address("test", fake.general), "hi"))
+        for fault in ("forbidden", "unavailable", "reset", "bad_request"):
+            fake.fail_next(fault)
+            try:
+                await adapter.send(Outbound(Address("test", fake.general), "x"))
+            except Exception as error:
+                errors.append(f"{error!r} {error}")
+        with pytest.raises(Rejected):
+            await adapter.send(Outbound(Address("test", "not-a-snowflake"), "x"))
+        await fake.disconnect()
+        await fake.wait_until(lambda: fake.resumes == 1, what="a RESUME")
+    finally:
+        await adapter.stop()
+    assert len(errors) == 4
+    assert fake.token not in caplog.text
+    assert all(fake.token not in text for text in errors)
+    assert fake.token not in repr(adapter)
+    database = b"".join(path.read_bytes() for path in tmp_path.rglob("*") if path.is_file())
+    assert fake.token.encode() not in database
