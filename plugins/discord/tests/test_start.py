@@ -15,6 +15,10 @@ from backchannel_discord.testing import FakeDiscord
 from .conftest import FAST
 
 
+def files_under(root: Path) -> bytes:
+    return b"".join(path.read_bytes() for path in root.rglob("*") if path.is_file())
+
+
 async def test_message_content_intent_not_granted_fails_start_saying_what_to_enable(
     contract_context: ContractContext,
 ) -> None:
@@ -112,5 +116,4 @@ async def test_token_appears_in_no_log_error_repr_or_store(
     assert fake.token not in caplog.text
     assert all(fake.token not in text for text in errors)
     assert fake.token not in repr(adapter)
-    database = b"".join(path.read_bytes() for path in tmp_path.rglob("*") if path.is_file())
-    assert fake.token.encode() not in database
+    assert fake.token.encode() not in files_under(tmp_path)  # the store and its WAL
