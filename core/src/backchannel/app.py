@@ -1,0 +1,268 @@
+"""From a `Config` to a running switchboard: adapters, agents, bindings, serve until a signal.
+
+A binding with ``chats = [...]`` routes those chats of its accounts to its
+agent. Because the switchboard takes one `Binding` per account, several
+bindings on one account are folded into one: a `ChatRouter` agent that hands
+each run to the agent bound to the run's chat, and a `ChatPolicy` that applies
+that binding's respond/access rules. Chats no binding names are stored but
+never start a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from attrs import field, frozen
+
+from .adapter import Adapter
+from .config import AccountConfig, AgentConfig, BindingConfig, Config
+from .errors import ConfigError
+from .model import Event
+from .plugins import agents as agent_registry
+from .plugins import channels as channel_registry
+from .policy import Policy
+from .runs import Agent, Run, WindowSettings
+from .store import SQLiteStore
+from .switchboard import Binding, Switchboard
+
+__all__ = [
+    "ChatPolicy",
+    "ChatRouter",
+    "build_adapter",
+    "build_agent",
+    "build_bindings",
+    "build_switchboard",
+    "open_config_store",
+    "serve",
+]
+
+log = logging.getLogger("backchannel.app")
+
+
+def open_config_store(config: Config) -> SQLiteStore:
+    """Open the store the config names (creating it, and its 0700 directory, when new)."""
+    return SQLiteStore(config.store.path, synchronous=config.store.synchronous)
+
+
+def build_adapter(config: Config, account: AccountConfig) -> Adapter:
+    """Instantiate the adapter for one account (nothing is started or connected)."""
+    factory = channel_registry().get(account.channel)
+    key = f"accounts.{account.name}"
+    with _config_errors(config, key):
+        adapter: Adapter = factory(account.name, dict(account.settings))
+    return adapter
+
+
+def build_agent(config: Config, agent: AgentConfig) -> Agent:
+    """Instantiate one agent from its kind's factory (no network: nothing runs yet)."""
+    factory = agent_registry().get(agent.kind)
+    with _config_errors(config, f"agents.{agent.name}"):
+        built: Agent = factory(dict(agent.settings))
+    if not callable(built):
+        raise ConfigError(
+            f"agents.{agent.name}: the {agent.kind!r} factory returned {type(built).__name__},"
+            " not an async callable taking a Run",
+            path=config.source,
+        )
+    return built
+
+
+def build_bindings(config: Config, agents: Mapping[str, Agent]) -> dict[str, Binding]:
+    """Return one switchboard Binding per account, folding per-chat bindings together."""
+    result: dict[str, Binding] = {}
+    for account in config.accounts:
+        covering = [binding for _, binding in config.bindings_for(account)]
+        result[account] = _fold(account, covering, agents)
+    return result
+
+
+async def build_switchboard(
+    config: Config,
+    *,
+    accounts: Iterable[str] | None = None,
+    agents: Mapping[str, Agent] | None = None,
+    serve_http: bool = True,
+) -> Switchboard:
+    """Return a Switchboard wired from `config` (not started).
+
+    `accounts` limits which accounts are added (default: all). `agents`
+    replaces the configured agents by name (the CLI's preview passes idle
+    stand-ins so it never needs an agent's module or key). With `serve_http`
+    False there is no HTTP server.
+    """
+    names = list(config.accounts) if accounts is None else list(accounts)
+    for name in names:
+        if name not in config.accounts:
+            known = ", ".join(sorted(config.accounts)) or "none"
+            raise ConfigError(
+                f"no account called {name!r} (configured: {known})", path=config.source
+            )
+    built_agents = dict(agents) if agents is not None else {}
+    for name, agent_config in config.agents.items():
+        if name not in built_agents:
+            built_agents[name] = build_agent(config, agent_config)
+    bindings = build_bindings(config, built_agents)
+    adapters = {name: build_adapter(config, config.accounts[name]) for name in names}
+    store = open_config_store(config)
+    board = Switchboard(
+        store,
+        host=config.server.host,
+        port=config.server.port if serve_http else None,
+        public_url=config.server.public_url,
+    )
+    for name in names:
+        account = config.accounts[name]
+        board.add_account(
+            adapters[name],
+            bindings[name],
+            name=name,
+            secrets=account.secrets,
+            config=account.settings,
+        )
+    return board
+
+
+async def serve(
+    config: Config,
+    *,
+    on_ready: Callable[[Switchboard], Awaitable[None] | None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run the switchboard until SIGINT/SIGTERM (or `stop` is set), then stop gracefully."""
+    board = await build_switchboard(config)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, _on_signal, stop, loop, signum)
+            installed.append(signum)
+    try:
+        await board.start()
+        if on_ready is not None:
+            maybe = on_ready(board)
+            if maybe is not None:
+                await maybe
+        await stop.wait()
+        log.info("stopping: finishing in-flight runs and sends")
+    finally:
+        await board.stop()
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+def _on_signal(stop: asyncio.Event, loop: asyncio.AbstractEventLoop, signum: int) -> None:
+    if stop.is_set():
+        return
+    stop.set()
+    # a second Ctrl-C while stopping interrupts the graceful stop
+    loop.remove_signal_handler(signum)
+
+
+# one Binding per account -----------------------------------------------------------
+
+
+@frozen
+class ChatPolicy(Policy):
+    """A Policy that applies each chat's own binding rules; unlisted chats store only."""
+
+    by_chat: Mapping[str, Policy] = field(factory=dict)
+    fallback: Policy | None = None
+
+    def policy_for(self, chat: str) -> Policy | None:
+        """Return the policy of the binding that owns `chat`, or None when none does."""
+        return self.by_chat.get(chat, self.fallback)
+
+    def may_reach(self, event: Event) -> bool:
+        policy = self.policy_for(event.address.chat)
+        return True if policy is None else policy.may_reach(event)
+
+    def triggers(self, event: Event) -> bool:
+        policy = self.policy_for(event.address.chat)
+        return False if policy is None else policy.triggers(event)
+
+
+class ChatRouter:
+    """An agent that hands each run to the agent bound to the run's chat."""
+
+    def __init__(self, by_chat: Mapping[str, Agent], fallback: Agent | None = None):
+        self.by_chat = dict(by_chat)
+        self.fallback = fallback
+
+    def agent_for(self, chat: str) -> Agent | None:
+        """Return the agent bound to `chat`, or None."""
+        return self.by_chat.get(chat, self.fallback)
+
+    async def __call__(self, run: Run) -> None:
+        agent = self.agent_for(run.conversation.address.chat)
+        if agent is None:
+            log.debug("no binding for chat %s: run skipped", run.conversation.address.key)
+            return
+        await agent(run)
+
+    def __repr__(self) -> str:
+        return f"ChatRouter(chats={sorted(self.by_chat)}, fallback={self.fallback!r})"
+
+
+def _policy(binding: BindingConfig) -> Policy:
+    return Policy(
+        access=binding.access,
+        allow=binding.allow,
+        owner=binding.owner,
+        respond=binding.respond,
+    )
+
+
+def _fold(account: str, covering: list[BindingConfig], agents: Mapping[str, Agent]) -> Binding:
+    first = covering[0]
+    timing: dict[str, Any] = {
+        "window": WindowSettings(messages=first.window, chars=first.window_chars),
+        "debounce": first.debounce,
+        "max_wait": first.max_wait,
+        "run_timeout": first.run_timeout,
+    }
+    if len(covering) == 1 and first.chats is None:
+        return Binding(agents[first.agent], _policy(first), name=first.agent, **timing)
+    general = next((b for b in covering if b.chats is None), None)
+    by_chat_agent: dict[str, Agent] = {}
+    by_chat_policy: dict[str, Policy] = {}
+    for binding in covering:
+        for chat in binding.chats or ():
+            by_chat_agent[chat] = agents[binding.agent]
+            by_chat_policy[chat] = _policy(binding)
+    router = ChatRouter(by_chat_agent, agents[general.agent] if general else None)
+    policy = ChatPolicy(by_chat=by_chat_policy, fallback=_policy(general) if general else None)
+    names = "+".join(dict.fromkeys(b.agent for b in covering))
+    return Binding(router, policy, name=names, **timing)
+
+
+@contextlib.contextmanager
+def _config_errors(config: Config, key: str) -> Any:
+    """Turn a plugin factory's failure into one ConfigError naming the file and key."""
+    try:
+        yield
+    except ConfigError as error:
+        if error.path is not None:
+            raise
+        inner = error.key or ""
+        message = str(error)
+        if inner and message.startswith(inner + ": "):
+            message = message[len(inner) + 2 :]
+        if inner.startswith(("accounts.", "agents.")):
+            where = inner
+        else:
+            where = f"{key}.{inner}" if inner else key
+        raise _located(config, where, message) from error
+    except Exception as error:
+        raise _located(config, key, f"{type(error).__name__}: {error}") from error
+
+
+def _located(config: Config, key: str, message: str) -> ConfigError:
+    error = ConfigError(f"{key}: {message}", path=config.source)
+    error.key = key
+    return error

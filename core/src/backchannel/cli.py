@@ -1,0 +1,656 @@
+"""The `backchannel` command: serve, demo, check, plugins, conversations, show, preview, send.
+
+Human output by default, ``--json`` for scripts. Expected failures (bad
+config, missing plugin, unknown conversation) print one line to stderr and
+exit 1; usage mistakes exit 2. Plugins add commands through the
+`register_commands(cli)` hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from attrs import evolve
+
+from .app import build_adapter, build_agent, build_switchboard, open_config_store, serve
+from .config import Config, default_config, load_config
+from .errors import BackchannelError, ConfigError, StoreError
+from .model import Address, Conversation, Message, to_json
+from .plugins import get_plugin_manager, plugin_summary
+from .runs import Run
+from .secrets import redact
+from .store import Store
+
+__all__ = ["main", "render_preview"]
+
+T = TypeVar("T")
+
+CONFIG_ENV = "BACKCHANNEL_CONFIG"
+
+
+class BackchannelGroup(click.Group):
+    """The top-level group: adds plugin commands on first use; turns expected errors into one line."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._plugin_commands: list[str] | None = None
+
+    def load_plugin_commands(self, *, reload: bool = False) -> None:
+        """Call every plugin's `register_commands(cli)` (once, or again with `reload`)."""
+        if self._plugin_commands is not None and not reload:
+            return
+        for name in self._plugin_commands or ():
+            self.commands.pop(name, None)
+        before = set(self.commands)
+        self._plugin_commands = []
+        get_plugin_manager().hook.register_commands(cli=self)
+        self._plugin_commands = sorted(set(self.commands) - before)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._load_quietly()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            self._load_quietly()
+        return super().get_command(ctx, cmd_name)
+
+    def _load_quietly(self) -> None:
+        try:
+            self.load_plugin_commands()
+        except Exception as error:
+            # a broken plugin must not make every command unusable; say so once
+            self._plugin_commands = []
+            click.echo(
+                f"warning: plugin commands not loaded: {type(error).__name__}: {redact(str(error))}",
+                err=True,
+            )
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BackchannelError as error:
+            click.echo(f"error: {redact(str(error))}", err=True)
+            ctx.exit(1)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=BackchannelGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="backchannel", prog_name="backchannel")
+def main() -> None:
+    """Connect agents to chats: flattened transcripts, executable send tools.
+
+    Run `backchannel demo` to try it in a browser, `backchannel preview` to see
+    exactly what an agent receives.
+    """
+
+
+config_option = click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar=CONFIG_ENV,
+    help=f"TOML config file (default: ${CONFIG_ENV}, else the embedded defaults).",
+)
+store_option = click.option(
+    "--store",
+    "store_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Use this store file instead of the config's [store] path.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+verbose_option = click.option("-v", "--verbose", is_flag=True, help="Log debug details.")
+
+
+# serve, demo ------------------------------------------------------------------------
+
+
+@main.command("serve")
+@config_option
+@verbose_option
+def serve_command(config_path: Path | None, verbose: bool) -> None:
+    """Run the switchboard until Ctrl-C (in-flight runs and sends finish first)."""
+    config = _load(config_path)
+    _setup_logging(verbose)
+    _echo_err(f"config: {config.source or 'embedded defaults'}; store: {config.store.path}")
+    _serve(config)
+
+
+@main.command("demo")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8765,
+    show_default=True,
+    help="0 picks a free port.",
+)
+@store_option
+@verbose_option
+def demo_command(host: str, port: int, store_path: Path | None, verbose: bool) -> None:
+    """Serve the web chat with the demo agent (or an OpenAI-compatible model if configured)."""
+    config = default_config(store_path=str(store_path) if store_path else None, port=port)
+    config = evolve(config, server=evolve(config.server, host=host))
+    if os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY"):
+        agent = evolve(config.agents["demo"], kind="openai")
+        config = evolve(config, agents={"demo": agent})
+        where = os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        model = os.environ.get("OPENAI_MODEL") or "gpt-4o-mini"
+        _echo_err(
+            f"agent: openai (model {model} at {where}), because OPENAI_BASE_URL/OPENAI_API_KEY is set"
+        )
+    else:
+        _echo_err(
+            "agent: demo (no model, no network). Set OPENAI_BASE_URL or OPENAI_API_KEY to use"
+            " an OpenAI-compatible model instead."
+        )
+    _setup_logging(verbose)
+    _echo_err(f"store: {config.store.path}")
+    _serve(config)
+
+
+def _serve(config: Config) -> None:
+    try:
+        _run(serve(config, on_ready=_announce))
+    except OSError as error:
+        where = f"{config.server.host}:{config.server.port}"
+        raise BackchannelError(
+            f"cannot serve on {where}: {error.strerror or error} (pick another port:"
+            " [server] port in the config, or --port for demo)"
+        ) from None
+    _echo_err("stopped")
+
+
+def _announce(board: Any) -> None:
+    for name, account in board.accounts.items():
+        url = getattr(account.adapter, "url", None)
+        if url:
+            click.echo(f"{name}: open {url}")
+    if board.url:
+        _echo_err(f"serving on {board.url} (health: {board.url}/healthz); press Ctrl-C to stop")
+    sys.stdout.flush()
+
+
+# check, plugins ---------------------------------------------------------------------
+
+
+@main.command("check")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar=CONFIG_ENV,
+    required=True,
+    help="TOML config file to validate.",
+)
+@json_option
+def check_command(config_path: Path, as_json: bool) -> None:
+    """Validate a config without starting anything; print it with secrets masked."""
+    config = _load(config_path)
+    for account in config.accounts.values():
+        build_adapter(config, account)
+    for agent in config.agents.values():
+        build_agent(config, agent)
+    summary = config.summary()
+    if as_json:
+        _echo_json({"ok": True, **summary})
+        return
+    click.echo(f"{config_path}: ok")
+    click.echo(_render_summary(summary))
+
+
+def _render_summary(summary: dict[str, Any]) -> str:
+    server = summary["server"]
+    lines = [
+        f"store     {summary['store']['path']} (synchronous {summary['store']['synchronous']})",
+        f"server    http://{server['host']}:{server['port']}"
+        + (f" (public {server['public_url']})" if server["public_url"] else ""),
+        "accounts",
+    ]
+    for name, table in summary["accounts"].items():
+        settings = {k: v for k, v in table.items() if k != "channel"}
+        lines.append(f"  {name:<14} {table['channel']:<10} {_settings_text(settings)}".rstrip())
+    lines.append("agents")
+    for name, table in summary["agents"].items():
+        settings = {k: v for k, v in table.items() if k != "kind"}
+        lines.append(f"  {name:<14} {table['kind']:<10} {_settings_text(settings)}".rstrip())
+    lines.append("bindings")
+    for index, b in enumerate(summary["bindings"]):
+        accounts = ", ".join(b["accounts"]) if b["accounts"] is not None else "every account"
+        chats = f" chats {', '.join(b['chats'])}" if b["chats"] is not None else ""
+        rules = f"respond={b['respond']} access={b['access']}"
+        if b["allow"]:
+            rules += f" allow={','.join(b['allow'])}"
+        if b["owner"] is not None:
+            rules += f" owner={b['owner']}"
+        lines.append(f"  [{index}] {b['agent']} <- {accounts}{chats}: {rules}")
+        lines.append(
+            f"      window {b['window']} messages / {b['window_chars']} chars,"
+            f" debounce {b['debounce']:g}s, max wait {b['max_wait']:g}s,"
+            f" run timeout {b['run_timeout']:g}s"
+        )
+    return "\n".join(lines)
+
+
+def _settings_text(settings: dict[str, Any]) -> str:
+    return " ".join(f"{k}={json.dumps(v, default=str)}" for k, v in settings.items())
+
+
+@main.command("plugins")
+@json_option
+def plugins_command(as_json: bool) -> None:
+    """List installed plugins and the channels and agent kinds they register."""
+    rows = plugin_summary()
+    if as_json:
+        _echo_json(rows)
+        return
+    width = max((len(r["name"]) for r in rows), default=4)
+    dist_width = max((len(r["distribution"]) for r in rows), default=12)
+    click.echo(f"{'PLUGIN':<{width}}  {'DISTRIBUTION':<{dist_width}}  REGISTERS")
+    for row in rows:
+        parts = []
+        if row["channels"]:
+            parts.append("channels: " + ", ".join(row["channels"]))
+        if row["agents"]:
+            parts.append("agents: " + ", ".join(row["agents"]))
+        click.echo(
+            f"{row['name']:<{width}}  {row['distribution']:<{dist_width}}  "
+            + ("; ".join(parts) or "-")
+        )
+
+
+# store-reading commands -------------------------------------------------------------------
+
+
+@main.command("conversations")
+@config_option
+@store_option
+@click.option("--account", help="Only this account's conversations.")
+@click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
+@json_option
+def conversations_command(
+    config_path: Path | None,
+    store_path: Path | None,
+    account: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List conversations, most recently active first."""
+    config = _load(config_path, store_path)
+
+    async def read(store: Store) -> list[Conversation]:
+        return await store.conversations(account, limit)
+
+    found = _with_store(config, read, missing=[])
+    if as_json:
+        _echo_json([_conversation_json(c) for c in found])
+        return
+    if not found:
+        click.echo(f"no conversations yet (store: {config.store.path})")
+        return
+    width = max(len(c.address.key) for c in found)
+    click.echo(
+        f"{'ID':>4}  {'CONVERSATION':<{width}}  {'KIND':<6}  {'MESSAGES':>8}  WAITING  TITLE"
+    )
+    for c in found:
+        waiting = f"#{c.trigger_seq}" if c.trigger_seq > c.handled_seq else "-"
+        click.echo(
+            f"{c.id:>4}  {c.address.key:<{width}}  {c.kind:<6}  {c.visible_count:>8}  "
+            f"{waiting:<7}  {c.title or ''}".rstrip()
+        )
+
+
+@main.command("show")
+@click.argument("conversation")
+@config_option
+@store_option
+@click.option(
+    "--limit", type=click.IntRange(1), default=100, show_default=True, help="Last N messages."
+)
+@json_option
+def show_command(
+    conversation: str,
+    config_path: Path | None,
+    store_path: Path | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Print a conversation's transcript (CONVERSATION: an id or a key like webchat/abc)."""
+    config = _load(config_path, store_path)
+
+    async def read(store: Store) -> tuple[Conversation, list[Message]]:
+        found = await _find(store, conversation)
+        return found, await store.window(found.id, limit)
+
+    found, messages = _with_store(config, read)
+    if as_json:
+        _echo_json(
+            {"conversation": _conversation_json(found), "messages": [to_json(m) for m in messages]}
+        )
+        return
+    click.echo(click.style(_conversation_title(found), bold=True))
+    click.echo(
+        f"{found.visible_count} messages, handled up to #{found.handled_seq}"
+        + (
+            f", {found.held_count} held (not shown: the binding's access rules kept them out)"
+            if found.held_count
+            else ""
+        )
+    )
+    if len(messages) < found.visible_count:
+        click.echo(f"(showing the last {len(messages)}; use --limit for more)")
+    click.echo("")
+    for message in messages:
+        click.echo(_transcript_line(message))
+
+
+@main.command("preview")
+@click.argument("conversation")
+@config_option
+@store_option
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "openai", "anthropic"]),
+    default="text",
+    show_default=True,
+    help="text: for people; openai/anthropic: the exact request JSON.",
+)
+def preview_command(
+    conversation: str, config_path: Path | None, store_path: Path | None, output_format: str
+) -> None:
+    """Print exactly the Run an agent would receive now: instruction, messages, tools.
+
+    Nothing is started or sent: the run is built from the store with the
+    account's binding (window, framing, tools) as `serve` would build it.
+    """
+    config = _load(config_path, store_path)
+    run = _run(_preview(config, conversation))
+    if output_format == "openai":
+        _echo_json(run.to_openai())
+    elif output_format == "anthropic":
+        _echo_json(run.to_anthropic())
+    else:
+        click.echo(render_preview(run))
+
+
+async def _preview(config: Config, reference: str) -> Run:
+    _require_store(config)
+    board = await build_switchboard(config, agents=_idle_agents(config), serve_http=False)
+    try:
+        found = await _find(board.store, reference)
+        if found.address.account not in board.accounts:
+            raise ConfigError(
+                f"conversation {found.address.key} belongs to account {found.address.account!r},"
+                " which this config does not have",
+                path=config.source,
+            )
+        return await board.build_run(found.id)
+    finally:
+        await board.stop()
+
+
+@main.command("send")
+@click.argument("account")
+@click.argument("chat")
+@click.argument("text")
+@click.option("--thread", help="Thread (topic) id within the chat.")
+@config_option
+@store_option
+@json_option
+def send_command(
+    account: str,
+    chat: str,
+    text: str,
+    thread: str | None,
+    config_path: Path | None,
+    store_path: Path | None,
+    as_json: bool,
+) -> None:
+    """Send TEXT as the operator through ACCOUNT to CHAT; it is recorded in the transcript.
+
+    This starts that account's adapter for the duration of the send.
+    """
+    config = _load(config_path, store_path)
+    if account not in config.accounts:
+        known = ", ".join(sorted(config.accounts)) or "none"
+        raise ConfigError(
+            f"no account called {account!r} (configured: {known})", path=config.source
+        )
+    _echo_err(f"sending through {config.accounts[account].channel} account {account!r}...")
+    outcome = _run(_send(config, Address(account, chat, thread), text))
+    if as_json:
+        _echo_json(outcome)
+    else:
+        click.echo(f"{outcome['conversation']}: {outcome['result']}")
+    if outcome["status"] != "sent":
+        sys.exit(1)
+
+
+async def _send(config: Config, address: Address, text: str) -> dict[str, Any]:
+    board = await build_switchboard(
+        config, accounts=[address.account], agents=_idle_agents(config), serve_http=False
+    )
+    try:
+        entry = board.accounts[address.account]
+        # start only the adapter: starting the board would also run agents on unanswered chats
+        await entry.adapter.start(entry.context)
+        entry.started = True
+        result = await board.send(address, text)
+        conversation = await board.store.ensure_conversation(address)
+        latest = await board.store.outbox(conversation_id=conversation.id, limit=1)
+        status = latest[0].status if latest else "unknown"
+        return {
+            "conversation": address.key,
+            "conversation_id": conversation.id,
+            "status": status,
+            "result": result,
+            "seq": latest[0].message_seq if latest else None,
+        }
+    finally:
+        await board.stop()
+
+
+# rendering ----------------------------------------------------------------------------------
+
+
+def render_preview(run: Run) -> str:
+    """Return a Run as text for people: headed sections, roles, ids, tool signatures."""
+    conversation = run.conversation
+    bold = _heading
+    lines = [
+        bold(f"Run preview: conversation {conversation.id} ({conversation.address.key})"),
+        f"{conversation.kind} conversation"
+        + (f' "{conversation.title}"' if conversation.title else "")
+        + f", {len(run.messages)} of {conversation.visible_count} messages in the window"
+        + (f", triggered by #{run.trigger.seq}" if run.trigger is not None else ", no trigger")
+        + f", handled up to #{conversation.handled_seq}",
+        "",
+        bold("== Instruction (system) =="),
+        run.instruction,
+        "",
+        bold(f"== Messages ({len(run.messages)}) =="),
+    ]
+    if not run.messages:
+        lines.append("(none)")
+    for message in run.messages:
+        role = message["role"]
+        content = message["content"].splitlines() or [""]
+        lines.append(f"{role:<10} {content[0]}")
+        lines.extend(f"{'':<10} {line}" for line in content[1:])
+    lines.append("")
+    lines.append(bold(f"== Tools ({len(run.tools)}) =="))
+    for tool in run.tools:
+        lines.append(_signature(tool.name, tool.parameters))
+        if tool.description:
+            lines.extend(f"    {line}" for line in tool.description.splitlines())
+        for name, schema in (tool.parameters.get("properties") or {}).items():
+            if schema.get("description"):
+                lines.append(f"    {name}: {schema['description']}")
+    lines.append("")
+    lines.append(
+        "Nothing was run or sent. --format openai or --format anthropic prints the exact request."
+    )
+    return "\n".join(lines)
+
+
+def _signature(name: str, parameters: Any) -> str:
+    required = set(parameters.get("required") or ())
+    parts = []
+    for arg, schema in (parameters.get("properties") or {}).items():
+        text = f"{arg}: {_schema_type(schema)}"
+        if arg not in required:
+            text += f" = {json.dumps(schema['default'])}" if "default" in schema else " = null"
+        parts.append(text)
+    return f"{name}({', '.join(parts)})"
+
+
+def _schema_type(schema: Any) -> str:
+    if "enum" in schema:
+        return " | ".join(json.dumps(v) for v in schema["enum"])
+    kind = schema.get("type", "any")
+    if isinstance(kind, list):
+        return " | ".join(str(k) for k in kind)
+    if kind == "array":
+        return f"array[{_schema_type(schema.get('items') or {})}]"
+    return str(kind)
+
+
+def _heading(text: str) -> str:
+    return click.style(text, bold=True)
+
+
+def _conversation_title(conversation: Conversation) -> str:
+    title = f' "{conversation.title}"' if conversation.title else ""
+    return (
+        f"conversation {conversation.id}: {conversation.address.key} ({conversation.kind}){title}"
+    )
+
+
+def _transcript_line(message: Message) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(message.sent_at))
+    marks = []
+    if message.reply_to_seq is not None:
+        marks.append(f"reply to #{message.reply_to_seq}")
+    if message.deleted_at is not None:
+        marks.append("deleted")
+    elif message.edited_at is not None:
+        marks.append("edited")
+    if message.direction == "out":
+        marks.append(
+            message.status + (f": {message.status_reason}" if message.status_reason else "")
+        )
+    arrow = "->" if message.direction == "out" else "  "
+    head = f"#{message.seq:<4} {when} {arrow} {message.sender.label}"
+    if marks:
+        head += f" ({'; '.join(marks)})"
+    body = message.text.splitlines() or [""]
+    lines = [f"{head}: {body[0]}"]
+    lines.extend(f"      {line}" for line in body[1:])
+    for attachment in message.attachments:
+        lines.append(
+            f"      [attached {attachment.kind} {attachment.name or ''}]".rstrip("] ") + "]"
+        )
+    return "\n".join(lines)
+
+
+def _conversation_json(conversation: Conversation) -> dict[str, Any]:
+    data: dict[str, Any] = to_json(conversation)
+    data["key"] = conversation.address.key
+    return data
+
+
+# helpers --------------------------------------------------------------------------------
+
+
+def _load(config_path: Path | None, store_path: Path | None = None) -> Config:
+    config = load_config(config_path)
+    if store_path is not None:
+        config = evolve(config, store=evolve(config.store, path=str(store_path)))
+    return config
+
+
+def _require_store(config: Config) -> None:
+    if config.store.path != ":memory:" and not Path(config.store.path).exists():
+        raise StoreError(
+            f"there is no store at {config.store.path} yet (run `backchannel serve` first,"
+            " or pass -c/--store)"
+        )
+
+
+def _with_store(config: Config, read: Any, **kwargs: Any) -> Any:
+    if "missing" in kwargs and not Path(config.store.path).exists():
+        return kwargs["missing"]
+    _require_store(config)
+
+    async def go() -> Any:
+        store = open_config_store(config)
+        try:
+            return await read(store)
+        finally:
+            await store.close()
+
+    return _run(go())
+
+
+async def _find(store: Store, reference: str) -> Conversation:
+    """Return the conversation named by a numeric id or an address key account/chat[/thread]."""
+    if reference.isdigit():
+        try:
+            return await store.conversation(int(reference))
+        except StoreError:
+            raise StoreError(f"no conversation with id {reference}") from None
+    account, _, rest = reference.partition("/")
+    if not account or not rest:
+        raise StoreError(
+            f"{reference!r} is not a conversation: give its id (see `backchannel conversations`)"
+            " or its key, like webchat/v1a2b3c.tab1"
+        )
+    found = await store.find_conversation(Address(account, rest))
+    if found is None and "/" in rest:
+        chat, _, thread = rest.rpartition("/")
+        found = await store.find_conversation(Address(account, chat, thread))
+    if found is None:
+        raise StoreError(f"no conversation {reference} (see `backchannel conversations`)")
+    return found
+
+
+def _idle_agents(config: Config) -> dict[str, Any]:
+    async def idle(run: Run) -> None:
+        return None
+
+    return {name: idle for name in config.agents}
+
+
+def _run(coroutine: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coroutine)
+
+
+def _echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+def _echo_err(text: str) -> None:
+    click.echo(text, err=True)
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )

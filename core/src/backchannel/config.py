@@ -1,0 +1,671 @@
+"""Configuration: one TOML file -> attrs classes (through cattrs), with ${VAR} secrets.
+
+::
+
+    [store]          path, synchronous
+    [server]         host, port, public_url
+    [accounts.NAME]  channel = "telegram"; every other key is the adapter's settings
+    [agents.NAME]    kind = "openai"; every other key is the agent's settings
+    [[bindings]]     agent, accounts, chats, respond, access, allow, owner, window, ...
+
+Every mistake raises one `ConfigError` whose text names the file, the key path
+and what was expected (``bot.toml: bindings[0].respond: expected one of always,
+mention, never, got "sometimes"``). Values written as ``${VAR}`` come from the
+environment and are secrets: they are registered for log redaction, masked as
+``***`` in `Config.summary()` and repr, and never quoted in errors.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import cattrs
+from attrs import field, fields, frozen
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+
+from .errors import ConfigError, PluginError
+from .policy import Access, Respond
+from .secrets import register_secret
+
+__all__ = [
+    "DEFAULT_ACCOUNT",
+    "DEFAULT_AGENT",
+    "AccountConfig",
+    "AgentConfig",
+    "BindingConfig",
+    "Config",
+    "ServerConfig",
+    "StoreConfig",
+    "default_config",
+    "default_store_path",
+    "load_config",
+    "parse_config",
+]
+
+#: the account and agent names of the embedded defaults
+DEFAULT_ACCOUNT = "webchat"
+DEFAULT_AGENT = "demo"
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+MASK = "***"
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_VAR = re.compile(r"\$\$\{|\$\{([^}]*)\}")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def default_store_path() -> str:
+    """Return $XDG_STATE_HOME/backchannel/backchannel.db (~/.local/state/... when unset)."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(state, "backchannel", "backchannel.db")
+
+
+@frozen
+class StoreConfig:
+    """Where the transcript lives."""
+
+    path: str = field(factory=default_store_path)
+    synchronous: Synchronous = "NORMAL"
+
+
+@frozen
+class ServerConfig:
+    """The switchboard's HTTP server (web chat page, webhooks, /health)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    #: the URL the outside world reaches the server at (for webhooks); default http://host:port
+    public_url: str | None = None
+
+
+@frozen
+class AccountConfig:
+    """One `[accounts.NAME]` table: the channel, and the adapter's settings."""
+
+    name: str
+    channel: str
+    settings: Mapping[str, Any] = field(factory=dict, repr=False)
+    #: the values in `settings` that came from the environment
+    secrets: frozenset[str] = field(factory=frozenset, repr=False)
+
+
+@frozen
+class AgentConfig:
+    """One `[agents.NAME]` table: the agent kind, and the agent's settings."""
+
+    name: str
+    kind: str
+    settings: Mapping[str, Any] = field(factory=dict, repr=False)
+    secrets: frozenset[str] = field(factory=frozenset, repr=False)
+
+
+@frozen
+class BindingConfig:
+    """One `[[bindings]]` entry: which agent answers where, and how."""
+
+    agent: str
+    #: account names; None means every account
+    accounts: tuple[str, ...] | None = None
+    #: chat ids (Address.chat) this binding is limited to; None means every chat
+    chats: tuple[str, ...] | None = None
+    respond: Respond = "mention"
+    access: Access = "anyone"
+    allow: tuple[str, ...] = ()
+    owner: str | None = None
+    window: int = 50
+    window_chars: int = 24_000
+    debounce: float = 0.0
+    max_wait: float = 3.0
+    run_timeout: float = 300.0
+
+
+@frozen
+class Config:
+    """A whole configuration. `source` is the file it came from (None: embedded defaults)."""
+
+    store: StoreConfig = field(factory=StoreConfig)
+    server: ServerConfig = field(factory=ServerConfig)
+    accounts: Mapping[str, AccountConfig] = field(factory=dict)
+    agents: Mapping[str, AgentConfig] = field(factory=dict)
+    bindings: tuple[BindingConfig, ...] = ()
+    source: str | None = None
+    #: key paths whose value came from ${VAR}
+    secret_keys: frozenset[str] = field(factory=frozenset, repr=False)
+    #: every value that came from ${VAR}
+    secret_values: frozenset[str] = field(factory=frozenset, repr=False)
+
+    def bindings_for(self, account: str) -> list[tuple[int, BindingConfig]]:
+        """Return (index, binding) for each binding that covers `account`."""
+        return [
+            (index, binding)
+            for index, binding in enumerate(self.bindings)
+            if binding.accounts is None or account in binding.accounts
+        ]
+
+    def summary(self) -> dict[str, Any]:
+        """Return the config as plain data with every value that came from ${VAR} as ***."""
+        data = {
+            "source": self.source or "(embedded defaults)",
+            "store": {"path": self.store.path, "synchronous": self.store.synchronous},
+            "server": {
+                "host": self.server.host,
+                "port": self.server.port,
+                "public_url": self.server.public_url,
+            },
+            "accounts": {
+                name: {"channel": account.channel, **account.settings}
+                for name, account in self.accounts.items()
+            },
+            "agents": {
+                name: {"kind": agent.kind, **agent.settings} for name, agent in self.agents.items()
+            },
+            "bindings": [
+                {
+                    "agent": b.agent,
+                    "accounts": list(b.accounts) if b.accounts is not None else None,
+                    "chats": list(b.chats) if b.chats is not None else None,
+                    "respond": b.respond,
+                    "access": b.access,
+                    "allow": list(b.allow),
+                    "owner": b.owner,
+                    "window": b.window,
+                    "window_chars": b.window_chars,
+                    "debounce": b.debounce,
+                    "max_wait": b.max_wait,
+                    "run_timeout": b.run_timeout,
+                }
+                for b in self.bindings
+            ],
+        }
+        return {key: self._masked(value, key) for key, value in data.items()}
+
+    def _masked(self, value: Any, key: str) -> Any:
+        if key in self.secret_keys:
+            return MASK
+        if isinstance(value, Mapping):
+            return {k: self._masked(v, f"{key}.{k}") for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._masked(v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    def __repr__(self) -> str:
+        return f"Config({self.summary()!r})"
+
+
+# loading -----------------------------------------------------------------------
+
+
+def default_config(*, store_path: str | None = None, port: int | None = None) -> Config:
+    """Return the embedded defaults: SQLite in the state dir, the web chat, the demo agent."""
+    return Config(
+        store=StoreConfig(path=store_path or default_store_path()),
+        server=ServerConfig(port=8765 if port is None else port),
+        accounts={DEFAULT_ACCOUNT: AccountConfig(DEFAULT_ACCOUNT, "webchat")},
+        agents={DEFAULT_AGENT: AgentConfig(DEFAULT_AGENT, "demo")},
+        bindings=(BindingConfig(agent=DEFAULT_AGENT),),
+    )
+
+
+def load_config(
+    path: str | os.PathLike[str] | None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    check_plugins: bool = True,
+) -> Config:
+    """Read and validate a TOML config file; with no path, return the embedded defaults.
+
+    `check_plugins` also checks each channel and agent kind against the installed plugins.
+    """
+    if path is None:
+        return default_config()
+    where = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("no such file", path=where) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot read the file: {error}", path=where) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"not valid TOML: {error}", path=where) from None
+    base = Path(path).resolve().parent
+    return parse_config(
+        data, source=where, base_dir=base, environ=environ, check_plugins=check_plugins
+    )
+
+
+def parse_config(
+    data: Mapping[str, Any],
+    *,
+    source: str = "<config>",
+    base_dir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    check_plugins: bool = True,
+) -> Config:
+    """Validate already-parsed TOML data (see `load_config`)."""
+    parser = _Parser(source, os.environ if environ is None else environ)
+    return parser.parse(data, base_dir or Path.cwd(), check_plugins)
+
+
+class _Parser:
+    def __init__(self, source: str, environ: Mapping[str, str]):
+        self.source = source
+        self.environ = environ
+        #: key path -> the environment values substituted there
+        self.secret_keys: dict[str, list[str]] = {}
+        self.converter = _make_converter()
+
+    def secret_values(self, prefix: str = "") -> frozenset[str]:
+        return frozenset(
+            value
+            for key, values in self.secret_keys.items()
+            if key.startswith(prefix)
+            for value in values
+            if value
+        )
+
+    # errors ------------------------------------------------------------------
+    def error(self, key: str, message: str) -> ConfigError:
+        for secret in sorted(self.secret_values(), key=len, reverse=True):
+            message = message.replace(secret, MASK)
+        error = ConfigError(f"{key}: {message}" if key else message, path=self.source)
+        error.key = key or None
+        return error
+
+    # the whole file ------------------------------------------------------------
+    def parse(self, data: Mapping[str, Any], base_dir: Path, check_plugins: bool) -> Config:
+        known = ("store", "server", "accounts", "agents", "bindings")
+        for key in data:
+            if key not in known:
+                raise self.error(key, f"unknown section (expected one of {', '.join(known)})")
+        data = self.interpolate(data, "")
+        store = self.structure(data.get("store", {}), StoreConfig, "store")
+        store = StoreConfig(path=_resolve_path(store.path, base_dir), synchronous=store.synchronous)
+        server = self.structure(data.get("server", {}), ServerConfig, "server")
+        if not 0 <= server.port <= 65535:
+            raise self.error("server.port", f"expected a port number 0-65535, got {server.port}")
+        accounts = {
+            name: AccountConfig(name, channel, settings, secrets)
+            for name, channel, settings, secrets in self.named_tables(
+                data.get("accounts"), "accounts", "channel"
+            )
+        }
+        agents = {
+            name: AgentConfig(name, kind, settings, secrets)
+            for name, kind, settings, secrets in self.named_tables(
+                data.get("agents"), "agents", "kind"
+            )
+        }
+        raw_bindings = data.get("bindings")
+        if not accounts and not agents and not raw_bindings:
+            defaults = default_config()
+            accounts, agents = dict(defaults.accounts), dict(defaults.agents)
+            bindings: tuple[BindingConfig, ...] = defaults.bindings
+        else:
+            bindings = self.bindings(raw_bindings, accounts, agents)
+        for secret in self.secret_values():
+            register_secret(secret)
+        config = Config(
+            store=store,
+            server=server,
+            accounts=accounts,
+            agents=agents,
+            bindings=bindings,
+            source=self.source,
+            secret_keys=frozenset(self.secret_keys),
+            secret_values=self.secret_values(),
+        )
+        if check_plugins:
+            self.check_plugins(config)
+        return config
+
+    # ${VAR} --------------------------------------------------------------------
+    def interpolate(self, value: Any, key: str) -> Any:
+        if isinstance(value, str):
+            return self.interpolate_text(value, key)
+        if isinstance(value, Mapping):
+            return {k: self.interpolate(v, f"{key}.{k}" if key else k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.interpolate(v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    def interpolate_text(self, text: str, key: str) -> str:
+        found: list[str] = []
+
+        def replace(match: re.Match[str]) -> str:
+            if match.group(0) == "$${":
+                return "${"
+            name = match.group(1)
+            if not _ENV_NAME.match(name):
+                raise self.error(key, f"${{{name}}} is not a valid environment variable name")
+            value = self.environ.get(name)
+            if value is None:
+                raise self.error(
+                    key, f"environment variable {name} is not set (the value is ${{{name}}})"
+                )
+            found.append(value)
+            return value
+
+        result = _VAR.sub(replace, text)
+        if found:
+            self.secret_keys[key] = found
+        return result
+
+    # [store], [server], [[bindings]] -------------------------------------------------
+    def structure(self, data: Any, cls: type[Any], key: str) -> Any:
+        if not isinstance(data, Mapping):
+            raise self.error(key, f"expected a table, got {_describe(data)}")
+        try:
+            return self.converter.structure(dict(data), cls)
+        except Exception as error:
+            where, message = _explain(error, key, cls)
+            raise self.error(where, message) from None
+
+    def named_tables(
+        self, data: Any, section: str, type_key: str
+    ) -> Iterable[tuple[str, str, dict[str, Any], frozenset[str]]]:
+        if data is None:
+            return []
+        if not isinstance(data, Mapping):
+            raise self.error(
+                section, f"expected tables like [{section}.NAME], got {_describe(data)}"
+            )
+        result = []
+        for name, table in data.items():
+            key = f"{section}.{name}"
+            if not _NAME.match(name):
+                raise self.error(
+                    key, "names may use letters, digits, '_', '-' and '.' (at most 64 characters)"
+                )
+            if not isinstance(table, Mapping):
+                raise self.error(key, f"expected a table, got {_describe(table)}")
+            kind = table.get(type_key)
+            if kind is None:
+                raise self.error(f"{key}.{type_key}", "missing (every entry needs one)")
+            if not isinstance(kind, str) or not kind:
+                raise self.error(f"{key}.{type_key}", f"expected a name, got {_describe(kind)}")
+            settings = {k: v for k, v in table.items() if k != type_key}
+            secrets = self.secret_values(key + ".") | self.secret_values(key + "[")
+            result.append((name, kind, settings, secrets))
+        return result
+
+    def bindings(
+        self,
+        data: Any,
+        accounts: Mapping[str, AccountConfig],
+        agents: Mapping[str, AgentConfig],
+    ) -> tuple[BindingConfig, ...]:
+        if not accounts:
+            raise self.error("accounts", "no accounts configured: add an [accounts.NAME] table")
+        if not agents:
+            raise self.error("agents", "no agents configured: add an [agents.NAME] table")
+        if data is None:
+            if len(agents) != 1:
+                raise self.error(
+                    "bindings",
+                    "several agents are configured: say which answers where with [[bindings]]",
+                )
+            data = [{"agent": next(iter(agents))}]
+        if not isinstance(data, list):
+            raise self.error("bindings", f"expected [[bindings]] entries, got {_describe(data)}")
+        bindings = []
+        for index, entry in enumerate(data):
+            key = f"bindings[{index}]"
+            binding = self.structure(entry, BindingConfig, key)
+            self.check_binding(binding, key, accounts, agents)
+            bindings.append(binding)
+        self.check_coverage(bindings, accounts)
+        return tuple(bindings)
+
+    def check_binding(
+        self,
+        binding: BindingConfig,
+        key: str,
+        accounts: Mapping[str, AccountConfig],
+        agents: Mapping[str, AgentConfig],
+    ) -> None:
+        if binding.agent not in agents:
+            raise self.error(
+                f"{key}.agent",
+                f"expected one of {_names(agents)} (the [agents] tables), got {_describe(binding.agent)}",
+            )
+        for i, account in enumerate(binding.accounts or ()):
+            if account not in accounts:
+                raise self.error(
+                    f"{key}.accounts[{i}]",
+                    f"expected one of {_names(accounts)} (the [accounts] tables), got {_describe(account)}",
+                )
+        if binding.accounts == ():
+            raise self.error(f"{key}.accounts", "is empty: leave it out to mean every account")
+        if binding.chats == ():
+            raise self.error(f"{key}.chats", "is empty: leave it out to mean every chat")
+        for name in ("window", "window_chars"):
+            if getattr(binding, name) < 1:
+                raise self.error(
+                    f"{key}.{name}", f"expected a positive integer, got {getattr(binding, name)}"
+                )
+        for name in ("debounce", "max_wait"):
+            if getattr(binding, name) < 0:
+                raise self.error(
+                    f"{key}.{name}", f"expected seconds >= 0, got {getattr(binding, name)}"
+                )
+        if binding.run_timeout <= 0:
+            raise self.error(
+                f"{key}.run_timeout", f"expected seconds > 0, got {binding.run_timeout}"
+            )
+        if binding.access == "owner" and binding.owner is None:
+            raise self.error(
+                f"{key}.owner", 'missing: access = "owner" needs owner = "<sender id>"'
+            )
+        if binding.access == "allowlist" and not binding.allow and binding.owner is None:
+            raise self.error(
+                f"{key}.allow", 'missing: access = "allowlist" needs allow = ["<sender id>", ...]'
+            )
+
+    def check_coverage(
+        self, bindings: list[BindingConfig], accounts: Mapping[str, AccountConfig]
+    ) -> None:
+        """One account: at most one binding for all chats, chats claimed once, same timing."""
+        for account in accounts:
+            covering = [
+                (i, b)
+                for i, b in enumerate(bindings)
+                if b.accounts is None or account in b.accounts
+            ]
+            if not covering:
+                raise self.error(
+                    f"accounts.{account}",
+                    "no binding covers this account: add it to a [[bindings]] entry's accounts",
+                )
+            general = [i for i, b in covering if b.chats is None]
+            if len(general) > 1:
+                raise self.error(
+                    f"bindings[{general[1]}]",
+                    f"account {account!r} is already bound to every chat by bindings[{general[0]}];"
+                    " give one of them chats = [...]",
+                )
+            claimed: dict[str, int] = {}
+            for i, b in covering:
+                for chat in b.chats or ():
+                    if chat in claimed:
+                        raise self.error(
+                            f"bindings[{i}].chats",
+                            f"chat {chat!r} of account {account!r} is already bound by"
+                            f" bindings[{claimed[chat]}]",
+                        )
+                    claimed[chat] = i
+            first_index, first = covering[0]
+            for i, b in covering[1:]:
+                for name in _PER_ACCOUNT:
+                    if getattr(b, name) != getattr(first, name):
+                        raise self.error(
+                            f"bindings[{i}].{name}",
+                            f"account {account!r} is also bound by bindings[{first_index}] with"
+                            f" {name} = {getattr(first, name)!r}; {name} is per account, so"
+                            " bindings sharing an account must agree on it",
+                        )
+
+    # plugins -------------------------------------------------------------------
+    def check_plugins(self, config: Config) -> None:
+        from .plugins import agents, channels
+
+        channel_names = _installed(channels)
+        for name, account in config.accounts.items():
+            if account.channel not in channel_names:
+                raise self.error(
+                    f"accounts.{name}.channel",
+                    f"expected one of {', '.join(sorted(channel_names)) or 'none'} (installed),"
+                    f" got {_describe(account.channel)}",
+                )
+        kinds = _installed(agents)
+        for name, agent in config.agents.items():
+            if agent.kind not in kinds:
+                raise self.error(
+                    f"agents.{name}.kind",
+                    f"expected one of {', '.join(sorted(kinds)) or 'none'} (installed),"
+                    f" got {_describe(agent.kind)}",
+                )
+
+
+#: binding keys that configure the account (window, scheduling) rather than one chat
+_PER_ACCOUNT = ("window", "window_chars", "debounce", "max_wait", "run_timeout")
+
+
+def _installed(registry: Callable[[], Any]) -> set[str]:
+    try:
+        return set(registry().items)
+    except PluginError:
+        raise
+    except Exception as error:  # a plugin's registration hook crashed
+        raise PluginError(f"a plugin failed while registering: {error}") from error
+
+
+def _resolve_path(path: str, base_dir: Path) -> str:
+    expanded = Path(os.path.expandvars(os.path.expanduser(path))) if path != ":memory:" else None
+    if expanded is None:
+        return path
+    return str(expanded if expanded.is_absolute() else (base_dir / expanded))
+
+
+def _names(table: Mapping[str, Any]) -> str:
+    return ", ".join(sorted(table)) or "none"
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int | float):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+# cattrs: strict hooks and readable errors -------------------------------------------
+
+
+class _Expected(ValueError):
+    """A value of the wrong type or outside its choices; the text says what was expected."""
+
+
+def _make_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+
+    def structure_str(value: Any, _: type) -> str:
+        if isinstance(value, str):
+            return value
+        raise _Expected(f"expected a string, got {_describe(value)}")
+
+    def structure_int(value: Any, _: type) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _Expected(f"expected an integer, got {_describe(value)}")
+
+    def structure_float(value: Any, _: type) -> float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise _Expected(f"expected a number, got {_describe(value)}")
+
+    def structure_ids(value: Any, _: type) -> tuple[str, ...]:
+        if isinstance(value, str) or not isinstance(value, list):
+            raise _Expected(f'expected a list of ids like ["12345"], got {_describe(value)}')
+        ids = []
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, str | int):
+                raise _Expected(f"expected ids (strings or integers), got {_describe(item)}")
+            ids.append(str(item))
+        return tuple(ids)
+
+    def structure_optional_ids(value: Any, _: type) -> tuple[str, ...] | None:
+        return None if value is None else structure_ids(value, tuple)
+
+    def structure_optional_id(value: Any, _: type) -> str | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise _Expected(f"expected an id (a string or an integer), got {_describe(value)}")
+        return str(value)
+
+    def structure_literal(value: Any, literal: Any) -> Any:
+        choices = get_args(literal)
+        if value in choices:
+            return value
+        raise _Expected(f"expected one of {', '.join(choices)}, got {_describe(value)}")
+
+    converter.register_structure_hook(str, structure_str)
+    converter.register_structure_hook(int, structure_int)
+    converter.register_structure_hook(float, structure_float)
+    exact: dict[Any, Callable[[Any, Any], Any]] = {
+        tuple[str, ...]: structure_ids,
+        tuple[str, ...] | None: structure_optional_ids,
+        str | None: structure_optional_id,
+    }
+    for hint, hook in exact.items():
+        converter.register_structure_hook_func(_is(hint), hook)
+    converter.register_structure_hook_func(lambda t: get_origin(t) is Literal, structure_literal)
+    return converter
+
+
+def _is(hint: Any) -> Callable[[Any], bool]:
+    def matches(candidate: Any) -> bool:
+        return bool(candidate == hint)
+
+    return matches
+
+
+def _explain(error: BaseException, key: str, cls: type[Any]) -> tuple[str, str]:
+    """Return (key path, message) for the first problem inside a cattrs error."""
+    if isinstance(error, ForbiddenExtraKeysError):
+        extra = sorted(error.extra_fields)
+        known = ", ".join(a.name for a in fields(cls))
+        return f"{key}.{extra[0]}", f"unknown key (known keys: {known})"
+    if isinstance(error, ClassValidationError):
+        with_notes, others = error.group_exceptions()
+        for other in others:
+            return _explain(other, key, cls)
+        for inner, note in with_notes:
+            if isinstance(inner, KeyError):
+                return f"{key}.{note.name}", "missing (this key is required)"
+            return _explain(inner, f"{key}.{note.name}", note.type)
+    if isinstance(error, IterableValidationError):
+        items, rest = error.group_exceptions()
+        for inner, item in items:
+            return _explain(inner, f"{key}[{item.index}]", item.type)
+        for other in rest:
+            return _explain(other, key, cls)
+    if isinstance(error, _Expected):
+        return key, str(error)
+    if isinstance(error, KeyError):
+        return f"{key}.{error.args[0]}", "missing (this key is required)"
+    return key, f"invalid value: {error}"
