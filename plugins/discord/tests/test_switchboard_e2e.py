@@ -1,0 +1,138 @@
+"""End to end: FakeDiscord <-> discord.py <-> DiscordAdapter <-> Switchboard <-> an agent."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from backchannel.runs import Run
+from backchannel.store import SQLiteStore
+from backchannel.switchboard import Binding, Switchboard
+from backchannel.testing import RecordingAgent
+from backchannel_discord import DiscordAdapter
+from backchannel_discord.testing import FakeDiscord
+
+from .conftest import FAST
+
+
+class AnswerEach:
+    """Replies to every inbound message the run has not answered yet (handled_seq < seq <= trigger)."""
+
+    def __init__(self, store: SQLiteStore):
+        self.store = store
+        self.runs: list[Run] = []
+
+    async def __call__(self, run: Run) -> None:
+        self.runs.append(run)
+        assert run.trigger is not None
+        window = await self.store.window(run.conversation.id, 50, upto_seq=run.trigger.seq)
+        for message in window:
+            if message.direction == "in" and message.seq > run.conversation.handled_seq:
+                await run.call("reply", {"message_id": message.seq, "text": f"re: {message.text}"})
+
+
+@pytest.fixture
+async def board_for(fake: FakeDiscord, store: SQLiteStore) -> AsyncIterator[Any]:
+    boards: list[Switchboard] = []
+
+    async def make(agent: Any, **binding: Any) -> Switchboard:
+        adapter = DiscordAdapter("main", {**fake.settings, **FAST})
+        board = Switchboard(store)
+        board.add_account(adapter, Binding(agent, **binding), secrets=[fake.token])
+        await board.start()
+        boards.append(board)
+        return board
+
+    yield make
+    for board in boards:
+        await board.stop()
+
+
+def replies_to(fake: FakeDiscord, channel: str, message_id: str) -> list[dict[str, Any]]:
+    return [
+        m
+        for m in fake.sent_to(channel)
+        if (m.get("message_reference") or {}).get("message_id") == message_id
+    ]
+
+
+async def test_mention_in_a_guild_channel_and_a_dm_each_get_a_reply_to_that_message(
+    fake: FakeDiscord, board_for: Any
+) -> None:
+    agent = RecordingAgent(lambda run: f"hello {run.trigger.sender.label}")
+    board = await board_for(agent, respond="mention")
+    chatter = await fake.post_message(fake.general, fake.alice, "just chatting")
+    mention = await fake.post_message(fake.general, fake.alice, f"<@{fake.bot_id}> status?")
+    dm_channel = fake.dm_channel(fake.alice)
+    private = await fake.post_message(dm_channel, fake.alice, "a private question")
+    await agent.wait_runs(2)
+    await board.wait_idle()
+    (in_channel,) = fake.sent_to(fake.general)
+    assert in_channel["content"] == "hello Alice"
+    assert in_channel["message_reference"]["message_id"] == mention["id"]
+    (in_dm,) = fake.sent_to(dm_channel)
+    assert in_dm["message_reference"]["message_id"] == private["id"]
+    kinds = sorted(run.conversation.kind for run in agent.runs)
+    assert kinds == ["direct", "group"]
+    group_run = next(run for run in agent.runs if run.conversation.kind == "group")
+    assert [m["content"].split(": ", 1)[1] for m in group_run.messages] == [
+        chatter["content"],
+        mention["content"],
+    ]
+    assert "Discord" in group_run.instruction
+    assert replies_to(fake, fake.general, chatter["id"]) == []
+
+
+async def test_a_thread_is_its_own_conversation(fake: FakeDiscord, board_for: Any) -> None:
+    agent = RecordingAgent(lambda run: "answered in the thread")
+    board = await board_for(agent, respond="mention")
+    await fake.post_message(fake.general, fake.alice, "channel talk")
+    thread = await fake.add_thread(fake.general, "incident 42")
+    await fake.post_message(thread, fake.alice, "thread context")
+    asked = await fake.post_message(thread, fake.alice, f"<@{fake.bot_id}> summarize")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    (run,) = agent.runs
+    assert run.conversation.kind == "thread"
+    assert run.conversation.title == "#general › incident 42 (Test Server)"
+    assert [m["content"].split(": ", 1)[1] for m in run.messages] == [
+        "thread context",
+        asked["content"],
+    ]
+    assert fake.sent_to(fake.general) == []
+    (reply,) = fake.sent_to(thread)
+    assert reply["message_reference"]["message_id"] == asked["id"]
+
+
+async def test_gateway_drop_mid_stream_resume_and_replay_answer_every_message_once(
+    fake: FakeDiscord, store: SQLiteStore, board_for: Any
+) -> None:
+    agent = AnswerEach(store)
+    board = await board_for(agent)
+    dm = fake.dm_channel(fake.alice)
+    posted = [await fake.post_message(dm, fake.alice, "one")]
+    await fake.wait_until(lambda: len(replies_to(fake, dm, posted[0]["id"])) == 1, what="reply 1")
+
+    fake.drop_next_dispatches(2)  # "two" and "three" are lost in flight ...
+    fake.replay_overlap = 4  # ... and the resume replays some of what the bot already had
+    posted += [await fake.post_message(dm, fake.alice, text) for text in ("two", "three")]
+    await fake.disconnect()
+    posted.append(await fake.post_message(dm, fake.alice, "four"))  # while reconnecting
+
+    def all_answered() -> bool:
+        return all(replies_to(fake, dm, m["id"]) for m in posted)
+
+    await fake.wait_until(all_answered, timeout=15, what="a reply to every message")
+    await board.wait_idle()
+    assert (fake.identifies, fake.resumes) == (1, 1)
+    for message in posted:
+        assert len(replies_to(fake, dm, message["id"])) == 1, message["content"]
+    assert len(fake.sent_to(dm)) == len(posted)
+    conversation = (await store.conversations("main", limit=10))[0]
+    transcript = await store.window(conversation.id, 50)
+    inbound = [m.text for m in transcript if m.direction == "in"]
+    outbound = [m.text for m in transcript if m.direction == "out"]
+    assert inbound == ["one", "two", "three", "four"]
+    assert sorted(outbound) == sorted(f"re: {m['content']}" for m in posted)
+    assert board.counters["duplicate"] >= 1
