@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -188,6 +189,48 @@ async def test_rate_limit_is_retried_after_the_servers_retry_after(fake: FakeOpe
     assert len(fake.bodies) == 2
     assert fake.bodies[0] == fake.bodies[1]
     assert waited >= 0.3
+
+
+async def test_retry_after_ms_header_is_preferred_to_retry_after(fake: FakeOpenAI):
+    from aiohttp import web
+
+    def limited(body: dict[str, Any]) -> web.Response:
+        error = {"error": {"message": "Rate limit reached", "type": "requests", "code": None}}
+        headers = {"retry-after-ms": "150", "Retry-After": "100"}
+        return web.json_response(error, status=429, headers=headers)
+
+    fake.respond(limited)
+    fake.answer("done")
+
+    # waiting 100s would exceed max_retry_delay and raise; 150ms is within it
+    await agent_for(fake, max_retry_delay=5)(StandInRun())
+
+    assert len(fake.bodies) == 2
+
+
+async def test_retry_after_as_an_http_date_is_honoured(fake: FakeOpenAI):
+    from email.utils import formatdate
+
+    fake.fail(503, "Service Unavailable", retry_after=formatdate(time.time() + 120, usegmt=True))
+
+    with pytest.raises(ModelError, match=r"asks to wait 1[01]\d(\.\d+)?s") as caught:
+        await agent_for(fake, max_retry_delay=30)(StandInRun())
+
+    assert caught.value.status == 503
+
+
+async def test_extra_body_and_headers_reach_the_server(fake: FakeOpenAI):
+    fake.answer("done")
+    agent = agent_for(
+        fake, headers={"OpenAI-Organization": "org-test"}, extra_body={"max_tokens": 64}
+    )
+
+    await agent(StandInRun())
+
+    assert fake.bodies[0]["max_tokens"] == 64
+    assert "temperature" not in fake.bodies[0]
+    assert fake.requests[0].headers["OpenAI-Organization"] == "org-test"
+    assert fake.requests[0].authorized
 
 
 async def test_retry_after_longer_than_the_cap_is_a_clear_error(fake: FakeOpenAI):
