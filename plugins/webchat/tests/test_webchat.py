@@ -9,10 +9,10 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 import pytest
 from backchannel.errors import Rejected
-from backchannel.model import Address, Outbound
+from backchannel.model import Address, Message, Outbound
 from backchannel.testing import ContractContext
 from backchannel_webchat import WebchatAdapter
-from backchannel_webchat.testing import FakeBrowser
+from backchannel_webchat.testing import FakeBrowser, RouteServer
 
 Start = Callable[..., Awaitable[WebchatAdapter]]
 Open = Callable[..., Awaitable[FakeBrowser]]
@@ -395,3 +395,53 @@ async def test_stop_closes_pages_as_going_away_and_is_idempotent(
     assert await page.wait_closed() == aiohttp.WSCloseCode.GOING_AWAY
     assert ("GET", "/ws") not in contract_context.routes
     await adapter.stop()
+
+
+class GatedContext(ContractContext):
+    """Holds the first transcript read until `release` is set."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.reading = asyncio.Event()
+        self.release = asyncio.Event()
+        self._gated = False
+
+    async def transcript(self, address: Address, limit: int = 200) -> list[Message]:
+        if not self._gated:
+            self._gated = True
+            self.reading.set()
+            await self.release.wait()
+        return await super().transcript(address, limit)
+
+
+async def test_message_pushed_while_the_transcript_loads_shows_once(
+    contract_context: ContractContext,
+) -> None:
+    ctx = GatedContext(contract_context.store, account="test")
+    async with RouteServer(ctx.routes):
+        adapter = WebchatAdapter("test", {})
+        await adapter.start(ctx.bind(adapter))
+        page = FakeBrowser(adapter.url or "")
+        try:
+            await page.open(hello=False)
+            await page.send_json(
+                {"type": "hello", "visitor": page.visitor, "conversation": page.conversation}
+            )
+            await asyncio.wait_for(ctx.reading.wait(), 10)
+            # the agent answers while the page is still waiting for its transcript
+            store = ctx.store
+            conversation = await store.ensure_conversation(page.address("test"))
+            outbound = Outbound(page.address("test"), "sent during the load")
+            entry = await store.record_outbound(conversation.id, outbound, adapter.me)  # type: ignore[arg-type]
+            sending = asyncio.create_task(adapter.send(outbound))
+            await page.wait_for(lambda f: f["type"] == "message")
+            ctx.release.set()
+            await page.wait_for(lambda f: f["type"] == "transcript")
+            await store.mark_sent(entry.id, await sending)
+        finally:
+            await page.close()
+            await adapter.stop()
+    kinds = [f["type"] for f in page.frames]
+    assert kinds == ["welcome", "message", "transcript"]
+    assert page.frames[1]["seq"] == page.frames[2]["messages"][0]["seq"] == entry.message_seq
+    assert page.shown() == [(1, "agent", "sent during the load")]

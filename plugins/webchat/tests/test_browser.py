@@ -1,0 +1,189 @@
+"""The web chat page in a real headless Chromium, served by a real Switchboard with the demo agent.
+
+Needs Debian's chromium at /usr/bin/chromium (``make test`` installs it) and
+Playwright's Python package; Playwright never downloads a browser here.
+Set WEBCHAT_SCREENSHOT=/some/dir to keep screenshots of the page.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from backchannel.agents.demo import demo_agent
+from backchannel.runs import Run
+from backchannel.store import SQLiteStore
+from backchannel.switchboard import Binding, Switchboard
+from backchannel_webchat import WebchatAdapter
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TIMEOUT_MS = 15_000
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `apt-get install -y chromium` (make test does)")
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield launched
+        await launched.close()
+
+
+@pytest.fixture
+async def board(tmp_path: Path) -> AsyncIterator[tuple[Switchboard, WebchatAdapter]]:
+    switchboard = Switchboard(SQLiteStore(tmp_path / "state.db"), port=0)
+    adapter = WebchatAdapter("web", {"title": "Backchannel demo"})
+    switchboard.add_account(adapter, Binding(agent=demo_agent))
+    await switchboard.start()
+    yield switchboard, adapter
+    await switchboard.stop()
+
+
+async def bubbles(page: Page) -> list[tuple[str, str]]:
+    """Return (who, text) of every message bubble on the page, top to bottom."""
+    rows = await page.locator("#log > li").evaluate_all(
+        "items => items.map(li => [li.querySelector('.who').textContent,"
+        " li.querySelector('.body').textContent])"
+    )
+    return [(who, text) for who, text in rows]
+
+
+async def snap(page: Page, name: str) -> None:
+    folder = os.environ.get("WEBCHAT_SCREENSHOT")
+    if folder:
+        await page.screenshot(path=str(Path(folder) / f"{name}.png"), full_page=True)
+
+
+async def test_page_sends_shows_the_demo_reply_and_reload_keeps_the_transcript(
+    browser: Browser, board: tuple[Switchboard, WebchatAdapter]
+) -> None:
+    switchboard, adapter = board
+    page = await browser.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    await page.goto(adapter.url or "")
+    await expect(page).to_have_title("Backchannel demo")
+    await expect(page.get_by_role("status")).to_have_text("Online")
+
+    box = page.get_by_label("Your message")
+    await box.fill("Hello from the browser")
+    await box.press("Enter")
+    log = page.get_by_role("log")
+    reply = log.locator("li.agent .body")
+    await expect(reply).to_contain_text("I can see 1 message from 1 person in this web chat")
+    await expect(log.locator("li.visitor .state")).to_have_text("")
+    await switchboard.wait_idle()
+    before = await bubbles(page)
+    assert before[0] == ("You", "Hello from the browser")
+    assert before[1][0] == "Backchannel demo" and len(before) == 2
+    await snap(page, "after-reply")
+
+    await page.reload()
+    await expect(page.get_by_role("status")).to_have_text("Online")
+    await expect(log.locator("li")).to_have_count(2)
+    assert await bubbles(page) == before
+    await expect(box).to_be_focused()
+
+
+async def test_markup_in_messages_renders_as_text(
+    browser: Browser, board: tuple[Switchboard, WebchatAdapter]
+) -> None:
+    switchboard, adapter = board
+    page = await browser.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    await page.goto(adapter.url or "")
+    await expect(page.get_by_role("status")).to_have_text("Online")
+    evil = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2"><b>bold</b>'
+    box = page.get_by_label("Your message")
+    await box.fill(evil)
+    await page.get_by_role("button", name="Send").click()
+    log = page.get_by_role("log")
+    await expect(log.locator("li.agent")).to_have_count(1)
+    await switchboard.wait_idle()
+    await page.reload()
+    await expect(log.locator("li.agent")).to_have_count(1)
+    assert (await bubbles(page))[0] == ("You", evil)
+    assert await log.locator("script, img, b").count() == 0
+    assert await page.evaluate("window.pwned") is None
+    await snap(page, "markup")
+
+
+async def test_too_long_message_is_refused_on_the_page(
+    browser: Browser, board: tuple[Switchboard, WebchatAdapter]
+) -> None:
+    _, adapter = board
+    page = await browser.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    await page.goto(adapter.url or "")
+    await expect(page.get_by_role("status")).to_have_text("Online")
+    # bypass the textarea's maxlength, as a hostile script could
+    await page.evaluate(
+        "() => { const t = document.getElementById('text'); t.removeAttribute('maxlength');"
+        " t.value = 'x'.repeat(4001); }"
+    )
+    await page.get_by_role("button", name="Send").click()
+    await expect(page.get_by_role("alert")).to_contain_text("at most 4000")
+    assert await page.locator("#log > li").count() == 0
+
+
+async def editing_agent(run: Run) -> None:
+    """Send a draft, then edit it: the page must show the edit live and after a restart."""
+    outcome = await run.call("send_message", {"text": "draft answer"})
+    found = re.search(r"#(\d+)", outcome)
+    assert found, outcome
+    await run.call("edit_message", {"message_id": int(found.group(1)), "text": "final answer"})
+
+
+async def test_edit_shows_live_and_the_page_recovers_after_a_server_restart(
+    browser: Browser, tmp_path: Path
+) -> None:
+    db = tmp_path / "state.db"
+
+    async def start(port: int) -> tuple[Switchboard, WebchatAdapter]:
+        switchboard = Switchboard(SQLiteStore(db), port=port)
+        adapter = WebchatAdapter("web", {"title": "Editor"})
+        switchboard.add_account(adapter, Binding(agent=editing_agent))
+        await switchboard.start()
+        return switchboard, adapter
+
+    switchboard, adapter = await start(0)
+    try:
+        page = await browser.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        await page.goto(adapter.url or "")
+        await expect(page.get_by_role("status")).to_have_text("Online")
+        await page.get_by_label("Your message").fill("please answer")
+        await page.get_by_label("Your message").press("Enter")
+        agent = page.get_by_role("log").locator("li.agent")
+        await expect(agent.locator(".body")).to_have_text("final answer")
+        await expect(agent.locator(".edited")).to_have_text("edited")
+        await switchboard.wait_idle()
+        before = await bubbles(page)
+
+        port = int((switchboard.url or "").rsplit(":", 1)[1])
+        await switchboard.stop()
+        await expect(page.get_by_role("status")).not_to_have_text("Online")
+        switchboard, adapter = await start(port)
+        # the page reconnects by itself and shows the transcript from the store, once
+        await expect(page.get_by_role("status")).to_have_text("Online")
+        await expect(page.locator("#log > li")).to_have_count(2)
+        assert (
+            await bubbles(page) == before == [("You", "please answer"), ("Editor", "final answer")]
+        )
+        await snap(page, "after-restart")
+    finally:
+        await switchboard.stop()
