@@ -402,11 +402,31 @@ async def test_unreachable_server_is_reported_with_its_host():
         url = gone.base_url
     agent = OpenAIAgent(base_url=url, api_key=KEY, model="m", max_retries=1, retry_backoff=0.01)
 
-    with pytest.raises(ModelError, match=r"could not reach the server") as caught:
+    with pytest.raises(ModelError, match=r"connection failed") as caught:
         await agent(StandInRun())
 
     assert "127.0.0.1" in str(caught.value)
     assert KEY not in str(caught.value)
+
+
+async def test_dropped_connection_is_retried(fake: FakeOpenAI):
+    fake.reset()
+    fake.call_tool("send_message", {"text": "after the reset"})
+    fake.answer("done")
+    run = StandInRun()
+
+    await agent_for(fake)(run)
+
+    assert run.calls == [("send_message", {"text": "after the reset"})]
+    assert len(fake.bodies) == 3
+
+
+async def test_dropped_connections_give_up_with_a_clear_error(fake: FakeOpenAI):
+    fake.reset()
+    fake.reset()
+
+    with pytest.raises(ModelError, match=r"failed after 2 tries: connection failed"):
+        await agent_for(fake, max_retries=1)(StandInRun())
 
 
 async def test_arguments_sent_as_an_object_and_missing_ids_are_mended(fake: FakeOpenAI):

@@ -194,10 +194,10 @@ class OpenAIAgent:
                     problem = f"no answer within request_timeout={self.request_timeout:g}s"
                 else:
                     reason = self._redact(str(error)) or type(error).__name__
-                    problem = f"could not reach the server ({reason})"
+                    problem = f"connection failed ({reason})"
                 attempt = await self._backoff(attempt, None, problem, status=None)
                 continue
-            if status == 200:
+            if 200 <= status < 300:
                 return self._parse(raw)
             problem = f"HTTP {status}: {self._server_message(raw)}"
             if status in RETRY_STATUSES or status >= 500:

@@ -162,6 +162,14 @@ class FakeOpenAI:
 
         return self.respond(never)
 
+    def reset(self) -> FakeOpenAI:
+        """Queue a dropped connection: the request is read, then the socket closes unanswered."""
+
+        async def drop(body: dict[str, Any]) -> web.StreamResponse:
+            raise _Reset
+
+        return self.respond(drop)
+
     def respond(self, responder: Responder) -> FakeOpenAI:
         """Queue a custom step: `responder(body)` returns (or awaits) an aiohttp response."""
         self._script.append(responder)
@@ -228,9 +236,14 @@ class FakeOpenAI:
         if not self._script:
             number = len(self.bodies)
             return _error(400, f"FakeOpenAI: no scripted response left for request #{number}")
-        result = self._script.pop(0)(body)
-        if isinstance(result, Awaitable):
-            result = await result
+        try:
+            result = self._script.pop(0)(body)
+            if isinstance(result, Awaitable):
+                result = await result
+        except _Reset:
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response(status=500)
         return result
 
     async def _record(self, recorded: RecordedRequest) -> None:
@@ -272,6 +285,10 @@ class FakeOpenAI:
                 },
             }
         )
+
+
+class _Reset(Exception):
+    """Raised by a scripted step to drop the connection without an answer."""
 
 
 _ERROR_TYPES = {
