@@ -259,7 +259,10 @@ class FakeTelegram:
         """Serve on 127.0.0.1 at an ephemeral port; `url` is then the API base."""
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
-        self._runner = web.AppRunner(app, shutdown_timeout=1.0, handle_signals=False)
+        # no access log: request paths carry the bot token
+        self._runner = web.AppRunner(
+            app, shutdown_timeout=1.0, handle_signals=False, access_log=None
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -574,14 +577,19 @@ class FakeTelegram:
 
     # faults --------------------------------------------------------------------------
 
-    def fail_next(self, method: str, fault: str, *, retry_after: float = 3, times: int = 1) -> None:
-        """Answer the next `times` calls of `method` with `fault` (see module docs)."""
+    def fail_next(
+        self, method: str, fault: str, *, retry_after: float = 3, times: int = 1, after: int = 0
+    ) -> None:
+        """Answer the next `times` calls of `method` with `fault` (see module docs).
+
+        `after` lets that many calls of `method` succeed first.
+        """
         known = {"429", "500", "502", "hang", "hang_after", "reset", "forbidden", "conflict"}
         if fault not in known:
             raise ValueError(f"unknown fault {fault!r}; use one of {sorted(known)}")
-        self._faults.setdefault(method.lower(), []).extend(
-            _Fault(fault, retry_after) for _ in range(times)
-        )
+        queue = self._faults.setdefault(method.lower(), [])
+        queue.extend([_Fault("none", 0)] * after)
+        queue.extend(_Fault(fault, retry_after) for _ in range(times))
 
     def limit_rates(
         self,
@@ -617,6 +625,8 @@ class FakeTelegram:
             return _error(404, "Not Found")
         queue = self._faults.get(method.lower())
         fault = queue.pop(0) if queue else None
+        if fault is not None and fault.kind == "none":
+            fault = None
         try:
             if fault is not None:
                 early = await self._fault_before(fault, request)
