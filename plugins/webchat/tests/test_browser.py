@@ -32,11 +32,12 @@ ARGS = [
     "--disable-sync",
 ]
 TIMEOUT_MS = 15_000
+HAVE_CHROMIUM = Path(CHROMIUM).exists()
 
 
 @pytest.fixture
 async def browser() -> AsyncIterator[Browser]:
-    if not Path(CHROMIUM).exists():
+    if not HAVE_CHROMIUM:
         pytest.fail(f"{CHROMIUM} is missing: run `apt-get install -y chromium` (make test does)")
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
