@@ -14,7 +14,9 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from attrs import field, frozen
@@ -61,6 +63,7 @@ def build_adapter(config: Config, account: AccountConfig) -> Adapter:
 def build_agent(config: Config, agent: AgentConfig) -> Agent:
     """Instantiate one agent from its kind's factory (no network: nothing runs yet)."""
     factory = agent_registry().get(agent.kind)
+    _importable_next_to(config)
     with _config_errors(config, f"agents.{agent.name}"):
         built: Agent = factory(dict(agent.settings))
     if not callable(built):
@@ -239,6 +242,15 @@ def _fold(account: str, covering: list[BindingConfig], agents: Mapping[str, Agen
     policy = ChatPolicy(by_chat=by_chat_policy, fallback=_policy(general) if general else None)
     names = "+".join(dict.fromkeys(b.agent for b in covering))
     return Binding(router, policy, name=names, **timing)
+
+
+def _importable_next_to(config: Config) -> None:
+    """Let agents import modules that sit next to the config file (python agent kind)."""
+    if config.source is None:
+        return
+    directory = str(Path(config.source).resolve().parent)
+    if directory not in sys.path:
+        sys.path.append(directory)
 
 
 @contextlib.contextmanager

@@ -303,13 +303,11 @@ class _Parser:
                 data.get("agents"), "agents", "kind"
             )
         }
-        raw_bindings = data.get("bindings")
-        if not accounts and not agents and not raw_bindings:
-            defaults = default_config()
-            accounts, agents = dict(defaults.accounts), dict(defaults.agents)
-            bindings: tuple[BindingConfig, ...] = defaults.bindings
-        else:
-            bindings = self.bindings(raw_bindings, accounts, agents)
+        # a missing section falls back to the embedded default: the web chat, the demo agent
+        defaults = default_config()
+        accounts = accounts or dict(defaults.accounts)
+        agents = agents or dict(defaults.agents)
+        bindings = self.bindings(data.get("bindings"), accounts, agents)
         for secret in self.secret_values():
             register_secret(secret)
         config = Config(
@@ -402,10 +400,6 @@ class _Parser:
         accounts: Mapping[str, AccountConfig],
         agents: Mapping[str, AgentConfig],
     ) -> tuple[BindingConfig, ...]:
-        if not accounts:
-            raise self.error("accounts", "no accounts configured: add an [accounts.NAME] table")
-        if not agents:
-            raise self.error("agents", "no agents configured: add an [agents.NAME] table")
         if data is None:
             if len(agents) != 1:
                 raise self.error(
