@@ -63,3 +63,36 @@ async def route_server(contract_context) -> AsyncIterator[RouteServer]:  # type:
     await server.start()
     yield server
     await server.stop()
+
+
+@pytest.fixture
+async def start_adapter(slack: FakeSlack, contract_context, route_server):  # type: ignore[no-untyped-def]
+    """Start a SlackAdapter on the contract context in `mode`; stopped after the test."""
+    from backchannel_slack import SlackAdapter
+
+    started: list[SlackAdapter] = []
+
+    async def start(mode: str = "socket", **overrides: object) -> SlackAdapter:
+        adapter = SlackAdapter(contract_context.account, slack.settings(mode=mode, **overrides))
+        await adapter.start(contract_context.bind(adapter))
+        if mode == "events":
+            assert adapter.events_url is not None
+            slack.use_events_api(adapter.events_url)
+        started.append(adapter)
+        return adapter
+
+    yield start
+    for adapter in started:
+        await adapter.stop()
+
+
+async def wait_until(predicate, timeout: float = 10.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    """Re-check `predicate` every few milliseconds until true; AssertionError after `timeout`."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.005)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -109,6 +110,8 @@ class SlackAdapter:
         self._inflight: dict[str, asyncio.Task[IngestResult]] = {}
         self._threads: set[str] = set()
         self._started = False
+        #: received: deliveries with an event; joined: those that shared an in-flight ingest
+        self.counters: Counter[str] = Counter()
 
     def __repr__(self) -> str:
         return f"SlackAdapter(account={self.account!r}, mode={self.settings.mode!r})"
@@ -300,8 +303,11 @@ class SlackAdapter:
         if event is None:
             return await ctx.ingest(payload)
         key = event.event_id
+        self.counters["received"] += 1
         task = self._inflight.get(key)
-        if task is None:
+        if task is not None:
+            self.counters["joined"] += 1  # a retry or a twin event while the first is stored
+        else:
             task = asyncio.create_task(self._ingest(payload, event))
             self._inflight[key] = task
             task.add_done_callback(lambda _t: self._inflight.pop(key, None))
@@ -391,9 +397,12 @@ class SlackAdapter:
         assert self._writes is not None
         writes = self._writes
         address = outbound.address
-        # In a thread: stay in it. At top level, replying to a message starts
-        # (or continues) the thread under that message, Slack's way of replying.
-        thread_ts = address.thread or outbound.reply_to
+        # In a thread: stay in it. At a channel's top level, replying to a
+        # message starts (or continues) the thread under it, Slack's way of
+        # replying; a DM stays one line of talk, so there a reply is a plain post.
+        thread_ts = address.thread
+        if thread_ts is None and outbound.reply_to and not address.chat.startswith("D"):
+            thread_ts = outbound.reply_to
         if not outbound.text.strip():
             raise Rejected("no_text")
         parts = split_text(outbound.text, self.settings.max_text_len)

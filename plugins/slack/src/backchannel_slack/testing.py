@@ -97,6 +97,8 @@ class _Connection:
     ws: web.WebSocketResponse
     request: web.Request
     number: int
+    #: deliveries sent on this socket (unacked ones are sent again on the next socket)
+    sent: list[Delivery] = field(factory=list)
 
 
 class FakeSlack:
@@ -603,12 +605,7 @@ class FakeSlack:
             }
         )
         await self._notify()
-        orphans, self._orphans = self._orphans, []
-        for delivery in orphans:
-            if not delivery.acked.is_set():
-                await self._send_envelope(
-                    delivery, attempt=len(delivery.envelopes), reason="timeout"
-                )
+        await self._resend_orphans()
         try:
             async for message in ws:
                 if message.type == aiohttp.WSMsgType.TEXT:
@@ -616,8 +613,21 @@ class FakeSlack:
         finally:
             if connection in self._connections:
                 self._connections.remove(connection)
+            for delivery in connection.sent:
+                if not delivery.acked.is_set() and delivery not in self._orphans:
+                    self._orphans.append(delivery)
+            if self._orphans and self._connections:
+                await self._resend_orphans()
             await self._notify()
         return ws
+
+    async def _resend_orphans(self) -> None:
+        orphans, self._orphans = self._orphans, []
+        for delivery in orphans:
+            if not delivery.acked.is_set():
+                await self._send_envelope(
+                    delivery, attempt=len(delivery.envelopes), reason="timeout"
+                )
 
     def _on_ack(self, data: str) -> None:
         with contextlib.suppress(ValueError):
@@ -644,6 +654,7 @@ class FakeSlack:
             return
         delivery.envelopes.append(envelope_id)
         self._envelopes[envelope_id] = (delivery, attempt)
+        live[-1].sent.append(delivery)
         try:
             await live[-1].ws.send_str(json.dumps(envelope))
         except (ConnectionError, RuntimeError):
@@ -771,16 +782,20 @@ class FakeSlack:
         error: str = "channel_not_found",
         delay: float = 30.0,
         times: int = 1,
+        after: int = 0,
     ) -> None:
         """Make the next `times` calls of `method` fail with `fault` (see the module docstring).
 
         ``hang`` waits `delay` seconds and answers nothing useful (not processed);
         ``slow`` processes the call, then waits `delay` before answering;
         ``reset`` cuts the connection before processing; ``reset_after`` after.
+        `after` lets that many calls through first.
         """
         if fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; one of {FAULTS}")
         queue = self._faults.setdefault(method, deque())
+        for _ in range(after):
+            queue.append(Fault("none"))
         for _ in range(times):
             queue.append(Fault(fault, retry_after=retry_after, error=error, delay=delay))
 

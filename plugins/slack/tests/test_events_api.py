@@ -1,0 +1,144 @@
+"""Events API receiving: signatures, url_verification, 200 after commit, retries."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+from backchannel.testing import ContractContext
+from backchannel_slack.testing import FakeSlack
+
+from .conftest import wait_until
+
+
+async def stored(ctx: ContractContext) -> list[str]:
+    found: list[str] = []
+    for conversation in await ctx.store.conversations(ctx.account, limit=100):
+        found += [m.text for m in await ctx.store.window(conversation.id, 100)]
+    return sorted(found)
+
+
+async def test_url_verification_is_answered_with_the_challenge(
+    slack: FakeSlack, start_adapter: Any
+) -> None:
+    await start_adapter("events")
+    status, answer = await slack.verify_url()
+    assert status == 200
+    assert isinstance(answer, dict) and answer["challenge"]
+
+
+async def test_bad_signature_is_401_and_nothing_is_stored(
+    slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
+) -> None:
+    await start_adapter("events")
+    delivery = await slack.deliver(slack.message("C0GENERAL", "U0ALICE", "forged"), signature="bad")
+    await wait_until(delivery.gave_up.is_set, what="Slack to give up")
+    assert {outcome for _, outcome in delivery.attempts} == {"401"}
+    assert len(delivery.attempts) == slack.max_retries + 1
+    assert await stored(contract_context) == []
+    assert contract_context.results == []
+
+
+async def test_stale_timestamp_is_401_and_nothing_is_stored(
+    slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
+) -> None:
+    await start_adapter("events")
+    delivery = await slack.deliver(
+        slack.message("C0GENERAL", "U0ALICE", "replayed"), signature="stale"
+    )
+    await wait_until(delivery.gave_up.is_set, what="Slack to give up")
+    assert {outcome for _, outcome in delivery.attempts} == {"401"}
+    assert await stored(contract_context) == []
+
+
+async def test_unsigned_and_garbage_requests_are_refused(
+    slack: FakeSlack, start_adapter: Any
+) -> None:
+    adapter = await start_adapter("events")
+    body = b'{"type": "event_callback"}'
+    async with aiohttp.ClientSession(trust_env=False) as session:
+        async with session.post(adapter.events_url, data=body) as response:
+            assert response.status == 401
+        headers = {"X-Slack-Request-Timestamp": "not-a-number", "X-Slack-Signature": "v0=00"}
+        async with session.post(adapter.events_url, data=body, headers=headers) as response:
+            assert response.status == 401
+        junk = b"not json"
+        async with session.post(
+            adapter.events_url, data=junk, headers=slack.sign(junk)
+        ) as response:
+            assert response.status == 400
+
+
+async def test_answer_is_200_only_after_commit(
+    slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
+) -> None:
+    await start_adapter("events")
+    contract_context.hold()
+    payload = slack.message("C0GENERAL", "U0ALICE", "wait for it")
+    delivery = await slack.deliver(payload)
+    await contract_context.wait_started(f"C0GENERAL:{payload['event']['ts']}")
+    assert delivery.attempts == [] and not delivery.acked.is_set()
+    contract_context.release()
+    await slack.wait_acked(delivery.event_id)
+    assert delivery.attempts == [(0, "200")]
+    assert await stored(contract_context) == ["wait for it"]
+
+
+async def test_retry_while_first_delivery_is_processing_stores_once(
+    contract_context: ContractContext, start_adapter: Any, slack: FakeSlack
+) -> None:
+    adapter = await start_adapter("events")
+    slack.http_timeout = 0.3  # Slack gives up on the first POST while it is still held
+    contract_context.hold()
+    payload = slack.message("C0GENERAL", "U0ALICE", "patience")
+    delivery = await slack.deliver(payload)
+    await wait_until(lambda: adapter.counters["joined"] >= 1, what="a retry to join the first")
+    contract_context.release()
+    await slack.wait_acked(delivery.event_id)
+    assert delivery.attempts[0] == (0, "timeout")
+    assert any(retry >= 1 and outcome == "200" for retry, outcome in delivery.attempts)
+    assert await stored(contract_context) == ["patience"]
+    assert contract_context.calls(f"C0GENERAL:{payload['event']['ts']}") == 1
+
+
+async def test_redelivery_after_success_is_a_duplicate_and_answered_200(
+    slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
+) -> None:
+    await start_adapter("events")
+    delivery = await slack.deliver(slack.message("C0GENERAL", "U0ALICE", "once"))
+    await slack.wait_acked(delivery.event_id)
+    await slack.redeliver(delivery.event_id, reason="http_error")
+    await wait_until(lambda: delivery.acks == 2, what="the retry answered")
+    assert delivery.attempts == [(0, "200"), (1, "200")]
+    assert [r.status for r in contract_context.results] == ["stored", "duplicate"]
+
+
+async def test_message_and_app_mention_over_http_make_one_row(
+    slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
+) -> None:
+    await start_adapter("events")
+    payloads = slack.user_says("C0GENERAL", "U0BOB", f"hey <@{slack.bot_user_id}>")
+    for delivery in await slack.deliver_all(payloads):
+        await slack.wait_acked(delivery.event_id)
+    assert await stored(contract_context) == [f"hey <@{slack.bot_user_id}>"]
+    (event,) = {e.event_id: e for e in contract_context.events}.values()
+    assert event.mentions_me and event.sender.name == "Bob Builder"
+
+
+async def test_other_envelope_types_are_answered_200(slack: FakeSlack, start_adapter: Any) -> None:
+    adapter = await start_adapter("events")
+    body = json.dumps({"type": "app_rate_limited", "minute_rate_limited": 1518467820}).encode()
+    async with aiohttp.ClientSession(trust_env=False) as session:
+        async with session.post(
+            adapter.events_url, data=body, headers=slack.sign(body)
+        ) as response:
+            assert response.status == 200
+
+
+async def test_stop_removes_the_route(
+    slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
+) -> None:
+    adapter = await start_adapter("events")
+    await adapter.stop()
+    assert ("POST", adapter.settings.events_path) not in contract_context.routes

@@ -1,0 +1,497 @@
+"""normalize on payloads shaped as Slack documents and sends them (not built by the fake)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from backchannel.errors import NormalizeError
+from backchannel.model import Address
+from backchannel_slack.normalize import BotIdentity, normalize_payload
+
+BOT = BotIdentity(user_id="U061F7AUR", bot_id="B061F7JD2")
+
+
+def envelope(event: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """An Events API event_callback as Slack documents it."""
+    return {
+        "token": "XXYYZZ",
+        "team_id": "T123ABC456",
+        "api_app_id": "A123ABC456",
+        "event": event,
+        "type": "event_callback",
+        "event_id": "Ev123ABC456",
+        "event_time": 1515449522,
+        "authorizations": [
+            {
+                "enterprise_id": None,
+                "team_id": "T123ABC456",
+                "user_id": "U061F7AUR",
+                "is_bot": True,
+                "is_enterprise_install": False,
+            }
+        ],
+        "is_ext_shared_channel": False,
+        "event_context": "4-eyJldCI6Im1lc3NhZ2UiLCJ0aWQiOiJUMTIzIn0",
+        **extra,
+    }
+
+
+CHANNEL_MESSAGE = {
+    "client_msg_id": "3e2a6b6e-2f6e-4b5a-9b0a-6c1f9a1d2b11",
+    "type": "message",
+    "text": "Live long and prospect.",
+    "user": "U123ABC456",
+    "ts": "1355517523.000005",
+    "blocks": [{"type": "rich_text", "block_id": "Jmy", "elements": []}],
+    "team": "T123ABC456",
+    "channel": "C123ABC456",
+    "event_ts": "1355517523.000005",
+    "channel_type": "channel",
+}
+
+IM_MESSAGE = {
+    "type": "message",
+    "channel": "D024BE91L",
+    "user": "U2147483697",
+    "text": "Hello hello can you hear me?",
+    "ts": "1355517523.000005",
+    "event_ts": "1355517523.000005",
+    "channel_type": "im",
+}
+
+APP_MENTION = {
+    "type": "app_mention",
+    "user": "U123ABC456",
+    "text": "What is the hour of the pearl, <@U061F7AUR>?",
+    "ts": "1515449522.000016",
+    "channel": "C123ABC456",
+    "event_ts": "1515449522000016",
+}
+
+
+def norm(payload: dict[str, Any], **kwargs: Any):  # type: ignore[no-untyped-def]
+    return normalize_payload(payload, account="work", me=BOT, **kwargs)
+
+
+def test_channel_message_is_group_conversation_at_top_level() -> None:
+    event = norm(envelope(CHANNEL_MESSAGE))
+    assert event is not None
+    assert event.address == Address("work", "C123ABC456")
+    assert event.conversation_kind == "group"
+    assert event.kind == "message"
+    assert event.text == "Live long and prospect."
+    assert event.event_id == "C123ABC456:1355517523.000005"
+    assert event.platform_message_id == "1355517523.000005"
+    assert event.sent_at == pytest.approx(1355517523.000005)
+    assert event.sender.id == "U123ABC456"
+    assert not event.sender.is_bot
+    assert not event.mentions_me
+    assert event.raw is not None and "token" not in event.raw
+
+
+def test_private_channel_and_mpim_are_group_conversations() -> None:
+    for channel_type, channel in (("group", "G123ABC456"), ("mpim", "G0MPIM12345")):
+        event = norm(
+            envelope({**CHANNEL_MESSAGE, "channel": channel, "channel_type": channel_type})
+        )
+        assert event is not None
+        assert event.conversation_kind == "group"
+        assert event.address == Address("work", channel)
+
+
+def test_im_is_direct_conversation() -> None:
+    event = norm(envelope(IM_MESSAGE))
+    assert event is not None
+    assert event.conversation_kind == "direct"
+    assert event.address == Address("work", "D024BE91L")
+
+
+def test_mention_in_channel_opens_the_thread_under_the_message() -> None:
+    text = "hey <@U061F7AUR> can you look?"
+    event = norm(envelope({**CHANNEL_MESSAGE, "text": text}))
+    assert event is not None
+    assert event.mentions_me
+    assert event.conversation_kind == "thread"
+    assert event.address == Address("work", "C123ABC456", "1355517523.000005")
+
+
+def test_mention_with_label_form_is_recognised() -> None:
+    event = norm(envelope({**CHANNEL_MESSAGE, "text": "<@U061F7AUR|backchannel> hi"}))
+    assert event is not None and event.mentions_me
+
+
+def test_mention_of_someone_else_is_not_a_mention_of_me() -> None:
+    event = norm(envelope({**CHANNEL_MESSAGE, "text": "ask <@U061F7AURX> instead"}))
+    assert event is not None and not event.mentions_me
+
+
+def test_mention_stays_at_top_level_when_thread_on_mention_is_off() -> None:
+    event = norm(envelope({**CHANNEL_MESSAGE, "text": "<@U061F7AUR> hi"}), thread_on_mention=False)
+    assert event is not None
+    assert event.mentions_me
+    assert event.address == Address("work", "C123ABC456")
+
+
+def test_app_mention_and_message_for_one_mention_share_one_event_id() -> None:
+    ts = "1515449522.000016"
+    message = {**CHANNEL_MESSAGE, "text": APP_MENTION["text"], "ts": ts, "event_ts": ts}
+    from_message = norm(envelope(message, event_id="Ev0MESSAGE"))
+    from_mention = norm(envelope(APP_MENTION, event_id="Ev0MENTION"))
+    assert from_message is not None and from_mention is not None
+    assert from_message.event_id == from_mention.event_id == f"C123ABC456:{ts}"
+    assert from_message.address == from_mention.address
+    assert from_mention.mentions_me and from_message.mentions_me
+    assert from_mention.conversation_kind == from_message.conversation_kind == "thread"
+
+
+def test_thread_reply_is_its_own_conversation() -> None:
+    reply = {
+        **CHANNEL_MESSAGE,
+        "text": "agreed",
+        "ts": "1355517600.000100",
+        "event_ts": "1355517600.000100",
+        "thread_ts": "1355517523.000005",
+        "parent_user_id": "U999OTHER",
+    }
+    event = norm(envelope(reply))
+    assert event is not None
+    assert event.address == Address("work", "C123ABC456", "1355517523.000005")
+    assert event.conversation_kind == "thread"
+    assert event.reply_to == "1355517523.000005"
+    assert not event.mentions_me
+
+
+def test_reply_in_thread_the_bot_started_mentions_me() -> None:
+    reply = {
+        **CHANNEL_MESSAGE,
+        "ts": "1355517600.000100",
+        "thread_ts": "1355517523.000005",
+        "parent_user_id": "U061F7AUR",
+    }
+    event = norm(envelope(reply))
+    assert event is not None and event.mentions_me
+
+
+def test_reply_in_thread_the_bot_takes_part_in_mentions_me() -> None:
+    reply = {
+        **CHANNEL_MESSAGE,
+        "ts": "1355517600.000100",
+        "thread_ts": "1355517523.000005",
+        "parent_user_id": "U999OTHER",
+    }
+    event = norm(envelope(reply, _backchannel={"bot_in_thread": True}))
+    assert event is not None and event.mentions_me
+
+
+def test_thread_broadcast_lands_in_the_thread_and_says_so() -> None:
+    broadcast = {
+        "type": "message",
+        "subtype": "thread_broadcast",
+        "text": "also for everyone",
+        "user": "U123ABC456",
+        "ts": "1355517700.000200",
+        "thread_ts": "1355517523.000005",
+        "root": {"text": "parent", "user": "U999OTHER", "ts": "1355517523.000005"},
+        "channel": "C123ABC456",
+        "event_ts": "1355517700.000200",
+        "channel_type": "channel",
+    }
+    event = norm(envelope(broadcast))
+    assert event is not None
+    assert event.address.thread == "1355517523.000005"
+    assert event.meta["also_sent_to_channel"] is True
+
+
+def test_message_changed_is_an_edit_of_the_original_ts() -> None:
+    changed = {
+        "type": "message",
+        "subtype": "message_changed",
+        "hidden": True,
+        "channel": "C123ABC456",
+        "ts": "1358878755.000001",
+        "message": {
+            "type": "message",
+            "user": "U123ABC456",
+            "text": "Hello, world!",
+            "ts": "1355517523.000005",
+            "edited": {"user": "U123ABC456", "ts": "1358878755.000001"},
+        },
+        "previous_message": {
+            "type": "message",
+            "user": "U123ABC456",
+            "text": "Helo, world",
+            "ts": "1355517523.000005",
+        },
+        "event_ts": "1358878755.000001",
+        "channel_type": "channel",
+    }
+    event = norm(envelope(changed))
+    assert event is not None
+    assert event.kind == "edit"
+    assert event.platform_message_id == "1355517523.000005"
+    assert event.text == "Hello, world!"
+    assert event.address == Address("work", "C123ABC456")
+    second = copy.deepcopy(changed)
+    second["message"]["edited"]["ts"] = "1358878799.000001"
+    second["ts"] = second["event_ts"] = "1358878799.000001"
+    again = norm(envelope(second))
+    assert again is not None and again.event_id != event.event_id
+
+
+def test_message_changed_without_new_words_is_ignored() -> None:
+    unfurl = {
+        "type": "message",
+        "subtype": "message_changed",
+        "hidden": True,
+        "channel": "C123ABC456",
+        "ts": "1358878755.000001",
+        "message": {
+            "type": "message",
+            "user": "U123ABC456",
+            "text": "see https://example.com",
+            "ts": "1355517523.000005",
+            "attachments": [{"from_url": "https://example.com", "title": "Example"}],
+        },
+        "previous_message": {
+            "type": "message",
+            "user": "U123ABC456",
+            "text": "see https://example.com",
+            "ts": "1355517523.000005",
+        },
+        "event_ts": "1358878755.000001",
+    }
+    assert norm(envelope(unfurl)) is None
+
+
+def test_message_deleted_is_a_delete_of_deleted_ts() -> None:
+    deleted = {
+        "type": "message",
+        "subtype": "message_deleted",
+        "hidden": True,
+        "channel": "C123ABC456",
+        "ts": "1358878755.000001",
+        "deleted_ts": "1358878749.000002",
+        "event_ts": "1358878755.000001",
+        "previous_message": {
+            "type": "message",
+            "user": "U123ABC456",
+            "text": "oops",
+            "ts": "1358878749.000002",
+        },
+    }
+    event = norm(envelope(deleted))
+    assert event is not None
+    assert event.kind == "delete"
+    assert event.platform_message_id == "1358878749.000002"
+    assert event.event_id == "delete:C123ABC456:1358878749.000002"
+
+
+def test_delete_without_previous_message_still_normalizes() -> None:
+    deleted = {
+        "type": "message",
+        "subtype": "message_deleted",
+        "channel": "D024BE91L",
+        "deleted_ts": "1358878749.000002",
+        "event_ts": "1358878755.000001",
+        "channel_type": "im",
+    }
+    event = norm(envelope(deleted))
+    assert event is not None and event.kind == "delete"
+    assert event.conversation_kind == "direct"
+
+
+def test_file_share_keeps_file_metadata_not_urls() -> None:
+    shared = {
+        **CHANNEL_MESSAGE,
+        "subtype": "file_share",
+        "text": "the report",
+        "files": [
+            {
+                "id": "F0123ABCD",
+                "created": 1515449522,
+                "name": "report.pdf",
+                "title": "Q3 report",
+                "mimetype": "application/pdf",
+                "filetype": "pdf",
+                "size": 52_341,
+                "url_private": "https://files.slack.com/files-pri/T1-F0123ABCD/report.pdf",
+            },
+            {"id": "F0123ABCE", "name": "cat.png", "mimetype": "image/png", "size": 1024},
+            {"id": "F0GONE", "mode": "tombstone"},
+        ],
+        "upload": False,
+    }
+    event = norm(envelope(shared))
+    assert event is not None
+    first, second, gone = event.attachments
+    assert (first.kind, first.name, first.mime, first.size, first.ref) == (
+        "file",
+        "report.pdf",
+        "application/pdf",
+        52_341,
+        "F0123ABCD",
+    )
+    assert second.kind == "image"
+    assert gone.kind == "deleted_file" and gone.ref == "F0GONE"
+
+
+def test_other_bots_are_kept_and_marked() -> None:
+    other = {
+        "type": "message",
+        "subtype": "bot_message",
+        "text": "Deploy finished",
+        "ts": "1358877455.000010",
+        "username": "deploybot",
+        "bot_id": "B0OTHER",
+        "channel": "C123ABC456",
+        "event_ts": "1358877455.000010",
+        "channel_type": "channel",
+    }
+    event = norm(envelope(other))
+    assert event is not None
+    assert event.sender.is_bot
+    assert event.sender.id == "B0OTHER"
+    assert event.sender.name == "deploybot"
+
+
+def test_other_app_posting_with_a_bot_user_is_kept() -> None:
+    other = {
+        **CHANNEL_MESSAGE,
+        "user": "U0OTHERBOT",
+        "bot_id": "B0OTHER",
+        "bot_profile": {"name": "Jira"},
+    }
+    event = norm(envelope(other))
+    assert event is not None and event.sender.is_bot and event.sender.name == "Jira"
+
+
+def test_own_messages_are_dropped_by_user_id_or_bot_id_not_subtype() -> None:
+    by_user = {**CHANNEL_MESSAGE, "user": "U061F7AUR", "bot_id": "B061F7JD2"}
+    by_bot_id = {
+        "type": "message",
+        "subtype": "bot_message",
+        "bot_id": "B061F7JD2",
+        "text": "mine",
+        "ts": "1.000001",
+        "channel": "C123ABC456",
+    }
+    plain_bot_user = {**CHANNEL_MESSAGE, "user": "U061F7AUR"}
+    for event in (by_user, by_bot_id, plain_bot_user):
+        assert norm(envelope(event)) is None
+
+
+def test_edits_and_deletes_of_own_messages_are_dropped() -> None:
+    edit = {
+        "type": "message",
+        "subtype": "message_changed",
+        "channel": "C123ABC456",
+        "ts": "2.000001",
+        "message": {
+            "user": "U061F7AUR",
+            "bot_id": "B061F7JD2",
+            "text": "new",
+            "ts": "1.000001",
+            "edited": {"user": "B061F7JD2", "ts": "2.000001"},
+        },
+        "previous_message": {"user": "U061F7AUR", "text": "old", "ts": "1.000001"},
+    }
+    deleted = {
+        "type": "message",
+        "subtype": "message_deleted",
+        "channel": "C123ABC456",
+        "deleted_ts": "1.000001",
+        "previous_message": {
+            "user": "U061F7AUR",
+            "bot_id": "B061F7JD2",
+            "text": "x",
+            "ts": "1.000001",
+        },
+    }
+    assert norm(envelope(edit)) is None
+    assert norm(envelope(deleted)) is None
+
+
+def test_bot_identity_falls_back_to_authorizations() -> None:
+    unknown = BotIdentity()
+    own = envelope({**CHANNEL_MESSAGE, "user": "U061F7AUR"})
+    assert normalize_payload(own, account="work", me=unknown) is None
+
+
+def test_service_subtypes_and_other_events_are_ignored() -> None:
+    join = {
+        **CHANNEL_MESSAGE,
+        "subtype": "channel_join",
+        "text": "<@U123ABC456> has joined the channel",
+    }
+    reaction = {
+        "type": "reaction_added",
+        "user": "U123ABC456",
+        "reaction": "thumbsup",
+        "item": {"type": "message", "channel": "C123ABC456", "ts": "1360782400.498405"},
+        "event_ts": "1360782804.083113",
+    }
+    assert norm(envelope(join)) is None
+    assert norm(envelope(reaction)) is None
+    assert norm({"type": "url_verification", "challenge": "3eZbrw1a", "token": "x"}) is None
+
+
+def test_names_from_enrichment_and_profile() -> None:
+    event = norm(
+        envelope(
+            CHANNEL_MESSAGE,
+            _backchannel={"user_names": {"U123ABC456": "Spock"}, "channel_name": "bridge"},
+        )
+    )
+    assert event is not None
+    assert event.sender.name == "Spock"
+    assert event.conversation_title == "#bridge"
+    with_profile = {
+        **CHANNEL_MESSAGE,
+        "user_profile": {"display_name": "", "real_name": "S'chn T'gai Spock", "name": "spock"},
+    }
+    event = norm(envelope(with_profile))
+    assert event is not None
+    assert event.sender.name == "S'chn T'gai Spock"
+    assert event.sender.handle == "spock"
+
+
+def test_bare_inner_event_is_accepted() -> None:
+    event = norm(dict(IM_MESSAGE))
+    assert event is not None and event.conversation_kind == "direct"
+
+
+def test_extra_unknown_fields_are_tolerated() -> None:
+    event = norm(
+        envelope({**CHANNEL_MESSAGE, "new_field": {"x": 1}, "attachments": []}, future=True)
+    )
+    assert event is not None and event.text == "Live long and prospect."
+
+
+@pytest.mark.parametrize(
+    ("payload", "where"),
+    [
+        ({"type": "event_callback"}, "event"),
+        (envelope({k: v for k, v in CHANNEL_MESSAGE.items() if k != "channel"}), "event.channel"),
+        (envelope({k: v for k, v in CHANNEL_MESSAGE.items() if k != "ts"}), "event.ts"),
+        (envelope({**CHANNEL_MESSAGE, "ts": "soon"}), "event.ts"),
+        (envelope({**CHANNEL_MESSAGE, "text": 42}), "event.text"),
+        (envelope({k: v for k, v in CHANNEL_MESSAGE.items() if k != "user"}), "event.user"),
+        (envelope({**CHANNEL_MESSAGE, "files": {"id": "F1"}}), "event.files"),
+        (
+            envelope({"type": "message", "subtype": "message_changed", "channel": "C1"}),
+            "event.message",
+        ),
+        (
+            envelope({"type": "message", "subtype": "message_deleted", "channel": "C1"}),
+            "event.deleted_ts",
+        ),
+        ({"event": CHANNEL_MESSAGE}, "type"),
+    ],
+)
+def test_malformed_payloads_say_where(payload: dict[str, Any], where: str) -> None:
+    with pytest.raises(NormalizeError) as caught:
+        norm(payload)
+    assert caught.value.where == where
+    assert str(caught.value).startswith(where)
