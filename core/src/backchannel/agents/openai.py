@@ -34,6 +34,7 @@ import aiohttp
 from attrs import define, field
 
 from ..errors import BackchannelError, ConfigError
+from ..secrets import register_secret
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -115,6 +116,11 @@ class OpenAIAgent:
     headers: Mapping[str, str] = field(factory=dict, repr=False)
     #: extra request fields merged into each request (max_tokens, tool_choice, ...)
     extra_body: Mapping[str, Any] = field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        # belt and braces: whatever logs the key (aiohttp, a tool, a traceback) shows ***
+        for secret in (self.api_key, *self.headers.values()):
+            register_secret(secret)
 
     @property
     def url(self) -> str:
