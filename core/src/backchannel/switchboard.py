@@ -441,9 +441,9 @@ class Switchboard:
             if status != "ok":
                 self.counters["run_errors"] += 1
             seen = max(upto, run.session.seen_seq)
-            if status != "cancelled":
-                await self.store.mark_handled(conversation_id, seen)
-            await self.store.finish_run(run_id, status, error, seen)
+            await self.store.finish_run(
+                run_id, status, error, seen, handled_seq=None if status == "cancelled" else seen
+            )
 
     def _start_typing(self, account: _Account, address: Address) -> asyncio.Task[None] | None:
         adapter = account.adapter

@@ -42,28 +42,7 @@ class Tool:
         description: str | None = None,
     ) -> Tool:
         """Build a Tool from a typed function; sync functions are wrapped to be awaitable."""
-        doc = inspect.getdoc(function) or ""
-        summary, arg_docs = _parse_doc(doc)
-        hints = typing.get_type_hints(function)
-        properties: dict[str, Any] = {}
-        required: list[str] = []
-        for parameter in inspect.signature(function).parameters.values():
-            if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-                continue
-            schema = _schema_for(hints.get(parameter.name, str))
-            if parameter.name in arg_docs:
-                schema["description"] = arg_docs[parameter.name]
-            if parameter.default is inspect.Parameter.empty:
-                required.append(parameter.name)
-            elif parameter.default is not None:
-                schema["default"] = parameter.default
-            properties[parameter.name] = schema
-        parameters: dict[str, Any] = {
-            "type": "object",
-            "properties": properties,
-            "required": required,
-            "additionalProperties": False,
-        }
+        summary, parameters = _describe(function)
         if inspect.iscoroutinefunction(function):
             implementation = function
         else:
@@ -121,6 +100,46 @@ class Tool:
             "description": self.description,
             "input_schema": dict(self.parameters),
         }
+
+
+_described: dict[Any, tuple[str, dict[str, Any]]] = {}
+
+
+def _describe(function: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
+    """Return (summary, JSON schema) for a function, cached per code object.
+
+    Closures made afresh for every run share one code object, so the schema
+    (which costs a type-hint evaluation) is computed once.
+    """
+    key = getattr(function, "__code__", function)
+    cached = _described.get(key)
+    if cached is not None:
+        return cached[0], json.loads(json.dumps(cached[1]))
+    doc = inspect.getdoc(function) or ""
+    summary, arg_docs = _parse_doc(doc)
+    hints = typing.get_type_hints(function)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for parameter in inspect.signature(function).parameters.values():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        schema = _schema_for(hints.get(parameter.name, str))
+        if parameter.name in arg_docs:
+            schema["description"] = arg_docs[parameter.name]
+        if parameter.default is inspect.Parameter.empty:
+            required.append(parameter.name)
+        elif parameter.default is not None:
+            schema["default"] = parameter.default
+        properties[parameter.name] = schema
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+    if len(_described) < 4096:
+        _described[key] = (summary, parameters)
+    return summary, json.loads(json.dumps(parameters))
 
 
 _JSON_TYPES: dict[Any, str] = {

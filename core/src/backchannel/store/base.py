@@ -209,9 +209,19 @@ class Store(ABC):
 
     @abstractmethod
     async def finish_run(
-        self, run_id: int, status: str, error: str | None = None, upto_seq: int | None = None
+        self,
+        run_id: int,
+        status: str,
+        error: str | None = None,
+        upto_seq: int | None = None,
+        *,
+        handled_seq: int | None = None,
     ) -> None:
-        """Record how a run ended: "ok", "error" or "timeout"."""
+        """Record how a run ended ("ok", "error", "timeout", "cancelled").
+
+        With `handled_seq`, the conversation's handled_seq advances to it in the
+        same transaction, so the cursor and the run record never disagree.
+        """
 
     @abstractmethod
     async def runs(self, conversation_id: int | None = None, limit: int = 50) -> list[RunRecord]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+from attrs import define, field
 
 from ..errors import StoreError
 from ..model import Address, Attachment, Conversation, Message, Outbound, Receipt, Sender, now
@@ -71,6 +72,7 @@ class SQLiteStore(Store):
                     candidate.chmod(0o600)
         migrate(db)
         self._conversation_ids: dict[tuple[str, str, str], int] = {}
+        self._batch: _Batch | None = None
 
     # lifecycle -------------------------------------------------------------
     @property
@@ -105,6 +107,7 @@ class SQLiteStore(Store):
     async def append_inbound(self, items: Sequence[Inbound]) -> list[AppendResult]:
         db = self.db
         results: list[AppendResult] = []
+        self._batch = _Batch()
         try:
             with db:
                 for item in items:
@@ -112,10 +115,55 @@ class SQLiteStore(Store):
                     if item.state:
                         for key, value in item.state.items():
                             self._write_state(item.event.account, key, value)
+                self._flush_batch(self._batch)
         except BaseException:
             self._conversation_ids.clear()
             raise
+        finally:
+            self._batch = None
         return results
+
+    def _flush_batch(self, batch: _Batch) -> None:
+        """Write the per-conversation counters and participants a batch accumulated."""
+        db = self.db
+        for conversation_id, c in batch.conversations.items():
+            db.execute(
+                "UPDATE conversations SET last_seq = ?, visible_count = visible_count + ?,"
+                " held_count = held_count + ?, trigger_seq = ?, active_at = MAX(active_at, ?)"
+                " WHERE id = ?",
+                (c.last_seq, c.visible, c.held, c.trigger_seq, c.active_at, conversation_id),
+            )
+        for (conversation_id, sender_id), p in batch.participants.items():
+            db.execute(
+                "INSERT INTO participants (conversation_id, sender_id, name, handle, is_bot,"
+                " message_count, first_seq, last_seq) VALUES (?,?,?,?,?,?,?,?)"
+                " ON CONFLICT (conversation_id, sender_id) DO UPDATE SET"
+                " name = excluded.name, handle = excluded.handle, is_bot = excluded.is_bot,"
+                " message_count = message_count + excluded.message_count,"
+                " last_seq = excluded.last_seq",
+                (
+                    conversation_id,
+                    sender_id,
+                    p.name,
+                    p.handle,
+                    p.is_bot,
+                    p.count,
+                    p.first_seq,
+                    p.last_seq,
+                ),
+            )
+
+    def _counters(self, conversation_id: int) -> _ConversationCounters:
+        assert self._batch is not None
+        counters = self._batch.conversations.get(conversation_id)
+        if counters is None:
+            row = self.db.execute(
+                "SELECT last_seq, trigger_seq, active_at FROM conversations WHERE id = ?",
+                (conversation_id,),
+            ).fetchone()
+            counters = _ConversationCounters(row[0], row[1], row[2])
+            self._batch.conversations[conversation_id] = counters
+        return counters
 
     def _append_one(self, item: Inbound) -> AppendResult:
         db = self.db
@@ -144,15 +192,14 @@ class SQLiteStore(Store):
         event = item.event
         held = 1 if item.held else 0
         triggers = 1 if item.triggers and not item.held else 0
-        seq = _first(
-            db.execute(
-                "UPDATE conversations SET last_seq = last_seq + 1,"
-                " visible_count = visible_count + ?, held_count = held_count + ?,"
-                " trigger_seq = CASE WHEN ? THEN last_seq + 1 ELSE trigger_seq END,"
-                " active_at = ? WHERE id = ? RETURNING last_seq",
-                (1 - held, held, triggers, event.sent_at, conversation_id),
-            )
-        )
+        counters = self._counters(conversation_id)
+        counters.last_seq += 1
+        seq = counters.last_seq
+        counters.visible += 1 - held
+        counters.held += held
+        if triggers:
+            counters.trigger_seq = seq
+        counters.active_at = max(counters.active_at, event.sent_at)
         reply_to_seq = None
         if event.reply_to is not None:
             row = db.execute(
@@ -190,14 +237,14 @@ class SQLiteStore(Store):
                 json.dumps(dict(event.meta)) if event.meta else None,
             ),
         )
-        db.execute(
-            "INSERT INTO participants (conversation_id, sender_id, name, handle, is_bot,"
-            " message_count, first_seq, last_seq) VALUES (?,?,?,?,?,1,?,?)"
-            " ON CONFLICT (conversation_id, sender_id) DO UPDATE SET"
-            " name = excluded.name, handle = excluded.handle, is_bot = excluded.is_bot,"
-            " message_count = message_count + 1, last_seq = excluded.last_seq",
-            (conversation_id, sender.id, sender.name, sender.handle, int(sender.is_bot), seq, seq),
-        )
+        assert self._batch is not None
+        key = (conversation_id, sender.id)
+        seen = self._batch.participants.get(key)
+        if seen is None:
+            seen = self._batch.participants[key] = _SeenSender(first_seq=seq)
+        seen.name, seen.handle, seen.is_bot = sender.name, sender.handle, int(sender.is_bot)
+        seen.count += 1
+        seen.last_seq = seq
         return AppendResult("stored", conversation_id, seq, bool(triggers))
 
     def _apply_change(self, conversation_id: int, item: Inbound) -> AppendResult:
@@ -598,14 +645,27 @@ class SQLiteStore(Store):
         return int(run_id)
 
     async def finish_run(
-        self, run_id: int, status: str, error: str | None = None, upto_seq: int | None = None
+        self,
+        run_id: int,
+        status: str,
+        error: str | None = None,
+        upto_seq: int | None = None,
+        *,
+        handled_seq: int | None = None,
     ) -> None:
-        with self.db:
-            self.db.execute(
+        db = self.db
+        with db:
+            db.execute(
                 "UPDATE runs SET status = ?, error = ?, finished_at = ?,"
                 " upto_seq = COALESCE(?, upto_seq) WHERE id = ?",
                 (status, error, now(), upto_seq, run_id),
             )
+            if handled_seq is not None:
+                db.execute(
+                    "UPDATE conversations SET handled_seq = MAX(handled_seq, ?)"
+                    " WHERE id = (SELECT conversation_id FROM runs WHERE id = ?)",
+                    (handled_seq, run_id),
+                )
 
     async def runs(self, conversation_id: int | None = None, limit: int = 50) -> list[RunRecord]:
         sql = (
@@ -681,6 +741,33 @@ class SQLiteStore(Store):
         for status, number in db.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status"):
             figures[f"outbox_{status}"] = int(number)
         return figures
+
+
+@define
+class _ConversationCounters:
+    last_seq: int
+    trigger_seq: int
+    active_at: float
+    visible: int = 0
+    held: int = 0
+
+
+@define
+class _SeenSender:
+    first_seq: int
+    last_seq: int = 0
+    count: int = 0
+    name: str = ""
+    handle: str | None = None
+    is_bot: int = 0
+
+
+@define
+class _Batch:
+    """What one append_inbound transaction accumulates before writing counters once."""
+
+    conversations: dict[int, _ConversationCounters] = field(factory=dict)
+    participants: dict[tuple[int, str], _SeenSender] = field(factory=dict)
 
 
 def _first(cursor: Any) -> Any:

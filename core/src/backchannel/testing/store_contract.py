@@ -232,3 +232,9 @@ class StoreContract:
         await store.add_dead_letter("acct", "malformed", "missing chat", "{}")
         (letter,) = await store.dead_letters("acct")
         assert letter["reason"] == "missing chat"
+
+    async def test_finishing_a_run_can_advance_handled_seq_with_it(self, store: Store) -> None:
+        (stored,) = await store.append_inbound([Inbound(make_event("e1"), triggers=True)])
+        run_id = await store.begin_run(stored.conversation_id, 1, 1)
+        await store.finish_run(run_id, "ok", None, 1, handled_seq=1)
+        assert (await store.conversation(stored.conversation_id)).handled_seq == 1
