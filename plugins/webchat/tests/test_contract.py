@@ -23,6 +23,8 @@ from backchannel_webchat.testing import FakeBrowser, RouteServer
 
 
 class WebchatHarness(ContractHarness):
+    adapter: WebchatAdapter
+
     def __init__(self, adapter: WebchatAdapter, page: FakeBrowser, account: str):
         self.adapter = adapter
         self.page = page
@@ -31,8 +33,8 @@ class WebchatHarness(ContractHarness):
         self._texts: dict[str, str] = {}
         self._reject_next = False
 
-    @property  # type: ignore[override]
-    def address(self) -> Address:
+    @property
+    def address(self) -> Address:  # type: ignore[override]
         if self._reject_next:
             self._reject_next = False
             return Address(self.account, "v0123456789abcdef.never-opened")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from backchannel.agents.demo import demo_agent
@@ -16,9 +17,14 @@ from backchannel_webchat.testing import FakeBrowser
 async def start_board(db: Path, **settings: object) -> tuple[Switchboard, WebchatAdapter]:
     board = Switchboard(SQLiteStore(db), port=0)
     adapter = WebchatAdapter("web", settings)
-    board.add_account(adapter, Binding(agent=demo_agent, respond="always"))
+    board.add_account(adapter, Binding(agent=demo_agent, respond="always"))  # type: ignore[call-arg]
     await board.start()
     return board, adapter
+
+
+def replying_to(seq: int) -> Callable[[dict[str, Any]], bool]:
+    """Match the pushed frame of the message right after `seq` (the agent's reply)."""
+    return lambda frame: frame["type"] == "message" and frame["seq"] == seq + 1
 
 
 @pytest.fixture
@@ -35,6 +41,7 @@ async def test_demo_agent_reply_reaches_the_page_with_its_seq(
     assert adapter.url == f"{switchboard.url}/"
     async with FakeBrowser(adapter.url, name="Ada") as page:
         seq = await page.wait_ack(await page.say("hello agent"))
+        assert seq is not None
         reply = await page.wait_for(lambda f: f["type"] == "message" and f["role"] == "agent")
         await switchboard.wait_idle()
         assert reply["seq"] == seq + 1
@@ -59,8 +66,9 @@ async def test_server_restart_shows_the_same_transcript_once(tmp_path: Path) -> 
     try:
         await page.open()
         for text in ("first", "second"):
-            seq = await page.wait_ack(await page.say(text))
-            await page.wait_for(lambda f, s=seq: f["type"] == "message" and f["seq"] == s + 1)
+            acked = await page.wait_ack(await page.say(text))
+            assert acked is not None
+            await page.wait_for(replying_to(acked))
             await switchboard.wait_idle()
         before = page.shown()
         await switchboard.stop()

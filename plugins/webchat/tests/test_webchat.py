@@ -250,7 +250,7 @@ async def test_open_sockets_per_visitor_are_bounded(start_webchat: Start, open_p
     adapter = await start_webchat(max_sockets_per_visitor=2)
     first = await open_page(adapter.url)
     await open_page(adapter.url, visitor=first.visitor)
-    third = FakeBrowser(adapter.url, visitor=first.visitor)
+    third = FakeBrowser(adapter.url or "", visitor=first.visitor)
     try:
         await third.open(hello=False)
         await third.send_json({"type": "hello", "visitor": third.visitor, "conversation": "x"})
@@ -398,19 +398,19 @@ async def test_stop_closes_pages_as_going_away_and_is_idempotent(
 
 
 class GatedContext(ContractContext):
-    """Holds the first transcript read until `release` is set."""
+    """Holds the first transcript read until `gate` is set."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.reading = asyncio.Event()
-        self.release = asyncio.Event()
+        self.gate = asyncio.Event()
         self._gated = False
 
     async def transcript(self, address: Address, limit: int = 200) -> list[Message]:
         if not self._gated:
             self._gated = True
             self.reading.set()
-            await self.release.wait()
+            await self.gate.wait()
         return await super().transcript(address, limit)
 
 
@@ -435,7 +435,7 @@ async def test_message_pushed_while_the_transcript_loads_shows_once(
             entry = await store.record_outbound(conversation.id, outbound, adapter.me)  # type: ignore[arg-type]
             sending = asyncio.create_task(adapter.send(outbound))
             await page.wait_for(lambda f: f["type"] == "message")
-            ctx.release.set()
+            ctx.gate.set()
             await page.wait_for(lambda f: f["type"] == "transcript")
             await store.mark_sent(entry.id, await sending)
         finally:
@@ -445,3 +445,18 @@ async def test_message_pushed_while_the_transcript_loads_shows_once(
     assert kinds == ["welcome", "message", "transcript"]
     assert page.frames[1]["seq"] == page.frames[2]["messages"][0]["seq"] == entry.message_seq
     assert page.shown() == [(1, "agent", "sent during the load")]
+
+
+async def test_open_sockets_in_all_are_bounded(start_webchat: Start, open_page: Open) -> None:
+    adapter = await start_webchat(max_sockets=2)
+    await open_page(adapter.url)
+    await open_page(adapter.url)
+    late = FakeBrowser(adapter.url or "")
+    try:
+        await late.open(hello=False)
+        await late.send_json({"type": "hello", "visitor": late.visitor, "conversation": "x"})
+        await late.wait_error("busy")
+        assert await late.wait_closed() == aiohttp.WSCloseCode.TRY_AGAIN_LATER
+    finally:
+        await late.close()
+    assert adapter.connection_count() == 2

@@ -232,7 +232,7 @@ class WebchatAdapter:
 
     def connection_count(self) -> int:
         """Return how many pages are connected."""
-        return len(self.hub.all_connections())
+        return len(self.hub)
 
 
 def _chat_key(chat: str) -> str:

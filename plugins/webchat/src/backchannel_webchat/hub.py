@@ -37,6 +37,10 @@ class Hub:
         """Return how many pages `visitor` has open."""
         return len(self._by_visitor.get(visitor, ()))
 
+    def __len__(self) -> int:
+        """Return how many pages are connected in all."""
+        return sum(len(conns) for conns in self._by_visitor.values())
+
     def connections(self, chat: str) -> list[Connection]:
         """Return the pages showing conversation `chat`."""
         return list(self._by_chat.get(chat, ()))

@@ -55,19 +55,20 @@ class Buckets:
         """Take one token for `key`; return 0 on success, else the seconds to wait."""
         bucket = self._buckets.get(key)
         if bucket is None:
+            self._make_room()
             bucket = self._buckets[key] = TokenBucket(self.per_minute, self.burst, self._clock)
-            self._evict()
-        self._buckets.move_to_end(key)
+        else:
+            self._buckets.move_to_end(key)
         return bucket.take()
 
     def __len__(self) -> int:
         return len(self._buckets)
 
-    def _evict(self) -> None:
-        if len(self._buckets) <= self.max_keys:
+    def _make_room(self) -> None:
+        if len(self._buckets) < self.max_keys:
             return
         for key in [k for k, b in self._buckets.items() if b.full]:
             del self._buckets[key]
-        while len(self._buckets) > self.max_keys:
+        while len(self._buckets) >= self.max_keys:
             # forgetting a drained bucket only ever gives that key a fresh burst
             self._buckets.popitem(last=False)

@@ -134,6 +134,8 @@ def message_frame(message: Message) -> dict[str, Any]:
     }
     if inbound and message.platform_message_id:
         frame["client_id"] = message.platform_message_id
+    if message.reply_to:
+        frame["reply_to"] = message.reply_to
     if message.edited_at is not None:
         frame["edited"] = True
     if message.deleted_at is not None:

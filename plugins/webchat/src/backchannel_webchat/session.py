@@ -118,6 +118,11 @@ class VisitorSession:
             )
             return None
         visitor = visitor_id(token)
+        if len(self.adapter.hub) >= self.settings.max_sockets:
+            await self._close_with(
+                "busy", "the web chat has too many open pages; try again in a minute", 1013
+            )
+            return None
         if self.adapter.hub.sockets_of(visitor) >= self.settings.max_sockets_per_visitor:
             await self._close_with(
                 "too_many_tabs",

@@ -29,8 +29,9 @@ class WebchatSettings:
     history: int = 200
     #: extra origins allowed to open the websocket (same-origin is always allowed)
     allowed_origins: tuple[str, ...] = ()
-    #: open websockets (tabs) per visitor
+    #: open websockets (tabs) per visitor, and in all
     max_sockets_per_visitor: int = 8
+    max_sockets: int = 1000
     #: seconds `send` waits for a connected page to confirm it displayed a message
     delivery_timeout: float = 10.0
     #: agent messages per minute per conversation (a runaway agent cannot flood a tab)
@@ -67,6 +68,7 @@ _POSITIVE_INTS = {
     "rate_burst",
     "history",
     "max_sockets_per_visitor",
+    "max_sockets",
     "agent_burst",
     "max_text_len",
 }

@@ -216,7 +216,7 @@
       setStatus("offline", "Offline — reconnecting…");
       sendButton.disabled = false;
       attempts += 1;
-      const slow = event.reason === "too_many_tabs" ? 30000 : 0;
+      const slow = event.reason === "too_many_tabs" || event.reason === "busy" ? 30000 : 0;
       const delay = slow || Math.min(10000, 400 * 2 ** Math.min(attempts, 5)) * (0.75 + Math.random() / 2);
       reconnectTimer = setTimeout(connect, delay);
     });

@@ -1,0 +1,63 @@
+"""Settings: defaults, validation with errors that name the key."""
+
+from __future__ import annotations
+
+import pytest
+from backchannel.errors import ConfigError
+from backchannel_webchat import WebchatAdapter, WebchatSettings
+
+
+def test_defaults() -> None:
+    adapter = WebchatAdapter("web", {})
+    assert adapter.channel == "webchat"
+    assert adapter.settings.path == "/" and adapter.settings.max_message_chars == 4000
+    capabilities = adapter.capabilities
+    assert capabilities.edits and capabilities.typing
+    assert not capabilities.threads and not capabilities.reactions
+    assert capabilities.max_text_len >= 10_000
+    assert adapter.me is not None and (adapter.me.id, adapter.me.name) == ("agent", "Agent")
+    assert adapter.me.is_bot
+
+
+def test_title_names_the_agent_unless_agent_name_is_set() -> None:
+    assert WebchatAdapter("web", {"title": "Helpdesk"}).me.name == "Helpdesk"  # type: ignore[union-attr]
+    named = WebchatAdapter("web", {"title": "Helpdesk", "agent_name": "Robin"})
+    assert named.me is not None and named.me.name == "Robin"
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"), [("/", "/"), ("/chat", "/chat/"), ("/a/b/", "/a/b/")]
+)
+def test_path_always_ends_with_a_slash(path: str, expected: str) -> None:
+    assert WebchatSettings.from_mapping({"path": path}).path == expected
+
+
+@pytest.mark.parametrize(
+    ("settings", "key", "expected"),
+    [
+        ({"max_message_chars": 0}, "accounts.web.max_message_chars", "positive integer"),
+        ({"max_message_chars": "4000"}, "accounts.web.max_message_chars", "positive integer"),
+        ({"rate_limit": -1}, "accounts.web.rate_limit", "positive number"),
+        ({"history": True}, "accounts.web.history", "positive integer"),
+        ({"path": "chat"}, "accounts.web.path", "must start with '/'"),
+        ({"path": "/chat?x"}, "accounts.web.path", "plain URL path"),
+        ({"title": ""}, "accounts.web.title", "non-empty string"),
+        ({"allowed_origins": "https://x"}, "accounts.web.allowed_origins", "list of origins"),
+        ({"colour": "blue"}, "accounts.web.colour", "unknown web chat setting"),
+    ],
+)
+def test_bad_settings_raise_config_error_naming_the_key(
+    settings: dict[str, object], key: str, expected: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        WebchatAdapter("web", settings)
+    assert caught.value.key == key
+    assert expected in str(caught.value)
+
+
+def test_plugin_registers_the_webchat_channel() -> None:
+    import backchannel_webchat
+
+    registered: dict[str, object] = {}
+    backchannel_webchat.register_channels(lambda name, factory: registered.update({name: factory}))
+    assert registered == {"webchat": WebchatAdapter}
