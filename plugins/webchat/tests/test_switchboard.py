@@ -17,7 +17,7 @@ from backchannel_webchat.testing import FakeBrowser
 async def start_board(db: Path, **settings: object) -> tuple[Switchboard, WebchatAdapter]:
     board = Switchboard(SQLiteStore(db), port=0)
     adapter = WebchatAdapter("web", settings)
-    board.add_account(adapter, Binding(agent=demo_agent, respond="always"))  # type: ignore[call-arg]
+    board.add_account(adapter, Binding(agent=demo_agent, respond="always"))
     await board.start()
     return board, adapter
 
