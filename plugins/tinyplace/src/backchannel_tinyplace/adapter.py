@@ -26,6 +26,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
 from backchannel.adapter import AdapterContext, Capabilities, split_text
 from backchannel.errors import DeliveryError, RateLimited, Rejected, Uncertain
 from backchannel.model import Event, Outbound, Receipt, Sender
@@ -42,6 +43,7 @@ from .keys import ensure_published_keys
 from .normalize import MASTER, event_id_of, normalize_relay_message, peer_label
 from .relay_errors import CONNECT_RETRY_AFTER, retry_after_of, send_error
 from .sessions import DurableSessionStore
+from .transport import relay_session
 
 __all__ = ["DEFAULT_RELAY_URL", "TinyplaceAdapter"]
 
@@ -86,6 +88,7 @@ class TinyplaceAdapter:
         )
         self._ctx: AdapterContext | None = None
         self._client: TinyPlaceClient | None = None
+        self._session: aiohttp.ClientSession | None = None
         self._signal: SignalSession | None = None
         self._store: DurableSessionStore | None = None
         self._contacts: ContactsApi | None = None
@@ -105,9 +108,11 @@ class TinyplaceAdapter:
         """Publish pre-keys when needed and start polling the mailbox."""
         self._ctx = ctx
         self._stopped.clear()
+        self._session = relay_session()
         self._client = TinyPlaceClient(
             base_url=self.relay_url,
             signer=self.identity.signer(),
+            session=self._session,
             timeout=self.request_timeout,
         )
         self._store = DurableSessionStore(ctx, self.identity.x25519())
@@ -129,6 +134,9 @@ class TinyplaceAdapter:
         client, self._client = self._client, None
         if client is not None:
             await client.close()
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
     def normalize(self, raw: Mapping[str, Any]) -> Event | None:
         """Turn a decrypted relay message into an Event (see `normalize.py`)."""

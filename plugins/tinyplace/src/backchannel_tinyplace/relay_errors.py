@@ -19,6 +19,8 @@ import aiohttp
 from backchannel.errors import DeliveryError, RateLimited, Rejected, Uncertain
 from tinyplace import TinyPlaceError
 
+from .transport import ConnectionLost
+
 __all__ = ["error_code", "retry_after_of", "send_error"]
 
 #: seconds to wait before retrying after a refused connection
@@ -54,6 +56,10 @@ def _network_error(error: TinyPlaceError) -> DeliveryError:
     cause = error.__cause__
     if isinstance(cause, aiohttp.ClientConnectorError):
         return RateLimited(CONNECT_RETRY_AFTER, "the relay refused the connection")
+    if isinstance(cause, ConnectionLost):
+        return Uncertain(
+            "the connection to the relay dropped mid-send; the message may have arrived"
+        )
     if isinstance(cause, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
         return Uncertain("the relay did not answer in time; the message may have arrived")
     return Uncertain(

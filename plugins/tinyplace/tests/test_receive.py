@@ -1,0 +1,248 @@
+"""The mailbox poller: sender gate, dedupe before decrypt, one decrypt, commit, then ack."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from backchannel.errors import StoreError
+from backchannel.model import Address
+from backchannel.testing import ContractContext
+from backchannel_tinyplace import TinyplaceAdapter
+from backchannel_tinyplace.cli import accept_contact
+from backchannel_tinyplace.normalize import event_id_of
+from backchannel_tinyplace.testing import FakeRelay, RelayPeer
+
+
+class DecryptCounter:
+    """Counts the adapter's calls into the SDK's SignalSession.decrypt (the real one runs)."""
+
+    def __init__(self, adapter: TinyplaceAdapter) -> None:
+        self.calls: list[str] = []
+        signal = adapter._signal
+        assert signal is not None
+        real = signal.decrypt
+
+        async def counted(sender: str, key: bytes, envelope: Any) -> bytes:
+            self.calls.append(str(envelope.get("id")))
+            return await real(sender, key, envelope)
+
+        signal.decrypt = counted  # type: ignore[method-assign]
+
+
+@pytest.fixture
+async def account(
+    contract_context: ContractContext, relay: FakeRelay, settings_for: Any
+) -> AsyncIterator[TinyplaceAdapter]:
+    adapter = TinyplaceAdapter(contract_context.account, settings_for())
+    await adapter.start(contract_context.bind(adapter))
+    yield adapter
+    await adapter.stop()
+
+
+async def texts(ctx: ContractContext, address: Address) -> list[str]:
+    return [m.text for m in await ctx.transcript(address)]
+
+
+async def test_unpaired_sender_is_neither_decrypted_nor_acked_until_accepted(
+    account: TinyplaceAdapter,
+    contract_context: ContractContext,
+    relay: FakeRelay,
+    peer: RelayPeer,
+    settings_for: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    counter = DecryptCounter(account)
+    await peer.contacts.request(account.agent_id)  # pending: the relay takes its messages
+    relay_id = await peer.send_text(account.agent_id, "let me in")
+    caplog.set_level(logging.WARNING)
+    await relay.wait_listed(account.agent_id, 3)
+
+    assert counter.calls == []
+    assert not relay.is_acked(account.agent_id, relay_id)
+    assert [m["id"] for m in relay.mailbox(account.agent_id)] == [relay_id]
+    assert contract_context.events == []
+    pending = json.loads(await contract_context.get_state("pending_senders") or "{}")
+    assert pending[peer.agent_id]["message_ids"] == [relay_id]
+    assert f"backchannel tinyplace accept {peer.agent_id}" in caplog.text
+
+    await accept_contact(
+        {"identity": account.identity.seed.hex(), "relay_url": relay.url}, peer.agent_id
+    )
+    await relay.wait_acked(account.agent_id, relay_id)
+    assert counter.calls == [relay_id]
+    assert await texts(contract_context, Address("test", peer.agent_id, "master")) == ["let me in"]
+    pending = json.loads(await contract_context.get_state("pending_senders") or "{}")
+    assert peer.agent_id not in pending
+
+
+async def test_a_stored_message_listed_again_is_acked_without_a_second_decrypt(
+    account: TinyplaceAdapter, contract_context: ContractContext, relay: FakeRelay, peer: RelayPeer
+) -> None:
+    relay.make_contacts(peer.agent_id, account.agent_id)
+    counter = DecryptCounter(account)
+    relay_id = await peer.send_text(account.agent_id, "once")
+    await relay.wait_acked(account.agent_id, relay_id)
+    relay.redeliver(account.agent_id, relay_id)
+    relay.acked.clear()
+    await relay.wait_acked(account.agent_id, relay_id)
+
+    assert counter.calls == [relay_id]
+    assert contract_context.results[-1].status == "duplicate"
+    assert await texts(contract_context, Address("test", peer.agent_id, "master")) == ["once"]
+
+
+async def test_duplicate_listing_stores_and_decrypts_once(
+    account: TinyplaceAdapter, contract_context: ContractContext, relay: FakeRelay, peer: RelayPeer
+) -> None:
+    relay.make_contacts(peer.agent_id, account.agent_id)
+    counter = DecryptCounter(account)
+    relay.duplicate_next_listing(account.agent_id)
+    first = await peer.send_text(account.agent_id, "one")
+    second = await peer.send_text(account.agent_id, "two")
+    await relay.wait_acked(account.agent_id, second)
+    assert counter.calls == [first, second]
+    assert await texts(contract_context, Address("test", peer.agent_id, "master")) == ["one", "two"]
+
+
+async def test_prekey_bundle_is_processed_before_ciphertext_listed_ahead_of_it(
+    contract_context: ContractContext, relay: FakeRelay, peer: RelayPeer, settings_for: Any
+) -> None:
+    adapter = TinyplaceAdapter("test", settings_for())
+    relay.make_contacts(peer.agent_id, adapter.agent_id)
+    await adapter.start(contract_context.bind(adapter))
+    await adapter.stop()  # keys are published; nothing polls while the peer writes
+    ids = [await peer.send_text(adapter.agent_id, f"m{n}") for n in range(3)]
+    box = relay.mailboxes[adapter.agent_id]
+    assert [m["type"] for m in box] == ["PREKEY_BUNDLE", "CIPHERTEXT", "CIPHERTEXT"]
+    box.reverse()  # the relay lists the session's opener last
+    for message in box:  # and with equal timestamps, so only the type can order them
+        message["timestamp"] = "2026-11-30T09:00:00.000Z"
+
+    await adapter.start(contract_context)
+    try:
+        await relay.wait_for(lambda: all(relay.is_acked(adapter.agent_id, i) for i in ids))
+    finally:
+        await adapter.stop()
+    stored = await texts(contract_context, Address("test", peer.agent_id, "master"))
+    assert sorted(stored) == ["m0", "m1", "m2"]
+    assert stored[0] == "m0"
+
+
+async def test_undecryptable_envelope_is_dead_lettered_and_acked(
+    account: TinyplaceAdapter,
+    contract_context: ContractContext,
+    relay: FakeRelay,
+    peer: RelayPeer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    relay.make_contacts(peer.agent_id, account.agent_id)
+    caplog.set_level(logging.ERROR)
+    bad = relay.inject_undecryptable(account.agent_id, peer.agent_id)
+    await relay.wait_acked(account.agent_id, bad)
+    letters = json.loads(await contract_context.get_state("dead_letters") or "[]")
+    assert [letter["envelope"]["id"] for letter in letters] == [bad]
+    assert f"message {bad} from {peer.agent_id} cannot be decrypted" in caplog.text
+    assert contract_context.events == []
+    # the session is unharmed: the next real message decrypts
+    good = await peer.send_text(account.agent_id, "still here")
+    await relay.wait_acked(account.agent_id, good)
+    assert await texts(contract_context, Address("test", peer.agent_id, "master")) == ["still here"]
+
+
+class FlakyContext(ContractContext):
+    """A context whose store refuses the first commit."""
+
+    failures = 1
+
+    async def ingest(self, raw: Any, *, state: Any = None) -> Any:
+        if self.failures and "plaintext" in raw:
+            self.failures -= 1
+            raise StoreError("disk full (injected)")
+        return await super().ingest(raw, state=state)
+
+
+async def test_failed_commit_leaves_message_and_ratchet_to_retry_next_poll(
+    store: Any, relay: FakeRelay, peer: RelayPeer, settings_for: Any
+) -> None:
+    ctx = FlakyContext(store, account="test")
+    adapter = TinyplaceAdapter("test", settings_for())
+    relay.make_contacts(peer.agent_id, adapter.agent_id)
+    await adapter.start(ctx.bind(adapter))
+    try:
+        counter = DecryptCounter(adapter)
+        first = await peer.send_text(adapter.agent_id, "first try fails")
+        await relay.wait_acked(adapter.agent_id, first)
+        second = await peer.send_text(adapter.agent_id, "and the ratchet is fine")
+        await relay.wait_acked(adapter.agent_id, second)
+    finally:
+        await adapter.stop()
+    # decrypted twice: the first decrypt's ratchet advance was never committed
+    assert counter.calls == [first, first, second]
+    assert await texts(ctx, Address("test", peer.agent_id, "master")) == [
+        "first try fails",
+        "and the ratchet is fine",
+    ]
+
+
+@pytest.mark.parametrize("fault", ["server_error", "hang", "reset"])
+async def test_mailbox_faults_do_not_stop_the_poller(
+    fault: str,
+    contract_context: ContractContext,
+    relay: FakeRelay,
+    peer: RelayPeer,
+    settings_for: Any,
+) -> None:
+    adapter = TinyplaceAdapter("test", settings_for(request_timeout=0.5))
+    relay.make_contacts(peer.agent_id, adapter.agent_id)
+    await adapter.start(contract_context.bind(adapter))
+    try:
+        listed = relay.listings[adapter.agent_id]
+        for _ in range(3):  # the SDK retries a GET twice: this fails one whole poll
+            relay.fail_next(fault, method="GET", path="/messages")
+        relay_id = await peer.send_text(adapter.agent_id, f"after {fault}")
+        await relay.wait_acked(adapter.agent_id, relay_id, timeout=20)
+    finally:
+        await adapter.stop()
+    failed = [r for r in relay.requests if r[0] == "GET" and r[1] == "/messages" and r[2] != 200]
+    assert len(failed) >= 3 or fault != "server_error"
+    assert relay.listings[adapter.agent_id] > listed
+    window = await contract_context.transcript(Address("test", peer.agent_id, "master"))
+    assert [m.text for m in window] == [f"after {fault}"]
+
+
+async def test_failed_ack_is_retried_without_decrypting_again(
+    account: TinyplaceAdapter, contract_context: ContractContext, relay: FakeRelay, peer: RelayPeer
+) -> None:
+    relay.make_contacts(peer.agent_id, account.agent_id)
+    counter = DecryptCounter(account)
+    relay.fail_next("server_error", method="DELETE", path="/messages")
+    relay_id = await peer.send_text(account.agent_id, "ack me twice")
+    await relay.wait_acked(account.agent_id, relay_id)
+    assert counter.calls == [relay_id]
+    assert [r.status for r in contract_context.results] == ["stored", "duplicate"]
+
+
+async def test_session_envelope_threads_by_wrapper_session_and_maps_roles(
+    account: TinyplaceAdapter, contract_context: ContractContext, relay: FakeRelay, peer: RelayPeer
+) -> None:
+    relay.make_contacts(peer.agent_id, account.agent_id)
+    await peer.send_text(account.agent_id, "from the agent", session="s-42")
+    last = await peer.send_text(account.agent_id, "from its human", session="s-42", role="user")
+    await relay.wait_acked(account.agent_id, last)
+    window = await contract_context.transcript(Address("test", peer.agent_id, "s-42"))
+    assert [m.text for m in window] == ["from the agent", "from its human"]
+    assert [m.sender.id for m in window] == [peer.agent_id, f"{peer.agent_id}#user"]
+    assert window[0].sender.is_bot and not window[1].sender.is_bot
+    assert [m.seq for m in window] == [1, 2]  # both envelopes say line 0
+    event = contract_context.events[-1]
+    assert event.conversation_kind == "thread"
+    assert event.meta["provider"] == "claude"
+    assert event.event_id == event_id_of(peer.agent_id, last)
+
+
+async def test_empty_mailbox_answered_with_null_is_fine(account: TinyplaceAdapter) -> None:
+    assert await account.poll_once() == 0
