@@ -129,11 +129,11 @@ async def test_message_and_app_mention_over_http_make_one_row(
 async def test_other_envelope_types_are_answered_200(slack: FakeSlack, start_adapter: Any) -> None:
     adapter = await start_adapter("events")
     body = json.dumps({"type": "app_rate_limited", "minute_rate_limited": 1518467820}).encode()
-    async with aiohttp.ClientSession(trust_env=False) as session:
-        async with session.post(
-            adapter.events_url, data=body, headers=slack.sign(body)
-        ) as response:
-            assert response.status == 200
+    async with (
+        aiohttp.ClientSession(trust_env=False) as session,
+        session.post(adapter.events_url, data=body, headers=slack.sign(body)) as response,
+    ):
+        assert response.status == 200
 
 
 async def test_stop_removes_the_route(

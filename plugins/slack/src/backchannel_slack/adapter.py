@@ -44,6 +44,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncServerErrorRetryHandler,
 )
+from slack_sdk.http_retry.builtin_interval_calculators import FixedValueRetryIntervalCalculator
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
@@ -59,6 +60,9 @@ if TYPE_CHECKING:
     from aiohttp import web
 
 __all__ = ["SlackAdapter"]
+
+#: a read is retried once, quickly: lookups share Slack's 3 seconds with the store
+READ_RETRY_INTERVAL = FixedValueRetryIntervalCalculator(0.25)
 
 #: a few emoji agents like to send as characters, by Slack's names for them
 EMOJI_NAMES = {
@@ -165,7 +169,10 @@ class SlackAdapter:
         # Neither attaches the rate-limit handler: a send's 429 goes to the
         # outbox as RateLimited(Retry-After), and a lookup's 429 just skips the name.
         handlers = (
-            [AsyncConnectionErrorRetryHandler(max_retry_count=1), AsyncServerErrorRetryHandler(1)]
+            [
+                AsyncConnectionErrorRetryHandler(1, interval_calculator=READ_RETRY_INTERVAL),
+                AsyncServerErrorRetryHandler(1, interval_calculator=READ_RETRY_INTERVAL),
+            ]
             if reads
             else [
                 AsyncConnectionErrorRetryHandler(

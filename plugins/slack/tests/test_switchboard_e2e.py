@@ -1,0 +1,158 @@
+"""End to end: FakeSlack <-> slack-sdk <-> SlackAdapter <-> Switchboard <-> an agent."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from backchannel.store import SQLiteStore
+from backchannel.switchboard import Binding, Switchboard
+from backchannel.testing import RecordingAgent
+from backchannel_slack import SlackAdapter
+from backchannel_slack.testing import FakeSlack
+
+from .conftest import wait_until
+
+
+@pytest.fixture
+async def board_for(store: SQLiteStore) -> AsyncIterator[Any]:
+    boards: list[Switchboard] = []
+
+    async def make(
+        fake: FakeSlack, agent: Any, mode: str = "socket", **binding: Any
+    ) -> Switchboard:
+        adapter = SlackAdapter("work", fake.settings(mode=mode, lookup_timeout=3.0))
+        board = Switchboard(store, port=0 if mode == "events" else None)
+        board.add_account(
+            adapter,
+            Binding(agent, **binding),
+            secrets=[fake.bot_token, fake.app_token, fake.signing_secret],
+        )
+        await board.start()
+        boards.append(board)
+        if mode == "events":
+            assert adapter.events_url is not None
+            assert adapter.events_url.startswith(board.url or "?")
+            fake.use_events_api(adapter.events_url)
+        return board
+
+    yield make
+    for board in boards:
+        await board.stop()
+
+
+def greet(run: Any) -> str:
+    return f"hello {run.trigger.sender.label}"
+
+
+@pytest.mark.parametrize("mode", ["socket", "events"])
+async def test_mention_in_channel_opens_a_thread_conversation_and_reply_lands_in_it(
+    slack: FakeSlack, store: SQLiteStore, board_for: Any, mode: str
+) -> None:
+    agent = RecordingAgent(greet)
+    board = await board_for(slack, agent, mode, respond="mention")
+    chatter = slack.message("C0GENERAL", "U0BOB", "just chatting")
+    await slack.deliver(chatter)
+    asked = slack.user_says("C0GENERAL", "U0ALICE", f"<@{slack.bot_user_id}> status?")
+    await slack.deliver_all(asked)
+    root = asked[0]["event"]["ts"]
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    (run,) = agent.runs
+    assert run.conversation.kind == "thread"
+    assert run.conversation.address.thread == root
+    assert [m["content"].split(": ", 1)[-1] for m in run.messages] == [
+        f"<@{slack.bot_user_id}> status?"
+    ]
+    assert "Slack" in run.instruction
+    (post,) = await slack.wait_posts(1)
+    assert (post["channel"], post["thread_ts"], post["text"]) == ("C0GENERAL", root, "hello Alice")
+
+    # a follow-up in that thread, without a mention, reaches the bot: it takes part there
+    follow = slack.message("C0GENERAL", "U0ALICE", "and the logs?", thread_ts=root)
+    await slack.deliver(follow)
+    await agent.wait_runs(2)
+    await board.wait_idle()
+    assert agent.runs[1].conversation.id == run.conversation.id
+    assert [p["thread_ts"] for p in slack.posts] == [root, root]
+    transcript = await store.window(run.conversation.id, 10)
+    assert [(m.direction, m.text) for m in transcript] == [
+        ("in", f"<@{slack.bot_user_id}> status?"),
+        ("out", "hello Alice"),
+        ("in", "and the logs?"),
+        ("out", "hello Alice"),
+    ]
+    top = await store.find_conversation(run.conversation.address.__class__("work", "C0GENERAL"))
+    assert top is not None and [m.text for m in await store.window(top.id, 10)] == ["just chatting"]
+
+
+@pytest.mark.parametrize("mode", ["socket", "events"])
+async def test_dm_gets_an_answer_at_top_level(
+    slack: FakeSlack, store: SQLiteStore, board_for: Any, mode: str
+) -> None:
+    agent = RecordingAgent(greet)
+    board = await board_for(slack, agent, mode, respond="mention")
+    await slack.deliver(slack.message("D0ALICE", "U0ALICE", "a private question"))
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    (run,) = agent.runs
+    assert run.conversation.kind == "direct"
+    assert run.conversation.title == "Alice"
+    (post,) = await slack.wait_posts(1)
+    assert (post["channel"], post["thread_ts"], post["text"]) == ("D0ALICE", None, "hello Alice")
+
+
+async def test_own_echoes_never_trigger_a_run(
+    slack: FakeSlack, store: SQLiteStore, board_for: Any
+) -> None:
+    agent = RecordingAgent(greet)
+    board = await board_for(slack, agent, "socket", respond="always")
+    for text in ("one", "two", "three"):
+        delivery = await slack.deliver(slack.message("C0GENERAL", "U0ALICE", text))
+        await slack.wait_acked(delivery.event_id)
+        await board.wait_idle()
+    await slack.wait_posts(3)
+    echoes = [
+        d for d in slack.deliveries.values() if d.payload["event"].get("user") == slack.bot_user_id
+    ]
+    await wait_until(
+        lambda: len(echoes) == 3 and all(d.acked.is_set() for d in echoes), what="every echo acked"
+    )
+    await board.wait_idle()
+    assert len(agent.runs) == 3
+    assert board.counters["ignored"] >= 3
+    conversation = await store.find_conversation(agent.runs[0].conversation.address)
+    assert conversation is not None
+    rows = await store.window(conversation.id, 20)
+    assert [m.direction for m in rows].count("out") == 3
+    assert [m.direction for m in rows].count("in") == 3
+
+
+@pytest.mark.parametrize("mode", ["socket", "events"])
+async def test_retry_while_first_delivery_is_processing_is_stored_once_and_answered_once(
+    store: SQLiteStore, board_for: Any, mode: str
+) -> None:
+    async with FakeSlack(ack_timeout=0.3, http_timeout=0.3, retry_delays=(0.0, 0.2, 0.5)) as slack:
+        agent = RecordingAgent(greet)
+        board = await board_for(slack, agent, mode)
+        slack.fail_next("users.info", "slow", delay=1.0)  # the first delivery takes ~1 s
+        payload = slack.message("D0ALICE", "U0ALICE", "are you there?")
+        delivery = await slack.deliver(payload)
+        await slack.wait_acked(delivery.event_id)
+        await agent.wait_runs(1)
+        await board.wait_idle()
+        adapter = board.accounts["work"].adapter
+        assert adapter.counters["joined"] >= 1  # Slack's retry arrived while the first was busy
+        assert (mode == "socket" and len(delivery.envelopes) >= 2) or (
+            mode == "events" and len(delivery.attempts) >= 2
+        )
+        assert len(agent.runs) == 1
+        assert [p["text"] for p in slack.posts] == ["hello Alice"]
+        conversation = await store.find_conversation(agent.runs[0].conversation.address)
+        assert conversation is not None
+        rows = await store.window(conversation.id, 10)
+        assert [(m.direction, m.text) for m in rows] == [
+            ("in", "are you there?"),
+            ("out", "hello Alice"),
+        ]
