@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from typing import Any
 
@@ -94,7 +95,7 @@ async def test_another_poller_conflict_is_logged_once_and_retried_with_backoff(
     times = [
         t for (name, _), t in zip(fake.calls, fake.call_times, strict=True) if name == "getUpdates"
     ][:6]
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     # 0.05 + 0.1 + 0.2 + 0.4 + 0.8 s of backoff: no spinning
     assert sum(gaps) >= 1.5 * 0.95
     assert gaps[-1] >= gaps[0]

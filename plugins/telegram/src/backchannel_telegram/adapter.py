@@ -420,9 +420,9 @@ class TelegramAdapter:
         waited = 0.0
         while True:
             chat = self._chat(address)
-            await self._pacer.wait_turn(chat, is_group=chat.startswith("-"))
             try:
-                return await self._with_migration(address, method, params)
+                async with self._pacer.turn(chat, is_group=chat.startswith("-")):
+                    return await self._with_migration(address, method, params)
             except TelegramError as error:
                 retry_after = error.retry_after or 1.0
                 if (

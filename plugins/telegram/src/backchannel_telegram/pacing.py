@@ -10,9 +10,11 @@ so tests can run them fast.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from attrs import define, field, frozen
 
@@ -31,29 +33,55 @@ class PacingLimits:
     overall_period: float = 1.0
 
 
+class _Stamp:
+    """When one send happened: +inf while it is in flight, its finish time after."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at = math.inf
+
+
 @define
 class SlidingWindow:
-    """At most `limit` acquisitions in any `period` seconds."""
+    """At most `limit` sends in any `period` seconds.
+
+    A send counts from when its answer came back, not from when it left:
+    Telegram counts arrivals, and an arrival always precedes our answer, so
+    this stays within the limit however the network jitters.
+    """
 
     limit: int
     period: float
     clock: Callable[[], float] = time.monotonic
-    _stamps: deque[float] = field(factory=deque)
+    _stamps: deque[_Stamp] = field(factory=deque)
 
     def delay(self) -> float:
-        """Seconds to wait before one more acquisition fits (0 when it fits now)."""
+        """Seconds to wait before one more send fits (0 when it fits now)."""
         if self.limit <= 0:
             return 0.0
         now = self.clock()
-        while self._stamps and now - self._stamps[0] >= self.period:
+        while self._stamps and now - self._stamps[0].at >= self.period:
             self._stamps.popleft()
         if len(self._stamps) < self.limit:
             return 0.0
-        return self._stamps[0] + self.period - now
+        oldest = min(stamp.at for stamp in self._stamps)
+        # in flight: check again shortly
+        return self.period / 20 if math.isinf(oldest) else oldest + self.period - now
 
-    def take(self) -> None:
-        if self.limit > 0:
-            self._stamps.append(self.clock())
+    def take(self) -> _Stamp | None:
+        """Count one send as in flight; finish it with `done`."""
+        if self.limit <= 0:
+            return None
+        stamp = _Stamp()
+        self._stamps.append(stamp)
+        return stamp
+
+    def done(self, stamp: _Stamp | None) -> None:
+        if stamp is not None:
+            stamp.at = self.clock()
+            # keep the deque ordered by time so expiry from the left stays right
+            self._stamps = deque(sorted(self._stamps, key=lambda s: s.at))
 
 
 class Pacer:
@@ -66,8 +94,13 @@ class Pacer:
         self._groups: dict[str, SlidingWindow] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
-    async def wait_turn(self, chat_id: str, is_group: bool) -> None:
-        """Return once one more send to `chat_id` keeps within all limits (and count it)."""
+    @contextlib.asynccontextmanager
+    async def turn(self, chat_id: str, is_group: bool) -> AsyncIterator[None]:
+        """Wait until one more send to `chat_id` fits all limits; count it while inside.
+
+        Sends to one chat go one at a time, in the order they asked (parts of
+        a split text stay in order); other chats do not wait for them.
+        """
         windows = [
             self._overall,
             self._window(self._chats, chat_id, self.limits.per_chat, self.limits.per_chat_period),
@@ -78,9 +111,6 @@ class Pacer:
                     self._groups, chat_id, self.limits.per_group, self.limits.per_group_period
                 )
             )
-        # A lock per chat keeps that chat's sends in arrival order (parts of a
-        # split text stay in order) without making other chats wait. Checking
-        # and taking happen with no await between them, so they are atomic.
         lock = self._locks.setdefault(chat_id, asyncio.Lock())
         async with lock:
             while True:
@@ -88,8 +118,13 @@ class Pacer:
                 if wait <= 0:
                     break
                 await asyncio.sleep(wait)
-            for window in windows:
-                window.take()
+            # checked and taken with no await between: atomic within the event loop
+            stamps = [(window, window.take()) for window in windows]
+            try:
+                yield
+            finally:
+                for window, stamp in stamps:
+                    window.done(stamp)
 
     @staticmethod
     def _window(
