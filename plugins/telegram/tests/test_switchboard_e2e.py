@@ -1,0 +1,167 @@
+"""End to end: FakeTelegram <-> aiohttp <-> TelegramAdapter <-> Switchboard <-> an agent."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from backchannel.agents.demo import demo_agent
+from backchannel.model import Address
+from backchannel.store import SQLiteStore
+from backchannel.switchboard import Binding, Switchboard
+from backchannel.testing import RecordingAgent
+from backchannel_telegram import TelegramAdapter
+from backchannel_telegram.adapter import SECRET_HEADER
+from backchannel_telegram.testing import FakeTelegram
+
+LONG_ANSWER = "\n\n".join(
+    f"Section {n}. " + " ".join(f"detail{n}-{k}" for k in range(180)) for n in range(8)
+)
+
+
+@pytest.fixture
+async def board_for(store: SQLiteStore) -> AsyncIterator[Any]:
+    boards: list[Switchboard] = []
+
+    async def make(
+        fake: FakeTelegram, agent: Any, mode: str = "polling", **settings: Any
+    ) -> Switchboard:
+        adapter = TelegramAdapter("tg", fake.settings(mode=mode, **settings))
+        board = Switchboard(store, port=0 if mode == "webhook" else None)
+        board.add_account(adapter, Binding(agent, respond="mention"), secrets=[fake.token])
+        await board.start()
+        boards.append(board)
+        return board
+
+    yield make
+    for board in boards:
+        await board.stop()
+
+
+@pytest.mark.parametrize("mode", ["polling", "webhook"])
+async def test_topic_mention_gets_the_demo_reply_in_that_topic_as_a_reply(
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any, mode: str
+) -> None:
+    alice = fake.user("Alice", "Liddell", username="alice")
+    bob = fake.user("Bob", username="bob")
+    forum = fake.supergroup("Engineering", forum=True)
+    deploys = fake.create_topic(forum, "Deploys", alice)
+    other = fake.create_topic(forum, "Random", bob)
+    board = await board_for(fake, demo_agent, mode)
+    fake.inject_message(forum, bob, "lunch?", topic=other)
+    fake.inject_message(forum, bob, "deploy 41 went out", topic=deploys)
+    asked = fake.inject_message(forum, alice, "@backchannel_test_bot is it green?", topic=deploys)
+    asked_id = asked["message"]["message_id"]
+    await fake.wait_for(lambda: len(fake.sent) >= 1, what="the demo reply")
+    await board.wait_idle()
+
+    (reply,) = fake.sent
+    assert (reply.chat_id, reply.thread_id, reply.reply_to) == (forum["id"], deploys, asked_id)
+    assert "demo agent" in reply.text and "Alice Liddell" in reply.text
+    assert (forum["id"], "typing", deploys) in fake.chat_actions
+    topic = await store.find_conversation(Address("tg", str(forum["id"]), str(deploys)))
+    assert topic is not None and topic.kind == "thread" and topic.title == "Engineering"
+    rows = await store.window(topic.id, 10)
+    assert [(m.direction, m.text) for m in rows] == [
+        ("in", "deploy 41 went out"),
+        ("in", "@backchannel_test_bot is it green?"),
+        ("out", reply.text),
+    ]
+    assert rows[2].platform_message_id == str(reply.message_id)
+    assert rows[2].reply_to == str(asked_id)
+    lunch = await store.find_conversation(Address("tg", str(forum["id"]), str(other)))
+    assert lunch is not None and lunch.handled_seq == 0  # no mention there: stored, unanswered
+
+
+async def test_long_answer_arrives_as_ordered_parts_in_the_topic(
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any
+) -> None:
+    alice = fake.user("Alice")
+    forum = fake.supergroup("Engineering", forum=True)
+    topic = fake.create_topic(forum, "Design", alice)
+    agent = RecordingAgent(lambda run: LONG_ANSWER)
+    board = await board_for(fake, agent)
+    asked = fake.inject_message(forum, alice, "@backchannel_test_bot write it all up", topic=topic)
+    await agent.wait_runs(1)
+    await board.wait_idle()
+
+    parts = fake.sent_texts(forum, topic)
+    assert len(parts) >= 3
+    assert all(len(p.encode("utf-16-le")) // 2 <= 4096 for p in parts)
+    assert " ".join(parts).split() == LONG_ANSWER.split()
+    assert fake.sent[0].reply_to == asked["message"]["message_id"]
+    assert [m.reply_to for m in fake.sent[1:]] == [None] * (len(parts) - 1)
+    (entry,) = await store.outbox(status="sent")
+    assert entry.platform_ids == tuple(str(m.message_id) for m in fake.sent)
+    assert agent.results == [f"sent as #{entry.message_seq} (split into {len(parts)} parts)"]
+
+
+async def test_a_burst_of_429s_is_absorbed_honouring_retry_after(
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any
+) -> None:
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    fake.fail_next("sendMessage", "429", retry_after=1, times=2)
+    agent = RecordingAgent(lambda run: "made it")
+    board = await board_for(fake, agent)
+    fake.inject_message(chat, alice, "hello?")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+
+    assert fake.sent_texts(chat) == ["made it"]
+    times = [
+        t for (name, _), t in zip(fake.calls, fake.call_times, strict=True) if name == "sendMessage"
+    ]
+    assert len(times) == 3
+    assert times[1] - times[0] >= 0.95 and times[2] - times[1] >= 0.95
+    (entry,) = await store.outbox()
+    assert entry.status == "sent"
+
+
+async def test_a_hung_send_becomes_uncertain_and_is_not_resent(
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any
+) -> None:
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    fake.fail_next("sendMessage", "hang_after")
+    agent = RecordingAgent(lambda run: f"answer to {run.trigger.text}")
+    board = await board_for(fake, agent, request_timeout=1.0)
+    fake.inject_message(chat, alice, "first")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    (entry,) = await store.outbox()
+    assert entry.status == "uncertain" and "no answer within" in (entry.reason or "")
+    assert "uncertain" in agent.results[0]
+
+    fake.inject_message(chat, alice, "second")
+    await agent.wait_runs(2)
+    await board.wait_idle()
+    # the hung message did arrive (the answer was lost); it was never sent a second time
+    assert fake.sent_texts(chat) == ["answer to first", "answer to second"]
+    assert len(fake.calls_to("sendMessage")) == 2
+
+
+async def test_webhook_request_with_a_wrong_secret_is_refused_and_stores_nothing(
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any
+) -> None:
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    agent = RecordingAgent(lambda run: "hi")
+    board = await board_for(fake, agent, mode="webhook")
+    assert fake.webhook is not None and fake.webhook["url"] == f"{board.url}/telegram/tg"
+    forged = fake.inject_message(chat, alice, "forged", deliver=False)
+    async with aiohttp.ClientSession() as session:
+        for headers in ({}, {SECRET_HEADER: "guess"}):
+            async with session.post(fake.webhook["url"], json=forged, headers=headers) as answer:
+                assert answer.status == 401
+    assert await store.conversations("tg") == []
+    assert agent.runs == []
+
+    real = fake.inject_message(chat, alice, "real")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert fake.is_acked(real["update_id"])
+    (conversation,) = await store.conversations("tg")
+    assert [m.text for m in await store.window(conversation.id, 10)] == ["real", "hi"]
