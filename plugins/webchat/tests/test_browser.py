@@ -7,6 +7,7 @@ Set WEBCHAT_SCREENSHOT=/some/dir to keep screenshots of the page.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import AsyncIterator
@@ -186,5 +187,69 @@ async def test_edit_shows_live_and_the_page_recovers_after_a_server_restart(
             await bubbles(page) == before == [("You", "please answer"), ("Editor", "final answer")]
         )
         await snap(page, "after-restart")
+    finally:
+        await switchboard.stop()
+
+
+async def test_typing_shows_while_the_agent_works_and_clears_on_its_reply(
+    browser: Browser, tmp_path: Path
+) -> None:
+    thinking = asyncio.Event()
+    answer = asyncio.Event()
+
+    async def slow_agent(run: Run) -> None:
+        thinking.set()
+        await answer.wait()
+        await run.call("send_message", {"text": "done thinking"})
+
+    switchboard = Switchboard(SQLiteStore(tmp_path / "state.db"), port=0)
+    adapter = WebchatAdapter("web", {"title": "Helper"})
+    switchboard.add_account(adapter, Binding(agent=slow_agent))
+    await switchboard.start()
+    try:
+        page = await browser.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        await page.goto(adapter.url or "")
+        await expect(page.get_by_role("status")).to_have_text("Online")
+        await page.get_by_label("Your message").fill("take your time")
+        await page.get_by_label("Your message").press("Enter")
+        await asyncio.wait_for(thinking.wait(), TIMEOUT_MS / 1000)
+        typing = page.locator("#typing")
+        await expect(typing).to_have_text("Helper is typing…")
+        answer.set()
+        await expect(page.locator("li.agent .body")).to_have_text("done thinking")
+        await expect(typing).to_have_text("")
+    finally:
+        answer.set()
+        await switchboard.stop()
+
+
+async def test_rate_limited_message_is_resent_by_the_page_after_the_wait(
+    browser: Browser, tmp_path: Path
+) -> None:
+    switchboard = Switchboard(SQLiteStore(tmp_path / "state.db"), port=0)
+    adapter = WebchatAdapter("web", {"rate_limit": 60, "rate_burst": 1})
+    switchboard.add_account(adapter, Binding(agent=demo_agent))
+    await switchboard.start()
+    try:
+        page = await browser.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        await page.goto(adapter.url or "")
+        await expect(page.get_by_role("status")).to_have_text("Online")
+        box = page.get_by_label("Your message")
+        await box.fill("first")
+        await box.press("Enter")
+        await box.fill("second, too quickly")
+        await box.press("Enter")
+        await expect(page.get_by_role("alert")).to_contain_text("sending quickly")
+        # one token a second: the page resends by itself and both get answers
+        await expect(page.locator("li.agent")).to_have_count(2)
+        await expect(page.locator("li.visitor .state")).to_have_text(["", ""])
+        await switchboard.wait_idle()
+        texts = [text for who, text in await bubbles(page) if who == "You"]
+        assert texts == ["first", "second, too quickly"]
+        conversation = (await switchboard.store.conversations("web"))[0]
+        stored = await switchboard.store.window(conversation.id, 10)
+        assert [m.text for m in stored if m.direction == "in"] == texts
     finally:
         await switchboard.stop()
