@@ -5,9 +5,10 @@ request), ``requests`` (pending incoming and outgoing), ``accept AGENT_ID``,
 ``block AGENT_ID``. The poller decrypts only accepted contacts; everything
 else waits in the mailbox until ``accept``.
 
-Account settings come from the core CLI when it provides them: a callable at
-``ctx.meta["backchannel.account_settings"]`` taking ``(channel, account)``
-and returning the account's settings (secrets resolved). Without it,
+Account settings come from the core CLI when it provides them: a callable
+taking ``(channel, account)`` and returning that account's settings (secrets
+resolved), found at ``ctx.meta["backchannel.account_settings"]``, else as
+``ctx.obj.account_settings`` (or that key of a dict ``ctx.obj``). Without it,
 ``--identity`` and ``--relay-url`` (or ``TINYPLACE_IDENTITY`` and
 ``TINYPLACE_RELAY_URL``) name the account directly.
 """
@@ -86,8 +87,8 @@ def account_settings(
     """Return the settings of the tinyplace account the command acts as."""
     if identity:
         return {"identity": identity, "relay_url": relay_url or DEFAULT_RELAY_URL}
-    hook = ctx.meta.get(SETTINGS_HOOK)
-    if callable(hook):
+    hook = _settings_hook(ctx)
+    if hook is not None:
         settings = dict(hook("tinyplace", account))
         if relay_url:
             settings["relay_url"] = relay_url
@@ -96,6 +97,18 @@ def account_settings(
         "no tiny.place account to act as: run this through `backchannel` with a config that"
         " has a tinyplace account, or pass --identity (a key or key file) and --relay-url"
     )
+
+
+def _settings_hook(ctx: click.Context) -> Callable[[str, str | None], Mapping[str, Any]] | None:
+    hook = ctx.meta.get(SETTINGS_HOOK)
+    if hook is None:
+        obj = ctx.find_root().obj
+        hook = (
+            obj.get(SETTINGS_HOOK)
+            if isinstance(obj, dict)
+            else getattr(obj, "account_settings", None)
+        )
+    return hook if callable(hook) else None
 
 
 # click -------------------------------------------------------------------------

@@ -1,0 +1,105 @@
+"""`backchannel tinyplace pair|requests|accept|block|keygen|whoami` against FakeRelay."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+from backchannel_tinyplace import register_commands
+from backchannel_tinyplace.cli import account_settings, tinyplace_group
+from backchannel_tinyplace.identity import load_identity
+from backchannel_tinyplace.testing import FakeRelay, RelayPeer
+from click.testing import CliRunner, Result
+
+
+def core_cli(meta: dict[str, Any]) -> click.Group:
+    """A stand-in for the `backchannel` command: a root group that registers the plugin's group."""
+
+    @click.group()
+    @click.pass_context
+    def backchannel(ctx: click.Context) -> None:
+        ctx.meta.update(meta)
+
+    register_commands(backchannel)
+    return backchannel
+
+
+async def invoke(*args: str, meta: dict[str, Any] | None = None) -> Result:
+    """Run `backchannel tinyplace ARGS` in a thread: it runs its own event loop, the relay ours."""
+    runner = CliRunner()
+    return await asyncio.to_thread(runner.invoke, core_cli(meta or {}), ["tinyplace", *args])
+
+
+async def test_pair_requests_accept_block_round_trip(relay: FakeRelay, peer: RelayPeer) -> None:
+    seed = os.urandom(32).hex()
+    me = load_identity({"identity": seed}).agent_id
+    base = ["--identity", seed, "--relay-url", relay.url]
+
+    result = await invoke(*base, "pair", peer.agent_id)
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"{peer.agent_id}: pending"
+    incoming = await peer.contacts.requests()
+    assert [v["cryptoId"] for v in incoming["incoming"]] == [me]
+
+    await peer.contacts.request(me)  # a reverse request accepts
+    async with RelayPeer(relay.url) as stranger:
+        await stranger.contacts.request(me)
+        listed = await invoke(*base, "requests")
+        assert listed.exit_code == 0, listed.output
+        assert listed.output.split("\t")[:2] == ["incoming", stranger.agent_id]
+        as_json = json.loads((await invoke(*base, "requests", "--json")).output)
+        assert [v["cryptoId"] for v in as_json["incoming"]] == [stranger.agent_id]
+
+        accepted = await invoke(*base, "accept", stranger.agent_id)
+        assert accepted.output.strip() == f"{stranger.agent_id}: accepted"
+        blocked = await invoke(*base, "block", stranger.agent_id)
+        assert blocked.output.strip() == f"{stranger.agent_id}: blocked"
+        refused = await stranger.contacts.status(me)
+        assert refused["status"] == "blocked"
+    assert (await invoke(*base, "requests")).output.strip() == "no pending requests"
+
+
+async def test_accept_without_a_request_says_what_the_relay_said(relay: FakeRelay) -> None:
+    seed = os.urandom(32).hex()
+    result = await invoke("--identity", seed, "--relay-url", relay.url, "accept", "nobody")
+    assert result.exit_code == 1
+    assert "HTTP 404 no_pending_request" in result.output
+    assert seed not in result.output
+
+
+async def test_settings_come_from_the_core_cli_hook(relay: FakeRelay) -> None:
+    seed = os.urandom(32).hex()
+    asked: list[tuple[str, str | None]] = []
+
+    def settings_of(channel: str, account: str | None) -> dict[str, Any]:
+        asked.append((channel, account))
+        return {"identity": seed, "relay_url": relay.url}
+
+    result = await invoke(
+        "--account", "ops", "whoami", meta={"backchannel.account_settings": settings_of}
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == load_identity({"identity": seed}).agent_id
+    assert asked == [("tinyplace", "ops")]
+    with click.Context(tinyplace_group) as ctx:
+        assert account_settings(ctx, None, seed, relay.url)["relay_url"] == relay.url
+
+
+async def test_without_an_account_the_command_explains_what_to_pass() -> None:
+    result = await invoke("whoami")
+    assert result.exit_code == 1
+    assert "pass --identity" in result.output
+
+
+async def test_keygen_writes_a_private_key_file_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    path = tmp_path / "keys" / "agent.json"
+    made = await invoke("keygen", str(path))
+    assert made.exit_code == 0, made.output
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert load_identity({"identity": str(path)}).agent_id == made.output.strip()
+    again = await invoke("keygen", str(path))
+    assert again.exit_code == 1 and "refusing to overwrite" in again.output

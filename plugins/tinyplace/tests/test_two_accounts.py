@@ -1,0 +1,98 @@
+"""Two backchannel deployments (two identities, two stores) talk through FakeRelay.
+
+Everything is real: SDK request signing, X3DH and the Double Ratchet, the
+switchboard's ingest, runs and outbox. The only fake is the relay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from backchannel.model import Address, Message
+from backchannel.runs import Run
+from backchannel.store import SQLiteStore
+from backchannel.switchboard import Binding, Switchboard
+from backchannel_tinyplace import TinyplaceAdapter
+from backchannel_tinyplace.testing import FakeRelay
+
+
+async def wait_until(predicate: Callable[[], Any], timeout: float = 15.0) -> None:
+    """Re-check an async predicate until it holds (bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(0.02)
+
+
+async def window(store: SQLiteStore, address: Address) -> list[Message]:
+    conversation = await store.find_conversation(address)
+    return [] if conversation is None else await store.window(conversation.id, 50)
+
+
+async def test_b_replies_inside_a_session_that_a_opened_and_plain_dms_stay_in_master(
+    tmp_path: Path, relay: FakeRelay, settings_for: Any
+) -> None:
+    store_a = SQLiteStore(tmp_path / "a" / "backchannel.db")
+    store_b = SQLiteStore(tmp_path / "b" / "backchannel.db")
+    alice = TinyplaceAdapter("alice", settings_for())
+    bob = TinyplaceAdapter("bob", settings_for())
+    relay.make_contacts(alice.agent_id, bob.agent_id)
+    runs_b: list[Run] = []
+
+    async def agent_a(run: Run) -> None:  # A only listens in this test
+        return None
+
+    async def agent_b(run: Run) -> None:
+        runs_b.append(run)
+        assert run.trigger is not None
+        await run.call(
+            "reply", {"message_id": run.trigger.seq, "text": f"B got: {run.trigger.text}"}
+        )
+
+    board_a, board_b = Switchboard(store_a), Switchboard(store_b)
+    board_a.add_account(alice, Binding(agent=agent_a, respond="never"))
+    board_b.add_account(bob, Binding(agent=agent_b, respond="mention"))
+    async with board_a, board_b:
+        session = Address("alice", bob.agent_id, "review-42")
+        assert "sent" in await board_a.send(session, "please review PR 42")
+
+        at_a = await wait_for_messages(store_a, session, 2)
+        assert [(m.direction, m.text) for m in at_a] == [
+            ("out", "please review PR 42"),
+            ("in", "B got: please review PR 42"),
+        ]
+        assert at_a[1].reply_to_seq == at_a[0].seq
+        assert at_a[1].sender.id == bob.agent_id
+        assert at_a[1].meta["session"] == "review-42"
+
+        at_b = await window(store_b, Address("bob", alice.agent_id, "review-42"))
+        assert [(m.direction, m.text) for m in at_b] == [
+            ("in", "please review PR 42"),
+            ("out", "B got: please review PR 42"),
+        ]
+        assert runs_b[0].conversation.kind == "thread"
+
+        master = Address("alice", bob.agent_id, "master")
+        assert "sent" in await board_a.send(master, "lunch?")
+        at_a_master = await wait_for_messages(store_a, master, 2)
+        assert [m.text for m in at_a_master] == ["lunch?", "B got: lunch?"]
+        at_b_master = await window(store_b, Address("bob", alice.agent_id, "master"))
+        assert [m.text for m in at_b_master] == ["lunch?", "B got: lunch?"]
+        assert runs_b[-1].conversation.kind == "direct"
+        # the session conversation was not touched by the plain DM
+        assert len(await window(store_a, session)) == 2
+        await board_a.wait_idle()
+        await board_b.wait_idle()
+
+
+async def wait_for_messages(store: SQLiteStore, address: Address, count: int) -> list[Message]:
+    async def enough() -> bool:
+        return len(await window(store, address)) >= count
+
+    await wait_until(enough)
+    return await window(store, address)
