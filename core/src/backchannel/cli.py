@@ -471,13 +471,22 @@ def render_preview(run: Run) -> str:
     """Return a Run as text for people: headed sections, roles, ids, tool signatures."""
     conversation = run.conversation
     bold = _heading
+    trigger = run.trigger
+    if trigger is None:
+        state = "no trigger: no message has asked for a run yet"
+    elif conversation.trigger_seq > conversation.handled_seq:
+        state = f"trigger #{trigger.seq} from {trigger.sender.label}, not answered yet"
+    else:
+        state = (
+            f"trigger #{trigger.seq} from {trigger.sender.label}, already handled"
+            f" (runs have covered up to #{conversation.handled_seq})"
+        )
     lines = [
         bold(f"Run preview: conversation {conversation.id} ({conversation.address.key})"),
         f"{conversation.kind} conversation"
         + (f' "{conversation.title}"' if conversation.title else "")
-        + f", {len(run.messages)} of {conversation.visible_count} messages in the window"
-        + (f", triggered by #{run.trigger.seq}" if run.trigger is not None else ", no trigger")
-        + f", handled up to #{conversation.handled_seq}",
+        + f", {len(run.messages)} of {conversation.visible_count} messages in the window",
+        state,
         "",
         bold("== Instruction (system) =="),
         run.instruction,

@@ -40,7 +40,7 @@ RESTART_NOTE = (
 )
 
 
-@define
+@define(init=False)
 class Binding:
     """Which agent handles an account's conversations, and how."""
 
@@ -76,7 +76,7 @@ class Binding:
                 owner=owner,
                 respond=respond or "mention",  # type: ignore[arg-type]
             )
-        self.__attrs_init__(  # type: ignore[attr-defined]
+        self.__attrs_init__(
             agent, policy, window or WindowSettings(), debounce, max_wait, run_timeout, name
         )
 

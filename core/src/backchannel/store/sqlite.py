@@ -161,6 +161,8 @@ class SQLiteStore(Store):
                 "SELECT last_seq, trigger_seq, active_at FROM conversations WHERE id = ?",
                 (conversation_id,),
             ).fetchone()
+            if row is None:
+                raise StoreError(f"no conversation with id {conversation_id}")
             counters = _ConversationCounters(row[0], row[1], row[2])
             self._batch.conversations[conversation_id] = counters
         return counters

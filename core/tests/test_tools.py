@@ -1,0 +1,67 @@
+"""Tool.from_function: schema from the signature, description from the docstring, argument checks."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytest
+from backchannel.framing import strip_id_prefix
+from backchannel.tools import Tool, ToolArgumentError
+
+
+async def lookup(
+    query: str,
+    limit: int = 5,
+    exact: bool = False,
+    mode: Literal["a", "b"] = "a",
+    tags: list[str] | None = None,
+) -> str:
+    """Look something up.
+
+    Longer explanation that is not part of the summary.
+
+    Args:
+        query: what to look for
+        limit: how many results
+    """
+    return f"{query}:{limit}:{exact}:{mode}:{tags}"
+
+
+def test_schema_comes_from_signature_and_docstring() -> None:
+    tool = Tool.from_function(lookup)
+    assert tool.name == "lookup"
+    assert tool.description == "Look something up."
+    props = tool.parameters["properties"]
+    assert props["query"] == {"type": "string", "description": "what to look for"}
+    assert props["limit"] == {"type": "integer", "description": "how many results", "default": 5}
+    assert props["exact"] == {"type": "boolean", "default": False}
+    assert props["mode"] == {"type": "string", "enum": ["a", "b"], "default": "a"}
+    assert props["tags"] == {"type": "array", "items": {"type": "string"}}
+    assert tool.parameters["required"] == ["query"]
+
+
+async def test_arguments_are_checked_and_coerced() -> None:
+    tool = Tool.from_function(lookup)
+    assert await tool('{"query": "x", "limit": "#7"}') == "x:7:False:a:None"
+    with pytest.raises(ToolArgumentError, match="missing required argument"):
+        await tool({})
+    with pytest.raises(ToolArgumentError, match="unknown argument"):
+        await tool({"query": "x", "colour": 1})
+    with pytest.raises(ToolArgumentError, match="not valid JSON"):
+        await tool("{nope")
+    with pytest.raises(ToolArgumentError, match="mode must be one of a, b"):
+        await tool({"query": "x", "mode": "c"})
+
+
+async def test_sync_functions_become_awaitable() -> None:
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    assert await Tool.from_function(add)({"a": 2, "b": 3}) == 5
+
+
+def test_copied_id_prefix_is_stripped() -> None:
+    assert strip_id_prefix("[#12] hello") == "hello"
+    assert strip_id_prefix("[#x] hello") == "[#x] hello"
+    assert strip_id_prefix("plain") == "plain"
