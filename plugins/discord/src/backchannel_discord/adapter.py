@@ -32,6 +32,7 @@ from backchannel.model import Address, Event, Outbound, Receipt, Sender
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
+from .catchup import Cursors, missed_messages
 from .normalize import CONTEXT_KEY, normalize_payload
 
 __all__ = ["DiscordAdapter", "DiscordStartError"]
@@ -64,6 +65,9 @@ class DiscordAdapter:
         self.max_ratelimit_wait = float(settings.get("max_ratelimit_wait", 2.0))
         self.heartbeat_timeout = float(settings.get("heartbeat_timeout", 60.0))
         self.guild_ready_timeout = float(settings.get("guild_ready_timeout", 2.0))
+        self.drain_timeout = float(settings.get("drain_timeout", 5.0))
+        self.catch_up = bool(settings.get("catch_up", True))
+        self.catch_up_limit = int(settings.get("catch_up_limit", 100))
         mentions = settings.get("allowed_mentions", ["users"])
         unknown = set(mentions) - _MENTION_KINDS
         if unknown:
@@ -94,6 +98,7 @@ class DiscordAdapter:
         self._inbox: asyncio.Queue[str] = asyncio.Queue()
         self._ready = asyncio.Event()
         self._committed: OrderedDict[str, None] = OrderedDict()
+        self._cursors = Cursors()
 
     def __repr__(self) -> str:
         return f"DiscordAdapter(account={self.account!r}, me={self.me!r})"
@@ -111,6 +116,7 @@ class DiscordAdapter:
         self._ctx = ctx
         self._ready = asyncio.Event()
         self._inbox = asyncio.Queue()
+        self._cursors = await Cursors.load(ctx.get_state)
         # discord.py reads these class attributes for every client in the process
         if self._api_base:
             Route.BASE = self._api_base.rstrip("/")
@@ -146,11 +152,15 @@ class DiscordAdapter:
         )
 
     async def stop(self) -> None:
-        """Close the Gateway connection and the HTTP session. Idempotent."""
+        """Close the Gateway connection, store what was already received, close HTTP. Idempotent."""
         client, self._client = self._client, None
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.close()
+        if self._ingest_task is not None and not self._ingest_task.done():
+            # payloads discord.py already received are in no one else's hands: store them
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._inbox.join(), self.drain_timeout)
         for task in (self._client_task, self._ingest_task):
             if task is not None and not task.done():
                 task.cancel()
@@ -215,33 +225,64 @@ class DiscordAdapter:
         while True:
             text = await self._inbox.get()
             try:
-                payload = json.loads(text)
-            except ValueError:
+                await self._handle_raw(text)
+            finally:
+                self._inbox.task_done()
+
+    async def _handle_raw(self, text: str) -> None:
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            return
+        kind = payload.get("t") if isinstance(payload, dict) else None
+        if kind == "READY":
+            user = (payload.get("d") or {}).get("user") or {}
+            if user.get("id"):
+                name = user.get("global_name") or user.get("username") or ""
+                self.me = Sender(str(user["id"]), name, user.get("username"), is_bot=True)
+            if self.catch_up:
+                await self._catch_up()
+        elif kind in _MESSAGE_EVENTS:
+            await self._ingest(payload)
+        elif kind == "MESSAGE_DELETE_BULK":
+            data = payload.get("d") or {}
+            for message_id in data.get("ids") or ():
+                single = {k: v for k, v in data.items() if k != "ids"}
+                await self._ingest(
+                    {"op": 0, "t": "MESSAGE_DELETE", "d": {**single, "id": message_id}}
+                )
+
+    async def _catch_up(self) -> None:
+        """Ingest what was posted after each channel's cursor while no session was listening."""
+        assert self._ctx is not None
+        client = self._client
+        for channel_id, cursor in list(self._cursors.by_channel.items()):
+            if client is None:
+                return
+            try:
+                missed = await self._call(
+                    missed_messages(client.http, channel_id, cursor, self.catch_up_limit)
+                )
+            except (RateLimited, Rejected, Uncertain) as error:
+                self._ctx.log.warning(
+                    "could not read the history of Discord channel %s to catch up: %s",
+                    channel_id,
+                    error.reason,
+                )
                 continue
-            kind = payload.get("t") if isinstance(payload, dict) else None
-            if kind == "READY":
-                user = (payload.get("d") or {}).get("user") or {}
-                if user.get("id"):
-                    name = user.get("global_name") or user.get("username") or ""
-                    self.me = Sender(str(user["id"]), name, user.get("username"), is_bot=True)
-            elif kind in _MESSAGE_EVENTS:
-                await self._ingest(payload)
-            elif kind == "MESSAGE_DELETE_BULK":
-                data = payload.get("d") or {}
-                for message_id in data.get("ids") or ():
-                    single = {k: v for k, v in data.items() if k != "ids"}
-                    await self._ingest(
-                        {"op": 0, "t": "MESSAGE_DELETE", "d": {**single, "id": message_id}}
-                    )
+            for message in missed:
+                await self._ingest({"op": 0, "t": "MESSAGE_CREATE", "d": message})
 
     async def _ingest(self, payload: dict[str, Any]) -> None:
         assert self._ctx is not None
-        context = self._context_for(payload.get("d") or {})
+        data = payload.get("d") or {}
+        context = self._context_for(data)
         if context:
             payload[CONTEXT_KEY] = context
+        state = self._cursors.advance(data) if payload.get("t") == "MESSAGE_CREATE" else None
         for attempt in range(3):
             try:
-                result = await self._ctx.ingest(payload)
+                result = await self._ctx.ingest(payload, state=state)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -250,6 +291,8 @@ class DiscordAdapter:
                 )
                 await asyncio.sleep(0.5 * (attempt + 1))
                 continue
+            if state and result.committed:
+                self._cursors.committed(data)
             if result.event is not None and result.committed:
                 self._committed[result.event.event_id] = None
                 while len(self._committed) > 10_000:

@@ -849,6 +849,8 @@ class FakeDiscord:
                 fault = self._faults.pop(0)
         if fault is not None:
             return await self._fault(fault, bucket, request)
+        if rest == ["messages"] and method == "GET":
+            return self._limited(bucket, self._json(200, self._history(channel_id, request)))
         if rest == ["messages"] and method == "POST":
             return self._limited(bucket, self._json(200, await self._bot_posts(channel_id, body)))
         if len(rest) < 2 or rest[1] not in self.messages:
@@ -871,6 +873,23 @@ class FakeDiscord:
             self.reactions.append((channel_id, rest[1], rest[3]))
             return self._limited(f"reactions:{channel_id}", web.Response(status=204))
         return self._json(405, {"message": "405: Method Not Allowed", "code": 0})
+
+    def _history(self, channel_id: str, request: web.Request) -> list[dict[str, Any]]:
+        """GET /channels/{id}/messages: newest first, as REST returns them (no guild_id, no member)."""
+        limit = max(1, min(100, int(request.query.get("limit", "50"))))
+        in_channel = sorted(
+            (m for m in self.messages.values() if m["channel_id"] == channel_id),
+            key=lambda m: int(m["id"]),
+        )
+        if "after" in request.query:
+            after = int(request.query["after"])
+            page = [m for m in in_channel if int(m["id"]) > after][:limit]
+        else:
+            before = int(request.query.get("before", str(1 << 63)))
+            page = [m for m in in_channel if int(m["id"]) < before][-limit:]
+        return [
+            {k: v for k, v in m.items() if k not in {"guild_id", "member"}} for m in reversed(page)
+        ]
 
     async def _bot_posts(self, channel_id: str, body: Any) -> dict[str, Any]:
         body = body or {}

@@ -1,0 +1,127 @@
+"""Per-channel cursors, committed with the events, and the REST catch-up that reads from them.
+
+Discord's Gateway has no acknowledgements: a RESUME replays what a *live*
+session missed, but a process that stopped (or crashed) starts a new session,
+and nothing sent in the meantime is ever dispatched to it. So the adapter keeps
+one cursor per channel, the newest message id it has committed there, written
+in the same transaction as the message (``ctx.ingest(raw, state=...)``). After
+every READY it reads each channel's history after its cursor over REST (``GET
+/channels/{id}/messages?after=``) and ingests what it finds, oldest first,
+before any live dispatch. The store drops what it already has.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from attrs import define, field
+
+__all__ = ["Cursor", "Cursors", "missed_messages"]
+
+#: channels remembered for catch-up; the least recently active are forgotten first
+MAX_CHANNELS = 200
+_INDEX_KEY = "discord.channels"
+_PAGE = 100
+
+
+@define
+class Cursor:
+    """The newest committed message id in one channel, and the channel's guild (None for DMs)."""
+
+    message_id: int
+    guild_id: str | None = None
+
+    def dump(self) -> str:
+        return json.dumps({"id": str(self.message_id), "guild_id": self.guild_id})
+
+
+@define
+class Cursors:
+    """The cursors of one account, mirrored in memory and persisted through ingest state."""
+
+    by_channel: dict[str, Cursor] = field(factory=dict)
+
+    @staticmethod
+    def key(channel_id: str) -> str:
+        return f"discord.cursor.{channel_id}"
+
+    @classmethod
+    async def load(cls, get_state: Any) -> Cursors:
+        """Read every cursor from durable state (`get_state` is ctx.get_state)."""
+        cursors = cls()
+        index = await get_state(_INDEX_KEY)
+        for channel_id in json.loads(index) if index else []:
+            raw = await get_state(cls.key(channel_id))
+            if not raw:
+                continue
+            data = json.loads(raw)
+            cursors.by_channel[channel_id] = Cursor(int(data["id"]), data.get("guild_id"))
+        return cursors
+
+    def advance(self, data: Mapping[str, Any]) -> dict[str, str | None] | None:
+        """Return the state to commit with this MESSAGE_CREATE, or None when the cursor stays.
+
+        The in-memory cursor moves only after the commit: call `committed` then.
+        """
+        try:
+            channel_id, message_id = str(data["channel_id"]), int(data["id"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        current = self.by_channel.get(channel_id)
+        if current is not None and current.message_id >= message_id:
+            return None
+        guild_id = data.get("guild_id") or (current.guild_id if current else None)
+        state: dict[str, str | None] = {
+            self.key(channel_id): Cursor(message_id, _opt(guild_id)).dump()
+        }
+        if current is None:
+            channels = [channel_id, *self.by_channel][:MAX_CHANNELS]
+            state[_INDEX_KEY] = json.dumps(channels)
+        return state
+
+    def committed(self, data: Mapping[str, Any]) -> None:
+        """Move the in-memory cursor after `advance`'s state was committed."""
+        channel_id, message_id = str(data["channel_id"]), int(data["id"])
+        current = self.by_channel.get(channel_id)
+        guild_id = _opt(data.get("guild_id")) or (current.guild_id if current else None)
+        if current is None or current.message_id < message_id:
+            self.by_channel.pop(channel_id, None)
+            self.by_channel = {channel_id: Cursor(message_id, guild_id), **self.by_channel}
+
+    def covers(self, channel_id: str, message_id: str) -> bool:
+        """True when the committed cursor of `channel_id` is at or past `message_id`."""
+        current = self.by_channel.get(channel_id)
+        return (
+            current is not None and message_id.isdigit() and current.message_id >= int(message_id)
+        )
+
+
+async def missed_messages(
+    http: Any, channel_id: str, cursor: Cursor, limit: int
+) -> list[dict[str, Any]]:
+    """Return up to `limit` messages posted in `channel_id` after the cursor, oldest first.
+
+    REST message objects carry no guild_id; it is filled from the cursor so
+    normalize sees a guild message, not a DM.
+    """
+    found: list[dict[str, Any]] = []
+    after = cursor.message_id
+    while len(found) < limit:
+        page = await http.logs_from(int(channel_id), min(_PAGE, limit - len(found)), after=after)
+        if not page:
+            break
+        page = sorted(page, key=lambda m: int(m["id"]))
+        found.extend(page)
+        after = int(page[-1]["id"])
+        if len(page) < _PAGE:
+            break
+    for message in found:
+        if cursor.guild_id and "guild_id" not in message:
+            message["guild_id"] = cursor.guild_id
+    return found
+
+
+def _opt(value: object) -> str | None:
+    return str(value) if value else None
