@@ -17,11 +17,12 @@ from typing import Any
 import aiohttp
 import click
 import pytest
-from backchannel.app import serve
+from backchannel.app import open_config_store, serve
 from backchannel.cli import main
 from backchannel.config import load_config
 from backchannel.hookspecs import hookimpl
 from backchannel.plugins import get_plugin_manager
+from backchannel.store import Inbound
 from backchannel.testing.fake_channel import FakeChannelAdapter, FakePlatform
 from backchannel_webchat.testing import FakeBrowser
 from click.testing import CliRunner, Result
@@ -115,6 +116,7 @@ def test_preview_prints_the_run_for_a_web_chat_conversation(
     text = result.stdout
     assert f"Run preview: conversation 1 (web/{chat})" in text
     assert 'direct conversation "Support", 2 of 2 messages in the window' in text
+    assert "trigger #1 from Ada, already handled (runs have covered up to #1)" in text
     sections = [line for line in text.splitlines() if line.startswith("== ")]
     assert sections == ["== Instruction (system) ==", "== Messages (2) ==", "== Tools (4) =="]
     assert 'This is a direct (one-to-one) conversation called "Support" on web chat' in text
@@ -126,6 +128,28 @@ def test_preview_prints_the_run_for_a_web_chat_conversation(
     assert "read_history(before_id: integer, limit: integer = 20)" in text
     assert "    message_id: the id of the message to answer, the number in [#n]" in text
     assert "Nothing was run or sent." in text
+
+
+def test_preview_of_an_unanswered_message_shows_it_waiting(tmp_path: Path) -> None:
+    path = write_config(tmp_path, FAKE)
+    asyncio.run(_store_unanswered(load_config(path), "is anyone there?"))
+    result = invoke("preview", "ops/c1", "-c", str(path))
+
+    assert result.exit_code == 0, result.output
+    assert "trigger #1 from Alice, not answered yet" in result.stdout
+    assert "user       [#1] Alice: is anyone there?" in result.stdout
+    assert "on Fake Chat (account 'ops', conversation ops/c1)" in result.stdout
+
+
+async def _store_unanswered(config: Any, text: str) -> None:
+    adapter = FakeChannelAdapter("ops", {})
+    event = adapter.normalize({**adapter.platform.make_message(text), "update": 1})
+    assert event is not None
+    store = open_config_store(config)
+    try:
+        await store.append_inbound([Inbound(event, triggers=True)])
+    finally:
+        await store.close()
 
 
 def test_preview_openai_and_anthropic_formats_are_the_exact_request_json(
@@ -242,6 +266,21 @@ def test_send_delivers_through_the_account_and_records_it(
     assert [(m["direction"], m["text"], m["status"]) for m in shown["messages"]] == [
         ("out", "maintenance at 5pm", "sent")
     ]
+
+
+def test_reading_the_store_needs_no_secrets_but_preview_does(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path, FAKE.replace('channel = "fake"', 'channel = "fake"\ntoken = "${OPS_TOKEN}"')
+    )
+    sent = invoke("send", "ops", "c1", "hello", "-c", str(path), env={"OPS_TOKEN": "tok-1234567"})
+    without: dict[str, str | None] = {"OPS_TOKEN": None}
+
+    assert sent.exit_code == 0, sent.output
+    assert CliRunner().invoke(main, ["conversations", "-c", str(path)], env=without).exit_code == 0
+    assert CliRunner().invoke(main, ["show", "ops/c1", "-c", str(path)], env=without).exit_code == 0
+    preview = CliRunner().invoke(main, ["preview", "ops/c1", "-c", str(path)], env=without)
+    assert preview.exit_code == 1
+    assert "environment variable OPS_TOKEN is not set" in preview.stderr
 
 
 def test_send_into_a_thread_uses_the_thread_address(tmp_path: Path, platform: FakePlatform) -> None:

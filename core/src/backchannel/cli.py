@@ -289,7 +289,7 @@ def conversations_command(
     as_json: bool,
 ) -> None:
     """List conversations, most recently active first."""
-    config = _load(config_path, store_path)
+    config = _load(config_path, store_path, secrets=False)
 
     async def read(store: Store) -> list[Conversation]:
         return await store.conversations(account, limit)
@@ -329,7 +329,7 @@ def show_command(
     as_json: bool,
 ) -> None:
     """Print a conversation's transcript (CONVERSATION: an id or a key like webchat/abc)."""
-    config = _load(config_path, store_path)
+    config = _load(config_path, store_path, secrets=False)
 
     async def read(store: Store) -> tuple[Conversation, list[Message]]:
         found = await _find(store, conversation)
@@ -585,8 +585,11 @@ def _conversation_json(conversation: Conversation) -> dict[str, Any]:
 # helpers --------------------------------------------------------------------------------
 
 
-def _load(config_path: Path | None, store_path: Path | None = None) -> Config:
-    config = load_config(config_path)
+def _load(
+    config_path: Path | None, store_path: Path | None = None, *, secrets: bool = True
+) -> Config:
+    """Load the config; with `secrets` False, unset ${VAR}s are tolerated (store reading only)."""
+    config = load_config(config_path, strict_env=secrets)
     if store_path is not None:
         config = evolve(config, store=evolve(config.store, path=str(store_path)))
     return config

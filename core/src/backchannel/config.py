@@ -217,10 +217,13 @@ def load_config(
     *,
     environ: Mapping[str, str] | None = None,
     check_plugins: bool = True,
+    strict_env: bool = True,
 ) -> Config:
     """Read and validate a TOML config file; with no path, return the embedded defaults.
 
     `check_plugins` also checks each channel and agent kind against the installed plugins.
+    With `strict_env` False, a ${VAR} whose variable is unset becomes "" instead of an
+    error (for commands that only read the store and need no secrets).
     """
     if path is None:
         return default_config()
@@ -237,7 +240,12 @@ def load_config(
         raise ConfigError(f"not valid TOML: {error}", path=where) from None
     base = Path(path).resolve().parent
     return parse_config(
-        data, source=where, base_dir=base, environ=environ, check_plugins=check_plugins
+        data,
+        source=where,
+        base_dir=base,
+        environ=environ,
+        check_plugins=check_plugins,
+        strict_env=strict_env,
     )
 
 
@@ -248,16 +256,18 @@ def parse_config(
     base_dir: Path | None = None,
     environ: Mapping[str, str] | None = None,
     check_plugins: bool = True,
+    strict_env: bool = True,
 ) -> Config:
     """Validate already-parsed TOML data (see `load_config`)."""
-    parser = _Parser(source, os.environ if environ is None else environ)
+    parser = _Parser(source, os.environ if environ is None else environ, strict_env)
     return parser.parse(data, base_dir or Path.cwd(), check_plugins)
 
 
 class _Parser:
-    def __init__(self, source: str, environ: Mapping[str, str]):
+    def __init__(self, source: str, environ: Mapping[str, str], strict_env: bool = True):
         self.source = source
         self.environ = environ
+        self.strict_env = strict_env
         #: key path -> the environment values substituted there
         self.secret_keys: dict[str, list[str]] = {}
         self.converter = _make_converter()
@@ -344,6 +354,8 @@ class _Parser:
             if not _ENV_NAME.match(name):
                 raise self.error(key, f"${{{name}}} is not a valid environment variable name")
             value = self.environ.get(name)
+            if value is None and not self.strict_env:
+                return ""
             if value is None:
                 raise self.error(
                     key, f"environment variable {name} is not set (the value is ${{{name}}})"
