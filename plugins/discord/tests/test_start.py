@@ -117,3 +117,20 @@ async def test_token_appears_in_no_log_error_repr_or_store(
     assert all(fake.token not in text for text in errors)
     assert fake.token not in repr(adapter)
     assert fake.token.encode() not in files_under(tmp_path)  # the store and its WAL
+
+
+async def test_without_the_message_content_intent_only_mentions_carry_text(
+    contract_context: ContractContext,
+) -> None:
+    async with FakeDiscord(granted_intents=0) as fake:
+        settings = {**fake.settings, **FAST, "message_content_intent": False}
+        adapter = DiscordAdapter("test", settings)
+        await adapter.start(contract_context.bind(adapter))
+        try:
+            plain = await fake.post_message(fake.general, fake.alice, "not for the bot")
+            mention = await fake.post_message(fake.general, fake.alice, f"<@{fake.bot_id}> hi")
+            await contract_context.wait_ingested(mention["id"])
+        finally:
+            await adapter.stop()
+        texts = {e.event_id: e.text for e in contract_context.events}
+        assert texts == {plain["id"]: "", mention["id"]: mention["content"]}

@@ -67,6 +67,7 @@ class DiscordAdapter:
         self.guild_ready_timeout = float(settings.get("guild_ready_timeout", 2.0))
         self.drain_timeout = float(settings.get("drain_timeout", 5.0))
         self.catch_up = bool(settings.get("catch_up", True))
+        self.message_content_intent = bool(settings.get("message_content_intent", True))
         self.catch_up_limit = int(settings.get("catch_up_limit", 100))
         mentions = settings.get("allowed_mentions", ["users"])
         unknown = set(mentions) - _MENTION_KINDS
@@ -422,7 +423,8 @@ class _GatewayClient(discord.Client):
         intents.guilds = True  # channel, thread and guild names for titles
         intents.guild_messages = True
         intents.dm_messages = True
-        intents.message_content = True
+        # privileged: without it Discord blanks the text of guild messages that do not mention the bot
+        intents.message_content = adapter.message_content_intent
         super().__init__(
             intents=intents,
             enable_debug_events=True,
