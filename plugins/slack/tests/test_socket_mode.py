@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from backchannel.testing import ContractContext
 from backchannel_slack.testing import FakeSlack
 
@@ -172,3 +173,17 @@ async def test_own_echo_is_acked_and_not_stored(
     delivery = await slack.deliver(slack.own_message("C0GENERAL", "my own words"))
     await slack.wait_acked(delivery.event_id)
     assert await texts(contract_context) == []
+
+
+async def test_start_gives_up_when_the_websocket_cannot_open(
+    slack: FakeSlack, contract_context: ContractContext
+) -> None:
+    from backchannel.errors import BackchannelError
+    from backchannel_slack import SlackAdapter
+
+    slack.refuse_sockets = True
+    adapter = SlackAdapter("test", slack.settings(connect_timeout=0.5))
+    with pytest.raises(BackchannelError, match="Socket Mode websocket"):
+        await adapter.start(contract_context.bind(adapter))
+    await adapter.stop()
+    assert slack.connections_opened == 0

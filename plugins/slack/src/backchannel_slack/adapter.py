@@ -232,7 +232,17 @@ class SlackAdapter:
                 "connections:write scope and Socket Mode turned on",
                 key=f"accounts.{self.account}.app_token",
             ) from None
-        await socket.connect()
+        try:
+            # slack-sdk's connect() retries forever; a bot that cannot reach the
+            # websocket at start should say so instead of hanging
+            await asyncio.wait_for(socket.connect(), self.settings.connect_timeout)
+        except TimeoutError:
+            await socket.close()
+            self._socket = None
+            raise BackchannelError(
+                f"account {self.account}: could not open the Socket Mode websocket "
+                "(check network access to Slack, or the proxy settings)"
+            ) from None
 
     # receiving -----------------------------------------------------------------
     async def _on_envelope(self, client: SocketModeClient, request: SocketModeRequest) -> None:

@@ -42,6 +42,9 @@ def delivery_error(method: str, error: BaseException, timeout: float) -> Deliver
         return _api_error(method, error.response)
     if isinstance(error, TimeoutError):
         return Uncertain(f"{method}: no answer from Slack within {timeout:g}s")
+    if isinstance(error, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
+        # nothing was sent, but retrying will not fix a TLS problem (a proxy or a CA bundle)
+        return Rejected(f"{method}: TLS handshake with Slack failed ({type(error).__name__})")
     if isinstance(error, aiohttp.ClientConnectorError):
         return RateLimited(CONNECT_RETRY_AFTER, f"{method}: could not connect to Slack")
     if isinstance(error, aiohttp.ClientError | ConnectionError):

@@ -33,6 +33,8 @@ class SlackSettings:
     lookup_timeout: float = 2.0
     #: seconds a looked-up user or channel name stays fresh
     name_ttl: float = 3600.0
+    #: seconds start() waits for the first Socket Mode websocket before giving up
+    connect_timeout: float = 30.0
     #: Socket Mode keepalive: ping interval; a dead socket is replaced within about two
     ping_interval: float = 5.0
     #: None: HTTPS_PROXY / HTTP_PROXY as slack-sdk reads them, minus hosts in NO_PROXY;
@@ -108,6 +110,7 @@ class SlackSettings:
             lookup_timeout=number("lookup_timeout", 2.0),
             name_ttl=number("name_ttl", 3600.0),
             ping_interval=number("ping_interval", 5.0),
+            connect_timeout=number("connect_timeout", 30.0),
             proxy=proxy,
             thread_on_mention=bool(settings.get("thread_on_mention", True)),
             max_text_len=int(number("max_text_len", 4000)),

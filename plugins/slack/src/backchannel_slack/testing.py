@@ -147,6 +147,8 @@ class FakeSlack:
         self.deliveries: dict[str, Delivery] = {}
         self.events_url: str | None = None
         self.connections_opened = 0
+        #: when True, websocket upgrades are refused with 503 (Slack's edge having a bad day)
+        self.refuse_sockets = False
 
         self._faults: dict[str, deque[Fault]] = {}
         self._connections: list[_Connection] = []
@@ -587,6 +589,8 @@ class FakeSlack:
     async def _link(self, request: web.Request) -> web.StreamResponse:
         if request.query.get("app_id") != self.app_id or not request.query.get("ticket"):
             return web.Response(status=401, text="invalid ticket")
+        if self.refuse_sockets:
+            return web.Response(status=503, text="service unavailable")
         ws = web.WebSocketResponse(autoping=True)
         await ws.prepare(request)
         self.connections_opened += 1
