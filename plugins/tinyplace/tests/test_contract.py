@@ -93,7 +93,9 @@ class TestTinyplaceContract(AdapterContract):
         peer: RelayPeer,
         settings_for: Any,
     ) -> AsyncIterator[TinyplaceHarness]:
-        adapter = TinyplaceAdapter(contract_context.account, settings_for())
+        # the peer decrypts inside the relay's PUT handler with the SDK's pure-Python AES:
+        # leave room for that on a loaded machine
+        adapter = TinyplaceAdapter(contract_context.account, settings_for(request_timeout=4.0))
         relay.make_contacts(peer.agent_id, adapter.agent_id)
         await adapter.start(contract_context.bind(adapter))
         yield TinyplaceHarness(adapter, relay, peer)

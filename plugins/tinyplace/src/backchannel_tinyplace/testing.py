@@ -43,7 +43,7 @@ from aiohttp import web
 from attrs import define, field
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
-from tinyplace import LocalSigner, TinyPlaceClient
+from tinyplace import LocalSigner, TinyPlaceClient, TinyPlaceError
 from tinyplace.api.messages import decode_agent_address
 from tinyplace.crypto import derive_crypto_id
 from tinyplace.signal import MemorySessionStore, SignalSession, X25519KeyPair
@@ -551,9 +551,17 @@ class RelayPeer:
             data["message"]["role"] = role
             data["harness"]["provider"] = "claude"
             body = json.dumps(data)
-        await self.client.messages.send_encrypted(
-            self.session, self.agent_id, to, body.encode(), message_id=message_id
-        )
+        opening = not await self.session.has_session(to)
+        try:
+            await self.client.messages.send_encrypted(
+                self.session, self.agent_id, to, body.encode(), message_id=message_id
+            )
+        except TinyPlaceError as error:
+            # send_encrypted keeps the session it opened even when the relay refused the
+            # opening PREKEY_BUNDLE; drop it so the next send opens a fresh one
+            if opening and error.status not in (0, 500, 502, 503, 504):
+                await self.session.remove_session(to)
+            raise
         return message_id
 
     async def decrypt(self, envelope: dict[str, Any]) -> str:
