@@ -132,7 +132,9 @@ class VisitorSession:
             )
             return None
         name = frame.get("name")
-        name = name.strip()[:MAX_NAME] if isinstance(name, str) and name.strip() else "Visitor"
+        # one line of plain words: a name must not be able to forge transcript lines
+        name = " ".join(name.split())[:MAX_NAME] if isinstance(name, str) else ""
+        name = name or "Visitor"
         connection = Connection(self.ws, visitor, conversation_chat(visitor, tab), name)
         # join before reading the transcript, so nothing pushed in between is lost;
         # the page keys messages by seq, so anything in both shows once
