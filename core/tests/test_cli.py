@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import click
 import pytest
+from attrs import evolve
 from backchannel.app import open_config_store, serve
 from backchannel.cli import main
 from backchannel.config import load_config
@@ -526,6 +527,65 @@ async def test_serve_runs_a_config_until_sigterm(tmp_path: Path) -> None:
     assert figures["accounts"] == ["web"]
     assert code == 0, stderr
     assert stderr.rstrip().endswith("stopped")
+
+
+def test_an_adapter_failing_to_start_is_one_line_error_and_a_traceback_with_v(
+    tmp_path: Path,
+) -> None:
+    class BrokenAdapter(FakeChannelAdapter):
+        async def start(self, ctx: Any) -> None:
+            raise RuntimeError("platform is down")
+
+    class BrokenPlugin:
+        @hookimpl
+        def register_channels(self, register: Any) -> None:
+            register("broken", BrokenAdapter)
+
+    pm = get_plugin_manager()
+    pm.register(BrokenPlugin(), name="test-broken-channel")
+    try:
+        path = write_config(tmp_path, '[server]\nport = 0\n[accounts.b]\nchannel = "broken"\n')
+        quiet = CliRunner().invoke(main, ["serve", "-c", str(path)])
+        verbose = CliRunner().invoke(main, ["serve", "-v", "-c", str(path)])
+    finally:
+        pm.unregister(name="test-broken-channel")
+
+    assert quiet.exit_code == 1
+    assert quiet.stderr.splitlines()[-1] == (
+        "error: serve stopped: RuntimeError: platform is down (run with -v for the traceback)"
+    )
+    assert "Traceback" not in quiet.stderr
+    assert isinstance(verbose.exception, RuntimeError)
+
+
+def test_the_python_agent_example_echoes_through_the_web_chat(tmp_path: Path) -> None:
+    config = load_config(EXAMPLES / "python-agent.toml")
+    config = evolve(
+        config,
+        store=evolve(config.store, path=str(tmp_path / "bc.db")),
+        server=evolve(config.server, port=0),
+    )
+    texts = asyncio.run(_say_to_webchat(config, "web", "ping"))
+    assert texts == ["You said: ping"]
+
+
+async def _say_to_webchat(config: Any, account: str, text: str) -> list[str]:
+    stop = asyncio.Event()
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    def on_ready(board: Any) -> None:
+        ready.set_result(board.accounts[account].adapter.url)
+
+    server = asyncio.create_task(serve(config, on_ready=on_ready, stop=stop))
+    try:
+        url = await asyncio.wait_for(ready, 15)
+        async with FakeBrowser(url) as page:
+            await page.say(text)
+            await page.wait_for(lambda f: f["type"] == "message" and f["role"] == "agent", 15)
+            return page.agent_texts()
+    finally:
+        stop.set()
+        await asyncio.wait_for(server, 15)
 
 
 def test_serve_on_a_busy_port_is_one_line_error(tmp_path: Path) -> None:

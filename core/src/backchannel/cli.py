@@ -9,6 +9,7 @@ exit 1; usage mistakes exit 2. Plugins add commands through the
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -16,7 +17,7 @@ import sys
 import time
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 from attrs import evolve
@@ -125,7 +126,7 @@ def serve_command(config_path: Path | None, verbose: bool) -> None:
     config = _load(config_path)
     _setup_logging(verbose)
     _echo_err(f"config: {config.source or 'embedded defaults'}; store: {config.store.path}")
-    _serve(config)
+    _serve(config, verbose)
 
 
 @main.command("demo")
@@ -158,19 +159,37 @@ def demo_command(host: str, port: int, store_path: Path | None, verbose: bool) -
         )
     _setup_logging(verbose)
     _echo_err(f"store: {config.store.path}")
-    _serve(config)
+    _serve(config, verbose)
 
 
-def _serve(config: Config) -> None:
+def _serve(config: Config, verbose: bool) -> None:
     try:
         _run(serve(config, on_ready=_announce))
+    except BackchannelError:
+        raise
     except OSError as error:
+        if error.errno not in _ADDRESS_ERRORS:
+            _unexpected(error, verbose)
         where = f"{config.server.host}:{config.server.port}"
         raise BackchannelError(
             f"cannot serve on {where}: {error.strerror or error} (pick another port:"
             " [server] port in the config, or --port for demo)"
         ) from None
+    except Exception as error:
+        _unexpected(error, verbose)
     _echo_err("stopped")
+
+
+_ADDRESS_ERRORS = {errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES}
+
+
+def _unexpected(error: Exception, verbose: bool) -> NoReturn:
+    """Re-raise with the traceback under -v; else one line for people."""
+    if verbose:
+        raise error
+    raise BackchannelError(
+        f"serve stopped: {type(error).__name__}: {error} (run with -v for the traceback)"
+    ) from None
 
 
 def _announce(board: Any) -> None:
