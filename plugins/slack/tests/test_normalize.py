@@ -495,3 +495,58 @@ def test_malformed_payloads_say_where(payload: dict[str, Any], where: str) -> No
         norm(payload)
     assert caught.value.where == where
     assert str(caught.value).startswith(where)
+
+
+def test_thread_parent_turned_tombstone_is_a_delete() -> None:
+    tombstone = {
+        "type": "message",
+        "subtype": "message_changed",
+        "hidden": True,
+        "channel": "C123ABC456",
+        "ts": "1358878800.000001",
+        "event_ts": "1358878800.000001",
+        "message": {
+            "type": "message",
+            "subtype": "tombstone",
+            "text": "This message was deleted.",
+            "user": "USLACKBOT",
+            "hidden": True,
+            "ts": "1355517523.000005",
+            "thread_ts": "1355517523.000005",
+            "reply_count": 2,
+        },
+        "previous_message": {
+            "type": "message",
+            "user": "U123ABC456",
+            "text": "the root",
+            "ts": "1355517523.000005",
+            "thread_ts": "1355517523.000005",
+        },
+    }
+    event = norm(envelope(tombstone))
+    assert event is not None
+    assert event.kind == "delete"
+    assert event.platform_message_id == "1355517523.000005"
+    assert event.address == Address("work", "C123ABC456")
+
+
+def test_change_of_a_service_message_or_one_without_author_is_ignored() -> None:
+    for message in (
+        {
+            "type": "message",
+            "subtype": "channel_topic",
+            "text": "new topic",
+            "user": "U1",
+            "ts": "1.1",
+        },
+        {"type": "message", "text": "who wrote this?", "ts": "1.1", "edited": {"ts": "2.2"}},
+    ):
+        changed = {
+            "type": "message",
+            "subtype": "message_changed",
+            "channel": "C123ABC456",
+            "ts": "2.2",
+            "message": message,
+            "previous_message": {"type": "message", "text": "old", "ts": "1.1"},
+        }
+        assert norm(envelope(changed)) is None

@@ -201,6 +201,14 @@ class _Reader:
         ts = self.text_field(changed, "ts", f"{where}.ts")
         if self.me.owns(changed):
             return None
+        inner_subtype = changed.get("subtype")
+        if inner_subtype == "tombstone":
+            # a thread parent deleted while replies remain: Slack edits it into a tombstone
+            return self.deleted(event, channel, ts, changed.get("thread_ts"), previous_of(event))
+        if inner_subtype is not None and inner_subtype not in CONTENT_SUBTYPES:
+            return None  # a service message (join, topic, ...) changed
+        if not changed.get("user") and not changed.get("bot_id"):
+            return None
         text = changed.get("text") or ""
         previous = event.get("previous_message")
         if (
@@ -236,11 +244,20 @@ class _Reader:
     def delete(self, event: Mapping[str, Any]) -> Event | None:
         channel = self.text_field(event, "channel", self.at("channel"))
         deleted_ts = self.text_field(event, "deleted_ts", self.at("deleted_ts"))
-        previous = event.get("previous_message")
-        previous = previous if isinstance(previous, Mapping) else {}
+        previous = previous_of(event)
+        return self.deleted(event, channel, deleted_ts, previous.get("thread_ts"), previous)
+
+    def deleted(
+        self,
+        event: Mapping[str, Any],
+        channel: str,
+        deleted_ts: str,
+        thread: Any,
+        previous: Mapping[str, Any],
+    ) -> Event | None:
         if self.me.owns(previous):
             return None
-        thread_ts = _opt_str(previous.get("thread_ts"))
+        thread_ts = _opt_str(thread)
         text = previous.get("text") or ""
         direct = self.is_direct(channel, event)
         mentions_me = isinstance(text, str) and self.mentions(text)
@@ -319,6 +336,12 @@ class _Reader:
 
     def raw_for_store(self) -> Mapping[str, Any]:
         return dict(self.event)
+
+
+def previous_of(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``previous_message`` of a change or delete, or an empty mapping."""
+    previous = event.get("previous_message")
+    return previous if isinstance(previous, Mapping) else {}
 
 
 def _opt_str(value: Any) -> str | None:
