@@ -7,6 +7,7 @@ from backchannel.errors import RateLimited, Rejected, Uncertain
 from backchannel.model import Address, Outbound
 from backchannel_discord import DiscordAdapter
 from backchannel_discord.testing import FakeDiscord
+from discord.http import Route
 
 
 def posts(fake: FakeDiscord) -> list[dict]:
@@ -173,3 +174,25 @@ async def test_failure_after_first_part_is_uncertain_and_names_delivered_parts(
     (first,) = fake.sent_to(fake.general)
     assert first["id"] in caught.value.reason
     assert "part 2 of 2" in caught.value.reason
+
+
+async def test_cloudflare_429_without_via_is_rate_limited_by_retry_after(
+    fake: FakeDiscord, adapter: DiscordAdapter
+) -> None:
+    fake.fail_next("cloudflare", retry_after=30)
+    with pytest.raises(RateLimited) as caught:
+        await adapter.send(Outbound(Address("test", fake.general), "blocked"))
+    assert caught.value.retry_after == 30
+    assert fake.sent_to(fake.general) == []
+
+
+async def test_refused_connection_is_rate_limited_not_uncertain(
+    fake: FakeDiscord, adapter: DiscordAdapter, unused_tcp_port: int
+) -> None:
+    saved = Route.BASE
+    Route.BASE = f"http://127.0.0.1:{unused_tcp_port}/api/v10"  # nothing listens there
+    try:
+        with pytest.raises(RateLimited, match="could not connect"):
+            await adapter.send(Outbound(Address("test", fake.general), "nowhere"))
+    finally:
+        Route.BASE = saved

@@ -487,13 +487,14 @@ class FakeDiscord:
     ) -> None:
         """Answer the next bot write (POST/PATCH/PUT under /channels), after `skip` good ones, with `fault`.
 
-        fault: "rate_limited" (429), "forbidden" (403 50013), "missing_access"
+        fault: "rate_limited" (429), "cloudflare" (Cloudflare's 429: no Via, a text
+        body, Retry-After), "forbidden" (403 50013), "missing_access"
         (403 50001), "unknown_channel" (404 10003), "unknown_message" (404
         10008), "bad_request" (400 50035), "server_error" (500), "bad_gateway"
         (502), "unavailable" (503), "hang" (no answer until `release_hang` or
         close), "reset" (drop the connection without an answer).
         """
-        if fault not in _ERRORS and fault not in {"rate_limited", "hang", "reset"}:
+        if fault not in _ERRORS and fault not in {"rate_limited", "cloudflare", "hang", "reset"}:
             raise ValueError(f"unknown fault {fault!r}")
         self._faults.append(_Fault(fault, retry_after, is_global, skip))
 
@@ -934,6 +935,9 @@ class FakeDiscord:
                 "global": fault.is_global,
             }
             return self._json(429, body, headers)
+        if fault.kind == "cloudflare":
+            headers = {"Retry-After": str(max(1, round(fault.retry_after)))}
+            return web.Response(status=429, text="error code: 1015", headers=headers)
         if fault.kind == "hang":
             self._hang.clear()
             await self._hang.wait()
