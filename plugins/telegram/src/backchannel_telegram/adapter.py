@@ -73,22 +73,26 @@ class TelegramAdapter:
         if self.mode not in ("polling", "webhook"):
             raise ConfigError(f"mode must be 'polling' or 'webhook', not {self.mode!r}", key="mode")
         self.api_base = str(settings.get("api_base", "https://api.telegram.org"))
-        self.poll_timeout = int(settings.get("poll_timeout", 25))
-        self.poll_limit = int(settings.get("poll_limit", 100))
-        self.request_timeout = float(settings.get("request_timeout", 15.0))
-        self.allowed_updates = list(settings.get("allowed_updates", DEFAULT_ALLOWED_UPDATES))
+        number = _NumberReader(settings)
+        self.poll_timeout = number.int("poll_timeout", 25, low=0)
+        self.poll_limit = number.int("poll_limit", 100, low=1)
+        self.request_timeout = number.float("request_timeout", 15.0)
+        allowed = settings.get("allowed_updates", DEFAULT_ALLOWED_UPDATES)
+        if not isinstance(allowed, list | tuple) or not all(isinstance(a, str) for a in allowed):
+            raise ConfigError("expected a list of update kinds", key="allowed_updates")
+        self.allowed_updates = list(allowed)
         self.webhook_path = str(settings.get("webhook_path", f"/telegram/{account}"))
         self.webhook_url: str | None = settings.get("webhook_url")
-        self.webhook_max_connections = int(settings.get("webhook_max_connections", 40))
-        self.retry_initial = float(settings.get("retry_initial", 1.0))
-        self.retry_max = float(settings.get("retry_max", 30.0))
+        self.webhook_max_connections = number.int("webhook_max_connections", 40, low=1)
+        self.retry_initial = number.float("retry_initial", 1.0)
+        self.retry_max = number.float("retry_max", 30.0)
         self.pacing = PacingLimits(
-            per_chat=int(settings.get("pace_per_chat", 1)),
-            per_chat_period=float(settings.get("pace_per_chat_period", 1.0)),
-            per_group=int(settings.get("pace_per_group", 20)),
-            per_group_period=float(settings.get("pace_per_group_period", 60.0)),
-            overall=int(settings.get("pace_overall", 30)),
-            overall_period=float(settings.get("pace_overall_period", 1.0)),
+            per_chat=number.int("pace_per_chat", 1, low=0),
+            per_chat_period=number.float("pace_per_chat_period", 1.0),
+            per_group=number.int("pace_per_group", 20, low=0),
+            per_group_period=number.float("pace_per_group_period", 60.0),
+            overall=number.int("pace_overall", 30, low=0),
+            overall_period=number.float("pace_overall_period", 1.0),
         )
         self.me: Sender | None = Sender(self._token.bot_id, "", settings.get("username"), True)
         self._username: str | None = settings.get("username")
@@ -471,3 +475,22 @@ def _delivery_error(error: TelegramError) -> DeliveryError:
     if error.code is not None and error.code >= 500:
         return Uncertain(str(error))
     return Rejected(error.description)
+
+
+class _NumberReader:
+    """Reads numeric settings, raising ConfigError that names the key."""
+
+    def __init__(self, settings: Mapping[str, Any]):
+        self._settings = settings
+
+    def int(self, key: str, default: int, low: int) -> int:
+        value = self._settings.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"expected an integer >= {low}, got {value!r}", key=key)
+        return value
+
+    def float(self, key: str, default: float) -> float:
+        value = self._settings.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(f"expected a positive number of seconds, got {value!r}", key=key)
+        return float(value)
