@@ -131,7 +131,9 @@ class FakeBrowser:
         self.close_code = None
         self._session = aiohttp.ClientSession()
         headers = {"Origin": self.origin} if self.origin else {}
-        self._ws = await self._session.ws_connect(self.ws_url, headers=headers, heartbeat=30)
+        self._ws = await self._session.ws_connect(
+            self.ws_url, headers=headers, heartbeat=30, max_msg_size=0
+        )
         start = len(self.frames)
         self._reader = asyncio.create_task(self._read(self._ws))
         if hello:
@@ -235,13 +237,21 @@ class FakeBrowser:
     def shown(self) -> list[tuple[int, str, str]]:
         """Return (seq, role, text) as the page shows them: transcript and pushes, once per seq."""
         rows: dict[int, tuple[str, str]] = {}
+        complete: set[int] = set()
+        parts: dict[int, dict[int, str]] = {}
         for frame in self.frames:
             if frame["type"] == "transcript":
                 for message in frame["messages"]:
                     rows[message["seq"]] = (message["role"], message["text"])
+                    complete.add(message["seq"])
             elif frame["type"] == "message" and frame.get("seq") is not None:
+                seq = frame["seq"]
                 if frame.get("parts", 1) == 1:
-                    rows[frame["seq"]] = (frame["role"], frame["text"])
+                    rows[seq] = (frame["role"], frame["text"])
+                elif seq not in complete:  # a split message: its parts, one per line
+                    parts.setdefault(seq, {})[frame["part"]] = frame["text"]
+                    joined = "\n".join(text for _, text in sorted(parts[seq].items()))
+                    rows[seq] = (frame["role"], joined)
             elif frame["type"] == "ack" and frame.get("seq") is not None:
                 sent = self._said.get(frame["client_id"])
                 if sent is not None:

@@ -317,7 +317,9 @@
   }
 
   function showTyping(name) {
-    typingEl.textContent = name + " is typing…";
+    const text = name + " is typing…";
+    // set only on change, so screen readers announce it once, not every few seconds
+    if (typingEl.textContent !== text) typingEl.textContent = text;
     clearTimeout(typingTimer);
     typingTimer = setTimeout(hideTyping, 6000);
   }
