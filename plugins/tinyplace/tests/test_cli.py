@@ -28,18 +28,25 @@ def core_cli(meta: dict[str, Any]) -> click.Group:
     return backchannel
 
 
-async def invoke(*args: str, meta: dict[str, Any] | None = None) -> Result:
+async def invoke(
+    *args: str, meta: dict[str, Any] | None = None, identity: str | None = None
+) -> Result:
     """Run `backchannel tinyplace ARGS` in a thread: it runs its own event loop, the relay ours."""
-    runner = CliRunner()
+    env = {
+        "TINYPLACE_IDENTITY": identity,
+        "TINYPLACE_IDENTITY_FILE": None,
+        "BACKCHANNEL_CONFIG": None,
+    }
+    runner = CliRunner(env=env)
     return await asyncio.to_thread(runner.invoke, core_cli(meta or {}), ["tinyplace", *args])
 
 
 async def test_pair_requests_accept_block_round_trip(relay: FakeRelay, peer: RelayPeer) -> None:
     seed = os.urandom(32).hex()
     me = load_identity({"identity": seed}).agent_id
-    base = ["--identity", seed, "--relay-url", relay.url]
+    base = ["--relay-url", relay.url]
 
-    result = await invoke(*base, "pair", peer.agent_id)
+    result = await invoke(*base, "pair", peer.agent_id, identity=seed)
     assert result.exit_code == 0, result.output
     assert result.output.strip() == f"{peer.agent_id}: pending"
     incoming = await peer.contacts.requests()
@@ -48,24 +55,24 @@ async def test_pair_requests_accept_block_round_trip(relay: FakeRelay, peer: Rel
     await peer.contacts.request(me)  # a reverse request accepts
     async with RelayPeer(relay.url) as stranger:
         await stranger.contacts.request(me)
-        listed = await invoke(*base, "requests")
+        listed = await invoke(*base, "requests", identity=seed)
         assert listed.exit_code == 0, listed.output
         assert listed.output.split("\t")[:2] == ["incoming", stranger.agent_id]
-        as_json = json.loads((await invoke(*base, "requests", "--json")).output)
+        as_json = json.loads((await invoke(*base, "requests", "--json", identity=seed)).output)
         assert [v["cryptoId"] for v in as_json["incoming"]] == [stranger.agent_id]
 
-        accepted = await invoke(*base, "accept", stranger.agent_id)
+        accepted = await invoke(*base, "accept", stranger.agent_id, identity=seed)
         assert accepted.output.strip() == f"{stranger.agent_id}: accepted"
-        blocked = await invoke(*base, "block", stranger.agent_id)
+        blocked = await invoke(*base, "block", stranger.agent_id, identity=seed)
         assert blocked.output.strip() == f"{stranger.agent_id}: blocked"
         refused = await stranger.contacts.status(me)
         assert refused["status"] == "blocked"
-    assert (await invoke(*base, "requests")).output.strip() == "no pending requests"
+    assert (await invoke(*base, "requests", identity=seed)).output.strip() == "no pending requests"
 
 
 async def test_accept_without_a_request_says_what_the_relay_said(relay: FakeRelay) -> None:
     seed = os.urandom(32).hex()
-    result = await invoke("--identity", seed, "--relay-url", relay.url, "accept", "nobody")
+    result = await invoke("--relay-url", relay.url, "accept", "nobody", identity=seed)
     assert result.exit_code == 1
     assert "HTTP 404 no_pending_request" in result.output
     assert seed not in result.output
@@ -87,12 +94,13 @@ async def test_settings_come_from_the_core_cli_hook(relay: FakeRelay) -> None:
     assert asked == [("tinyplace", "ops")]
     with click.Context(tinyplace_group) as ctx:
         assert account_settings(ctx, None, seed, relay.url)["relay_url"] == relay.url
+        assert account_settings(ctx, None, seed, None)["identity"] == seed
 
 
 async def test_without_an_account_the_command_explains_what_to_pass() -> None:
     result = await invoke("whoami")
     assert result.exit_code == 1
-    assert "pass --identity" in result.output
+    assert "pass -c CONFIG" in result.output
 
 
 async def test_keygen_writes_a_private_key_file_and_refuses_to_overwrite(tmp_path: Path) -> None:
@@ -103,3 +111,43 @@ async def test_keygen_writes_a_private_key_file_and_refuses_to_overwrite(tmp_pat
     assert load_identity({"identity": str(path)}).agent_id == made.output.strip()
     again = await invoke("keygen", str(path))
     assert again.exit_code == 1 and "refusing to overwrite" in again.output
+
+
+async def test_account_comes_from_the_config_file(tmp_path: Path, relay: FakeRelay) -> None:
+    seed = os.urandom(32).hex()
+    config = tmp_path / "bot.toml"
+    config.write_text(
+        f"""
+[accounts.agents]
+channel = "tinyplace"
+identity = "${{TP_IDENTITY}}"
+relay_url = "{relay.url}"
+
+[agents.demo]
+kind = "demo"
+
+[[bindings]]
+agent = "demo"
+"""
+    )
+    runner = CliRunner(env={"TP_IDENTITY": seed, "BACKCHANNEL_CONFIG": str(config)})
+    result = await asyncio.to_thread(runner.invoke, core_cli({}), ["tinyplace", "whoami"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == load_identity({"identity": seed}).agent_id
+    wrong = await asyncio.to_thread(
+        runner.invoke, core_cli({}), ["tinyplace", "--account", "nope", "requests"]
+    )
+    assert wrong.exit_code == 1
+    assert "no tinyplace account 'nope' (tinyplace accounts: agents)" in wrong.output
+    assert seed not in wrong.output
+
+
+def test_the_backchannel_command_offers_the_tinyplace_group(tmp_path: Path) -> None:
+    from backchannel.cli import main
+
+    seed = os.urandom(32).hex()
+    key_file = tmp_path / "agent.json"
+    key_file.write_text(seed)
+    result = CliRunner().invoke(main, ["tinyplace", "--identity-file", str(key_file), "whoami"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == load_identity({"identity": seed}).agent_id

@@ -5,18 +5,19 @@ request), ``requests`` (pending incoming and outgoing), ``accept AGENT_ID``,
 ``block AGENT_ID``. The poller decrypts only accepted contacts; everything
 else waits in the mailbox until ``accept``.
 
-Account settings come from the core CLI when it provides them: a callable
-taking ``(channel, account)`` and returning that account's settings (secrets
-resolved), found at ``ctx.meta["backchannel.account_settings"]``, else as
-``ctx.obj.account_settings`` (or that key of a dict ``ctx.obj``). Without it,
-``--identity`` and ``--relay-url`` (or ``TINYPLACE_IDENTITY`` and
-``TINYPLACE_RELAY_URL``) name the account directly.
+The account acted as comes from, in order: ``--identity-file PATH`` (or the
+key itself in ``TINYPLACE_IDENTITY``, never in argv) with ``--relay-url``; a
+settings callable the core CLI may provide, ``(channel, account) ->
+settings``, at ``ctx.meta["backchannel.account_settings"]`` (else
+``ctx.obj.account_settings``); the tinyplace account of the config file given
+with ``-c`` or ``BACKCHANNEL_CONFIG`` (``--account NAME`` when it has several).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -82,21 +83,55 @@ async def _with_contacts(
 
 
 def account_settings(
-    ctx: click.Context, account: str | None, identity: str | None, relay_url: str | None
+    ctx: click.Context,
+    account: str | None,
+    identity: str | None,
+    relay_url: str | None,
+    config_path: Path | None = None,
 ) -> Mapping[str, Any]:
-    """Return the settings of the tinyplace account the command acts as."""
+    """Return the settings of the tinyplace account the command acts as.
+
+    In order: an identity given directly (key file or key, with `--relay-url`); the core CLI's settings hook;
+    the tinyplace account of the config file (`-c` / `BACKCHANNEL_CONFIG`).
+    """
     if identity:
         return {"identity": identity, "relay_url": relay_url or DEFAULT_RELAY_URL}
     hook = _settings_hook(ctx)
     if hook is not None:
         settings = dict(hook("tinyplace", account))
-        if relay_url:
-            settings["relay_url"] = relay_url
-        return settings
-    raise ConfigError(
-        "no tiny.place account to act as: run this through `backchannel` with a config that"
-        " has a tinyplace account, or pass --identity (a key or key file) and --relay-url"
-    )
+    elif config_path is not None:
+        settings = settings_from_config(config_path, account)
+    else:
+        raise ConfigError(
+            "no tiny.place account to act as: pass -c CONFIG (or set BACKCHANNEL_CONFIG) for a"
+            " config with a tinyplace account, or pass --identity-file (or set"
+            " TINYPLACE_IDENTITY) and --relay-url"
+        )
+    if relay_url:
+        settings["relay_url"] = relay_url
+    return settings
+
+
+def settings_from_config(path: Path, account: str | None) -> dict[str, Any]:
+    """Return the settings of tinyplace account `account` (or the only one) in a config file."""
+    from backchannel.config import load_config
+
+    config = load_config(path, check_plugins=False)
+    ours = {name: a for name, a in config.accounts.items() if a.channel == "tinyplace"}
+    if account is not None:
+        if account not in ours:
+            known = ", ".join(sorted(ours)) or "none"
+            raise ConfigError(
+                f"no tinyplace account {account!r} (tinyplace accounts: {known})", path=str(path)
+            )
+        return dict(ours[account].settings)
+    if len(ours) != 1:
+        known = ", ".join(sorted(ours)) or "none"
+        raise ConfigError(
+            f"say which tinyplace account with --account (tinyplace accounts: {known})",
+            path=str(path),
+        )
+    return dict(next(iter(ours.values())).settings)
 
 
 def _settings_hook(ctx: click.Context) -> Callable[[str, str | None], Mapping[str, Any]] | None:
@@ -117,23 +152,39 @@ def _settings_hook(ctx: click.Context) -> Callable[[str, str | None], Mapping[st
     "--account", "-a", help="The tinyplace account in the config (default: the only one)."
 )
 @click.option(
-    "--identity",
-    envvar="TINYPLACE_IDENTITY",
-    help="A key file path (or key) to act as, instead of a configured account.",
+    "--identity-file",
+    "identity",
+    type=click.Path(dir_okay=False),
+    envvar="TINYPLACE_IDENTITY_FILE",
+    help="Act as the identity in this key file instead of a configured account"
+    " (or put the key itself in $TINYPLACE_IDENTITY; never on the command line).",
 )
 @click.option("--relay-url", envvar="TINYPLACE_RELAY_URL", help="The relay's base URL.")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="BACKCHANNEL_CONFIG",
+    help="The backchannel config whose tinyplace account to act as.",
+)
 @click.pass_context
 def tinyplace_group(
-    ctx: click.Context, account: str | None, identity: str | None, relay_url: str | None
+    ctx: click.Context,
+    account: str | None,
+    identity: str | None,
+    relay_url: str | None,
+    config_path: Path | None,
 ) -> None:
     """tiny.place: identity and pairing (who may message this agent)."""
-    ctx.meta["tinyplace.options"] = (account, identity, relay_url)
+    identity = identity or os.environ.get("TINYPLACE_IDENTITY") or None
+    ctx.meta["tinyplace.options"] = (account, identity, relay_url, config_path)
 
 
 def _settings(ctx: click.Context) -> Mapping[str, Any]:
-    account, identity, relay_url = ctx.meta.get("tinyplace.options", (None, None, None))
+    options = ctx.meta.get("tinyplace.options", (None, None, None, None))
     try:
-        return account_settings(ctx, account, identity, relay_url)
+        return account_settings(ctx, *options)
     except ConfigError as error:
         raise click.ClickException(str(error)) from None
 
