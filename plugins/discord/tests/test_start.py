@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -134,3 +135,37 @@ async def test_without_the_message_content_intent_only_mentions_carry_text(
             await adapter.stop()
         texts = {e.event_id: e.text for e in contract_context.events}
         assert texts == {plain["id"]: "", mention["id"]: mention["content"]}
+
+
+class LineSeen(logging.Handler):
+    """Sets `seen` when a record containing `words` is logged."""
+
+    def __init__(self, words: str):
+        super().__init__()
+        self.words = words
+        self.seen = asyncio.Event()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = record.getMessage()
+        if self.words in line:
+            self.lines.append(line)
+            self.seen.set()
+
+
+async def test_fatal_close_after_start_is_logged_for_people(
+    fake: FakeDiscord,
+    adapter: DiscordAdapter,
+    contract_context: ContractContext,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    watcher = LineSeen("stopped listening")
+    contract_context.log.logger.addHandler(watcher)
+    try:
+        await fake.disconnect(code=4004)  # e.g. the token was reset in the portal
+        await asyncio.wait_for(watcher.seen.wait(), 10)
+    finally:
+        contract_context.log.logger.removeHandler(watcher)
+    assert "4004" in watcher.lines[0]
+    assert fake.token not in caplog.text

@@ -175,33 +175,45 @@ class DiscordAdapter:
             await client.start(self._token)
         except asyncio.CancelledError:
             raise
-        except discord.PrivilegedIntentsRequired:
-            raise DiscordStartError(
-                f"Discord closed the Gateway with 4014 (disallowed intents) for account {self.account!r}: "
-                f"enable the Message Content intent for this bot at {_PORTAL} -> your application -> "
-                "Bot -> Privileged Gateway Intents -> MESSAGE CONTENT INTENT, then restart"
-            ) from None
-        except discord.LoginFailure:
-            raise DiscordStartError(
-                f"Discord refused the bot token of account {self.account!r} (401 Unauthorized): "
-                f"copy a fresh token from {_PORTAL} -> your application -> Bot -> Reset Token"
-            ) from None
-        except discord.ConnectionClosed as closed:
-            if closed.code == 4004:
-                raise DiscordStartError(
-                    f"Discord closed the Gateway with 4004 (authentication failed) for account "
-                    f"{self.account!r}: the bot token is wrong or was reset; copy a fresh one from {_PORTAL}"
-                ) from None
-            raise DiscordStartError(
-                f"Discord closed the Gateway with code {closed.code} for account {self.account!r}"
-            ) from None
-        except (aiohttp.ClientError, OSError, discord.HTTPException) as error:
-            raise DiscordStartError(
-                f"could not reach Discord for account {self.account!r}: {type(error).__name__}: {error}"
-            ) from None
-        finally:
+        except Exception as error:
+            failure = self._explain(error)
+            if failure is None:
+                raise
             if self._ready.is_set() and self._client is client and self._ctx is not None:
-                self._ctx.log.error("Discord connection of account %s ended", self.account)
+                # after start returned, nobody awaits this task: say it where people look
+                self._ctx.log.error("Discord stopped listening: %s", failure)
+            raise failure from None
+        if self._client is client and self._ctx is not None:
+            self._ctx.log.error("Discord connection of account %s ended", self.account)
+
+    def _explain(self, error: Exception) -> DiscordStartError | None:
+        """Turn a discord.py failure that ends the connection into an error for people."""
+        account = repr(self.account)
+        if isinstance(error, discord.PrivilegedIntentsRequired):
+            return DiscordStartError(
+                f"Discord closed the Gateway with 4014 (disallowed intents) for account {account}: "
+                f"enable the Message Content intent for this bot at {_PORTAL} -> your application "
+                "-> Bot -> Privileged Gateway Intents -> MESSAGE CONTENT INTENT, then restart"
+            )
+        if isinstance(error, discord.LoginFailure):
+            return DiscordStartError(
+                f"Discord refused the bot token of account {account} (401 Unauthorized): "
+                f"copy a fresh token from {_PORTAL} -> your application -> Bot -> Reset Token"
+            )
+        if isinstance(error, discord.ConnectionClosed):
+            if error.code == 4004:
+                return DiscordStartError(
+                    f"Discord closed the Gateway with 4004 (authentication failed) for account "
+                    f"{account}: the bot token is wrong or was reset; copy a fresh one from {_PORTAL}"
+                )
+            return DiscordStartError(
+                f"Discord closed the Gateway with code {error.code} for account {account}"
+            )
+        if isinstance(error, aiohttp.ClientError | OSError | discord.HTTPException):
+            return DiscordStartError(
+                f"could not reach Discord for account {account}: {type(error).__name__}: {error}"
+            )
+        return None
 
     # ------------------------------------------------------------ receiving
 
