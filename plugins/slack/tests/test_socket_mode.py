@@ -187,3 +187,41 @@ async def test_start_gives_up_when_the_websocket_cannot_open(
         await adapter.start(contract_context.bind(adapter))
     await adapter.stop()
     assert slack.connections_opened == 0
+
+
+async def test_slack_down_at_start_is_not_blamed_on_the_token(
+    slack: FakeSlack, contract_context: ContractContext
+) -> None:
+    from backchannel.errors import BackchannelError, ConfigError
+    from backchannel_slack import SlackAdapter
+
+    slack.fail_next("auth.test", "unavailable", times=2)  # the SDK retries a read once
+    adapter = SlackAdapter("test", slack.settings())
+    with pytest.raises(BackchannelError, match="unavailable at start") as caught:
+        await adapter.start(contract_context.bind(adapter))
+    assert not isinstance(caught.value, ConfigError)
+    assert len(slack.calls_of("auth.test")) == 2
+
+
+async def test_edit_and_delete_change_the_stored_message(
+    slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
+) -> None:
+    await start_adapter("socket")
+    original = slack.message("C0GENERAL", "U0ALICE", "helo")
+    ts = original["event"]["ts"]
+    for payload in (
+        original,
+        slack.edit("C0GENERAL", ts, "hello"),
+        slack.edit("C0GENERAL", ts, "hello!"),
+    ):
+        delivery = await slack.deliver(payload)
+        await slack.wait_acked(delivery.event_id)
+    (conversation,) = await contract_context.store.conversations("test")
+    (row,) = await contract_context.store.window(conversation.id, 10)
+    assert row.text == "hello!" and row.edited_at is not None
+    revisions = await contract_context.store.revisions(conversation.id, row.seq)
+    assert [text for _kind, text, _at in revisions][:1] == ["helo"]
+    delivery = await slack.deliver(slack.delete("C0GENERAL", ts))
+    await slack.wait_acked(delivery.event_id)
+    deleted = await contract_context.store.message(conversation.id, row.seq)
+    assert deleted is not None and deleted.deleted_at is not None

@@ -195,9 +195,14 @@ class SlackAdapter:
         try:
             auth = await self._reads.auth_test()
         except SlackApiError as error:
-            code = _error_code(error)
+            if not _refused(error):
+                raise BackchannelError(
+                    f"account {self.account}: Slack is unavailable at start "
+                    f"({_error_code(error)}); try again later"
+                ) from None
             raise ConfigError(
-                f"Slack refused the bot token ({code}); check it and the app's installation",
+                f"Slack refused the bot token ({_error_code(error)}); "
+                "check it and the app's installation",
                 key=f"accounts.{self.account}.bot_token",
             ) from None
         except (aiohttp.ClientError, TimeoutError) as error:
@@ -227,6 +232,11 @@ class SlackAdapter:
         except SlackApiError as error:
             await socket.close()
             self._socket = None
+            if not _refused(error):
+                raise BackchannelError(
+                    f"account {self.account}: Slack is unavailable at start "
+                    f"({_error_code(error)}); try again later"
+                ) from None
             raise ConfigError(
                 f"Slack refused the app-level token ({_error_code(error)}); it needs the "
                 "connections:write scope and Socket Mode turned on",
@@ -511,6 +521,13 @@ def _thread_key(address: Address) -> str:
 
 def _opt(value: Any) -> str | None:
     return str(value) if value not in (None, "") else None
+
+
+def _refused(error: SlackApiError) -> bool:
+    """True when Slack answered and said no (``ok: false``), not when it was down or busy."""
+    status = getattr(error.response, "status_code", None)
+    data = getattr(error.response, "data", None)
+    return status == 200 and isinstance(data, Mapping) and data.get("error") != "ratelimited"
 
 
 def _error_code(error: SlackApiError) -> str:
