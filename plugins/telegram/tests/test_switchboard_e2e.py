@@ -165,3 +165,22 @@ async def test_webhook_request_with_a_wrong_secret_is_refused_and_stores_nothing
     assert fake.is_acked(real["update_id"])
     (conversation,) = await store.conversations("tg")
     assert [m.text for m in await store.window(conversation.id, 10)] == ["real", "hi"]
+
+
+async def test_the_docs_example_works(store: SQLiteStore) -> None:
+    """The example in docs/channels/telegram.md, verbatim."""
+    async with FakeTelegram() as fake:
+        alice = fake.user("Alice", username="alice")
+        forum = fake.supergroup("Engineering", forum=True)
+        topic = fake.create_topic(forum, "Deploys", creator=alice)
+
+        board = Switchboard(store)
+        board.add_account(TelegramAdapter("tg", fake.settings()), Binding(demo_agent))
+        await board.start()
+        asked = fake.inject_message(forum, alice, "@backchannel_test_bot green?", topic=topic)
+        await fake.wait_for(lambda: len(fake.sent) == 1)
+        await board.stop()
+
+    reply = fake.sent[0]
+    assert reply.thread_id == topic
+    assert reply.reply_to == asked["message"]["message_id"]
