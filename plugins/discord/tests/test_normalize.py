@@ -162,13 +162,31 @@ def test_reply_to_someone_else_does_not_mention_the_bot() -> None:
     assert not event.mentions_me
 
 
-def test_forwarded_message_is_not_a_reply() -> None:
+def test_forwarded_message_is_not_a_reply_and_carries_the_forwarded_text() -> None:
     forward = in_guild(
-        message_reference={"type": 1, "message_id": "5", "channel_id": "6"},
-        message_snapshots=[{"message": {"content": "fwd", "type": 0}}],
+        message_reference={"type": 1, "message_id": "5", "channel_id": "6", "guild_id": "7"},
+        message_snapshots=[{"message": {"content": "fwd", "type": 0, "attachments": []}}],
         content="",
     )
-    assert norm(envelope("MESSAGE_CREATE", forward)).reply_to is None
+    event = norm(envelope("MESSAGE_CREATE", forward))
+    assert event.reply_to is None
+    assert event.text == "fwd"
+    assert event.meta["forwarded_from"] == {"message_id": "5", "channel_id": "6", "guild_id": "7"}
+
+
+def test_crosspost_reference_is_not_a_reply() -> None:
+    crosspost = in_guild(
+        flags=2,  # IS_CROSSPOST
+        webhook_id="9",
+        message_reference={"message_id": "5", "channel_id": "6", "guild_id": "7"},
+    )
+    assert norm(envelope("MESSAGE_CREATE", crosspost)).reply_to is None
+
+
+def test_stickers_are_named_in_meta() -> None:
+    sticker = {"id": "749054660769218631", "name": "Wave", "format_type": 3}
+    event = norm(envelope("MESSAGE_CREATE", in_guild(content="", sticker_items=[sticker])))
+    assert event.meta["stickers"] == ["Wave"]
 
 
 @pytest.mark.parametrize(

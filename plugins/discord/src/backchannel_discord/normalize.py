@@ -163,6 +163,13 @@ def _message(
     if reader.data.get("webhook_id") is not None:
         meta["webhook_id"] = str(reader.data["webhook_id"])
     text = content or ""
+    forwarded = _forwarded(reader)
+    if forwarded is not None:
+        meta["forwarded_from"] = forwarded[1]
+        text = text or forwarded[0]
+    stickers = [s.get("name") for s in reader.items("sticker_items") if isinstance(s, Mapping)]
+    if stickers:
+        meta["stickers"] = [str(name) for name in stickers if name]
     sent_at = _timestamp(reader.text("timestamp")) or snowflake_time(message_id)
     event_id = f"{message_id}:edit:{edited}" if is_edit else message_id
     return Event(
@@ -217,13 +224,30 @@ def _sender(author: _Reader | None, member: Mapping[str, Any] | None, webhook_id
 
 
 def _reply_to(reader: _Reader, message_type: object) -> str | None:
+    # only REPLY (19) messages reply: a DEFAULT message's reference is a crosspost's
+    # source or a forward (reference type 1), not a message in this conversation
     reference = reader.sub("message_reference")
-    if reference is None:
-        return None
-    # type 1 is a forward, not a reply; type is absent on older payloads (a reply)
-    if reference.data.get("type", 0) != 0:
+    if reference is None or message_type != 19 or reference.data.get("type", 0) != 0:
         return None
     return reference.snowflake("message_id", required=False)
+
+
+def _forwarded(reader: _Reader) -> tuple[str, dict[str, Any]] | None:
+    """The text and origin of a forwarded message (message_snapshots), if this is a forward."""
+    reference = reader.sub("message_reference")
+    snapshots = reader.items("message_snapshots")
+    if reference is None or reference.data.get("type") != 1 or not snapshots:
+        return None
+    first = snapshots[0] if isinstance(snapshots[0], Mapping) else {}
+    inner = first.get("message")
+    inner = inner if isinstance(inner, Mapping) else {}
+    origin = {
+        key: str(reference.data[key])
+        for key in ("message_id", "channel_id", "guild_id")
+        if reference.data.get(key) is not None
+    }
+    text = inner.get("content")
+    return (text if isinstance(text, str) else ""), origin
 
 
 def _mentions(reader: _Reader, text: str, bot_id: str | None) -> bool:
