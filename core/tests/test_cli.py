@@ -588,6 +588,20 @@ async def _say_to_webchat(config: Any, account: str, text: str) -> list[str]:
         await asyncio.wait_for(server, 15)
 
 
+def test_an_unusable_store_path_is_one_line_error(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    path = tmp_path / "bot.toml"
+    path.write_text(
+        f'[store]\npath = "{tmp_path / "a-file" / "sub" / "bc.db"}"\n[server]\nport = 0\n'
+    )
+    result = invoke("serve", "-c", str(path))
+
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1].startswith(
+        f"error: cannot open the store at {tmp_path / 'a-file' / 'sub' / 'bc.db'}: "
+    )
+
+
 def test_serve_on_a_busy_port_is_one_line_error(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

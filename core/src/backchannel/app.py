@@ -23,7 +23,7 @@ from attrs import field, frozen
 
 from .adapter import Adapter
 from .config import AccountConfig, AgentConfig, BindingConfig, Config
-from .errors import ConfigError
+from .errors import ConfigError, StoreError
 from .model import Event
 from .plugins import agents as agent_registry
 from .plugins import channels as channel_registry
@@ -48,7 +48,13 @@ log = logging.getLogger("backchannel.app")
 
 def open_config_store(config: Config) -> SQLiteStore:
     """Open the store the config names (creating it, and its 0700 directory, when new)."""
-    return SQLiteStore(config.store.path, synchronous=config.store.synchronous)
+    try:
+        return SQLiteStore(config.store.path, synchronous=config.store.synchronous)
+    except OSError as error:
+        raise StoreError(
+            f"cannot open the store at {config.store.path}: {error.strerror or error}"
+            " (set [store] path to a writable place)"
+        ) from error
 
 
 def build_adapter(config: Config, account: AccountConfig) -> Adapter:
