@@ -59,3 +59,21 @@ async def test_a_failed_batch_commits_nothing(tmp_path: Path) -> None:
     (result,) = await store.append_inbound([Inbound(make_event("e1"))])
     assert (result.status, result.seq) == ("stored", 1)
     await store.close()
+
+
+async def test_two_connections_to_one_file_never_reuse_a_seq(tmp_path: Path) -> None:
+    from backchannel.model import Outbound, Sender
+
+    path = tmp_path / "bc.db"
+    serving = SQLiteStore(path)  # the running switchboard
+    operator = SQLiteStore(path)  # e.g. `backchannel send` in another process
+    (first,) = await serving.append_inbound([Inbound(make_event("e1"))])
+    conversation = await operator.conversation(first.conversation_id)
+    entry = await operator.record_outbound(
+        conversation.id, Outbound(conversation.address, "from the operator"), Sender("op")
+    )
+    assert entry.message_seq == 2
+    (second,) = await serving.append_inbound([Inbound(make_event("e2"))])
+    assert second.seq == 3
+    await serving.close()
+    await operator.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from attrs import define, field, frozen
@@ -158,6 +158,22 @@ class AdapterContext:
         transcript (an encryption ratchet, a cursor).
         """
         raise NotImplementedError
+
+    async def ingest_many(
+        self,
+        raws: Sequence[Mapping[str, Any]],
+        *,
+        state: Mapping[str, str | None] | None = None,
+    ) -> list[IngestResult]:
+        """Ingest payloads that arrived together (one poll); return after their one commit.
+
+        Results are in the order of `raws`; `state` commits with them (a poll
+        offset that covers exactly this batch).
+        """
+        return [
+            await self.ingest(raw, state=state if i == len(raws) - 1 else None)
+            for i, raw in enumerate(raws)
+        ]
 
     async def is_known(self, event_id: str) -> bool:
         """Return True when an event with this platform id is already stored."""

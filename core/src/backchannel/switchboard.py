@@ -13,26 +13,28 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from attrs import define, field
 
 from .adapter import Adapter, AdapterContext, IngestResult, RouteTable
 from .errors import ConfigError, NormalizeError
-from .model import Address, Conversation, Message
+from .model import Address, Conversation, Event, Message
 from .outbound import Deliverer, channel_tools
 from .plugins import get_plugin_manager
 from .policy import Policy
 from .runs import Agent, Run, RunBuilder, RunSession, WindowSettings
 from .secrets import register_secret
 from .server import HttpServer
-from .store import Inbound, Store
+from .store import AppendResult, Inbound, Store
 from .tools import Tool
 
 __all__ = ["Binding", "Switchboard"]
 
 log = logging.getLogger("backchannel.switchboard")
+
+_IGNORED = IngestResult("ignored")
 
 RESTART_NOTE = (
     "backchannel restarted since your last turn in this conversation. Nothing was lost:"
@@ -139,7 +141,7 @@ class Switchboard:
         }
         self._max_batch = max_batch
         self._stop_timeout = stop_timeout
-        self._queue: list[tuple[Inbound, asyncio.Future[Any]]] = []
+        self._queue: list[tuple[list[Inbound], asyncio.Future[list[AppendResult]]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._slots: dict[int, _Slot] = {}
         self._run_limit = asyncio.Semaphore(max_concurrent_runs)
@@ -289,65 +291,107 @@ class Switchboard:
         state: Mapping[str, str | None] | None = None,
     ) -> IngestResult:
         """Normalize, store and schedule one raw payload; return after its commit."""
+        (result,) = await self.ingest_many(account, [raw], state=state)
+        return result
+
+    async def ingest_many(
+        self,
+        account: str,
+        raws: Sequence[Mapping[str, Any]],
+        *,
+        state: Mapping[str, str | None] | None = None,
+    ) -> list[IngestResult]:
+        """Ingest payloads that arrived together (a poll's batch); return after their commit.
+
+        `state` is written in the same transaction as the last of them.
+        """
         entry = self.accounts.get(account)
         if entry is None:
             raise ConfigError(f"unknown account {account!r}")
-        self.counters["ingested"] += 1
-        try:
-            event = entry.adapter.normalize(raw)
-        except NormalizeError as error:
-            return await self._malformed(account, raw, str(error))
-        except Exception as error:  # an adapter bug must not stop the pipeline
-            log.exception("account %s: normalize raised %s", account, type(error).__name__)
-            return await self._malformed(account, raw, f"normalize raised {error!r}")
-        if event is None:
-            self.counters["ignored"] += 1
-            if state:
+        policy = entry.binding.policy
+        results: list[IngestResult] = [_IGNORED] * len(raws)
+        waiting: list[tuple[int, Event, bool]] = []
+        inbounds: list[Inbound] = []
+        self.counters["ingested"] += len(raws)
+        for index, raw in enumerate(raws):
+            try:
+                event = entry.adapter.normalize(raw)
+            except NormalizeError as error:
+                results[index] = await self._malformed(account, raw, str(error))
+                continue
+            except Exception as error:  # an adapter bug must not stop the pipeline
+                log.exception("account %s: normalize raised %s", account, type(error).__name__)
+                results[index] = await self._malformed(account, raw, f"normalize raised {error!r}")
+                continue
+            if event is None:
+                self.counters["ignored"] += 1
+                continue
+            if event.address.account != account:
+                results[index] = await self._malformed(
+                    account, raw, f"event address names account {event.address.account!r}"
+                )
+                continue
+            held = not policy.may_reach(event)
+            waiting.append((index, event, held))
+            inbounds.append(Inbound(event, held=held, triggers=policy.triggers(event)))
+        if state:
+            if inbounds:
+                last = inbounds[-1]
+                inbounds[-1] = Inbound(last.event, last.held, last.triggers, state)
+            else:
                 for key, value in state.items():
                     await self.store.set_state(account, key, value)
-            return IngestResult("ignored")
-        if event.address.account != account:
-            return await self._malformed(
-                account, raw, f"event address names account {event.address.account!r}"
-            )
-        policy = entry.binding.policy
-        held = not policy.may_reach(event)
-        inbound = Inbound(event, held=held, triggers=policy.triggers(event), state=state)
+        if not inbounds:
+            return results
         self._enter()
         try:
-            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            self._queue.append((inbound, future))
+            future: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
+            self._queue.append((inbounds, future))
             if self._flusher is None or self._flusher.done():
                 self._flusher = asyncio.create_task(self._flush())
-            appended = await future
-            if appended.status == "duplicate":
-                self.counters["duplicate"] += 1
-                return IngestResult("duplicate", event, appended.conversation_id, appended.seq)
-            self.counters["held" if held else "stored"] += 1
-            self._conversation_account[appended.conversation_id] = account
-            if appended.triggers:
-                self.poke(appended.conversation_id, account)
-            return IngestResult(
-                "held" if held else "stored", event, appended.conversation_id, appended.seq
-            )
+            appended_all = await future
+            for (index, event, held), appended in zip(waiting, appended_all, strict=True):
+                if appended.status == "duplicate":
+                    self.counters["duplicate"] += 1
+                    results[index] = IngestResult(
+                        "duplicate", event, appended.conversation_id, appended.seq
+                    )
+                    continue
+                self.counters["held" if held else "stored"] += 1
+                self._conversation_account[appended.conversation_id] = account
+                if appended.triggers:
+                    self.poke(appended.conversation_id, account)
+                results[index] = IngestResult(
+                    "held" if held else "stored", event, appended.conversation_id, appended.seq
+                )
+            return results
         finally:
             self._leave()
 
     async def _flush(self) -> None:
+        """Commit everything queued, many ingests per transaction (group commit)."""
         while self._queue:
-            batch = self._queue[: self._max_batch]
-            del self._queue[: self._max_batch]
+            groups: list[tuple[list[Inbound], asyncio.Future[list[AppendResult]]]] = []
+            size = 0
+            while self._queue and (not groups or size + len(self._queue[0][0]) <= self._max_batch):
+                group = self._queue.pop(0)
+                groups.append(group)
+                size += len(group[0])
             try:
-                results = await self.store.append_inbound([item for item, _ in batch])
+                results = await self.store.append_inbound(
+                    [item for inbounds, _ in groups for item in inbounds]
+                )
             except Exception as error:
-                log.error("store refused a batch of %d events: %s", len(batch), error)
-                for _, future in batch:
+                log.error("store refused a batch of %d events: %s", size, error)
+                for _, future in groups:
                     if not future.done():
                         future.set_exception(error)
                 continue
-            for (_, future), result in zip(batch, results, strict=True):
+            offset = 0
+            for inbounds, future in groups:
                 if not future.done():
-                    future.set_result(result)
+                    future.set_result(results[offset : offset + len(inbounds)])
+                offset += len(inbounds)
 
     async def _malformed(self, account: str, raw: Mapping[str, Any], reason: str) -> IngestResult:
         self.counters["malformed"] += 1
@@ -520,6 +564,14 @@ class AccountContext(AdapterContext):
         self, raw: Mapping[str, Any], *, state: Mapping[str, str | None] | None = None
     ) -> IngestResult:
         return await self.board.ingest(self.account, raw, state=state)
+
+    async def ingest_many(
+        self,
+        raws: Sequence[Mapping[str, Any]],
+        *,
+        state: Mapping[str, str | None] | None = None,
+    ) -> list[IngestResult]:
+        return await self.board.ingest_many(self.account, raws, state=state)
 
     async def is_known(self, event_id: str) -> bool:
         return await self.board.store.is_known(self.account, event_id)

@@ -114,7 +114,7 @@ def _describe(function: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
     key = getattr(function, "__code__", function)
     cached = _described.get(key)
     if cached is not None:
-        return cached[0], json.loads(json.dumps(cached[1]))
+        return cached  # shared and never mutated: Tool.parameters is read-only by contract
     doc = inspect.getdoc(function) or ""
     summary, arg_docs = _parse_doc(doc)
     hints = typing.get_type_hints(function)
@@ -139,7 +139,7 @@ def _describe(function: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
     }
     if len(_described) < 4096:
         _described[key] = (summary, parameters)
-    return summary, json.loads(json.dumps(parameters))
+    return summary, parameters
 
 
 _JSON_TYPES: dict[Any, str] = {

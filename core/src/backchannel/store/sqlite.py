@@ -73,6 +73,11 @@ class SQLiteStore(Store):
         migrate(db)
         self._conversation_ids: dict[tuple[str, str, str], int] = {}
         self._batch: _Batch | None = None
+        #: last_seq, trigger_seq, active_at per conversation as of our last commit; valid
+        #: while PRAGMA data_version says no other connection has written since
+        self._known_counters: dict[int, tuple[int, int, float]] = {}
+        self._data_version: int | None = None
+        self._known_participants: set[tuple[int, str, str, str | None, int]] = set()
 
     # lifecycle -------------------------------------------------------------
     @property
@@ -107,20 +112,34 @@ class SQLiteStore(Store):
     async def append_inbound(self, items: Sequence[Inbound]) -> list[AppendResult]:
         db = self.db
         results: list[AppendResult] = []
-        self._batch = _Batch()
+        batch = self._batch = _Batch()
+        # IMMEDIATE takes the write lock now, so data_version read next cannot go stale
+        # before we commit: it tells whether another connection wrote since our last batch
+        db.execute("BEGIN IMMEDIATE")
         try:
-            with db:
-                for item in items:
-                    results.append(self._append_one(item))
-                    if item.state:
-                        for key, value in item.state.items():
-                            self._write_state(item.event.account, key, value)
-                self._flush_batch(self._batch)
+            version = _first(db.execute("PRAGMA data_version"))
+            if version != self._data_version:
+                self._known_counters.clear()
+                self._known_participants.clear()
+                self._data_version = version
+            for item in items:
+                results.append(self._append_one(item))
+                if item.state:
+                    for key, value in item.state.items():
+                        self._write_state(item.event.account, key, value)
+            self._flush_batch(batch)
+            db.execute("COMMIT")
         except BaseException:
+            if not db.getautocommit():
+                db.execute("ROLLBACK")
             self._conversation_ids.clear()
+            self._known_counters.clear()
+            self._known_participants.clear()
             raise
         finally:
             self._batch = None
+        for conversation_id, c in batch.conversations.items():
+            self._known_counters[conversation_id] = (c.last_seq, c.trigger_seq, c.active_at)
         return results
 
     def _flush_batch(self, batch: _Batch) -> None:
@@ -134,13 +153,14 @@ class SQLiteStore(Store):
                 (c.last_seq, c.visible, c.held, c.trigger_seq, c.active_at, conversation_id),
             )
         for (conversation_id, sender_id), p in batch.participants.items():
+            identity = (conversation_id, sender_id, p.name, p.handle, p.is_bot)
+            if identity in self._known_participants:
+                continue  # counts are derived from messages when asked; names are unchanged
             db.execute(
                 "INSERT INTO participants (conversation_id, sender_id, name, handle, is_bot,"
                 " message_count, first_seq, last_seq) VALUES (?,?,?,?,?,?,?,?)"
                 " ON CONFLICT (conversation_id, sender_id) DO UPDATE SET"
-                " name = excluded.name, handle = excluded.handle, is_bot = excluded.is_bot,"
-                " message_count = message_count + excluded.message_count,"
-                " last_seq = excluded.last_seq",
+                " name = excluded.name, handle = excluded.handle, is_bot = excluded.is_bot",
                 (
                     conversation_id,
                     sender_id,
@@ -152,15 +172,20 @@ class SQLiteStore(Store):
                     p.last_seq,
                 ),
             )
+            if len(self._known_participants) > 200_000:
+                self._known_participants.clear()
+            self._known_participants.add(identity)
 
     def _counters(self, conversation_id: int) -> _ConversationCounters:
         assert self._batch is not None
         counters = self._batch.conversations.get(conversation_id)
         if counters is None:
-            row = self.db.execute(
-                "SELECT last_seq, trigger_seq, active_at FROM conversations WHERE id = ?",
-                (conversation_id,),
-            ).fetchone()
+            row = self._known_counters.get(conversation_id)
+            if row is None:
+                row = self.db.execute(
+                    "SELECT last_seq, trigger_seq, active_at FROM conversations WHERE id = ?",
+                    (conversation_id,),
+                ).fetchone()
             if row is None:
                 raise StoreError(f"no conversation with id {conversation_id}")
             counters = _ConversationCounters(row[0], row[1], row[2])
@@ -170,6 +195,20 @@ class SQLiteStore(Store):
     def _append_one(self, item: Inbound) -> AppendResult:
         db = self.db
         event = item.event
+        if event.kind == "message":
+            # claim the event id first: one statement both dedupes and records it
+            conversation_id = self._conversation_id(
+                event.address, event.conversation_kind, event.conversation_title, event.sent_at
+            )
+            seq = self._counters(conversation_id).last_seq + 1
+            db.execute(
+                "INSERT INTO events (account, event_id, conversation_id, seq, kind)"
+                " VALUES (?,?,?,?,'message') ON CONFLICT DO NOTHING",
+                (event.account, event.event_id, conversation_id, seq),
+            )
+            if db.changes() == 1:
+                return self._append_message(conversation_id, item)
+            return self._duplicate(event.account, event.event_id)
         known = db.execute(
             "SELECT conversation_id, seq FROM events WHERE account = ? AND event_id = ?",
             (event.account, event.event_id),
@@ -179,15 +218,21 @@ class SQLiteStore(Store):
         conversation_id = self._conversation_id(
             event.address, event.conversation_kind, event.conversation_title, event.sent_at
         )
-        if event.kind == "message":
-            result = self._append_message(conversation_id, item)
-        else:
-            result = self._apply_change(conversation_id, item)
+        result = self._apply_change(conversation_id, item)
         db.execute(
             "INSERT INTO events (account, event_id, conversation_id, seq, kind) VALUES (?,?,?,?,?)",
             (event.account, event.event_id, conversation_id, result.seq, event.kind),
         )
         return result
+
+    def _duplicate(self, account: str, event_id: str) -> AppendResult:
+        row = self.db.execute(
+            "SELECT conversation_id, seq FROM events WHERE account = ? AND event_id = ?",
+            (account, event_id),
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"event {event_id!r} vanished while being deduplicated")
+        return AppendResult("duplicate", row[0], row[1])
 
     def _append_message(self, conversation_id: int, item: Inbound) -> AppendResult:
         db = self.db
@@ -378,9 +423,11 @@ class SQLiteStore(Store):
 
     async def participants(self, conversation_id: int) -> list[Participant]:
         rows = self.db.execute(
-            "SELECT sender_id, name, handle, is_bot, message_count, first_seq, last_seq"
-            " FROM participants WHERE conversation_id = ?"
-            " ORDER BY message_count DESC, first_seq",
+            "SELECT p.sender_id, p.name, p.handle, p.is_bot, COUNT(m.seq), MIN(m.seq), MAX(m.seq)"
+            " FROM participants p JOIN messages m ON m.conversation_id = p.conversation_id"
+            " AND m.sender_id = p.sender_id AND m.direction = 'in'"
+            " WHERE p.conversation_id = ? GROUP BY p.sender_id"
+            " ORDER BY COUNT(m.seq) DESC, MIN(m.seq)",
             (conversation_id,),
         )
         return [Participant(Sender(r[0], r[1], r[2], bool(r[3])), r[4], r[5], r[6]) for r in rows]
@@ -455,6 +502,7 @@ class SQLiteStore(Store):
     ) -> OutboxEntry:
         db = self.db
         stamp = now()
+        self._known_counters.pop(conversation_id, None)
         with db:
             seq = None
             if outbound.kind == "message":
