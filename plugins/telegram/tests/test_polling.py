@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from backchannel.testing import ContractContext
 from backchannel_telegram import TelegramAdapter
+from backchannel_telegram.receive import Poller
 from backchannel_telegram.testing import FakeTelegram
 
 
@@ -60,9 +61,10 @@ async def test_uncommitted_updates_are_read_again_after_a_restart(
     await asyncio.sleep(0)
     assert not fake.is_acked(update_id)
     # the process "dies" with the ingest unfinished: abandon the task without finishing it
-    assert adapter._poller is not None
-    adapter._poller.cancel()
-    await asyncio.gather(adapter._poller, return_exceptions=True)
+    poller = adapter._receiver
+    assert isinstance(poller, Poller) and poller._task is not None
+    poller._task.cancel()
+    await asyncio.gather(poller._task, return_exceptions=True)
     await adapter.stop()
     assert not await contract_context.is_known(str(update_id))
     assert not fake.is_acked(update_id)

@@ -1,22 +1,18 @@
-"""The Telegram adapter: long polling or a webhook in, Bot API calls out.
+"""The Telegram adapter: updates in (see receive.py), Bot API calls out.
 
-Receiving acks only what is committed: in polling mode the next `offset` is
-written in the same transaction as each update (``ctx.ingest(state=...)``) and
-sent to Telegram only on the following getUpdates, so a crash re-reads rather
-than loses; in webhook mode the answer is 200 only after the ingest returned.
+Sending paces itself (pacing.py), splits long text in UTF-16 units, follows
+groups upgraded to supergroups, and maps every failure to RateLimited,
+Rejected or Uncertain.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hmac
 import json
-import secrets
+import logging
 from collections.abc import Mapping
 from typing import Any
 
-from aiohttp import web
 from backchannel.adapter import AdapterContext, Capabilities, split_text, utf16_len
 from backchannel.errors import (
     ConfigError,
@@ -27,11 +23,12 @@ from backchannel.errors import (
 )
 from backchannel.model import Address, Event, Outbound, Receipt, Sender
 
-from .api import BotApi, TelegramError, Token, sleep_or_stop
+from .api import BotApi, TelegramError, Token
 from .normalize import BotIdentity, migration_of, normalize_update
 from .pacing import Pacer, PacingLimits
+from .receive import SECRET_HEADER, Poller, PollSettings, WebhookReceiver, WebhookSettings
 
-__all__ = ["DEFAULT_ALLOWED_UPDATES", "TelegramAdapter"]
+__all__ = ["DEFAULT_ALLOWED_UPDATES", "SECRET_HEADER", "TelegramAdapter"]
 
 #: `message_reaction` must be asked for by name: Telegram leaves it out by default.
 DEFAULT_ALLOWED_UPDATES = (
@@ -41,8 +38,8 @@ DEFAULT_ALLOWED_UPDATES = (
     "edited_channel_post",
     "message_reaction",
 )
-SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 MAX_TEXT = 4096
+_fallback_log = logging.getLogger("backchannel.telegram")
 #: the longest a later part of a split text waits out a 429 before giving up
 MAX_PART_RETRY_WAIT = 60.0
 
@@ -99,11 +96,7 @@ class TelegramAdapter:
         self._api = BotApi(self._token, self.api_base, self.request_timeout)
         self._pacer = Pacer(self.pacing)
         self._ctx: AdapterContext | None = None
-        self._stopping = asyncio.Event()
-        self._poller: asyncio.Task[None] | None = None
-        self._ingesting = False
-        self._webhook_secret: str | None = None
-        self._route_added = False
+        self._receiver: Poller | WebhookReceiver | None = None
         #: old group chat id -> supergroup chat id, learnt from Telegram
         self._migrated: dict[str, str] = {}
 
@@ -115,30 +108,34 @@ class TelegramAdapter:
     async def start(self, ctx: AdapterContext) -> None:
         """Learn who the bot is, then poll or register the webhook."""
         self._ctx = ctx
-        self._stopping.clear()
         self._migrated = json.loads(await ctx.get_state("migrations") or "{}")
         await self._learn_identity()
+        allowed = tuple(self.allowed_updates)
         if self.mode == "webhook":
-            await self._start_webhook(ctx)
-        else:
-            await self._leave_webhook(ctx)
-            self._poller = asyncio.create_task(
-                self._poll_forever(ctx), name=f"telegram-poll-{self.account}"
+            hook = WebhookSettings(
+                self.webhook_path, self.webhook_url, self.webhook_max_connections, allowed
             )
+            self._receiver = WebhookReceiver(
+                self._api, ctx, self.account, hook, self._learn_migration
+            )
+        else:
+            poll = PollSettings(
+                self.poll_timeout,
+                self.poll_limit,
+                allowed,
+                self.request_timeout,
+                self.retry_initial,
+                self.retry_max,
+            )
+            self._receiver = Poller(self._api, ctx, self.account, poll, self._learn_migration)
+        await self._receiver.start()
         await ctx.set_state("mode", self.mode)
 
     async def stop(self) -> None:
-        """Stop polling (after an in-flight ingest finishes) and close the session. Idempotent."""
-        self._stopping.set()
-        poller, self._poller = self._poller, None
-        if poller is not None:
-            if not self._ingesting:
-                poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(poller, self.request_timeout + 5)
-        if self._route_added and self._ctx is not None:
-            self._ctx.routes.remove("POST", self.webhook_path)
-            self._route_added = False
+        """Stop receiving (an ingest in progress may finish) and close the session. Idempotent."""
+        receiver, self._receiver = self._receiver, None
+        if receiver is not None:
+            await receiver.stop()
         await self._api.close()
 
     # receiving --------------------------------------------------------------
@@ -184,158 +181,6 @@ class TelegramAdapter:
         self._username = me.get("username") or self._username
         name = " ".join(str(p) for p in (me.get("first_name"), me.get("last_name")) if p)
         self.me = Sender(str(me.get("id", self._token.bot_id)), name, self._username, True)
-
-    async def _poll_forever(self, ctx: AdapterContext) -> None:
-        saved = await ctx.get_state("offset")
-        offset = int(saved) if saved else None
-        backoff = self.retry_initial
-        failing: str | None = None
-        while not self._stopping.is_set():
-            params: dict[str, Any] = {
-                "timeout": self.poll_timeout,
-                "limit": self.poll_limit,
-                "allowed_updates": self.allowed_updates,
-            }
-            if offset is not None:
-                params["offset"] = offset
-            try:
-                updates = await self._api.call(
-                    "getUpdates", params, timeout=self.poll_timeout + self.request_timeout
-                )
-            except TelegramError as error:
-                if self._stopping.is_set():
-                    return
-                failing = self._log_poll_failure(error, failing)
-                delay = error.retry_after if error.retry_after else backoff
-                backoff = min(backoff * 2, self.retry_max)
-                if await sleep_or_stop(self._stopping, delay):
-                    return
-                continue
-            if failing is not None:
-                self._log().info("getUpdates works again; polling resumed")
-                failing = None
-            backoff = self.retry_initial
-            try:
-                offset = await self._ingest_batch(ctx, updates, offset)
-            except Exception:
-                self._log().exception("could not store updates; will read them again")
-                if await sleep_or_stop(self._stopping, backoff):
-                    return
-                backoff = min(backoff * 2, self.retry_max)
-
-    async def _ingest_batch(
-        self, ctx: AdapterContext, updates: Any, offset: int | None
-    ) -> int | None:
-        """Ingest updates in order; return the offset that confirms the committed ones."""
-        if not isinstance(updates, list):
-            self._log().warning("getUpdates answered a %s, not a list", type(updates).__name__)
-            return offset
-        moved = False
-        for update in updates:
-            update_id = update.get("update_id") if isinstance(update, Mapping) else None
-            if not isinstance(update_id, int):
-                self._log().warning("skipped an update without an integer update_id")
-                continue
-            next_offset = max(offset or 0, update_id + 1)
-            self._ingesting = True
-            try:
-                # the offset commits with the update, so a crash cannot lose or double it
-                state = {"offset": str(next_offset), **self._learn_migration(update)}
-                await ctx.ingest(update, state=state)
-            finally:
-                self._ingesting = False
-            offset, moved = next_offset, True
-            if self._stopping.is_set():
-                break
-        if moved and offset is not None:
-            # ignored and malformed updates store nothing, so write the cursor once more
-            await ctx.set_state("offset", str(offset))
-        return offset
-
-    def _log_poll_failure(self, error: TelegramError, failing: str | None) -> str:
-        """Log a failed getUpdates once per kind of failure; return that kind."""
-        kind = f"{error.code}:{error.description}" if error.code == 409 else error.outcome
-        if kind == failing:
-            return kind
-        if error.code == 409 and "webhook" in error.description.lower():
-            self._log().error(
-                "Telegram refuses getUpdates for account %r because a webhook is set (409 "
-                'Conflict). Use mode = "webhook", or call deleteWebhook (restarting in '
-                "polling mode does that). Retrying with backoff.",
-                self.account,
-            )
-        elif error.code == 409:
-            self._log().error(
-                "Telegram ended this getUpdates because another process is polling the same "
-                "bot token (409 Conflict) for account %r. Stop the other bot process: only one "
-                "poller per token works. Retrying with backoff.",
-                self.account,
-            )
-        elif error.code == 401:
-            self._log().error(
-                "Telegram refused the token of account %r (401); check `token`", self.account
-            )
-        else:
-            self._log().warning("getUpdates failed: %s; retrying with backoff", error)
-        return kind
-
-    async def _leave_webhook(self, ctx: AdapterContext) -> None:
-        """In polling mode, remove a webhook this bot has set (getUpdates is refused while one is)."""
-        try:
-            info = await self._api.call("getWebhookInfo")
-            if isinstance(info, Mapping) and info.get("url"):
-                await self._api.call("deleteWebhook", {"drop_pending_updates": False})
-                self._log().info("deleted the bot's webhook to receive updates by polling")
-        except TelegramError as error:
-            self._log().warning("could not check or delete the webhook: %s", error)
-
-    async def _start_webhook(self, ctx: AdapterContext) -> None:
-        secret = await ctx.get_state("webhook_secret")
-        if not secret:
-            secret = secrets.token_urlsafe(32)  # A-Z a-z 0-9 _ -, as setWebhook requires
-            await ctx.set_state("webhook_secret", secret)
-        self._webhook_secret = secret
-        url = ctx.routes.add("POST", self.webhook_path, self._on_webhook)
-        self._route_added = True
-        try:
-            await self._api.call(
-                "setWebhook",
-                {
-                    "url": self.webhook_url or url,
-                    "secret_token": secret,
-                    "allowed_updates": self.allowed_updates,
-                    "max_connections": self.webhook_max_connections,
-                },
-            )
-        except TelegramError as error:
-            raise ConfigError(
-                f"setWebhook failed for account {self.account!r}: {error.description}",
-                key="webhook_url",
-            ) from None
-        self._log().info("webhook set; Telegram delivers updates to %s", self.webhook_url or url)
-
-    async def _on_webhook(self, request: web.Request) -> web.StreamResponse:
-        given = request.headers.get(SECRET_HEADER, "")
-        expected = self._webhook_secret or ""
-        if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
-            self._log().warning(
-                "refused a webhook request from %s: wrong or missing %s header",
-                request.remote,
-                SECRET_HEADER,
-            )
-            return web.json_response({"ok": False, "description": "Unauthorized"}, status=401)
-        if self._stopping.is_set() or self._ctx is None:
-            return web.json_response({"ok": False, "description": "stopping"}, status=503)
-        try:
-            update = await request.json()
-        except ValueError:
-            return web.json_response({"ok": False, "description": "not JSON"}, status=400)
-        try:
-            await self._ctx.ingest(update, state=self._learn_migration(update) or None)
-        except Exception:
-            self._log().exception("could not store a webhook update; Telegram will retry")
-            return web.json_response({"ok": False}, status=500)
-        return web.json_response({"ok": True})
 
     # sending ------------------------------------------------------------------
 
@@ -457,11 +302,7 @@ class TelegramAdapter:
         return self._migrated.get(address.chat, address.chat)
 
     def _log(self) -> Any:
-        if self._ctx is not None:
-            return self._ctx.log
-        import logging
-
-        return logging.getLogger("backchannel.telegram")
+        return self._ctx.log if self._ctx is not None else _fallback_log
 
 
 def _delivery_error(error: TelegramError) -> DeliveryError:

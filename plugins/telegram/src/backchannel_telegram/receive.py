@@ -1,0 +1,261 @@
+"""Receiving updates: long polling (`Poller`) or a webhook (`WebhookReceiver`).
+
+Both acknowledge only what is committed. The poller writes the next `offset`
+in the same transaction as each update (``ctx.ingest(state=...)``) and tells
+Telegram only on the following getUpdates, so a crash re-reads rather than
+loses; the webhook answers 200 only after the ingest returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import secrets
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+from attrs import frozen
+from backchannel.adapter import AdapterContext
+from backchannel.errors import ConfigError
+
+from .api import BotApi, TelegramError, sleep_or_stop
+
+__all__ = ["SECRET_HEADER", "PollSettings", "Poller", "WebhookReceiver", "WebhookSettings"]
+
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+
+#: given one raw update, return adapter state to commit with it (may be empty)
+StateFor = Callable[[Mapping[str, Any]], dict[str, str | None]]
+
+
+@frozen
+class PollSettings:
+    timeout: int
+    limit: int
+    allowed_updates: tuple[str, ...]
+    request_timeout: float
+    retry_initial: float
+    retry_max: float
+
+
+@frozen
+class WebhookSettings:
+    path: str
+    url: str | None
+    max_connections: int
+    allowed_updates: tuple[str, ...]
+
+
+class Poller:
+    """Long-polls getUpdates and hands each update to `ctx.ingest`, in order."""
+
+    def __init__(
+        self,
+        api: BotApi,
+        ctx: AdapterContext,
+        account: str,
+        settings: PollSettings,
+        state_for: StateFor,
+    ):
+        self._api = api
+        self._ctx = ctx
+        self._account = account
+        self._settings = settings
+        self._state_for = state_for
+        self._stopping = asyncio.Event()
+        self._ingesting = False
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Remove a webhook if one is set (getUpdates is refused while it is), then poll."""
+        try:
+            info = await self._api.call("getWebhookInfo")
+            if isinstance(info, Mapping) and info.get("url"):
+                await self._api.call("deleteWebhook", {"drop_pending_updates": False})
+                self._ctx.log.info("deleted the bot's webhook to receive updates by polling")
+        except TelegramError as error:
+            self._ctx.log.warning("could not check or delete the webhook: %s", error)
+        self._task = asyncio.create_task(self._poll_forever(), name=f"telegram-{self._account}")
+
+    async def stop(self) -> None:
+        """Stop; an ingest in progress is allowed to finish (bounded), a long poll is dropped."""
+        self._stopping.set()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        if not self._ingesting:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(task, self._settings.request_timeout + 5)
+
+    async def _poll_forever(self) -> None:
+        settings = self._settings
+        saved = await self._ctx.get_state("offset")
+        offset = int(saved) if saved else None
+        backoff = settings.retry_initial
+        failing: str | None = None
+        while not self._stopping.is_set():
+            params: dict[str, Any] = {
+                "timeout": settings.timeout,
+                "limit": settings.limit,
+                "allowed_updates": list(settings.allowed_updates),
+            }
+            if offset is not None:
+                params["offset"] = offset
+            try:
+                updates = await self._api.call(
+                    "getUpdates", params, timeout=settings.timeout + settings.request_timeout
+                )
+            except TelegramError as error:
+                if self._stopping.is_set():
+                    return
+                failing = self._log_failure(error, failing)
+                delay = error.retry_after if error.retry_after else backoff
+                backoff = min(backoff * 2, settings.retry_max)
+                if await sleep_or_stop(self._stopping, delay):
+                    return
+                continue
+            if failing is not None:
+                self._ctx.log.info("getUpdates works again; polling resumed")
+                failing = None
+            backoff = settings.retry_initial
+            try:
+                offset = await self._ingest_batch(updates, offset)
+            except Exception:
+                self._ctx.log.exception("could not store updates; will read them again")
+                if await sleep_or_stop(self._stopping, backoff):
+                    return
+                backoff = min(backoff * 2, settings.retry_max)
+
+    async def _ingest_batch(self, updates: Any, offset: int | None) -> int | None:
+        """Ingest updates in order; return the offset that confirms the committed ones."""
+        if not isinstance(updates, list):
+            self._ctx.log.warning("getUpdates answered a %s, not a list", type(updates).__name__)
+            return offset
+        moved = False
+        for update in updates:
+            update_id = update.get("update_id") if isinstance(update, Mapping) else None
+            if not isinstance(update_id, int):
+                self._ctx.log.warning("skipped an update without an integer update_id")
+                continue
+            next_offset = max(offset or 0, update_id + 1)
+            self._ingesting = True
+            try:
+                # the offset commits with the update, so a crash cannot lose or double it
+                state = {"offset": str(next_offset), **self._state_for(update)}
+                await self._ctx.ingest(update, state=state)
+            finally:
+                self._ingesting = False
+            offset, moved = next_offset, True
+            if self._stopping.is_set():
+                break
+        if moved and offset is not None:
+            # a malformed update stores nothing, so write the cursor once more
+            await self._ctx.set_state("offset", str(offset))
+        return offset
+
+    def _log_failure(self, error: TelegramError, failing: str | None) -> str:
+        """Log a failed getUpdates once per kind of failure; return that kind."""
+        kind = f"{error.code}:{error.description}" if error.code == 409 else error.outcome
+        if kind == failing:
+            return kind
+        log = self._ctx.log
+        if error.code == 409 and "webhook" in error.description.lower():
+            log.error(
+                "Telegram refuses getUpdates for account %r because a webhook is set (409 "
+                'Conflict). Use mode = "webhook", or call deleteWebhook (restarting in '
+                "polling mode does that). Retrying with backoff.",
+                self._account,
+            )
+        elif error.code == 409:
+            log.error(
+                "Telegram ended this getUpdates because another process is polling the same "
+                "bot token (409 Conflict) for account %r. Stop the other bot process: only one "
+                "poller per token works. Retrying with backoff.",
+                self._account,
+            )
+        elif error.code == 401:
+            log.error(
+                "Telegram refused the token of account %r (401); check `token`", self._account
+            )
+        else:
+            log.warning("getUpdates failed: %s; retrying with backoff", error)
+        return kind
+
+
+class WebhookReceiver:
+    """Serves the webhook route and registers it with setWebhook and a secret token."""
+
+    def __init__(
+        self,
+        api: BotApi,
+        ctx: AdapterContext,
+        account: str,
+        settings: WebhookSettings,
+        state_for: StateFor,
+    ):
+        self._api = api
+        self._ctx = ctx
+        self._account = account
+        self._settings = settings
+        self._state_for = state_for
+        self._secret = ""
+        self._serving = False
+
+    async def start(self) -> None:
+        """Add the route, then setWebhook; the secret is generated once and kept in state."""
+        secret = await self._ctx.get_state("webhook_secret")
+        if not secret:
+            secret = secrets.token_urlsafe(32)  # A-Z a-z 0-9 _ -, as setWebhook requires
+            await self._ctx.set_state("webhook_secret", secret)
+        self._secret = secret
+        route_url = self._ctx.routes.add("POST", self._settings.path, self._on_request)
+        self._serving = True
+        url = self._settings.url or route_url
+        try:
+            await self._api.call(
+                "setWebhook",
+                {
+                    "url": url,
+                    "secret_token": secret,
+                    "allowed_updates": list(self._settings.allowed_updates),
+                    "max_connections": self._settings.max_connections,
+                },
+            )
+        except TelegramError as error:
+            await self.stop()
+            raise ConfigError(
+                f"setWebhook failed for account {self._account!r}: {error.description}",
+                key="webhook_url",
+            ) from None
+        self._ctx.log.info("webhook set; Telegram delivers updates to %s", url)
+
+    async def stop(self) -> None:
+        """Remove the route. The webhook stays set: Telegram queues updates until we are back."""
+        if self._serving:
+            self._serving = False
+            self._ctx.routes.remove("POST", self._settings.path)
+
+    async def _on_request(self, request: web.Request) -> web.StreamResponse:
+        given = request.headers.get(SECRET_HEADER, "")
+        if not self._secret or not hmac.compare_digest(given.encode(), self._secret.encode()):
+            self._ctx.log.warning(
+                "refused a webhook request from %s: wrong or missing %s header",
+                request.remote,
+                SECRET_HEADER,
+            )
+            return web.json_response({"ok": False, "description": "Unauthorized"}, status=401)
+        if not self._serving:
+            return web.json_response({"ok": False, "description": "stopping"}, status=503)
+        try:
+            update = await request.json()
+        except ValueError:
+            return web.json_response({"ok": False, "description": "not JSON"}, status=400)
+        try:
+            await self._ctx.ingest(update, state=self._state_for(update) or None)
+        except Exception:
+            self._ctx.log.exception("could not store a webhook update; Telegram will retry")
+            return web.json_response({"ok": False}, status=500)
+        return web.json_response({"ok": True})
