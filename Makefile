@@ -1,23 +1,28 @@
-# Two commands: `make demo` and `make test`. Both bootstrap what they need.
+# Two commands: `make demo` and `make test`. Both bootstrap what they need:
+# uv from PyPI, the workspace from uv.lock, and (for the browser test) Debian's chromium.
 SHELL := /bin/bash
-UV ?= $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
+PYTHON ?= python3
+UV := $(PYTHON) -m uv
 PY_SOURCES := core/src plugins/telegram/src plugins/slack/src plugins/discord/src plugins/tinyplace/src plugins/webchat/src
 
 .PHONY: demo test bootstrap lint typecheck pytest chromium bench
 
 bootstrap:
-	@command -v uv >/dev/null 2>&1 || test -x $(HOME)/.local/bin/uv || python3 -m pip install --quiet --user uv || python3 -m pip install --quiet uv
+	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet uv \
+		|| $(PYTHON) -m pip install --quiet --user --break-system-packages uv
 	@$(UV) sync --all-packages --frozen --quiet
 
 demo: bootstrap
 	@$(UV) run --frozen backchannel demo
 
 chromium:
-	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian's chromium for the browser test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 lint: bootstrap
-	$(UV) run --frozen ruff check core plugins tests bench
-	$(UV) run --frozen ruff format --check core plugins tests bench
+	$(UV) run --frozen ruff check core plugins tests bench examples
+	$(UV) run --frozen ruff format --check core plugins tests bench examples
 
 typecheck: bootstrap
 	$(UV) run --frozen mypy $(PY_SOURCES)
@@ -29,4 +34,5 @@ test: lint typecheck pytest
 
 bench: bootstrap
 	$(UV) run --frozen python bench/ingest.py
+	$(UV) run --frozen python bench/ingest.py --batch 100
 	$(UV) run --frozen python bench/window.py
