@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 from backchannel.errors import RateLimited, Rejected, Uncertain
 from backchannel.model import Address, Outbound
+from backchannel.testing import ContractContext
 from backchannel_discord import DiscordAdapter
 from backchannel_discord.testing import FakeDiscord
 from discord.http import Route
+
+from .conftest import FAST
 
 
 def posts(fake: FakeDiscord) -> list[dict]:
@@ -196,3 +199,19 @@ async def test_refused_connection_is_rate_limited_not_uncertain(
             await adapter.send(Outbound(Address("test", fake.general), "nowhere"))
     finally:
         Route.BASE = saved
+
+
+async def test_a_burst_is_paced_by_discord_py_from_the_rate_limit_headers(
+    contract_context: ContractContext,
+) -> None:
+    async with FakeDiscord(bucket_limit=2, bucket_window=0.3) as fake:
+        adapter = DiscordAdapter("test", {**fake.settings, **FAST})
+        await adapter.start(contract_context.bind(adapter))
+        try:
+            texts = [f"burst {n}" for n in range(6)]
+            for text in texts:  # sequential, as the outbox sends one conversation's messages
+                await adapter.send(Outbound(Address("test", fake.general), text))
+        finally:
+            await adapter.stop()
+        assert [m["content"] for m in fake.sent_to(fake.general)] == texts
+        assert fake.over_limit == 0  # discord.py waited on X-RateLimit-Remaining: 0

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import secrets
 import time
 import zlib
@@ -155,6 +156,8 @@ class FakeDiscord:
         self.requests: list[tuple[str, str, Any]] = []
         self.reactions: list[tuple[str, str, str]] = []
         self.typing: list[str] = []
+        #: requests answered 429 because the client ignored the rate-limit headers
+        self.over_limit = 0
         self.identifies = 0
         self.resumes = 0
         #: close codes the fake sent, in order
@@ -639,6 +642,9 @@ class FakeDiscord:
         if data.get("token") != (self.gateway_token or self.token):
             await self._close(connection, 4004, "Authentication failed.")
             return
+        if not isinstance(data.get("properties"), Mapping):
+            await self._close(connection, 4002, "Error while decoding payload.")
+            return
         intents = data.get("intents")
         if not isinstance(intents, int) or intents < 0:
             await self._close(connection, 4013, "Invalid intent(s).")
@@ -836,7 +842,16 @@ class FakeDiscord:
     async def _channel_route(
         self, method: str, channel_id: str, rest: list[str], body: Any, request: web.Request
     ) -> web.StreamResponse:
-        bucket = f"channel:{channel_id}"
+        if rest == ["typing"]:
+            route = "typing"
+        elif "reactions" in rest:
+            route = "reactions"
+        else:
+            route = f"{method.lower()}-messages"
+        bucket = f"{route}:{channel_id}"
+        over_limit = self._take(bucket)
+        if over_limit is not None:
+            return over_limit
         if rest == ["typing"] and method == "POST":
             self.typing.append(channel_id)
             return self._limited(bucket, web.Response(status=204))
@@ -872,7 +887,7 @@ class FakeDiscord:
             return self._limited(bucket, web.Response(status=204))
         if len(rest) == 5 and rest[2] == "reactions" and rest[4] == "@me" and method == "PUT":
             self.reactions.append((channel_id, rest[1], rest[3]))
-            return self._limited(f"reactions:{channel_id}", web.Response(status=204))
+            return self._limited(bucket, web.Response(status=204))
         return self._json(405, {"message": "405: Method Not Allowed", "code": 0})
 
     def _history(self, channel_id: str, request: web.Request) -> list[dict[str, Any]]:
@@ -949,21 +964,41 @@ class FakeDiscord:
         status, body = _ERRORS[fault.kind]
         return self._limited(bucket, self._json(status, body))
 
-    def _limited(self, bucket: str, response: web.Response) -> web.Response:
-        """Count a request against `bucket` and add Discord's rate-limit headers."""
+    def _take(self, bucket: str) -> web.Response | None:
+        """Count one request against `bucket`; return Discord's 429 when it is exhausted."""
         now = time.time()
         used, reset_at = self._buckets.get(bucket, (0, now + self.bucket_window))
         if now >= reset_at:
             used, reset_at = 0, now + self.bucket_window
-        used += 1
-        self._buckets[bucket] = (used, reset_at)
+        if used >= self.bucket_limit:
+            self.over_limit += 1
+            wait = reset_at - now
+            body = {
+                "message": "You are being rate limited.",
+                "retry_after": round(wait, 3),
+                "global": False,
+            }
+            headers = {
+                "Retry-After": str(math.ceil(wait)),
+                "Via": "1.1 google",
+                "X-RateLimit-Scope": "user",
+            }
+            return self._limited(bucket, self._json(429, body, headers))
+        self._buckets[bucket] = (used + 1, reset_at)
+        return None
+
+    def _limited(self, bucket: str, response: web.Response) -> web.Response:
+        """Add Discord's rate-limit headers for `bucket` to `response`."""
+        now = time.time()
+        used, reset_at = self._buckets.get(bucket, (0, now + self.bucket_window))
+        route = bucket.split(":", 1)[0]
         response.headers.update(
             {
                 "X-RateLimit-Limit": str(self.bucket_limit),
                 "X-RateLimit-Remaining": str(max(0, self.bucket_limit - used)),
                 "X-RateLimit-Reset": f"{reset_at:.3f}",
                 "X-RateLimit-Reset-After": f"{max(0.0, reset_at - now):.3f}",
-                "X-RateLimit-Bucket": f"fake{abs(hash(bucket.split(':')[0])) % 10**8:08d}",
+                "X-RateLimit-Bucket": f"{zlib.crc32(route.encode()):08x}{len(route):02d}",
             }
         )
         return response
