@@ -246,3 +246,69 @@ async def test_session_envelope_threads_by_wrapper_session_and_maps_roles(
 
 async def test_empty_mailbox_answered_with_null_is_fine(account: TinyplaceAdapter) -> None:
     assert await account.poll_once() == 0
+
+
+async def test_a_relisted_progress_event_is_acked_without_decrypt_or_dead_letter(
+    account: TinyplaceAdapter, contract_context: ContractContext, relay: FakeRelay, peer: RelayPeer
+) -> None:
+    relay.make_contacts(peer.agent_id, account.agent_id)
+    counter = DecryptCounter(account)
+    status = {
+        "envelope_version": "tinyplace.harness.session.v2",
+        "scope": {"wrapper_session_id": "s-1", "harness_session_id": "s-1"},
+        "event": {"id": "e1", "kind": "status", "payload": {"state": "thinking"}},
+    }
+    opener = await peer.send_text(account.agent_id, "opens the session")
+    await relay.wait_acked(account.agent_id, opener)
+    status_id = "msg_status_1"
+    body = json.dumps(status).encode()
+    await peer.client.messages.send_encrypted(
+        peer.session, peer.agent_id, account.agent_id, body, message_id=status_id
+    )
+    await relay.wait_acked(account.agent_id, status_id)
+    relay.redeliver(account.agent_id, status_id)
+    relay.acked.clear()
+    await relay.wait_acked(account.agent_id, status_id)
+    assert counter.calls == [opener, status_id]
+    assert await contract_context.get_state("dead_letters") is None
+    assert [r.status for r in contract_context.results] == ["stored"]
+
+
+async def test_nothing_is_read_or_reported_until_contacts_are_known(
+    contract_context: ContractContext, relay: FakeRelay, peer: RelayPeer, settings_for: Any
+) -> None:
+    adapter = TinyplaceAdapter("test", settings_for())
+    relay.make_contacts(peer.agent_id, adapter.agent_id)
+    for _ in range(3):  # one whole poll's contacts fetch fails (the SDK retries a GET twice)
+        relay.fail_next("server_error", method="GET", path="/contacts")
+    await adapter.start(contract_context.bind(adapter))
+    try:
+        relay_id = await peer.send_text(adapter.agent_id, "patience")
+        await relay.wait_acked(adapter.agent_id, relay_id)
+    finally:
+        await adapter.stop()
+    assert await contract_context.get_state("pending_senders") is None
+    assert [
+        m.text for m in await contract_context.transcript(Address("test", peer.agent_id, "master"))
+    ] == ["patience"]
+
+
+async def test_one_time_prekeys_are_topped_up_after_first_messages_use_them(
+    contract_context: ContractContext, relay: FakeRelay, settings_for: Any
+) -> None:
+    adapter = TinyplaceAdapter("test", settings_for(prekey_pool=4))
+    await adapter.start(contract_context.bind(adapter))
+    try:
+        assert len(relay.one_time_prekeys[adapter.agent_id]) == 4
+        last = ""
+        for _ in range(3):
+            async with RelayPeer(relay.url) as newcomer:
+                relay.make_contacts(newcomer.agent_id, adapter.agent_id)
+                last = await newcomer.send_text(adapter.agent_id, "hi, first time")
+        assert len(relay.one_time_prekeys[adapter.agent_id]) == 1
+        await relay.wait_acked(adapter.agent_id, last)
+        await relay.wait_for(lambda: len(relay.one_time_prekeys[adapter.agent_id]) == 4)
+    finally:
+        await adapter.stop()
+    ids = [k["keyId"] for k in relay.one_time_prekeys[adapter.agent_id]]
+    assert len(set(ids)) == 4 and "pk_1" not in ids

@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 from backchannel.adapter import AdapterContext, Capabilities, split_text
-from backchannel.errors import DeliveryError, RateLimited, Rejected, Uncertain
+from backchannel.errors import DeliveryError, NormalizeError, RateLimited, Rejected, Uncertain
 from backchannel.model import Event, Outbound, Receipt, Sender
 from nacl.exceptions import CryptoError
 from tinyplace import TinyPlaceClient, TinyPlaceError
@@ -55,6 +55,10 @@ DEFAULT_RELAY_URL = "https://api.tiny.place"
 #: envelope, base64-encoded (x4/3) in the JSON body: 4000 characters stay under
 #: ~22 KB per request in the worst case. Most replies are never split.
 MAX_TEXT_LEN = 4000
+#: polls between checks of the relay's one-time pre-key pool (also after each PREKEY_BUNDLE)
+_KEY_CHECK_EVERY = 100
+#: state key: event ids decrypted and committed without a transcript row (ignored, malformed)
+_SETTLED = "settled_event_ids"
 #: errors from the crypto layer that no retry can fix
 _PERMANENT = (ValueError, KeyError, TypeError, UnicodeDecodeError, binascii.Error, CryptoError)
 
@@ -94,6 +98,8 @@ class TinyplaceAdapter:
         self._store: DurableSessionStore | None = None
         self._contacts: ContactsApi | None = None
         self._accepted: set[str] = set()
+        self._contacts_known = False
+        self._polls = 0
         self._reported: set[str] = set()
         self._keys_ready = False
         self._ratchet = asyncio.Lock()
@@ -147,7 +153,8 @@ class TinyplaceAdapter:
     async def poll_once(self) -> int:
         """Fetch the mailbox once and handle every message; return how many were committed."""
         client = self._require_client()
-        if not self._keys_ready:
+        self._polls += 1
+        if not self._keys_ready or self._polls % _KEY_CHECK_EVERY == 0:
             await self._publish_keys()
         page = await client.messages.list(self.agent_id, self.poll_limit)
         listed = page.get("messages") if isinstance(page, dict) else None
@@ -160,7 +167,8 @@ class TinyplaceAdapter:
                 str(m.get("id") or ""),
             )
         )
-        await self._refresh_contacts()
+        if not await self._refresh_contacts():
+            return 0
         committed = 0
         seen: set[str] = set()
         stalled: set[str] = set()
@@ -189,9 +197,14 @@ class TinyplaceAdapter:
             await self._hold_for_approval(sender, relay_id)
             return 0
         routing = _routing(envelope)
-        if await ctx.is_known(event_id_of(sender, relay_id)):
-            # committed before (a crash came between commit and DELETE): never decrypt twice
+        event_id = event_id_of(sender, relay_id)
+        if await ctx.is_known(event_id):
+            # committed before (a crash came between commit and DELETE): never decrypt twice;
+            # the store confirms it as a duplicate
             await ctx.ingest({"envelope": routing, "redelivered": True})
+            await self._ack(relay_id)
+            return 0
+        if event_id in await self._settled():  # decrypted before, stored nothing
             await self._ack(relay_id)
             return 0
         store, signal = self._require_signal()
@@ -204,15 +217,30 @@ class TinyplaceAdapter:
                     await self._dead_letter(envelope, f"{type(error).__name__}: {error}")
                     await self._ack(relay_id)
                     return 0
-                result = await ctx.ingest(
-                    {"envelope": routing, "plaintext": plaintext}, state=dict(staged)
-                )
-                if result.status == "malformed" and staged:
+                raw = {"envelope": routing, "plaintext": plaintext}
+                if not self._stores_a_row(raw):
+                    # nothing will be stored under this event id: remember it as settled,
+                    # with the ratchet step, so a re-listing is not decrypted a second time
+                    staged[_SETTLED] = json.dumps([*await self._settled(), event_id][-500:])
+                result = await ctx.ingest(raw, state=dict(staged))
+                if result.status == "malformed":
                     # the message is dropped, but the ratchet did move: keep it in step
                     for key, value in staged.items():
                         await ctx.set_state(key, value)
+        if envelope.get("type") == "PREKEY_BUNDLE":
+            self._keys_ready = False  # a one-time pre-key was used: top the pool up
         await self._ack(relay_id)
         return 1
+
+    def _stores_a_row(self, raw: Mapping[str, Any]) -> bool:
+        try:
+            return self.normalize(raw) is not None
+        except NormalizeError:
+            return False
+
+    async def _settled(self) -> list[str]:
+        text = await self._require_ctx().get_state(_SETTLED)
+        return list(json.loads(text)) if text else []
 
     async def _ack(self, relay_id: str) -> None:
         try:
@@ -226,15 +254,24 @@ class TinyplaceAdapter:
                 error,
             )
 
-    async def _refresh_contacts(self) -> None:
+    async def _refresh_contacts(self) -> bool:
+        """Fetch the accepted contacts; return False when they were never known."""
         try:
             self._accepted = await self._require_contacts().accepted()
+            self._contacts_known = True
         except TinyPlaceError as error:
+            if not self._contacts_known:
+                self._log().warning(
+                    "could not fetch contacts (%s); the mailbox is read once they are known",
+                    error,
+                )
+                return False
             self._log().warning("could not refresh contacts (%s); using the last known list", error)
         pending = await self._pending_senders()
         if any(sender in self._accepted for sender in pending):
             remaining = {k: v for k, v in pending.items() if k not in self._accepted}
             await self._require_ctx().set_state("pending_senders", json.dumps(remaining))
+        return True
 
     async def _hold_for_approval(self, sender: str, relay_id: str) -> None:
         pending = await self._pending_senders()
