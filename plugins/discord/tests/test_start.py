@@ -74,6 +74,21 @@ def test_missing_token_is_a_config_error() -> None:
         DiscordAdapter("main", {"token": "  "})
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("request_timeout", "soon", "accounts.main.request_timeout: expected a positive number"),
+        ("catch_up_limit", -1, "accounts.main.catch_up_limit: expected a positive number"),
+        ("catch_up", "yes", "accounts.main.catch_up: expected true or false"),
+        ("allowed_mentions", "users", "accounts.main.allowed_mentions: expected a list"),
+    ],
+)
+def test_bad_settings_are_config_errors_naming_the_key(key: str, value: object, says: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        DiscordAdapter("main", {"token": "x", key: value})
+    assert says in str(caught.value)
+
+
 def test_unknown_allowed_mentions_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="allowed_mentions"):
         DiscordAdapter("main", {"token": "x", "allowed_mentions": ["users", "here"]})

@@ -60,16 +60,21 @@ class DiscordAdapter:
         self._token = token.strip()
         self._api_base = _opt_str(settings.get("api_base"))
         self._gateway_url = _opt_str(settings.get("gateway_url"))
-        self.request_timeout = float(settings.get("request_timeout", 15.0))
-        self.ready_timeout = float(settings.get("ready_timeout", 30.0))
-        self.max_ratelimit_wait = float(settings.get("max_ratelimit_wait", 2.0))
-        self.heartbeat_timeout = float(settings.get("heartbeat_timeout", 60.0))
-        self.guild_ready_timeout = float(settings.get("guild_ready_timeout", 2.0))
-        self.drain_timeout = float(settings.get("drain_timeout", 5.0))
-        self.catch_up = bool(settings.get("catch_up", True))
-        self.message_content_intent = bool(settings.get("message_content_intent", True))
-        self.catch_up_limit = int(settings.get("catch_up_limit", 100))
+        self.request_timeout = _number(settings, "request_timeout", 15.0, account)
+        self.ready_timeout = _number(settings, "ready_timeout", 30.0, account)
+        self.max_ratelimit_wait = _number(settings, "max_ratelimit_wait", 2.0, account)
+        self.heartbeat_timeout = _number(settings, "heartbeat_timeout", 60.0, account)
+        self.guild_ready_timeout = _number(settings, "guild_ready_timeout", 2.0, account)
+        self.drain_timeout = _number(settings, "drain_timeout", 5.0, account)
+        self.catch_up = _flag(settings, "catch_up", True, account)
+        self.message_content_intent = _flag(settings, "message_content_intent", True, account)
+        self.catch_up_limit = int(_number(settings, "catch_up_limit", 100, account))
         mentions = settings.get("allowed_mentions", ["users"])
+        if not isinstance(mentions, list | tuple) or not all(isinstance(m, str) for m in mentions):
+            raise ConfigError(
+                f"expected a list of strings, got {mentions!r}",
+                key=f"accounts.{account}.allowed_mentions",
+            )
         unknown = set(mentions) - _MENTION_KINDS
         if unknown:
             raise ConfigError(
@@ -80,7 +85,7 @@ class DiscordAdapter:
             everyone="everyone" in mentions,
             roles="roles" in mentions,
             users="users" in mentions,
-            replied_user=bool(settings.get("mention_replied_user", True)),
+            replied_user=_flag(settings, "mention_replied_user", True, account),
         )
         self.capabilities = Capabilities(
             threads=True,
@@ -486,6 +491,22 @@ def _snowflake(value: str | None, what: str) -> int:
     if value is None or not str(value).isdigit():
         raise Rejected(f"{what} must be a Discord id (a snowflake), got {value!r}")
     return int(value)
+
+
+def _number(settings: Mapping[str, Any], key: str, default: float, account: str) -> float:
+    value = settings.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(
+            f"expected a positive number, got {value!r}", key=f"accounts.{account}.{key}"
+        )
+    return float(value)
+
+
+def _flag(settings: Mapping[str, Any], key: str, default: bool, account: str) -> bool:
+    value = settings.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"expected true or false, got {value!r}", key=f"accounts.{account}.{key}")
+    return value
 
 
 def _opt_str(value: object) -> str | None:
