@@ -454,7 +454,7 @@ def test_names_from_enrichment_and_profile() -> None:
     event = norm(envelope(with_profile))
     assert event is not None
     assert event.sender.name == "S'chn T'gai Spock"
-    assert event.sender.handle == "spock"
+    assert event.sender.handle == "U123ABC456"  # mentions are written <@U123ABC456>
 
 
 def test_bare_inner_event_is_accepted() -> None:

@@ -66,6 +66,7 @@ async def test_mention_in_channel_opens_a_thread_conversation_and_reply_lands_in
         f"<@{slack.bot_user_id}> status?"
     ]
     assert "Slack" in run.instruction
+    assert f"(@{slack.bot_user_id})" in run.instruction  # the agent can tell <@U0FAKEBOT> is itself
     (post,) = await slack.wait_posts(1)
     assert (post["channel"], post["thread_ts"], post["text"]) == ("C0GENERAL", root, "hello Alice")
 

@@ -214,7 +214,12 @@ class SlackAdapter:
         self.identity = BotIdentity(user_id or self.identity.user_id, _opt(auth.get("bot_id")))
         self.team = _opt(auth.get("team_id"))
         name = _opt(auth.get("user")) or "bot"
-        self.me = Sender(id=self.identity.user_id or name, name=name, handle=name, is_bot=True)
+        self.me = Sender(
+            id=self.identity.user_id or name,
+            name=name,
+            handle=self.identity.user_id,  # how mentions of the bot look in text: <@U…>
+            is_bot=True,
+        )
         self._log.info("Slack bot %s (%s) in team %s", name, user_id, self.team)
 
     async def _connect_socket(self, logger: logging.Logger, proxy: str | None) -> None:

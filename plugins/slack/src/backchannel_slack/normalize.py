@@ -323,7 +323,9 @@ class _Reader:
             or _opt_str(bot_profile.get("name"))
             or ""
         )
-        handle = _opt_str(profile.get("name"))
+        # the handle is the user id: it is what a mention looks like in Slack text
+        # (<@U123>), so the agent can recognise mentions and write its own
+        handle = user if user else None
         return Sender(id=sender_id, name=name, handle=handle, is_bot=bot_id is not None)
 
     def title(self, kind: ConversationKind) -> str | None:
