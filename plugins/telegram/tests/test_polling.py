@@ -173,3 +173,19 @@ async def test_reaction_and_edit_updates_reach_the_store(
     ]
     (row,) = await contract_context.transcript(contract_context.events[0].address)
     assert row.text == "typo here"
+
+
+async def test_identity_is_learnt_later_when_getme_fails_at_start(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    fake.fail_next("getMe", "500")
+    alice = fake.user("Alice")
+    group = fake.group("Ops")
+    adapter = await start_adapter(fake, contract_context, retry_initial=0.05)
+    assert adapter.me is not None and adapter.me.handle is None
+    await fake.wait_for(lambda: len(fake.calls_to("getMe")) >= 2, what="a second getMe")
+    await fake.wait_for(lambda: adapter.me is not None and adapter.me.handle is not None)
+    update_id = fake.inject_message(group, alice, "@backchannel_test_bot hi")["update_id"]
+    await contract_context.wait_ingested(str(update_id))
+    await adapter.stop()
+    assert contract_context.events[-1].mentions_me

@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 from backchannel.adapter import IngestResult, RouteTable
+from backchannel.errors import ConfigError
 from backchannel.testing import ContractContext
 from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.adapter import SECRET_HEADER
@@ -154,3 +155,13 @@ async def test_switching_from_webhook_to_polling_deletes_the_webhook(
     await polling.stop()
     assert await contract_context.get_state("mode") == "polling"
     assert "deleted the bot's webhook" in caplog.text
+
+
+async def test_a_webhook_url_telegram_refuses_is_a_config_error_and_frees_the_route(
+    fake: FakeTelegram, contract_context: ContractContext, routes: RouteTable
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        await start_webhook(fake, contract_context, routes, webhook_url="ftp://bots.example.com/")
+    assert caught.value.key == "webhook_url"
+    assert "HTTPS URL must be provided" in str(caught.value)
+    assert ("POST", PATH) not in routes

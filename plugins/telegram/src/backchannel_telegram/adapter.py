@@ -97,6 +97,7 @@ class TelegramAdapter:
         self._pacer = Pacer(self.pacing)
         self._ctx: AdapterContext | None = None
         self._receiver: Poller | WebhookReceiver | None = None
+        self._identity_task: asyncio.Task[None] | None = None
         #: old group chat id -> supergroup chat id, learnt from Telegram
         self._migrated: dict[str, str] = {}
 
@@ -107,9 +108,17 @@ class TelegramAdapter:
 
     async def start(self, ctx: AdapterContext) -> None:
         """Learn who the bot is, then poll or register the webhook."""
+        try:
+            await self._start(ctx)
+        except BaseException:
+            await self.stop()  # nothing half-started stays behind (an open session, a route)
+            raise
+
+    async def _start(self, ctx: AdapterContext) -> None:
         self._ctx = ctx
         self._migrated = json.loads(await ctx.get_state("migrations") or "{}")
-        await self._learn_identity()
+        if not await self._learn_identity():
+            self._identity_task = asyncio.create_task(self._learn_identity_later())
         allowed = tuple(self.allowed_updates)
         if self.mode == "webhook":
             hook = WebhookSettings(
@@ -136,6 +145,10 @@ class TelegramAdapter:
         receiver, self._receiver = self._receiver, None
         if receiver is not None:
             await receiver.stop()
+        task, self._identity_task = self._identity_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         await self._api.close()
 
     # receiving --------------------------------------------------------------
@@ -166,7 +179,8 @@ class TelegramAdapter:
         self._log().info("group %s was upgraded to supergroup %s; following it", old, new)
         return {"migrations": json.dumps(self._migrated)}
 
-    async def _learn_identity(self) -> None:
+    async def _learn_identity(self, quiet: bool = False) -> bool:
+        """Ask getMe who the bot is; return False when Telegram could not say (yet)."""
         try:
             me = await self._api.call("getMe")
         except TelegramError as error:
@@ -176,11 +190,29 @@ class TelegramAdapter:
                     " check `token` against @BotFather",
                     key="token",
                 ) from None
-            self._log().warning("getMe failed (%s); going on without the bot's @username", error)
-            return
+            if not quiet:
+                self._log().warning(
+                    "getMe failed (%s); @mentions of the bot are not recognised until it works",
+                    error,
+                )
+            return False
         self._username = me.get("username") or self._username
         name = " ".join(str(p) for p in (me.get("first_name"), me.get("last_name")) if p)
         self.me = Sender(str(me.get("id", self._token.bot_id)), name, self._username, True)
+        return True
+
+    async def _learn_identity_later(self) -> None:
+        delay = self.retry_initial
+        while True:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.retry_max)
+            try:
+                if await self._learn_identity(quiet=True):
+                    self._log().info("getMe works now; the bot is @%s", self._username)
+                    return
+            except ConfigError as error:
+                self._log().error("%s", error)
+                return
 
     # sending ------------------------------------------------------------------
 

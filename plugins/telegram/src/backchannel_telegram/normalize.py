@@ -11,8 +11,8 @@ What becomes what:
   ``is_topic_message`` lives in the topic ``message_thread_id`` (the Address's
   thread). Messages in a forum's General topic carry no thread.
 - Service messages (members joining, pins, topic created, migration notices,
-  ...) and updates of kinds we do not handle (callback queries, polls, ...)
-  give None, as do messages the bot itself sent.
+  ...) and updates of kinds we do not handle (callback queries, polls,
+  business messages, ...) give None, as do messages the bot itself sent.
 - A group upgraded to a supergroup keeps its conversation: the adapter learns
   ``migrate_to_chat_id`` / ``migrate_from_chat_id`` from Telegram's service
   messages and passes `chat_aliases` (supergroup id -> original group id), so
@@ -56,10 +56,8 @@ _CONTENT_FIELDS = (
 _MESSAGE_KINDS: dict[str, EventKind] = {
     "message": "message",
     "channel_post": "message",
-    "business_message": "message",
     "edited_message": "edit",
     "edited_channel_post": "edit",
-    "edited_business_message": "edit",
 }
 
 
@@ -153,8 +151,6 @@ def _message_event(
             meta[key] = message[key]
     if "forward_origin" in message or "forward_date" in message:
         meta["forwarded"] = True
-    if where.startswith("business"):
-        meta["business_connection_id"] = message.get("business_connection_id")
     sent_at = float(date)
     if kind == "edit" and isinstance(message.get("edit_date"), int):
         sent_at = float(message["edit_date"])

@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 from attrs import frozen
 from backchannel.adapter import AdapterContext
-from backchannel.errors import ConfigError
+from backchannel.errors import BackchannelError, ConfigError
 
 from .api import BotApi, TelegramError, sleep_or_stop
 
@@ -226,8 +226,13 @@ class WebhookReceiver:
             )
         except TelegramError as error:
             await self.stop()
+            if error.outcome != "error":
+                raise BackchannelError(
+                    f"could not reach Telegram to set the webhook of account {self._account!r}"
+                    f" ({error.description}); try again"
+                ) from None
             raise ConfigError(
-                f"setWebhook failed for account {self._account!r}: {error.description}",
+                f"Telegram refused the webhook of account {self._account!r}: {error.description}",
                 key="webhook_url",
             ) from None
         self._ctx.log.info("webhook set; Telegram delivers updates to %s", url)
