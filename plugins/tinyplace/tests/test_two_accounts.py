@@ -69,6 +69,8 @@ async def test_b_replies_inside_a_session_that_a_opened_and_plain_dms_stay_in_ma
         assert at_a[1].reply_to_seq == at_a[0].seq
         assert at_a[1].sender.id == bob.agent_id
         assert at_a[1].meta["session"] == "review-42"
+        assert at_a[1].meta["tp"]["in_reply_to"] == at_a[0].platform_message_id
+        assert at_a[1].meta["envelope_version"] == "tinyplace.harness.session.v1"
 
         at_b = await window(store_b, Address("bob", alice.agent_id, "review-42"))
         assert [(m.direction, m.text) for m in at_b] == [

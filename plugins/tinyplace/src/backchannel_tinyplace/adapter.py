@@ -59,6 +59,8 @@ MAX_TEXT_LEN = 4000
 _KEY_CHECK_EVERY = 100
 #: state key: event ids decrypted and committed without a transcript row (ignored, malformed)
 _SETTLED = "settled_event_ids"
+#: senders listed in the `pending_senders` state at most
+_MAX_PENDING_SENDERS = 200
 #: errors from the crypto layer that no retry can fix
 _PERMANENT = (ValueError, KeyError, TypeError, UnicodeDecodeError, binascii.Error, CryptoError)
 
@@ -280,6 +282,9 @@ class TinyplaceAdapter:
             entry["message_ids"] = [*entry["message_ids"], relay_id][-50:]
             entry["last_seen"] = time.time()
             pending[sender] = entry
+            if len(pending) > _MAX_PENDING_SENDERS:  # keep the most recently seen
+                ranked = sorted(pending.items(), key=lambda kv: kv[1].get("last_seen", 0))
+                pending = dict(ranked[-_MAX_PENDING_SENDERS:])
             await self._require_ctx().set_state("pending_senders", json.dumps(pending))
         if sender not in self._reported:
             self._reported.add(sender)
