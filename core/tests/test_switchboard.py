@@ -373,3 +373,40 @@ async def wait_until(predicate, timeout: float = 10.0) -> None:  # type: ignore[
         if loop.time() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.005)
+
+
+async def test_preview_knows_the_agent_from_its_last_start(tmp_path: Path) -> None:
+    path = tmp_path / "bc.db"
+    channel = FakeChannel()
+    agent = reply_with("hi")
+    board = Switchboard(SQLiteStore(path))
+    board.add_account(channel.adapter("fake"), Binding(agent))
+    await board.start()
+    channel.platform.user_says("hello")
+    await agent.wait_runs(1)
+    await board.stop()
+
+    offline = Switchboard(SQLiteStore(path))  # never started, as `backchannel preview` does
+    offline.add_account(channel.adapter("fake"), Binding(agent))
+    run = await offline.build_run(1)
+    assert "You take part in it as Bot (@bot)." in run.instruction
+    await offline.stop()
+
+
+async def test_operator_start_leaves_other_processes_work_alone(store: SQLiteStore) -> None:
+    from backchannel.model import Outbound, Sender
+
+    conversation = await store.ensure_conversation(Address("fake", "c1"))
+    pending = await store.record_outbound(
+        conversation.id, Outbound(conversation.address, "in flight elsewhere"), Sender("bot")
+    )
+    channel = FakeChannel()
+    agent = reply_with("should not run")
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(agent))
+    await board.start_accounts(["fake"])
+    assert await board.send(Address("fake", "c1"), "from the operator") == "sent as #2"
+    assert [e.status for e in await store.outbox(status="pending")] == ["pending"]
+    assert pending.id in [e.id for e in await store.outbox(status="pending")]
+    assert agent.runs == []
+    await board.stop()

@@ -464,10 +464,8 @@ async def _send(config: Config, address: Address, text: str) -> dict[str, Any]:
         config, accounts=[address.account], agents=_idle_agents(config), serve_http=False
     )
     try:
-        entry = board.accounts[address.account]
-        # start only the adapter: starting the board would also run agents on unanswered chats
-        await entry.adapter.start(entry.context)
-        entry.started = True
+        # start only the adapter: starting the board would also recover and run agents
+        await board.start_accounts([address.account])
         result = await board.send(address, text)
         conversation = await board.store.ensure_conversation(address)
         latest = await board.store.outbox(conversation_id=conversation.id, limit=1)

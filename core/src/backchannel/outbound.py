@@ -72,7 +72,7 @@ class Deliverer:
         """Record `outbound` as pending, send it, and record sent / failed / uncertain."""
         sender = self.adapter.me or Sender("me", "me", is_bot=True)
         entry = await self.store.record_outbound(conversation.id, outbound, sender, run_id)
-        outbound = _with_outbox_id(outbound, entry.id)
+        outbound = _with_outbox_id(outbound, entry)
         attempt = 0
         while True:
             attempt += 1
@@ -117,10 +117,13 @@ class Deliverer:
             return DeliveryResult(entry, receipt)
 
 
-def _with_outbox_id(outbound: Outbound, outbox_id: int) -> Outbound:
+def _with_outbox_id(outbound: Outbound, entry: OutboxEntry) -> Outbound:
     from attrs import evolve
 
-    return evolve(outbound, outbox_id=outbox_id)
+    meta = dict(outbound.meta)
+    if entry.message_seq is not None:
+        meta["seq"] = entry.message_seq  # channels that render the transcript key it by seq
+    return evolve(outbound, outbox_id=entry.id, meta=meta)
 
 
 def channel_tools(

@@ -20,7 +20,7 @@ from attrs import define, field
 
 from .adapter import Adapter, AdapterContext, IngestResult, RouteTable
 from .errors import ConfigError, NormalizeError
-from .model import Address, Conversation, Event, Message
+from .model import Address, Conversation, Event, Message, Sender, from_json, to_json
 from .outbound import Deliverer, channel_tools
 from .plugins import get_plugin_manager
 from .policy import Policy
@@ -152,6 +152,8 @@ class Switchboard:
         self._started = False
         self._stopping = False
         self._conversation_account: dict[int, str] = {}
+        #: who the agent was on each account when it last started (for previews without start)
+        self._known_me: dict[str, Sender] = {}
 
     # setup -----------------------------------------------------------------
     def add_account(
@@ -193,7 +195,7 @@ class Switchboard:
             self.store,
             channel=adapter.channel,
             channel_name=adapter.capabilities.display_name or adapter.channel.title(),
-            me=lambda: adapter.me,
+            me=lambda: adapter.me or self._known_me.get(account),
             window=binding.window,
             tools=tools,
             framing_hook=framing,
@@ -225,12 +227,34 @@ class Switchboard:
                 await self.stop()
                 raise
             account.started = True
+            await self._remember_me(account)
         for conversation in await self.store.unhandled():
             if conversation.address.account not in self.accounts:
                 continue
             slot = self._slot(conversation.id)
             slot.notes.append(RESTART_NOTE)
             self.poke(conversation.id, conversation.address.account)
+
+    async def start_accounts(self, names: Iterable[str]) -> None:
+        """Start only these accounts' adapters: no recovery, no scheduling, no HTTP server.
+
+        For operator commands (`backchannel send`) that must not touch another
+        process's in-flight work: `start()` would mark its pending sends
+        uncertain and run agents on unanswered conversations.
+        """
+        for name in names:
+            account = self.accounts.get(name)
+            if account is None:
+                raise ConfigError(f"unknown account {name!r}")
+            if not account.started:
+                await account.adapter.start(account.context)
+                account.started = True
+                await self._remember_me(account)
+
+    async def _remember_me(self, account: _Account) -> None:
+        me = account.adapter.me
+        if me is not None:
+            await self.store.set_state(account.name, "me", json.dumps(to_json(me)))
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop adapters, let in-flight runs finish (bounded), flush, close the store."""
@@ -531,6 +555,10 @@ class Switchboard:
                 f"conversation {conversation_id} belongs to unknown account"
                 f" {conversation.address.account!r}"
             )
+        if account.adapter.me is None and account.name not in self._known_me:
+            stored = await self.store.get_state(account.name, "me")
+            if stored:
+                self._known_me[account.name] = from_json(json.loads(stored), Sender)
         return await account.builder.build(conversation_id, conversation.trigger_seq)
 
     async def send(self, address: Address, text: str) -> str:
