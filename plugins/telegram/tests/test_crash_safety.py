@@ -17,15 +17,16 @@ WORKER = Path(__file__).with_name("crash_worker.py")
 
 async def spawn(fake: FakeTelegram, store_path: Path, log: Path) -> asyncio.subprocess.Process:
     env = {**os.environ, "CRASH_TEST_TOKEN": fake.token}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(WORKER),
-        fake.url,
-        str(store_path),
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=log.open("ab"),
-    )
+    with log.open("ab") as errors:  # the child keeps its own copy of the descriptor
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(WORKER),
+            fake.url,
+            str(store_path),
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=errors,
+        )
     assert process.stdout is not None
     line = await asyncio.wait_for(process.stdout.readline(), 20)
     assert line.strip() == b"started", log.read_text()
