@@ -152,6 +152,11 @@ class DiscordAdapter:
         await self.stop()
         if isinstance(failure, BackchannelError):
             raise failure
+        if failure is not None:
+            raise DiscordStartError(
+                f"discord.py failed while connecting account {self.account!r}: "
+                f"{type(failure).__name__}: {failure}"
+            ) from failure
         raise DiscordStartError(
             f"Discord account {self.account!r} was not ready within {self.ready_timeout:g}s "
             "(no READY from the Gateway); check the network and Discord's status page"
@@ -167,12 +172,11 @@ class DiscordAdapter:
             # payloads discord.py already received are in no one else's hands: store them
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._inbox.join(), self.drain_timeout)
-        for task in (self._client_task, self._ingest_task):
-            if task is not None and not task.done():
-                task.cancel()
-            if task is not None:
-                with contextlib.suppress(BaseException):
-                    await task
+        tasks = [task for task in (self._client_task, self._ingest_task) if task is not None]
+        for task in tasks:
+            task.cancel()
+        # their errors were reported already (start raised them, or they were logged)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._client_task = self._ingest_task = None
 
     async def _run_client(self, client: _GatewayClient) -> None:
@@ -181,7 +185,7 @@ class DiscordAdapter:
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            failure = self._explain(error)
+            failure = self._explain_chain(error)
             if failure is None:
                 raise
             if self._ready.is_set() and self._client is client and self._ctx is not None:
@@ -190,6 +194,21 @@ class DiscordAdapter:
             raise failure from None
         if self._client is client and self._ctx is not None:
             self._ctx.log.error("Discord connection of account %s ended", self.account)
+
+    def _explain_chain(self, error: BaseException) -> DiscordStartError | None:
+        """Explain `error` or the first explainable error it was raised while handling.
+
+        (discord.py 2.x fails with an AttributeError when the very first Gateway
+        connection fails; the network error is its __context__.)
+        """
+        seen: BaseException | None = error
+        for _ in range(5):
+            if seen is None:
+                return None
+            if isinstance(seen, Exception) and (explained := self._explain(seen)) is not None:
+                return explained
+            seen = seen.__context__
+        return None
 
     def _explain(self, error: Exception) -> DiscordStartError | None:
         """Turn a discord.py failure that ends the connection into an error for people."""

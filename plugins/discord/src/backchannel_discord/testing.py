@@ -162,6 +162,8 @@ class FakeDiscord:
         self.resumes = 0
         #: close codes the fake sent, in order
         self.close_codes: list[int] = []
+        #: when False, the Gateway says HELLO but never answers IDENTIFY (no READY)
+        self.answer_identify = True
         #: when set, the Gateway accepts only this token (a token reset after login: close 4004)
         self.gateway_token: str | None = None
         #: when positive, each resume also replays this many already-delivered dispatches
@@ -636,6 +638,8 @@ class FakeDiscord:
             await self._close(connection, 4001, "Unknown opcode.")
 
     async def _identify(self, connection: _Connection, data: Mapping[str, Any]) -> None:
+        if not self.answer_identify:
+            return
         if connection.session is not None:
             await self._close(connection, 4005, "Already authenticated.")
             return
