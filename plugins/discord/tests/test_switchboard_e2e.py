@@ -136,3 +136,17 @@ async def test_gateway_drop_mid_stream_resume_and_replay_answer_every_message_on
     assert inbound == ["one", "two", "three", "four"]
     assert sorted(outbound) == sorted(f"re: {m['content']}" for m in posted)
     assert board.counters["duplicate"] >= 1
+
+
+async def test_the_bot_is_typing_while_the_agent_works(fake: FakeDiscord, board_for: Any) -> None:
+    dm = fake.dm_channel(fake.alice)
+
+    async def wait_for_typing(run: Run) -> None:
+        await fake.wait_until(lambda: dm in fake.typing, what="POST /channels/{dm}/typing")
+
+    agent = RecordingAgent(lambda run: "done", action=wait_for_typing)
+    board = await board_for(agent)
+    await fake.post_message(dm, fake.alice, "take your time")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert [m["content"] for m in fake.sent_to(dm)] == ["done"]
