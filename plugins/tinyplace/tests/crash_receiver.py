@@ -28,13 +28,16 @@ async def main(mode: str, relay_url: str, db: str, seed_hex: str) -> int:
     ctx = ContractContext(store, account="bob")
     settings = {"identity": seed_hex, "relay_url": relay_url, "poll_interval": 0.05}
     adapter = TinyplaceAdapter("bob", settings)
+    await adapter.start(ctx.bind(adapter))
+    # the poll task is created but has not run yet: hooks set here see every message
+    reader = adapter._reader
+    assert reader is not None
     if mode == "crash":
 
         async def die_before_delete(relay_id: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
-        adapter._ack = die_before_delete  # type: ignore[method-assign]
-    await adapter.start(ctx.bind(adapter))
+        reader.ack = die_before_delete  # type: ignore[method-assign]
     decrypted: list[str] = []
     session = adapter._signal
     assert session is not None

@@ -1,16 +1,8 @@
 """`TinyplaceAdapter`: one tiny.place agent identity as a backchannel account.
 
-Receiving is a mailbox poller. Per relay message, in this order, because a
-Signal decrypt advances a ratchet that cannot be rewound:
-
-1. sender gate: only accepted contacts are decrypted; others stay in the
-   mailbox and are listed in the durable state ``pending_senders``;
-2. dedupe on the relay id before decrypting (a stored message is acked, not
-   decrypted again);
-3. decrypt once, with the session store's writes staged;
-4. commit: `ctx.ingest(raw, state=staged)` stores the message and the ratchet
-   advance in one transaction;
-5. only then DELETE it from the mailbox.
+Receiving is a mailbox poller (`mailbox.py`: sender gate, dedupe before
+decrypt, one decrypt, commit with the ratchet advance, then DELETE). It also
+keeps this agent's pre-key bundle published (`keys.py`).
 
 Sends are Signal-encrypted with the SDK's `SignalSession`; the ratchet advance
 is written to the store before the PUT.
@@ -19,28 +11,24 @@ is written to the store before the PUT.
 from __future__ import annotations
 
 import asyncio
-import binascii
-import json
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
 from backchannel.adapter import AdapterContext, Capabilities, split_text
-from backchannel.errors import DeliveryError, NormalizeError, RateLimited, Rejected, Uncertain
+from backchannel.errors import DeliveryError, RateLimited, Rejected, Uncertain
 from backchannel.model import Event, Outbound, Receipt, Sender
-from nacl.exceptions import CryptoError
 from tinyplace import TinyPlaceClient, TinyPlaceError
 from tinyplace.api.messages import decode_agent_address
 from tinyplace.signal import SignalSession
 from tinyplace.signal.crypto import ed25519_pub_to_x25519_pub
 
-from .contacts import ContactsApi
 from .envelope import build_v1_envelope, new_message_id
 from .identity import load_identity
 from .keys import ensure_published_keys
-from .normalize import MASTER, event_id_of, normalize_relay_message, peer_label
+from .mailbox import MailboxReader
+from .normalize import MASTER, normalize_relay_message, peer_label
 from .relay_errors import CONNECT_RETRY_AFTER, retry_after_of, send_error
 from .sessions import DurableSessionStore
 from .transport import relay_session
@@ -57,12 +45,6 @@ DEFAULT_RELAY_URL = "https://api.tiny.place"
 MAX_TEXT_LEN = 4000
 #: polls between checks of the relay's one-time pre-key pool (also after each PREKEY_BUNDLE)
 _KEY_CHECK_EVERY = 100
-#: state key: event ids decrypted and committed without a transcript row (ignored, malformed)
-_SETTLED = "settled_event_ids"
-#: senders listed in the `pending_senders` state at most
-_MAX_PENDING_SENDERS = 200
-#: errors from the crypto layer that no retry can fix
-_PERMANENT = (ValueError, KeyError, TypeError, UnicodeDecodeError, binascii.Error, CryptoError)
 
 log = logging.getLogger("backchannel.tinyplace")
 
@@ -98,11 +80,8 @@ class TinyplaceAdapter:
         self._session: aiohttp.ClientSession | None = None
         self._signal: SignalSession | None = None
         self._store: DurableSessionStore | None = None
-        self._contacts: ContactsApi | None = None
-        self._accepted: set[str] = set()
-        self._contacts_known = False
+        self._reader: MailboxReader | None = None
         self._polls = 0
-        self._reported: set[str] = set()
         self._keys_ready = False
         self._ratchet = asyncio.Lock()
         self._stopped = asyncio.Event()
@@ -126,7 +105,16 @@ class TinyplaceAdapter:
         )
         self._store = DurableSessionStore(ctx, self.identity.x25519())
         self._signal = SignalSession(self._store, self.identity.x25519().public_key)
-        self._contacts = ContactsApi(self._client.http)
+        self._reader = MailboxReader(
+            agent_id=self.agent_id,
+            ctx=ctx,
+            client=self._client,
+            store=self._store,
+            signal=self._signal,
+            ratchet=self._ratchet,
+            normalize=self.normalize,
+            limit=self.poll_limit,
+        )
         await self._publish_keys()
         self._task = asyncio.create_task(self._poll_forever(), name=f"tinyplace-{self.account}")
 
@@ -153,167 +141,13 @@ class TinyplaceAdapter:
 
     # receiving ---------------------------------------------------------------
     async def poll_once(self) -> int:
-        """Fetch the mailbox once and handle every message; return how many were committed."""
-        client = self._require_client()
+        """Read the mailbox once (see `mailbox.py`); return how many messages were committed."""
+        reader = self._require_reader()
         self._polls += 1
-        if not self._keys_ready or self._polls % _KEY_CHECK_EVERY == 0:
+        if not self._keys_ready or reader.used_prekey or self._polls % _KEY_CHECK_EVERY == 0:
+            reader.used_prekey = False
             await self._publish_keys()
-        page = await client.messages.list(self.agent_id, self.poll_limit)
-        listed = page.get("messages") if isinstance(page, dict) else None
-        envelopes = [m for m in listed or [] if isinstance(m, dict)]
-        # a PREKEY_BUNDLE opens the session the CIPHERTEXTs after it need
-        envelopes.sort(
-            key=lambda m: (
-                m.get("type") != "PREKEY_BUNDLE",
-                str(m.get("timestamp") or ""),
-                str(m.get("id") or ""),
-            )
-        )
-        if not await self._refresh_contacts():
-            return 0
-        committed = 0
-        seen: set[str] = set()
-        stalled: set[str] = set()
-        for envelope in envelopes:
-            relay_id, sender = str(envelope.get("id") or ""), str(envelope.get("from") or "")
-            if not relay_id or relay_id in seen or sender in stalled:
-                continue
-            seen.add(relay_id)
-            try:
-                committed += await self._handle(envelope, relay_id, sender)
-            except Exception as error:  # transient: leave it in the mailbox for the next poll
-                stalled.add(sender)
-                self._log().warning(
-                    "message %s from %s not processed (%s: %s); it stays in the mailbox and"
-                    " is retried on the next poll",
-                    relay_id,
-                    sender,
-                    type(error).__name__,
-                    error,
-                )
-        return committed
-
-    async def _handle(self, envelope: dict[str, Any], relay_id: str, sender: str) -> int:
-        ctx = self._require_ctx()
-        if sender not in self._accepted:
-            await self._hold_for_approval(sender, relay_id)
-            return 0
-        routing = _routing(envelope)
-        event_id = event_id_of(sender, relay_id)
-        if await ctx.is_known(event_id):
-            # committed before (a crash came between commit and DELETE): never decrypt twice;
-            # the store confirms it as a duplicate
-            await ctx.ingest({"envelope": routing, "redelivered": True})
-            await self._ack(relay_id)
-            return 0
-        if event_id in await self._settled():  # decrypted before, stored nothing
-            await self._ack(relay_id)
-            return 0
-        store, signal = self._require_signal()
-        async with self._ratchet:
-            with store.staging() as staged:
-                try:
-                    sender_key = ed25519_pub_to_x25519_pub(decode_agent_address(sender))
-                    plaintext = (await signal.decrypt(sender, sender_key, envelope)).decode("utf-8")
-                except _PERMANENT as error:
-                    await self._dead_letter(envelope, f"{type(error).__name__}: {error}")
-                    await self._ack(relay_id)
-                    return 0
-                raw = {"envelope": routing, "plaintext": plaintext}
-                if not self._stores_a_row(raw):
-                    # nothing will be stored under this event id: remember it as settled,
-                    # with the ratchet step, so a re-listing is not decrypted a second time
-                    staged[_SETTLED] = json.dumps([*await self._settled(), event_id][-500:])
-                result = await ctx.ingest(raw, state=dict(staged))
-                if result.status == "malformed":
-                    # the message is dropped, but the ratchet did move: keep it in step
-                    for key, value in staged.items():
-                        await ctx.set_state(key, value)
-        if envelope.get("type") == "PREKEY_BUNDLE":
-            self._keys_ready = False  # a one-time pre-key was used: top the pool up
-        await self._ack(relay_id)
-        return 1
-
-    def _stores_a_row(self, raw: Mapping[str, Any]) -> bool:
-        try:
-            return self.normalize(raw) is not None
-        except NormalizeError:
-            return False
-
-    async def _settled(self) -> list[str]:
-        text = await self._require_ctx().get_state(_SETTLED)
-        return list(json.loads(text)) if text else []
-
-    async def _ack(self, relay_id: str) -> None:
-        try:
-            await self._require_client().messages.acknowledge(relay_id, self.agent_id)
-        except TinyPlaceError as error:
-            if error.status == 404:  # already gone: acked before, or by another poller
-                return
-            self._log().warning(
-                "could not remove message %s from the mailbox (%s); it is acked on the next poll",
-                relay_id,
-                error,
-            )
-
-    async def _refresh_contacts(self) -> bool:
-        """Fetch the accepted contacts; return False when they were never known."""
-        try:
-            self._accepted = await self._require_contacts().accepted()
-            self._contacts_known = True
-        except TinyPlaceError as error:
-            if not self._contacts_known:
-                self._log().warning(
-                    "could not fetch contacts (%s); the mailbox is read once they are known",
-                    error,
-                )
-                return False
-            self._log().warning("could not refresh contacts (%s); using the last known list", error)
-        pending = await self._pending_senders()
-        if any(sender in self._accepted for sender in pending):
-            remaining = {k: v for k, v in pending.items() if k not in self._accepted}
-            await self._require_ctx().set_state("pending_senders", json.dumps(remaining))
-        return True
-
-    async def _hold_for_approval(self, sender: str, relay_id: str) -> None:
-        pending = await self._pending_senders()
-        entry = pending.get(sender) or {"first_seen": time.time(), "message_ids": []}
-        if relay_id not in entry["message_ids"]:
-            entry["message_ids"] = [*entry["message_ids"], relay_id][-50:]
-            entry["last_seen"] = time.time()
-            pending[sender] = entry
-            if len(pending) > _MAX_PENDING_SENDERS:  # keep the most recently seen
-                ranked = sorted(pending.items(), key=lambda kv: kv[1].get("last_seen", 0))
-                pending = dict(ranked[-_MAX_PENDING_SENDERS:])
-            await self._require_ctx().set_state("pending_senders", json.dumps(pending))
-        if sender not in self._reported:
-            self._reported.add(sender)
-            self._log().warning(
-                "%s is not an accepted contact: its messages stay in the mailbox, unread."
-                " Approve with: backchannel tinyplace accept %s",
-                sender,
-                sender,
-            )
-
-    async def _pending_senders(self) -> dict[str, Any]:
-        text = await self._require_ctx().get_state("pending_senders")
-        data = json.loads(text) if text else {}
-        return data if isinstance(data, dict) else {}
-
-    async def _dead_letter(self, envelope: Mapping[str, Any], reason: str) -> None:
-        ctx = self._require_ctx()
-        sender, relay_id = envelope.get("from"), envelope.get("id")
-        self._log().error(
-            "message %s from %s cannot be decrypted (%s): recorded as a dead letter and"
-            " removed from the mailbox",
-            relay_id,
-            sender,
-            reason,
-        )
-        text = await ctx.get_state("dead_letters")
-        letters = json.loads(text) if text else []
-        letters.append({"at": time.time(), "reason": reason[:500], "envelope": _routing(envelope)})
-        await ctx.set_state("dead_letters", json.dumps(letters[-100:]))
+        return await reader.poll_once()
 
     async def _poll_forever(self) -> None:
         while not self._stopped.is_set():
@@ -443,21 +277,15 @@ class TinyplaceAdapter:
             raise RuntimeError("the tiny.place adapter is not started")
         return self._client
 
-    def _require_contacts(self) -> ContactsApi:
-        if self._contacts is None:
+    def _require_reader(self) -> MailboxReader:
+        if self._reader is None:
             raise RuntimeError("the tiny.place adapter is not started")
-        return self._contacts
+        return self._reader
 
     def _require_signal(self) -> tuple[DurableSessionStore, SignalSession]:
         if self._store is None or self._signal is None:
             raise RuntimeError("the tiny.place adapter is not started")
         return self._store, self._signal
-
-
-def _routing(envelope: Mapping[str, Any]) -> dict[str, Any]:
-    """The relay-visible fields of an envelope (no ciphertext)."""
-    keys = ("id", "from", "to", "timestamp", "deviceId", "type", "contentHint")
-    return {key: envelope[key] for key in keys if key in envelope}
 
 
 def _register_secrets(settings: Mapping[str, Any], seed_hex: str) -> None:

@@ -1,0 +1,249 @@
+"""Reading one agent's mailbox, in the order that protects the Signal ratchet.
+
+Per relay message (a decrypt advances a ratchet that cannot be rewound):
+
+1. sender gate: only accepted contacts are decrypted; others stay in the
+   mailbox, unread and un-acked, and are listed in the durable state
+   ``pending_senders`` for the operator to approve;
+2. dedupe before decrypting: a message already stored (a crash came between
+   commit and DELETE) is acked, never decrypted again;
+3. decrypt once, with the session store's writes staged;
+4. commit: `ctx.ingest(raw, state=staged)` stores the message and the ratchet
+   advance in one transaction;
+5. only then DELETE it from the mailbox.
+
+`PREKEY_BUNDLE` messages are handled before `CIPHERTEXT` ones. A message that
+can never be decrypted is a dead letter (logged, kept in the state
+``dead_letters``, acked); anything else is retried on the next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from backchannel.adapter import AdapterContext
+from backchannel.errors import NormalizeError
+from backchannel.model import Event
+from nacl.exceptions import CryptoError
+from tinyplace import TinyPlaceClient, TinyPlaceError
+from tinyplace.api.messages import decode_agent_address
+from tinyplace.signal import SignalSession
+from tinyplace.signal.crypto import ed25519_pub_to_x25519_pub
+
+from .contacts import ContactsApi
+from .normalize import event_id_of
+from .sessions import DurableSessionStore
+
+__all__ = ["MailboxReader"]
+
+#: state key: event ids decrypted and committed without a transcript row (ignored, malformed)
+_SETTLED = "settled_event_ids"
+#: senders listed in the `pending_senders` state at most
+_MAX_PENDING_SENDERS = 200
+#: errors from the crypto layer that no retry can fix
+_PERMANENT = (ValueError, KeyError, TypeError, UnicodeDecodeError, binascii.Error, CryptoError)
+
+
+class MailboxReader:
+    """Polls one agent's mailbox once per `poll_once` call."""
+
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        ctx: AdapterContext,
+        client: TinyPlaceClient,
+        store: DurableSessionStore,
+        signal: SignalSession,
+        ratchet: asyncio.Lock,
+        normalize: Callable[[Mapping[str, Any]], Event | None],
+        limit: int = 100,
+    ) -> None:
+        self.agent_id = agent_id
+        self._ctx = ctx
+        self._client = client
+        self._store = store
+        self._signal = signal
+        self._ratchet = ratchet
+        self._normalize = normalize
+        self._contacts = ContactsApi(client.http)
+        self._limit = limit
+        self._accepted: set[str] = set()
+        self._contacts_known = False
+        self._reported: set[str] = set()
+        #: set when a PREKEY_BUNDLE used one of our one-time pre-keys
+        self.used_prekey = False
+
+    async def poll_once(self) -> int:
+        """Fetch the mailbox once and handle every message; return how many were committed."""
+        client = self._client
+        page = await client.messages.list(self.agent_id, self._limit)
+        listed = page.get("messages") if isinstance(page, dict) else None
+        envelopes = [m for m in listed or [] if isinstance(m, dict)]
+        # a PREKEY_BUNDLE opens the session the CIPHERTEXTs after it need
+        envelopes.sort(
+            key=lambda m: (
+                m.get("type") != "PREKEY_BUNDLE",
+                str(m.get("timestamp") or ""),
+                str(m.get("id") or ""),
+            )
+        )
+        if not await self._refresh_contacts():
+            return 0
+        committed = 0
+        seen: set[str] = set()
+        stalled: set[str] = set()
+        for envelope in envelopes:
+            relay_id, sender = str(envelope.get("id") or ""), str(envelope.get("from") or "")
+            if not relay_id or relay_id in seen or sender in stalled:
+                continue
+            seen.add(relay_id)
+            try:
+                committed += await self._handle(envelope, relay_id, sender)
+            except Exception as error:  # transient: leave it in the mailbox for the next poll
+                stalled.add(sender)
+                self._ctx.log.warning(
+                    "message %s from %s not processed (%s: %s); it stays in the mailbox and"
+                    " is retried on the next poll",
+                    relay_id,
+                    sender,
+                    type(error).__name__,
+                    error,
+                )
+        return committed
+
+    async def _handle(self, envelope: dict[str, Any], relay_id: str, sender: str) -> int:
+        ctx = self._ctx
+        if sender not in self._accepted:
+            await self._hold_for_approval(sender, relay_id)
+            return 0
+        routing = _routing(envelope)
+        event_id = event_id_of(sender, relay_id)
+        if await ctx.is_known(event_id):
+            # committed before (a crash came between commit and DELETE): never decrypt twice;
+            # the store confirms it as a duplicate
+            await ctx.ingest({"envelope": routing, "redelivered": True})
+            await self.ack(relay_id)
+            return 0
+        if event_id in await self._settled():  # decrypted before, stored nothing
+            await self.ack(relay_id)
+            return 0
+        store, signal = self._store, self._signal
+        async with self._ratchet:
+            with store.staging() as staged:
+                try:
+                    sender_key = ed25519_pub_to_x25519_pub(decode_agent_address(sender))
+                    plaintext = (await signal.decrypt(sender, sender_key, envelope)).decode("utf-8")
+                except _PERMANENT as error:
+                    await self._dead_letter(envelope, f"{type(error).__name__}: {error}")
+                    await self.ack(relay_id)
+                    return 0
+                raw = {"envelope": routing, "plaintext": plaintext}
+                if not self._stores_a_row(raw):
+                    # nothing will be stored under this event id: remember it as settled,
+                    # with the ratchet step, so a re-listing is not decrypted a second time
+                    staged[_SETTLED] = json.dumps([*await self._settled(), event_id][-500:])
+                result = await ctx.ingest(raw, state=dict(staged))
+                if result.status == "malformed":
+                    # the message is dropped, but the ratchet did move: keep it in step
+                    for key, value in staged.items():
+                        await ctx.set_state(key, value)
+        if envelope.get("type") == "PREKEY_BUNDLE":
+            self.used_prekey = True  # one of our one-time pre-keys is spent
+        await self.ack(relay_id)
+        return 1
+
+    def _stores_a_row(self, raw: Mapping[str, Any]) -> bool:
+        try:
+            return self._normalize(raw) is not None
+        except NormalizeError:
+            return False
+
+    async def _settled(self) -> list[str]:
+        text = await self._ctx.get_state(_SETTLED)
+        return list(json.loads(text)) if text else []
+
+    async def ack(self, relay_id: str) -> None:
+        """DELETE a message from the mailbox; a failure is retried on the next poll."""
+        try:
+            await self._client.messages.acknowledge(relay_id, self.agent_id)
+        except TinyPlaceError as error:
+            if error.status == 404:  # already gone: acked before, or by another poller
+                return
+            self._ctx.log.warning(
+                "could not remove message %s from the mailbox (%s); it is acked on the next poll",
+                relay_id,
+                error,
+            )
+
+    async def _refresh_contacts(self) -> bool:
+        """Fetch the accepted contacts; return False when they were never known."""
+        try:
+            self._accepted = await self._contacts.accepted()
+            self._contacts_known = True
+        except TinyPlaceError as error:
+            if not self._contacts_known:
+                self._ctx.log.warning(
+                    "could not fetch contacts (%s); the mailbox is read once they are known",
+                    error,
+                )
+                return False
+            self._ctx.log.warning(
+                "could not refresh contacts (%s); using the last known list", error
+            )
+        pending = await self._pending_senders()
+        if any(sender in self._accepted for sender in pending):
+            remaining = {k: v for k, v in pending.items() if k not in self._accepted}
+            await self._ctx.set_state("pending_senders", json.dumps(remaining))
+        return True
+
+    async def _hold_for_approval(self, sender: str, relay_id: str) -> None:
+        pending = await self._pending_senders()
+        entry = pending.get(sender) or {"first_seen": time.time(), "message_ids": []}
+        if relay_id not in entry["message_ids"]:
+            entry["message_ids"] = [*entry["message_ids"], relay_id][-50:]
+            entry["last_seen"] = time.time()
+            pending[sender] = entry
+            if len(pending) > _MAX_PENDING_SENDERS:  # keep the most recently seen
+                ranked = sorted(pending.items(), key=lambda kv: kv[1].get("last_seen", 0))
+                pending = dict(ranked[-_MAX_PENDING_SENDERS:])
+            await self._ctx.set_state("pending_senders", json.dumps(pending))
+        if sender not in self._reported:
+            self._reported.add(sender)
+            self._ctx.log.warning(
+                "%s is not an accepted contact: its messages stay in the mailbox, unread."
+                " Approve with: backchannel tinyplace accept %s",
+                sender,
+                sender,
+            )
+
+    async def _pending_senders(self) -> dict[str, Any]:
+        text = await self._ctx.get_state("pending_senders")
+        data = json.loads(text) if text else {}
+        return data if isinstance(data, dict) else {}
+
+    async def _dead_letter(self, envelope: Mapping[str, Any], reason: str) -> None:
+        ctx = self._ctx
+        sender, relay_id = envelope.get("from"), envelope.get("id")
+        self._ctx.log.error(
+            "message %s from %s cannot be decrypted (%s): recorded as a dead letter and"
+            " removed from the mailbox",
+            relay_id,
+            sender,
+            reason,
+        )
+        text = await ctx.get_state("dead_letters")
+        letters = json.loads(text) if text else []
+        letters.append({"at": time.time(), "reason": reason[:500], "envelope": _routing(envelope)})
+        await ctx.set_state("dead_letters", json.dumps(letters[-100:]))
+
+
+def _routing(envelope: Mapping[str, Any]) -> dict[str, Any]:
+    """The relay-visible fields of an envelope (no ciphertext)."""
+    keys = ("id", "from", "to", "timestamp", "deviceId", "type", "contentHint")
+    return {key: envelope[key] for key in keys if key in envelope}
