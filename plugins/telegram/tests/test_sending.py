@@ -265,3 +265,14 @@ async def test_enforcing_fake_answers_429_with_retry_after(
     with pytest.raises(RateLimited) as caught:
         await adapter.send(Outbound(address_of(chat), "two"))
     assert 4 <= caught.value.retry_after <= 6
+
+
+async def test_a_target_that_is_not_a_telegram_id_is_rejected(
+    fake: FakeTelegram, adapter: TelegramAdapter
+) -> None:
+    chat = fake.private_chat(fake.user("Alice"))
+    with pytest.raises(Rejected, match="not a Telegram id"):
+        await adapter.send(Outbound(address_of(chat), "x", kind="edit", target="abc"))
+    with pytest.raises(Rejected, match="not a Telegram id"):
+        await adapter.send(Outbound(address_of(chat), "x", reply_to="1.5"))
+    assert fake.calls_to("sendMessage") == []

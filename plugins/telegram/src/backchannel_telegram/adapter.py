@@ -232,7 +232,7 @@ class TelegramAdapter:
     async def typing(self, address: Address) -> None:
         """Show "typing…" in the conversation (Telegram shows it for about 5 seconds)."""
         params: dict[str, Any] = {"chat_id": self._chat(address), "action": "typing"}
-        if address.thread:
+        if address.thread and address.thread.isdigit():
             params["message_thread_id"] = int(address.thread)
         try:
             await self._api.call("sendChatAction", params)
@@ -245,12 +245,12 @@ class TelegramAdapter:
         for index, part in enumerate(parts):
             params: dict[str, Any] = {"text": part}
             if outbound.address.thread:
-                params["message_thread_id"] = int(outbound.address.thread)
+                params["message_thread_id"] = _number(outbound.address.thread, "thread id")
             if outbound.quiet:
                 params["disable_notification"] = True
             if index == 0 and outbound.reply_to:
                 params["reply_parameters"] = {
-                    "message_id": int(outbound.reply_to),
+                    "message_id": _number(outbound.reply_to, "reply_to message id"),
                     "allow_sending_without_reply": True,
                 }
             try:
@@ -272,7 +272,10 @@ class TelegramAdapter:
             raise Rejected("an edit needs the target message id")
         if utf16_len(outbound.text) > MAX_TEXT:
             raise Rejected(f"an edited text may hold at most {MAX_TEXT} UTF-16 units")
-        params = {"message_id": int(outbound.target), "text": outbound.text}
+        params = {
+            "message_id": _number(outbound.target, "target message id"),
+            "text": outbound.text,
+        }
         try:
             await self._call_paced(outbound.address, "editMessageText", params)
         except TelegramError as error:
@@ -288,7 +291,7 @@ class TelegramAdapter:
         emoji = outbound.text.strip().replace("\ufe0f", "")
         params = {
             "chat_id": self._chat(outbound.address),
-            "message_id": int(outbound.target),
+            "message_id": _number(outbound.target, "target message id"),
             "reaction": [{"type": "emoji", "emoji": emoji}] if emoji else [],
         }
         await self._with_migration(outbound.address, "setMessageReaction", params)
@@ -335,6 +338,14 @@ class TelegramAdapter:
 
     def _log(self) -> Any:
         return self._ctx.log if self._ctx is not None else _fallback_log
+
+
+def _number(value: str | None, what: str) -> int:
+    """Return a Telegram id given as text; refuse (Rejected) anything else."""
+    try:
+        return int(str(value))
+    except ValueError:
+        raise Rejected(f"{what} {value!r} is not a Telegram id (an integer)") from None
 
 
 def _delivery_error(error: TelegramError) -> DeliveryError:
