@@ -89,6 +89,11 @@ def test_every_accepted_identity_form_names_the_same_agent(tmp_path: Path) -> No
         b58(seed + public),
         str(path),
     ]
+    relative = tmp_path / "agent.key"
+    relative.write_text(seed.hex())
+    forms.append(str(relative))
     ids = {load_identity({"identity": form}).agent_id for form in forms}
+    ids.add(load_identity({"identity": list(seed + public)}).agent_id)
+    ids.add(load_identity({"identity_file": str(path)}).agent_id)
     assert len(ids) == 1
     assert decode_base58(ids.pop()) == public

@@ -57,6 +57,8 @@ def load_identity(settings: Mapping[str, Any], account: str = "") -> Identity:
     """Read the identity from an account's settings; raise ConfigError saying what is wrong."""
     key = "identity" if settings.get("identity") else "identity_file"
     value = settings.get(key)
+    if isinstance(value, list | tuple):  # a keypair array written inline in TOML
+        value = json.dumps(list(value))
     if not value or not isinstance(value, str):
         raise ConfigError(
             "no tiny.place identity: set `identity` (a secret key, or the path of a key file;"
@@ -65,7 +67,7 @@ def load_identity(settings: Mapping[str, Any], account: str = "") -> Identity:
         )
     text = value.strip()
     path = Path(os.path.expanduser(text))
-    if key == "identity_file" or _looks_like_path(text):
+    if key == "identity_file" or _looks_like_path(text) or _is_file(path):
         try:
             text = path.read_text(encoding="utf-8").strip()
         except OSError as error:
@@ -93,6 +95,13 @@ def generate_identity_file(path: Path) -> Identity:
         handle.write(json.dumps(list(secret)))
     seed = bytes(signing_key)
     return Identity(agent_id=derive_crypto_id(bytes(signing_key.verify_key)), seed=seed)
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a long key is not a usable file name
+        return False
 
 
 def _looks_like_path(text: str) -> bool:
