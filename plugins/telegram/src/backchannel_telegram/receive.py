@@ -1,8 +1,8 @@
 """Receiving updates: long polling (`Poller`) or a webhook (`WebhookReceiver`).
 
-Both acknowledge only what is committed. The poller writes the next `offset`
-in the same transaction as each update (``ctx.ingest(state=...)``) and tells
-Telegram only on the following getUpdates, so a crash re-reads rather than
+Both acknowledge only what is committed. The poller commits each poll's
+updates in one transaction together with the `offset` that confirms them
+(``ctx.ingest_many(state=...)``) and tells Telegram only on the following getUpdates, so a crash re-reads rather than
 loses; the webhook answers 200 only after the ingest returned.
 """
 
@@ -130,31 +130,27 @@ class Poller:
                 backoff = min(backoff * 2, settings.retry_max)
 
     async def _ingest_batch(self, updates: Any, offset: int | None) -> int | None:
-        """Ingest updates in order; return the offset that confirms the committed ones."""
+        """Ingest one poll's updates in one commit; return the offset that confirms them."""
         if not isinstance(updates, list):
             self._ctx.log.warning("getUpdates answered a %s, not a list", type(updates).__name__)
             return offset
-        moved = False
+        if not updates:
+            return offset
+        ids = [u.get("update_id") for u in updates if isinstance(u, Mapping)]
+        valid = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
+        next_offset = max([offset or 0, *(i + 1 for i in valid)])
+        # the offset commits with the updates it confirms, so a crash cannot lose or
+        # double them; a group upgrade learnt from the batch commits with it too
+        state: dict[str, str | None] = {"offset": str(next_offset)}
         for update in updates:
-            update_id = update.get("update_id") if isinstance(update, Mapping) else None
-            if not isinstance(update_id, int):
-                self._ctx.log.warning("skipped an update without an integer update_id")
-                continue
-            next_offset = max(offset or 0, update_id + 1)
-            self._ingesting = True
-            try:
-                # the offset commits with the update, so a crash cannot lose or double it
-                state = {"offset": str(next_offset), **self._state_for(update)}
-                await self._ctx.ingest(update, state=state)
-            finally:
-                self._ingesting = False
-            offset, moved = next_offset, True
-            if self._stopping.is_set():
-                break
-        if moved and offset is not None:
-            # a malformed update stores nothing, so write the cursor once more
-            await self._ctx.set_state("offset", str(offset))
-        return offset
+            if isinstance(update, Mapping):
+                state.update(self._state_for(update))
+        self._ingesting = True
+        try:
+            await self._ctx.ingest_many(updates, state=state)
+        finally:
+            self._ingesting = False
+        return next_offset
 
     def _log_failure(self, error: TelegramError, failing: str | None) -> str:
         """Log a failed getUpdates once per kind of failure; return that kind."""
