@@ -39,7 +39,7 @@ channel = "slack"
 bot_token = "${{SLACK_BOT_TOKEN}}"
 app_token = "${{SLACK_APP_TOKEN}}"
 api_base = "{slack.api_base}"
-ping_interval = 0.25
+ping_interval = 0.5
 
 [agents.demo]
 kind = "demo"

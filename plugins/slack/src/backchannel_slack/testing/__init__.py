@@ -166,7 +166,7 @@ class FakeSlack(WebApi, SocketModeServer, EventsApiDriver):
             "api_base": self.api_base,
             "timeout": 2.0,
             "lookup_timeout": 1.0,
-            "ping_interval": 0.25,
+            "ping_interval": 0.5,
         }
         values.update(overrides)
         return values
