@@ -55,7 +55,16 @@ __all__ = ["FAULTS", "Delivery", "FakeSlack", "Fault", "Workspace"]
 
 
 class FakeSlack(WebApi, SocketModeServer, EventsApiDriver):
-    """A Slack workspace with one installed app, on 127.0.0.1."""
+    """A Slack workspace with one installed app, on 127.0.0.1.
+
+    - ``ack_timeout``: seconds Socket Mode waits for an ack before sending the
+      envelope again (Slack: 3); None sends again only after a dropped socket.
+    - ``max_retries``: how often one event is sent again (Slack: 3).
+    - ``http_timeout``: seconds the Events API waits for a 2xx (Slack: 3).
+    - ``retry_delays``: pauses before each Events API retry (Slack: immediately,
+      1 minute, 5 minutes; here seconds).
+    - ``echo_own_posts``: deliver the bot's own posts and edits back as events.
+    """
 
     def __init__(
         self,
