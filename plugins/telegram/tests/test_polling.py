@@ -189,3 +189,16 @@ async def test_identity_is_learnt_later_when_getme_fails_at_start(
     await contract_context.wait_ingested(str(update_id))
     await adapter.stop()
     assert contract_context.events[-1].mentions_me
+
+
+async def test_a_429_on_getupdates_waits_the_retry_after_telegram_asks(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    fake.fail_next("getUpdates", "429", retry_after=1)
+    adapter = await start_adapter(fake, contract_context, retry_initial=0.01)
+    await fake.wait_for(lambda: len(fake.calls_to("getUpdates")) >= 2, what="a second poll")
+    await adapter.stop()
+    times = [
+        t for (name, _), t in zip(fake.calls, fake.call_times, strict=True) if name == "getUpdates"
+    ]
+    assert times[1] - times[0] >= 0.95
