@@ -162,3 +162,14 @@ async def test_bulk_delete_becomes_one_delete_per_message(
     )
     for message_id in ids:
         await contract_context.wait_ingested(f"{message_id}:delete")
+
+
+async def test_the_gateway_speaks_the_compression_discord_py_asks_for(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    import discord.utils
+
+    # zlib-stream, or zstd-stream when zstandard / compression.zstd is importable
+    wanted = discord.utils._ActiveDecompressionContext.COMPRESSION_TYPE
+    assert fake.gateway_queries[0] == {"v": "10", "encoding": "json", "compress": wanted}
+    await said(fake, contract_context, fake.general, "compressed and back")

@@ -87,6 +87,33 @@ _ERRORS: dict[str, tuple[int, dict[str, Any]]] = {
 }
 
 
+def _stream_compressor(kind: str | None) -> Callable[[bytes], bytes] | None:
+    """A compressor for one connection's ``compress=`` transport stream, or None if unsupported.
+
+    zlib-stream: one deflate stream, each message ending in a Z_SYNC_FLUSH.
+    zstd-stream (what discord.py asks for when `zstandard` or Python 3.14's
+    `compression.zstd` is importable): one zstd stream, each message a flushed block.
+    """
+    if kind == "zlib-stream":
+        deflate = zlib.compressobj()
+        return lambda data: deflate.compress(data) + deflate.flush(zlib.Z_SYNC_FLUSH)
+    if kind != "zstd-stream":
+        return None
+    try:
+        import zstandard
+
+        stream = zstandard.ZstdCompressor().compressobj()
+        return lambda data: stream.compress(data) + stream.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+    except ImportError:
+        pass
+    try:
+        from compression.zstd import ZstdCompressor
+    except ImportError:
+        return None
+    compressor = ZstdCompressor()
+    return lambda data: compressor.compress(data, mode=ZstdCompressor.FLUSH_BLOCK)
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat()
 
@@ -102,8 +129,8 @@ class _Fault:
 @define
 class _Connection:
     ws: web.WebSocketResponse
-    zlib_stream: bool
-    compressor: Any = None
+    #: text -> one binary frame of the connection's compressed stream (None: plain text frames)
+    compressor: Callable[[bytes], bytes] | None = None
     session: _Session | None = None
     closed: asyncio.Event = field(factory=asyncio.Event)
 
@@ -160,6 +187,8 @@ class FakeDiscord:
         self.over_limit = 0
         self.identifies = 0
         self.resumes = 0
+        #: the query of every Gateway connection (v, encoding, compress), in order
+        self.gateway_queries: list[dict[str, str]] = []
         #: close codes the fake sent, in order
         self.close_codes: list[int] = []
         #: when False, the Gateway says HELLO but never answers IDENTIFY (no READY)
@@ -595,14 +624,14 @@ class FakeDiscord:
             self.close_codes.append(4012)
             await ws.close(code=4012, message=b"Invalid API version")
             return ws
+        self.gateway_queries.append(dict(request.query))
         compress = request.query.get("compress")
-        if compress not in (None, "zlib-stream"):
+        compressor = _stream_compressor(compress)
+        if compress is not None and compressor is None:
             self.close_codes.append(4000)
             await ws.close(code=4000, message=b"Unsupported compression")
             return ws
-        connection = _Connection(ws, zlib_stream=compress == "zlib-stream")
-        if connection.zlib_stream:
-            connection.compressor = zlib.compressobj()
+        connection = _Connection(ws, compressor=compressor)
         self._connections.append(connection)
         try:
             await self._send(
@@ -721,10 +750,8 @@ class FakeDiscord:
             return
         text = json.dumps(payload)
         try:
-            if connection.zlib_stream:
-                data = connection.compressor.compress(text.encode())
-                data += connection.compressor.flush(zlib.Z_SYNC_FLUSH)
-                await connection.ws.send_bytes(data)
+            if connection.compressor is not None:
+                await connection.ws.send_bytes(connection.compressor(text.encode()))
             else:
                 await connection.ws.send_str(text)
         except (ConnectionError, RuntimeError):
