@@ -227,3 +227,15 @@ async def test_edit_and_delete_change_the_stored_message(
     await slack.wait_acked(delivery.event_id)
     deleted = await contract_context.store.message(conversation.id, row.seq)
     assert deleted is not None and deleted.deleted_at is not None
+
+
+async def test_events_sent_while_the_socket_is_down_arrive_after_reconnect(
+    slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
+) -> None:
+    await start_adapter("socket")
+    slack.drop_connections()
+    gap = [await slack.deliver(slack.message("C0GENERAL", "U0ALICE", f"gap {n}")) for n in (1, 2)]
+    await slack.wait_connections(2)
+    for delivery in gap:
+        await slack.wait_acked(delivery.event_id)
+    assert await texts(contract_context) == ["gap 1", "gap 2"]
