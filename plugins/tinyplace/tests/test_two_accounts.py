@@ -98,3 +98,37 @@ async def wait_for_messages(store: SQLiteStore, address: Address, count: int) ->
 
     await wait_until(enough)
     return await window(store, address)
+
+
+async def test_an_unpaired_senders_message_reaches_the_agent_only_after_accept(
+    tmp_path: Path, relay: FakeRelay, settings_for: Any
+) -> None:
+    from backchannel_tinyplace.cli import accept_contact
+    from backchannel_tinyplace.testing import RelayPeer
+
+    store = SQLiteStore(tmp_path / "b" / "backchannel.db")
+    settings = settings_for()
+    bob = TinyplaceAdapter("bob", settings)
+    seen: list[str] = []
+    got_run = asyncio.Event()
+
+    async def agent(run: Run) -> None:
+        seen.extend(m["content"] for m in run.messages)
+        got_run.set()
+
+    board = Switchboard(store)
+    board.add_account(bob, Binding(agent=agent, respond="always"))
+    async with board, RelayPeer(relay.url) as stranger:
+        await stranger.publish_keys()
+        await stranger.contacts.request(bob.agent_id)
+        relay_id = await stranger.send_text(bob.agent_id, "may I?")
+        await relay.wait_listed(bob.agent_id, 3)
+        assert not got_run.is_set() and seen == []
+        assert not relay.is_acked(bob.agent_id, relay_id)
+        assert await store.conversations("bob") == []
+
+        await accept_contact(settings, stranger.agent_id)
+        await asyncio.wait_for(got_run.wait(), 15)
+        await relay.wait_acked(bob.agent_id, relay_id)
+        assert any("may I?" in text for text in seen)
+        await board.wait_idle()
