@@ -73,7 +73,8 @@ async def test_edit_of_someone_elses_message_is_rejected(
 
 
 @pytest.mark.parametrize(
-    ("emoji", "name"), [(":tada:", "tada"), ("eyes", "eyes"), ("👍", "thumbsup")]
+    ("emoji", "name"),
+    [(":tada:", "tada"), ("eyes", "eyes"), ("👍", "thumbsup"), ("❤️", "heart"), ("⚠", "warning")],
 )
 async def test_reaction_uses_emoji_names_without_colons(
     slack: FakeSlack, start_adapter: Any, emoji: str, name: str

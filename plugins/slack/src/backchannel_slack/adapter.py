@@ -64,22 +64,46 @@ __all__ = ["SlackAdapter"]
 #: a read is retried once, quickly: lookups share Slack's 3 seconds with the store
 READ_RETRY_INTERVAL = FixedValueRetryIntervalCalculator(0.25)
 
-#: a few emoji agents like to send as characters, by Slack's names for them
+#: emoji agents like to send as characters, by Slack's names for them (without U+FE0F)
 EMOJI_NAMES = {
     "👍": "thumbsup",
     "👎": "thumbsdown",
-    "❤️": "heart",
     "❤": "heart",
     "😂": "joy",
     "😄": "smile",
+    "😀": "grinning",
+    "😊": "blush",
+    "🙂": "slightly_smiling_face",
+    "😅": "sweat_smile",
+    "😍": "heart_eyes",
+    "😎": "sunglasses",
+    "😢": "cry",
+    "😮": "open_mouth",
+    "🤔": "thinking_face",
+    "🤖": "robot_face",
     "🎉": "tada",
     "👀": "eyes",
-    "✅": "white_check_mark",
+    "👏": "clap",
+    "🙌": "raised_hands",
     "🙏": "pray",
+    "👌": "ok_hand",
+    "👋": "wave",
+    "💪": "muscle",
+    "🤝": "handshake",
     "🔥": "fire",
     "🚀": "rocket",
-    "🤔": "thinking_face",
-    "👋": "wave",
+    "💯": "100",
+    "⭐": "star",
+    "💡": "bulb",
+    "🐛": "bug",
+    "🎯": "dart",
+    "📌": "pushpin",
+    "📝": "memo",
+    "⏳": "hourglass_flowing_sand",
+    "✅": "white_check_mark",
+    "✔": "heavy_check_mark",
+    "❌": "x",
+    "⚠": "warning",
 }
 
 
@@ -515,8 +539,9 @@ class SlackAdapter:
 def emoji_name(text: str) -> str:
     """Return Slack's emoji name for `text`: ``:tada:`` -> ``tada``, ``👍`` -> ``thumbsup``."""
     stripped = text.strip()
-    if stripped in EMOJI_NAMES:
-        return EMOJI_NAMES[stripped]
+    bare = stripped.replace("\ufe0f", "")
+    if bare in EMOJI_NAMES:
+        return EMOJI_NAMES[bare]
     return stripped.strip(":").strip()
 
 
