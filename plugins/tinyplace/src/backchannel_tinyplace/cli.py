@@ -38,6 +38,7 @@ __all__ = [
     "block_contact",
     "contact_requests",
     "pair_with",
+    "settings_from_config",
     "tinyplace_group",
 ]
 
@@ -91,8 +92,9 @@ def account_settings(
 ) -> Mapping[str, Any]:
     """Return the settings of the tinyplace account the command acts as.
 
-    In order: an identity given directly (key file or key, with `--relay-url`); the core CLI's settings hook;
-    the tinyplace account of the config file (`-c` / `BACKCHANNEL_CONFIG`).
+    In order: an identity given directly (a key file or key, with `--relay-url`);
+    the core CLI's settings hook; the tinyplace account of the config file
+    (`-c` / `BACKCHANNEL_CONFIG`).
     """
     if identity:
         return {"identity": identity, "relay_url": relay_url or DEFAULT_RELAY_URL}
