@@ -123,6 +123,12 @@ def test_user_role_is_the_peers_human_and_owner_role_is_the_peer() -> None:
     assert owner.sender.id == PEER
 
 
+def test_an_auto_reply_does_not_mention_the_agent() -> None:
+    assert normalize(raw({**V1, "tp": {"v": 1, "auto": True}})).mentions_me is False
+    assert normalize(raw({**V1, "tp": {"v": 1, "auto": "yes"}})).mentions_me is True
+    assert normalize(raw(V1)).mentions_me is True
+
+
 def test_tp_block_gives_reply_to_and_stays_in_meta() -> None:
     body = {
         **V1,

@@ -82,7 +82,9 @@ def normalize_relay_message(raw: Mapping[str, Any], account: str, me: str | None
         text=body.text,
         platform_message_id=body.message_id or relay_id,
         reply_to=_reply_to(body),
-        mentions_me=True,
+        # `tp.auto` marks an auto-reply (the harness plugins' loop guard): it does not call
+        # for an answer, so in a session it does not start a run under respond = "mention"
+        mentions_me=(body.tp or {}).get("auto") is not True,
         sent_at=sent_at,
         conversation_kind="thread" if session is not None else "direct",
         conversation_title=f"tiny.place session {session}" if session is not None else None,
