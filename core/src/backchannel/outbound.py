@@ -202,7 +202,7 @@ def channel_tools(
 
         Args:
             message_id: the id of the message, the number in [#n]
-            emoji: one emoji, such as 👍
+            emoji: one emoji, such as 👍 (channels that name emoji, like Slack, also take names such as thumbsup)
         """
         message, problem = await target(message_id)
         if problem:
