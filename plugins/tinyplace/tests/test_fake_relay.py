@@ -42,7 +42,7 @@ async def test_bad_stale_and_replayed_signatures_are_refused(relay: FakeRelay) -
         "X-TinyPlace-Signature"
     ]
     status, body, _ = await signed_get(relay, signer, uri, **{"X-TinyPlace-Signature": forged})
-    assert (status, body["error"]) == (401, "bad_signature")
+    assert (status, body["code"]) == (401, "bad_signature")
 
     stale = (datetime.now(UTC) - timedelta(minutes=10)).isoformat().replace("+00:00", "Z")
     headers = await sign_directory_write(signer, signer.public_key_base64, "GET", uri, "")
@@ -56,22 +56,22 @@ async def test_bad_stale_and_replayed_signatures_are_refused(relay: FakeRelay) -
         aiohttp.ClientSession() as session,
         session.get(relay.url + uri, headers=headers) as r,
     ):
-        assert (r.status, (await r.json())["error"]) == (401, "stale_signature")
+        assert (r.status, (await r.json())["code"]) == (401, "stale_signature")
 
     status, _, used = await signed_get(relay, signer, uri)
     assert status == 200
     async with aiohttp.ClientSession() as session, session.get(relay.url + uri, headers=used) as r:
-        assert (r.status, (await r.json())["error"]) == (401, "replayed_nonce")
+        assert (r.status, (await r.json())["code"]) == (401, "replayed_nonce")
 
 
 async def test_an_agent_cannot_read_another_agents_mailbox(relay: FakeRelay) -> None:
     signer, victim = LocalSigner.generate(siws=False), LocalSigner.generate(siws=False)
     status, body, _ = await signed_get(relay, signer, f"/messages?agentId={victim.agent_id}")
-    assert (status, body["error"]) == (403, "forbidden")
+    assert (status, body["code"]) == (403, "forbidden")
     status, body, _ = await signed_get(
         relay, signer, f"/messages?agentId={signer.agent_id}", **{"X-Agent-ID": victim.agent_id}
     )
-    assert (status, body["error"]) == (403, "agent_mismatch")
+    assert (status, body["code"]) == (403, "agent_mismatch")
 
 
 async def test_bundles_hand_out_each_one_time_key_once(relay: FakeRelay, peer: RelayPeer) -> None:
@@ -94,7 +94,7 @@ async def test_messages_between_strangers_are_refused_until_a_request_exists(
             await peer.send_text(other.agent_id, "hi stranger")
         except Exception as error:
             assert getattr(error, "status", None) == 403
-            assert getattr(error, "body", {})["error"] == "not_a_contact"
+            assert getattr(error, "body", {})["code"] == "not_a_contact"
         else:
             raise AssertionError("a DM between strangers was accepted")
         await peer.contacts.request(other.agent_id)

@@ -20,6 +20,7 @@ def test_a_refused_signature_is_rejected_and_points_at_identity_and_clock() -> N
         (400, {"error": "invalid_envelope"}, Rejected),
         (404, "not found", Rejected),
         (403, {"errors": {"code": "not_a_contact", "detail": "x"}}, Rejected),
+        (403, {"error": "You can only message your contacts", "code": "NOT_A_CONTACT"}, Rejected),
         (502, "<html>bad gateway</html>", Uncertain),
         (429, {"retryAfter": 7}, RateLimited),
     ],
@@ -28,9 +29,26 @@ def test_status_codes_map_to_outcomes(status: int, body: object, kind: type) -> 
     assert isinstance(send_error(TinyPlaceError(status, body), "PEER"), kind)
 
 
-def test_not_a_contact_in_the_nested_error_shape_still_advises_pairing() -> None:
-    failure = send_error(TinyPlaceError(403, {"errors": {"code": "not_a_contact"}}), "PEER")
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"error": "You can only message your contacts", "code": "not_a_contact"},
+        {"error": "Not a contact", "code": "NOT_A_CONTACT"},
+        {"errors": {"code": "not_a_contact", "detail": "x"}},
+        {"error": "not_a_contact"},
+    ],
+)
+def test_not_a_contact_in_every_error_shape_advises_pairing(body: object) -> None:
+    failure = send_error(TinyPlaceError(403, body), "PEER")
     assert "backchannel tinyplace pair PEER" in failure.reason
+
+
+def test_a_human_message_is_not_taken_for_a_code() -> None:
+    assert error_code({"error": "Directory auth required", "code": "DIRECTORY_AUTH_REQUIRED"}) == (
+        "DIRECTORY_AUTH_REQUIRED"
+    )
+    assert error_code({"error": "Unauthorized"}) == "Unauthorized"
+    assert error_code({"error": "Invalid signature"}) is None
 
 
 def test_retry_after_prefers_the_header_then_the_body() -> None:

@@ -35,7 +35,7 @@ def send_error(error: TinyPlaceError, peer: str) -> DeliveryError:
     code = error_code(error.body)
     if status == 429:
         return RateLimited(retry_after_of(error), "the relay is rate limiting this agent")
-    if status == 403 and code == "not_a_contact":
+    if status == 403 and (code or "").lower() == "not_a_contact":
         return Rejected(
             f"{peer} is not an accepted contact of this agent, so the relay refused the"
             f" message; pair first: backchannel tinyplace pair {peer}"
@@ -87,13 +87,22 @@ def retry_after_of(error: TinyPlaceError, default: float = 1.0) -> float:
 
 
 def error_code(body: Any) -> str | None:
-    """Return the machine code in a relay error body (``{"error": "not_a_contact"}`` and kin)."""
+    """Return the machine code in a relay error body.
+
+    Relays answer ``{"error": "<message>", "code": "<code>"}``; older shapes put
+    the code in ``error`` itself or in ``errors.code``. A message with spaces is
+    not a code.
+    """
     if not isinstance(body, dict):
         return None
-    for key in ("error", "code", "errors"):
+    code = body.get("code")
+    if isinstance(code, str) and code:
+        return code
+    for key in ("errors", "error"):
         value = body.get(key)
-        if isinstance(value, str):
-            return value
         if isinstance(value, dict) and isinstance(value.get("code"), str):
             return str(value["code"])
+    value = body.get("error")
+    if isinstance(value, str) and value and " " not in value:
+        return value
     return None

@@ -303,7 +303,11 @@ class FakeRelay:
             return None
         if fault.kind == "rate_limited":
             return web.json_response(
-                {"error": "rate_limited", "retry_after": fault.retry_after},
+                {
+                    "error": "Too many requests",
+                    "code": "rate_limited",
+                    "retry_after": fault.retry_after,
+                },
                 status=429,
                 headers={"Retry-After": f"{fault.retry_after:g}"},
             )
@@ -586,7 +590,7 @@ class RelayPeer:
 
 
 def _error(status: int, code: str, message: str) -> web.Response:
-    return web.json_response({"error": code, "message": message}, status=status)
+    return web.json_response({"error": message, "code": code}, status=status)
 
 
 class _Refused(Exception):
