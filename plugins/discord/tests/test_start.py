@@ -142,6 +142,7 @@ async def test_token_appears_in_no_log_error_repr_or_store(
     assert fake.token not in caplog.text
     assert all(fake.token not in text for text in errors)
     assert fake.token not in repr(adapter)
+    assert fake.token not in repr(adapter.settings)
     assert fake.token.encode() not in files_under(tmp_path)  # the store and its WAL
 
 

@@ -23,28 +23,23 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
-import aiohttp
 import discord
 import yarl
 from backchannel.adapter import AdapterContext, Capabilities, split_text
-from backchannel.errors import BackchannelError, ConfigError, RateLimited, Rejected, Uncertain
+from backchannel.errors import BackchannelError, RateLimited, Rejected, Uncertain
 from backchannel.model import Address, Event, Outbound, Receipt, Sender
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
 from .catchup import Cursors, missed_messages
+from .failures import DiscordStartError, delivery_error, explain_connection_failure
 from .normalize import CONTEXT_KEY, normalize_payload
+from .settings import DiscordSettings
 
 __all__ = ["DiscordAdapter", "DiscordStartError"]
 
 _T = TypeVar("_T")
 _MESSAGE_EVENTS = frozenset({"MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE"})
-_MENTION_KINDS = frozenset({"users", "roles", "everyone"})
-_PORTAL = "https://discord.com/developers/applications"
-
-
-class DiscordStartError(ConfigError):
-    """The bot could not connect: bad token, an intent not granted, Discord unreachable."""
 
 
 class DiscordAdapter:
@@ -53,40 +48,8 @@ class DiscordAdapter:
     channel = "discord"
 
     def __init__(self, account: str, settings: Mapping[str, Any]):
-        token = settings.get("token")
-        if not isinstance(token, str) or not token.strip():
-            raise ConfigError("the Discord bot token is missing", key=f"accounts.{account}.token")
         self.account = account
-        self._token = token.strip()
-        self._api_base = _opt_str(settings.get("api_base"))
-        self._gateway_url = _opt_str(settings.get("gateway_url"))
-        self.request_timeout = _number(settings, "request_timeout", 15.0, account)
-        self.ready_timeout = _number(settings, "ready_timeout", 30.0, account)
-        self.max_ratelimit_wait = _number(settings, "max_ratelimit_wait", 2.0, account)
-        self.heartbeat_timeout = _number(settings, "heartbeat_timeout", 60.0, account)
-        self.guild_ready_timeout = _number(settings, "guild_ready_timeout", 2.0, account)
-        self.drain_timeout = _number(settings, "drain_timeout", 5.0, account)
-        self.catch_up = _flag(settings, "catch_up", True, account)
-        self.message_content_intent = _flag(settings, "message_content_intent", True, account)
-        self.catch_up_limit = int(_number(settings, "catch_up_limit", 100, account))
-        mentions = settings.get("allowed_mentions", ["users"])
-        if not isinstance(mentions, list | tuple) or not all(isinstance(m, str) for m in mentions):
-            raise ConfigError(
-                f"expected a list of strings, got {mentions!r}",
-                key=f"accounts.{account}.allowed_mentions",
-            )
-        unknown = set(mentions) - _MENTION_KINDS
-        if unknown:
-            raise ConfigError(
-                f"allowed_mentions may hold users, roles, everyone; not {sorted(unknown)}",
-                key=f"accounts.{account}.allowed_mentions",
-            )
-        self.allowed_mentions = discord.AllowedMentions(
-            everyone="everyone" in mentions,
-            roles="roles" in mentions,
-            users="users" in mentions,
-            replied_user=_flag(settings, "mention_replied_user", True, account),
-        )
+        self.settings = DiscordSettings.parse(account, settings)
         self.capabilities = Capabilities(
             threads=True,
             edits=True,
@@ -124,14 +87,14 @@ class DiscordAdapter:
         self._inbox = asyncio.Queue()
         self._cursors = await Cursors.load(ctx.get_state)
         # discord.py reads these class attributes for every client in the process
-        if self._api_base:
-            Route.BASE = self._api_base.rstrip("/")
-        if self._gateway_url:
-            DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(self._gateway_url)
+        if self.settings.api_base:
+            Route.BASE = self.settings.api_base.rstrip("/")
+        if self.settings.gateway_url:
+            DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(self.settings.gateway_url)
         client = _GatewayClient(self)
         # discord.py will not take a max_ratelimit_timeout under 30 s; shorter
         # waits belong to the switchboard's outbox retry, not to a blocked send
-        client.http.max_ratelimit_timeout = self.max_ratelimit_wait
+        client.http.max_ratelimit_timeout = self.settings.max_ratelimit_wait
         self._client = client
         self._ingest_task = asyncio.create_task(
             self._ingest_loop(), name=f"discord-ingest-{self.account}"
@@ -142,7 +105,7 @@ class DiscordAdapter:
         ready = asyncio.create_task(self._ready.wait())
         done, _ = await asyncio.wait(
             {ready, self._client_task},
-            timeout=self.ready_timeout,
+            timeout=self.settings.ready_timeout,
             return_when=asyncio.FIRST_COMPLETED,
         )
         ready.cancel()
@@ -158,7 +121,7 @@ class DiscordAdapter:
                 f"{type(failure).__name__}: {failure}"
             ) from failure
         raise DiscordStartError(
-            f"Discord account {self.account!r} was not ready within {self.ready_timeout:g}s "
+            f"Discord account {self.account!r} was not ready within {self.settings.ready_timeout:g}s "
             "(no READY from the Gateway); check the network and Discord's status page"
         )
 
@@ -171,7 +134,7 @@ class DiscordAdapter:
         if self._ingest_task is not None and not self._ingest_task.done():
             # payloads discord.py already received are in no one else's hands: store them
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._inbox.join(), self.drain_timeout)
+                await asyncio.wait_for(self._inbox.join(), self.settings.drain_timeout)
         tasks = [task for task in (self._client_task, self._ingest_task) if task is not None]
         for task in tasks:
             task.cancel()
@@ -181,11 +144,11 @@ class DiscordAdapter:
 
     async def _run_client(self, client: _GatewayClient) -> None:
         try:
-            await client.start(self._token)
+            await client.start(self.settings.token)
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            failure = self._explain_chain(error)
+            failure = explain_connection_failure(error, self.account)
             if failure is None:
                 raise
             if self._ready.is_set() and self._client is client and self._ctx is not None:
@@ -194,50 +157,6 @@ class DiscordAdapter:
             raise failure from None
         if self._client is client and self._ctx is not None:
             self._ctx.log.error("Discord connection of account %s ended", self.account)
-
-    def _explain_chain(self, error: BaseException) -> DiscordStartError | None:
-        """Explain `error` or the first explainable error it was raised while handling.
-
-        (discord.py 2.x fails with an AttributeError when the very first Gateway
-        connection fails; the network error is its __context__.)
-        """
-        seen: BaseException | None = error
-        for _ in range(5):
-            if seen is None:
-                return None
-            if isinstance(seen, Exception) and (explained := self._explain(seen)) is not None:
-                return explained
-            seen = seen.__context__
-        return None
-
-    def _explain(self, error: Exception) -> DiscordStartError | None:
-        """Turn a discord.py failure that ends the connection into an error for people."""
-        account = repr(self.account)
-        if isinstance(error, discord.PrivilegedIntentsRequired):
-            return DiscordStartError(
-                f"Discord closed the Gateway with 4014 (disallowed intents) for account {account}: "
-                f"enable the Message Content intent for this bot at {_PORTAL} -> your application "
-                "-> Bot -> Privileged Gateway Intents -> MESSAGE CONTENT INTENT, then restart"
-            )
-        if isinstance(error, discord.LoginFailure):
-            return DiscordStartError(
-                f"Discord refused the bot token of account {account} (401 Unauthorized): "
-                f"copy a fresh token from {_PORTAL} -> your application -> Bot -> Reset Token"
-            )
-        if isinstance(error, discord.ConnectionClosed):
-            if error.code == 4004:
-                return DiscordStartError(
-                    f"Discord closed the Gateway with 4004 (authentication failed) for account "
-                    f"{account}: the bot token is wrong or was reset; copy a fresh one from {_PORTAL}"
-                )
-            return DiscordStartError(
-                f"Discord closed the Gateway with code {error.code} for account {account}"
-            )
-        if isinstance(error, aiohttp.ClientError | OSError | discord.HTTPException):
-            return DiscordStartError(
-                f"could not reach Discord for account {account}: {type(error).__name__}: {error}"
-            )
-        return None
 
     # ------------------------------------------------------------ receiving
 
@@ -277,7 +196,7 @@ class DiscordAdapter:
             if user.get("id"):
                 name = user.get("global_name") or user.get("username") or ""
                 self.me = Sender(str(user["id"]), name, user.get("username"), is_bot=True)
-            if self.catch_up:
+            if self.settings.catch_up:
                 await self._catch_up()
         elif kind in _MESSAGE_EVENTS:
             await self._ingest(payload)
@@ -298,7 +217,7 @@ class DiscordAdapter:
                 return
             try:
                 missed = await self._call(
-                    missed_messages(client.http, channel_id, cursor, self.catch_up_limit)
+                    missed_messages(client.http, channel_id, cursor, self.settings.catch_up_limit)
                 )
             except (RateLimited, Rejected, Uncertain) as error:
                 self._ctx.log.warning(
@@ -383,7 +302,7 @@ class DiscordAdapter:
                 )
             target = channel.get_partial_message(_snowflake(outbound.target, "target"))
             await self._call(
-                target.edit(content=outbound.text, allowed_mentions=self.allowed_mentions)
+                target.edit(content=outbound.text, allowed_mentions=self.settings.allowed_mentions)
             )
             return Receipt(str(target.id), (str(target.id),))
         return await self._post(channel, outbound)
@@ -412,7 +331,7 @@ class DiscordAdapter:
                 options["nonce"] = nonce
             send = channel.send(
                 content=part,
-                allowed_mentions=self.allowed_mentions,
+                allowed_mentions=self.settings.allowed_mentions,
                 silent=outbound.quiet,
                 **options,
             )
@@ -431,24 +350,12 @@ class DiscordAdapter:
     async def _call(self, call: Awaitable[_T]) -> _T:
         """Await one discord.py HTTP call; map every failure to RateLimited / Rejected / Uncertain."""
         try:
-            return await asyncio.wait_for(call, self.request_timeout)
-        except TimeoutError:
-            raise Uncertain(
-                f"Discord did not answer within {self.request_timeout:g}s; the request may have gone through"
-            ) from None
-        except discord.RateLimited as limited:
-            raise RateLimited(limited.retry_after, "Discord rate limit") from None
-        except discord.HTTPException as error:
-            raise _map_http_error(error) from None
-        except aiohttp.ClientConnectorError as error:
-            raise RateLimited(
-                5.0, f"could not connect to Discord ({type(error).__name__})"
-            ) from None
-        except (aiohttp.ClientError, OSError) as error:
-            raise Uncertain(
-                f"the connection to Discord failed mid-request ({type(error).__name__}); "
-                "the request may have gone through"
-            ) from None
+            return await asyncio.wait_for(call, self.settings.request_timeout)
+        except Exception as error:
+            mapped = delivery_error(error, self.settings.request_timeout)
+            if mapped is None:
+                raise
+            raise mapped from None
 
 
 class _GatewayClient(discord.Client):
@@ -460,15 +367,15 @@ class _GatewayClient(discord.Client):
         intents.guild_messages = True
         intents.dm_messages = True
         # privileged: without it Discord blanks the text of guild messages that do not mention the bot
-        intents.message_content = adapter.message_content_intent
+        intents.message_content = adapter.settings.message_content_intent
         super().__init__(
             intents=intents,
             enable_debug_events=True,
             chunk_guilds_at_startup=False,
             member_cache_flags=discord.MemberCacheFlags.none(),
             max_messages=None,
-            heartbeat_timeout=adapter.heartbeat_timeout,
-            guild_ready_timeout=adapter.guild_ready_timeout,
+            heartbeat_timeout=adapter.settings.heartbeat_timeout,
+            guild_ready_timeout=adapter.settings.guild_ready_timeout,
         )
         self._adapter = adapter
 
@@ -484,20 +391,6 @@ class _GatewayClient(discord.Client):
             ctx.log.exception("error in discord.py handler %s", event_method)
 
 
-def _map_http_error(error: discord.HTTPException) -> RateLimited | Rejected | Uncertain:
-    status = error.status
-    what = f"Discord answered {status}" + (f" (code {error.code})" if error.code else "")
-    detail = f"{what}: {error.text}" if error.text else what
-    if status == 429:
-        # a 429 discord.py did not absorb: Cloudflare's (no Via header) or retries exhausted
-        headers = getattr(error.response, "headers", {}) or {}
-        retry_after = _float(headers.get("Retry-After")) or 5.0
-        return RateLimited(retry_after, detail)
-    if status >= 500:
-        return Uncertain(f"{detail}; the request may have gone through")
-    return Rejected(detail)
-
-
 def _nonce(outbound: Outbound, index: int, part: str) -> str | None:
     """A nonce Discord enforces: a retried send of the same outbox row returns the first message."""
     if outbound.outbox_id is None:
@@ -510,30 +403,3 @@ def _snowflake(value: str | None, what: str) -> int:
     if value is None or not str(value).isdigit():
         raise Rejected(f"{what} must be a Discord id (a snowflake), got {value!r}")
     return int(value)
-
-
-def _number(settings: Mapping[str, Any], key: str, default: float, account: str) -> float:
-    value = settings.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ConfigError(
-            f"expected a positive number, got {value!r}", key=f"accounts.{account}.{key}"
-        )
-    return float(value)
-
-
-def _flag(settings: Mapping[str, Any], key: str, default: bool, account: str) -> bool:
-    value = settings.get(key, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"expected true or false, got {value!r}", key=f"accounts.{account}.{key}")
-    return value
-
-
-def _opt_str(value: object) -> str | None:
-    return str(value) if value else None
-
-
-def _float(value: object) -> float | None:
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None

@@ -1,0 +1,107 @@
+"""What went wrong, for people: discord.py's exceptions -> backchannel's errors.
+
+- `explain_connection_failure`: why the bot could not connect (or stopped
+  listening): a refused token, the Message Content intent not enabled, Discord
+  unreachable. Never shows the token.
+- `delivery_error`: a failed send -> RateLimited / Rejected / Uncertain.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+import discord
+from backchannel.errors import ConfigError, DeliveryError, RateLimited, Rejected, Uncertain
+
+__all__ = ["DiscordStartError", "delivery_error", "explain_connection_failure"]
+
+PORTAL = "https://discord.com/developers/applications"
+
+
+class DiscordStartError(ConfigError):
+    """The bot could not connect: bad token, an intent not granted, Discord unreachable."""
+
+
+def explain_connection_failure(error: BaseException, account: str) -> DiscordStartError | None:
+    """Explain `error`, or the first explainable error it was raised while handling.
+
+    (discord.py 2.x fails with an AttributeError when the very first Gateway
+    connection fails; the network error is its __context__.)
+    """
+    seen: BaseException | None = error
+    for _ in range(5):
+        if seen is None:
+            return None
+        explained = _explain(seen, repr(account))
+        if explained is not None:
+            return explained
+        seen = seen.__context__
+    return None
+
+
+def delivery_error(error: BaseException, request_timeout: float) -> DeliveryError | None:
+    """Return the DeliveryError a failed discord.py HTTP call means, or None if it is not one."""
+    if isinstance(error, TimeoutError):
+        return Uncertain(
+            f"Discord did not answer within {request_timeout:g}s; the request may have gone through"
+        )
+    if isinstance(error, discord.RateLimited):
+        return RateLimited(error.retry_after, "Discord rate limit")
+    if isinstance(error, discord.HTTPException):
+        return _http_error(error)
+    if isinstance(error, aiohttp.ClientConnectorError):
+        # nothing left this machine: as safe to retry as a rate limit
+        return RateLimited(5.0, f"could not connect to Discord ({type(error).__name__})")
+    if isinstance(error, aiohttp.ClientError | OSError):
+        return Uncertain(
+            f"the connection to Discord failed mid-request ({type(error).__name__}); "
+            "the request may have gone through"
+        )
+    return None
+
+
+def _explain(error: BaseException, account: str) -> DiscordStartError | None:
+    if isinstance(error, discord.PrivilegedIntentsRequired):
+        return DiscordStartError(
+            f"Discord closed the Gateway with 4014 (disallowed intents) for account {account}: "
+            f"enable the Message Content intent for this bot at {PORTAL} -> your application "
+            "-> Bot -> Privileged Gateway Intents -> MESSAGE CONTENT INTENT, then restart"
+        )
+    if isinstance(error, discord.LoginFailure):
+        return DiscordStartError(
+            f"Discord refused the bot token of account {account} (401 Unauthorized): "
+            f"copy a fresh token from {PORTAL} -> your application -> Bot -> Reset Token"
+        )
+    if isinstance(error, discord.ConnectionClosed):
+        if error.code == 4004:
+            return DiscordStartError(
+                f"Discord closed the Gateway with 4004 (authentication failed) for account "
+                f"{account}: the bot token is wrong or was reset; copy a fresh one from {PORTAL}"
+            )
+        return DiscordStartError(
+            f"Discord closed the Gateway with code {error.code} for account {account}"
+        )
+    if isinstance(error, aiohttp.ClientError | OSError | discord.HTTPException):
+        return DiscordStartError(
+            f"could not reach Discord for account {account}: {type(error).__name__}: {error}"
+        )
+    return None
+
+
+def _http_error(error: discord.HTTPException) -> DeliveryError:
+    status = error.status
+    what = f"Discord answered {status}" + (f" (code {error.code})" if error.code else "")
+    detail = f"{what}: {error.text}" if error.text else what
+    if status == 429:
+        # a 429 discord.py did not absorb: Cloudflare's (no Via header) or retries exhausted
+        headers = getattr(error.response, "headers", None) or {}
+        return RateLimited(_float(headers.get("Retry-After")) or 5.0, detail)
+    if status >= 500:
+        return Uncertain(f"{detail}; the request may have gone through")
+    return Rejected(detail)
+
+
+def _float(value: object) -> float | None:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
