@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import pytest
+from backchannel.model import Outbound
 from backchannel.testing import ContractContext
 from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.receive import Poller
@@ -202,3 +203,27 @@ async def test_a_429_on_getupdates_waits_the_retry_after_telegram_asks(
         t for (name, _), t in zip(fake.calls, fake.call_times, strict=True) if name == "getUpdates"
     ]
     assert times[1] - times[0] >= 0.95
+
+
+async def test_a_reaction_in_a_forum_topic_lands_on_the_topic_message(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    alice = fake.user("Alice")
+    forum = fake.supergroup("Eng", forum=True)
+    topic = fake.create_topic(forum, "Deploys", alice)
+    adapter = await start_adapter(fake, contract_context)
+    update = fake.inject_message(forum, alice, "ship it", topic=topic)
+    await contract_context.wait_ingested(str(update["update_id"]))
+    address = contract_context.events[-1].address
+    receipt = await adapter.send(Outbound(address, "shipped"))
+    own = int(receipt.platform_message_id or 0)
+    first = fake.inject_reaction(forum, alice, update["message"]["message_id"], ["👍"])
+    second = fake.inject_reaction(forum, alice, own, ["🎉"])
+    await contract_context.wait_ingested(str(second["update_id"]))
+    await adapter.stop()
+    reactions = [e for e in contract_context.events if e.kind == "reaction"]
+    assert [e.event_id for e in reactions] == [str(first["update_id"]), str(second["update_id"])]
+    assert all(e.address == address for e in reactions)
+    # (the bot's own message is stored by the switchboard's outbox, not by this context)
+    rows = await contract_context.transcript(address)
+    assert [(m.text, m.reactions) for m in rows] == [("ship it", (("Alice", "👍"),))]

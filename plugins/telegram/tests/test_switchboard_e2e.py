@@ -184,3 +184,28 @@ async def test_the_docs_example_works(store: SQLiteStore) -> None:
     reply = fake.sent[0]
     assert reply.thread_id == topic
     assert reply.reply_to == asked["message"]["message_id"]
+
+
+async def test_a_reaction_to_the_bots_answer_in_a_topic_is_recorded_on_it(
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any
+) -> None:
+    alice = fake.user("Alice")
+    forum = fake.supergroup("Engineering", forum=True)
+    topic = fake.create_topic(forum, "Deploys", alice)
+    agent = RecordingAgent(lambda run: "on it")
+    board = await board_for(fake, agent)
+    fake.inject_message(forum, alice, "@backchannel_test_bot deploy?", topic=topic)
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    (answer,) = fake.sent
+    reaction = fake.inject_reaction(forum, alice, answer.message_id, ["👍"])
+    await fake.wait_for(lambda: fake.is_acked(reaction["update_id"]), what="the reaction")
+    await board.wait_idle()
+    conversation = await store.find_conversation(Address("tg", str(forum["id"]), str(topic)))
+    assert conversation is not None
+    rows = await store.window(conversation.id, 10)
+    assert [(m.direction, m.text, m.reactions) for m in rows] == [
+        ("in", "@backchannel_test_bot deploy?", ()),
+        ("out", "on it", (("Alice", "👍"),)),
+    ]
+    assert len(agent.runs) == 1  # a reaction does not start a run

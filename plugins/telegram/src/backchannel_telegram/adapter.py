@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +22,7 @@ from backchannel.errors import (
     Rejected,
     Uncertain,
 )
-from backchannel.model import Address, Event, Outbound, Receipt, Sender
+from backchannel.model import Address, Event, Outbound, Receipt, Sender, evolve
 
 from .api import BotApi, TelegramError, Token
 from .normalize import BotIdentity, migration_of, normalize_update
@@ -98,6 +99,8 @@ class TelegramAdapter:
         self._ctx: AdapterContext | None = None
         self._receiver: Poller | WebhookReceiver | None = None
         self._identity_task: asyncio.Task[None] | None = None
+        #: (chat, message id) -> forum topic, for reactions (which do not name the topic)
+        self._topics = _RecentTopics(10_000)
         #: old group chat id -> supergroup chat id, learnt from Telegram
         self._migrated: dict[str, str] = {}
 
@@ -154,9 +157,25 @@ class TelegramAdapter:
     # receiving --------------------------------------------------------------
 
     def normalize(self, raw: Mapping[str, Any]) -> Event | None:
-        """Turn one Bot API Update into an Event (see normalize.py)."""
+        """Turn one Bot API Update into an Event (see normalize.py).
+
+        A reaction update does not say which forum topic its message is in; when
+        this process has seen that message (received or sent), the reaction is
+        placed in its topic.
+        """
         identity = BotIdentity(self._token.bot_id, self._username)
-        return normalize_update(raw, self.account, identity, self._aliases)
+        event = normalize_update(raw, self.account, identity, self._aliases)
+        if event is None or event.platform_message_id is None:
+            return event
+        key = (event.address.chat, event.platform_message_id)
+        if event.kind == "reaction" and event.address.thread is None:
+            thread = self._topics.get(key)
+            if thread is not None:
+                address = Address(self.account, event.address.chat, thread)
+                return evolve(event, address=address, conversation_kind="thread")
+        elif event.address.thread is not None:
+            self._topics.remember(key, event.address.thread)
+        return event
 
     @property
     def _aliases(self) -> dict[str, str]:
@@ -265,6 +284,8 @@ class TelegramAdapter:
                     f"({error.description})"
                 ) from None
             ids.append(str(message["message_id"]))
+            if outbound.address.thread:
+                self._topics.remember((outbound.address.chat, ids[-1]), outbound.address.thread)
         return Receipt(ids[0], part_ids=tuple(ids))
 
     async def _edit(self, outbound: Outbound) -> Receipt:
@@ -378,3 +399,20 @@ class _NumberReader:
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise ConfigError(f"expected a positive number of seconds, got {value!r}", key=key)
         return float(value)
+
+
+class _RecentTopics:
+    """The forum topic of the last `size` topic messages seen, oldest forgotten first."""
+
+    def __init__(self, size: int):
+        self._size = size
+        self._topics: OrderedDict[tuple[str, str], str] = OrderedDict()
+
+    def remember(self, key: tuple[str, str], thread: str) -> None:
+        self._topics[key] = thread
+        self._topics.move_to_end(key)
+        while len(self._topics) > self._size:
+            self._topics.popitem(last=False)
+
+    def get(self, key: tuple[str, str]) -> str | None:
+        return self._topics.get(key)
