@@ -312,3 +312,23 @@ async def test_one_time_prekeys_are_topped_up_after_first_messages_use_them(
         await adapter.stop()
     ids = [k["keyId"] for k in relay.one_time_prekeys[adapter.agent_id]]
     assert len(set(ids)) == 4 and "pk_1" not in ids
+
+
+async def test_a_listing_full_of_held_messages_is_reported(
+    contract_context: ContractContext,
+    relay: FakeRelay,
+    peer: RelayPeer,
+    settings_for: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    adapter = TinyplaceAdapter("test", settings_for(poll_limit=2))
+    await adapter.start(contract_context.bind(adapter))
+    try:
+        await peer.contacts.request(adapter.agent_id)
+        for n in range(2):
+            await peer.send_text(adapter.agent_id, f"held {n}")
+        caplog.set_level(logging.WARNING)
+        await relay.wait_listed(adapter.agent_id, 3)
+    finally:
+        await adapter.stop()
+    assert caplog.text.count("the mailbox listing (poll_limit 2) is full") == 1

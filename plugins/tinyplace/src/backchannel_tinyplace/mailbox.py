@@ -76,6 +76,7 @@ class MailboxReader:
         self._accepted: set[str] = set()
         self._contacts_known = False
         self._reported: set[str] = set()
+        self._warned_full = False
         #: set when a PREKEY_BUNDLE used one of our one-time pre-keys
         self.used_prekey = False
 
@@ -98,6 +99,18 @@ class MailboxReader:
         committed = 0
         seen: set[str] = set()
         stalled: set[str] = set()
+        held = [m for m in envelopes if str(m.get("from") or "") not in self._accepted]
+        if envelopes and len(held) == len(envelopes) >= self._limit:
+            if not self._warned_full:
+                self._warned_full = True
+                self._ctx.log.warning(
+                    "the mailbox listing (poll_limit %d) is full of messages from senders that"
+                    " are not accepted contacts; newer messages may be hidden behind them."
+                    " Decide: backchannel tinyplace requests / accept / block",
+                    self._limit,
+                )
+        else:
+            self._warned_full = False
         for envelope in envelopes:
             relay_id, sender = str(envelope.get("id") or ""), str(envelope.get("from") or "")
             if not relay_id or relay_id in seen or sender in stalled:
