@@ -77,6 +77,11 @@ class SlidingWindow:
         self._stamps.append(stamp)
         return stamp
 
+    def busy(self) -> bool:
+        """True while a send is in flight or still counts in the window."""
+        self.delay()  # drops expired sends
+        return bool(self._stamps)
+
     def done(self, stamp: _Stamp | None) -> None:
         if stamp is not None:
             stamp.at = self.clock()
@@ -93,6 +98,7 @@ class Pacer:
         self._chats: dict[str, SlidingWindow] = {}
         self._groups: dict[str, SlidingWindow] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._turns = 0
 
     @contextlib.asynccontextmanager
     async def turn(self, chat_id: str, is_group: bool) -> AsyncIterator[None]:
@@ -125,6 +131,20 @@ class Pacer:
             finally:
                 for window, stamp in stamps:
                     window.done(stamp)
+        self._turns += 1
+        if self._turns % 1000 == 0:
+            self._forget_idle_chats()
+
+    def _forget_idle_chats(self) -> None:
+        """Drop the windows and locks of chats with nothing in flight or in their windows."""
+        for chat_id in list(self._locks):
+            lock = self._locks[chat_id]
+            windows = [w for w in (self._chats.get(chat_id), self._groups.get(chat_id)) if w]
+            if lock.locked() or any(w.busy() for w in windows):
+                continue
+            del self._locks[chat_id]
+            self._chats.pop(chat_id, None)
+            self._groups.pop(chat_id, None)
 
     @staticmethod
     def _window(
