@@ -332,3 +332,31 @@ async def test_a_listing_full_of_held_messages_is_reported(
     finally:
         await adapter.stop()
     assert caplog.text.count("the mailbox listing (poll_limit 2) is full") == 1
+
+
+async def test_a_late_message_decrypts_from_a_skipped_key_kept_across_a_restart(
+    contract_context: ContractContext, relay: FakeRelay, peer: RelayPeer, settings_for: Any
+) -> None:
+    settings = settings_for()
+    first = TinyplaceAdapter("test", settings)
+    relay.make_contacts(peer.agent_id, first.agent_id)
+    await first.start(contract_context.bind(first))
+    await first.stop()  # keys published; nothing polls while the peer writes
+    ids = [await peer.send_text(first.agent_id, f"m{n}") for n in range(3)]
+    box = relay.mailboxes[first.agent_id]
+    late = next(m for m in box if m["id"] == ids[1])
+    box.remove(late)  # the relay delivers m1 after m2
+
+    await first.start(contract_context)
+    await relay.wait_acked(first.agent_id, ids[2])
+    await first.stop()
+    second = TinyplaceAdapter("test", settings)  # a new process: only the store remembers
+    await second.start(contract_context.bind(second))
+    try:
+        relay.mailboxes[second.agent_id].append(late)
+        await relay.wait_acked(second.agent_id, ids[1])
+    finally:
+        await second.stop()
+    window = await contract_context.transcript(Address("test", peer.agent_id, "master"))
+    assert [m.text for m in window] == ["m0", "m2", "m1"]
+    assert await contract_context.get_state("dead_letters") is None
