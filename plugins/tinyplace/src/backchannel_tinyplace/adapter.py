@@ -267,11 +267,6 @@ class TinyplaceAdapter:
     def _log(self) -> logging.LoggerAdapter[logging.Logger] | logging.Logger:
         return self._ctx.log if self._ctx is not None else log
 
-    def _require_ctx(self) -> AdapterContext:
-        if self._ctx is None:
-            raise RuntimeError("TinyplaceAdapter.start() was not called")
-        return self._ctx
-
     def _require_client(self) -> TinyPlaceClient:
         if self._client is None:
             raise RuntimeError("the tiny.place adapter is not started")
