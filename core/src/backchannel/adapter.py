@@ -179,6 +179,14 @@ class AdapterContext:
         """Return True when an event with this platform id is already stored."""
         raise NotImplementedError
 
+    async def dead_letter(self, ref: str, reason: str, payload: str) -> None:
+        """Keep a payload that can never be processed (an undecryptable message) for the operator.
+
+        `ref` is the platform's id of it; `reason` one line; `payload` what may be shown
+        (never secrets or plaintext that should stay private).
+        """
+        raise NotImplementedError
+
     async def get_state(self, key: str) -> str | None:
         """Read one durable per-account value (a poll cursor, a session blob)."""
         raise NotImplementedError

@@ -604,6 +604,9 @@ class AccountContext(AdapterContext):
     async def is_known(self, event_id: str) -> bool:
         return await self.board.store.is_known(self.account, event_id)
 
+    async def dead_letter(self, ref: str, reason: str, payload: str) -> None:
+        await self.board.store.add_dead_letter(self.account, ref, reason, payload)
+
     async def get_state(self, key: str) -> str | None:
         return await self.board.store.get_state(self.account, key)
 

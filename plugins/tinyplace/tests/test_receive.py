@@ -143,8 +143,9 @@ async def test_undecryptable_envelope_is_dead_lettered_and_acked(
     caplog.set_level(logging.ERROR)
     bad = relay.inject_undecryptable(account.agent_id, peer.agent_id)
     await relay.wait_acked(account.agent_id, bad)
-    letters = json.loads(await contract_context.get_state("dead_letters") or "[]")
-    assert [letter["envelope"]["id"] for letter in letters] == [bad]
+    letters = await contract_context.store.dead_letters("test")
+    assert [letter["ref"] for letter in letters] == [bad]
+    assert json.loads(letters[0]["payload"])["id"] == bad
     assert f"message {bad} from {peer.agent_id} cannot be decrypted" in caplog.text
     assert contract_context.events == []
     # the session is unharmed: the next real message decrypts
@@ -270,7 +271,7 @@ async def test_a_relisted_progress_event_is_acked_without_decrypt_or_dead_letter
     relay.acked.clear()
     await relay.wait_acked(account.agent_id, status_id)
     assert counter.calls == [opener, status_id]
-    assert await contract_context.get_state("dead_letters") is None
+    assert await contract_context.store.dead_letters("test") == []
     assert [r.status for r in contract_context.results] == ["stored"]
 
 
@@ -359,4 +360,4 @@ async def test_a_late_message_decrypts_from_a_skipped_key_kept_across_a_restart(
         await second.stop()
     window = await contract_context.transcript(Address("test", peer.agent_id, "master"))
     assert [m.text for m in window] == ["m0", "m2", "m1"]
-    assert await contract_context.get_state("dead_letters") is None
+    assert await contract_context.store.dead_letters("test") == []

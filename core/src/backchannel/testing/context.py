@@ -131,6 +131,9 @@ class ContractContext(AdapterContext):
     async def is_known(self, event_id: str) -> bool:
         return await self.store.is_known(self.account, event_id)
 
+    async def dead_letter(self, ref: str, reason: str, payload: str) -> None:
+        await self.store.add_dead_letter(self.account, ref, reason, payload)
+
     async def get_state(self, key: str) -> str | None:
         return await self.store.get_state(self.account, key)
 

@@ -13,8 +13,8 @@ Per relay message (a decrypt advances a ratchet that cannot be rewound):
 5. only then DELETE it from the mailbox.
 
 `PREKEY_BUNDLE` messages are handled before `CIPHERTEXT` ones. A message that
-can never be decrypted is a dead letter (logged, kept in the state
-``dead_letters``, acked); anything else is retried on the next poll.
+can never be decrypted is a dead letter (logged, kept among the store's
+dead letters, acked); anything else is retried on the next poll.
 """
 
 from __future__ import annotations
@@ -250,10 +250,7 @@ class MailboxReader:
             sender,
             reason,
         )
-        text = await ctx.get_state("dead_letters")
-        letters = json.loads(text) if text else []
-        letters.append({"at": time.time(), "reason": reason[:500], "envelope": _routing(envelope)})
-        await ctx.set_state("dead_letters", json.dumps(letters[-100:]))
+        await ctx.dead_letter(str(relay_id), reason[:500], json.dumps(_routing(envelope)))
 
 
 def _routing(envelope: Mapping[str, Any]) -> dict[str, Any]:
