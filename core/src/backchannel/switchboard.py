@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -141,7 +142,7 @@ class Switchboard:
         }
         self._max_batch = max_batch
         self._stop_timeout = stop_timeout
-        self._queue: list[tuple[list[Inbound], asyncio.Future[list[AppendResult]]]] = []
+        self._queue: deque[tuple[list[Inbound], asyncio.Future[list[AppendResult]]]] = deque()
         self._flusher: asyncio.Task[None] | None = None
         self._slots: dict[int, _Slot] = {}
         self._run_limit = asyncio.Semaphore(max_concurrent_runs)
@@ -398,7 +399,7 @@ class Switchboard:
             groups: list[tuple[list[Inbound], asyncio.Future[list[AppendResult]]]] = []
             size = 0
             while self._queue and (not groups or size + len(self._queue[0][0]) <= self._max_batch):
-                group = self._queue.pop(0)
+                group = self._queue.popleft()
                 groups.append(group)
                 size += len(group[0])
             try:
