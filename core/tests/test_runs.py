@@ -217,3 +217,21 @@ async def test_new_messages_are_taken_once(store: SQLiteStore) -> None:
     await store.append_inbound([Inbound(event(2, "two", sender=ALICE))])
     assert await run.new_messages() == [{"role": "user", "content": "[#2] Alice: two"}]
     assert await run.new_messages() == []
+
+
+async def test_demo_agent_describes_what_it_was_handed(store: SQLiteStore) -> None:
+    from backchannel.agents.demo import describe_run
+
+    await store.append_inbound(
+        [
+            Inbound(event(1, "hi all", sender=ALICE)),
+            Inbound(event(2, "beep", sender=BOB), triggers=True),
+        ]
+    )
+    run = await (await board_with(store)).build_run(1)
+    text = describe_run(run)
+    assert text.startswith(
+        'I can see 2 messages from 2 people in this group chat "Ops" on Fake Chat.'
+    )
+    assert 'You (Bob) wrote #2: "beep".' in text
+    assert "backchannel preview fake/g" in text

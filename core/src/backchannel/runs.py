@@ -56,6 +56,11 @@ class Run:
     conversation: Conversation
     trigger: Message | None
     session: RunSession = field(repr=False, eq=False)
+    #: the channel ("telegram") and how the framing names it ("Telegram")
+    channel: str = ""
+    channel_name: str = ""
+    #: the people (and bots) other than the agent whose messages are in the window
+    participants: tuple[Sender, ...] = ()
 
     @property
     def tool_names(self) -> list[str]:
@@ -178,7 +183,17 @@ class RunBuilder:
         )
         if self.framing_hook is not None:
             instruction = self.framing_hook(conversation, self.channel, instruction) or instruction
-        return Run(instruction, messages, tools, conversation, trigger, session)
+        return Run(
+            instruction,
+            messages,
+            tools,
+            conversation,
+            trigger,
+            session,
+            channel=self.channel,
+            channel_name=self.channel_name,
+            participants=tuple(participants),
+        )
 
 
 def _trim_to_chars(rows: list[Message], limit: int) -> list[Message]:

@@ -86,7 +86,7 @@ async def test_page_sends_shows_the_demo_reply_and_reload_keeps_the_transcript(
     await box.press("Enter")
     log = page.get_by_role("log")
     reply = log.locator("li.agent .body")
-    await expect(reply).to_contain_text("I can see 1 message from 1 person in this web chat")
+    await expect(reply).to_contain_text("I can see 1 message from 1 person in this direct chat")
     await expect(log.locator("li.visitor .state")).to_have_text("")
     await switchboard.wait_idle()
     before = await bubbles(page)

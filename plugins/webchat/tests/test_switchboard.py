@@ -45,7 +45,7 @@ async def test_demo_agent_reply_reaches_the_page_with_its_seq(
         reply = await page.wait_for(lambda f: f["type"] == "message" and f["role"] == "agent")
         await switchboard.wait_idle()
         assert reply["seq"] == seq + 1
-        assert "I can see 1 message from 1 person in this web chat" in reply["text"]
+        assert "I can see 1 message from 1 person in this direct chat" in reply["text"]
         conversation = await switchboard.store.find_conversation(page.address("web"))
         assert conversation is not None
         stored = await switchboard.store.message(conversation.id, reply["seq"])

@@ -15,19 +15,16 @@ _KIND = {"direct": "direct chat", "group": "group chat", "thread": "thread"}
 def describe_run(run: Run) -> str:
     """Return a few sentences saying what the agent was handed: messages, people, tools."""
     conversation = run.conversation
-    inbound = [m for m in run.messages if m["role"] == "user"]
-    own = [m for m in run.messages if m["role"] == "assistant"]
-    people = {
-        line["content"].split("] ", 1)[-1].split(":", 1)[0].split(" (")[0] for line in inbound
-    }
-    channel = run.instruction.split(" on ", 1)[-1].split(" (account", 1)[0]
-    where = _KIND.get(conversation.kind, "conversation")
+    own = sum(1 for m in run.messages if m["role"] == "assistant")
     count = len(run.messages)
+    people = len(run.participants)
+    where = _KIND.get(conversation.kind, "conversation")
+    title = f' "{conversation.title}"' if conversation.title else ""
     sentences = [
-        f"I can see {count} message{'s' if count != 1 else ''} from {len(people)}"
-        f" {'person' if len(people) == 1 else 'people'} in this {channel} {where}"
-        + (f' "{conversation.title}"' if conversation.title else "")
-        + (f", {len(own)} of them mine." if own else "."),
+        f"I can see {count} message{'s' if count != 1 else ''} from {people}"
+        f" {'person' if people == 1 else 'people'} in this {where}{title}"
+        f" on {run.channel_name or run.channel}"
+        + (f", and {own} of mine." if own else "."),
     ]
     trigger = run.trigger
     if trigger is not None:
@@ -38,7 +35,7 @@ def describe_run(run: Run) -> str:
         f" the tools I was offered are {', '.join(run.tool_names)}."
     )
     sentences.append(
-        "Run `backchannel preview` on this conversation to see the exact instruction,"
+        f"Run `backchannel preview {conversation.address.key}` to see the exact instruction,"
         " messages and tool schemas an LLM agent would receive."
     )
     return " ".join(sentences)
