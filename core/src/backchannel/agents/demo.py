@@ -23,8 +23,7 @@ def describe_run(run: Run) -> str:
     sentences = [
         f"I can see {count} message{'s' if count != 1 else ''} from {people}"
         f" {'person' if people == 1 else 'people'} in this {where}{title}"
-        f" on {run.channel_name or run.channel}"
-        + (f", and {own} of mine." if own else "."),
+        f" on {run.channel_name or run.channel}" + (f", and {own} of mine." if own else "."),
     ]
     trigger = run.trigger
     if trigger is not None:

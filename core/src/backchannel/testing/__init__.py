@@ -16,6 +16,7 @@ from .contract import AdapterContract, ContractHarness
 from .fake_channel import FakeChannel, FakeChannelAdapter, FakeChannelHarness, FakePlatform
 from .recording import RecordingAgent
 from .store_contract import StoreContract
+from .watch import Watch
 
 __all__ = [
     "AdapterContract",
@@ -27,4 +28,5 @@ __all__ = [
     "FakePlatform",
     "RecordingAgent",
     "StoreContract",
+    "Watch",
 ]

@@ -13,6 +13,7 @@ from ..adapter import AdapterContext, IngestResult, RouteTable, SecretFilter
 from ..errors import NormalizeError
 from ..model import Address, Event, Message
 from ..store import Inbound, Store
+from .watch import Watch
 
 __all__ = ["ContractContext"]
 
@@ -50,7 +51,7 @@ class ContractContext(AdapterContext):
         self._calls: Counter[str] = Counter()
         self._gate = asyncio.Event()
         self._gate.set()
-        self._changed = asyncio.Condition()
+        self._watch = Watch("ContractContext")
 
     def bind(self, adapter: Any) -> ContractContext:
         """Use `adapter.normalize` for ingests; return self."""
@@ -93,8 +94,7 @@ class ContractContext(AdapterContext):
         return result
 
     async def _note(self, event_id: str | None) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+        self._watch.changed()
 
     def calls(self, event_id: str) -> int:
         """How many times the adapter handed over this event."""
@@ -119,14 +119,7 @@ class ContractContext(AdapterContext):
         await self._wait(predicate, timeout, what)
 
     async def _wait(self, predicate: Any, timeout: float, what: str) -> None:
-        async def waiter() -> None:
-            async with self._changed:
-                await self._changed.wait_for(predicate)
-
-        try:
-            await asyncio.wait_for(waiter(), timeout)
-        except TimeoutError:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None
+        await self._watch.wait_for(predicate, timeout, what)
 
     async def is_known(self, event_id: str) -> bool:
         return await self.store.is_known(self.account, event_id)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..runs import Run
+from .watch import Watch
 
 __all__ = ["RecordingAgent"]
 
@@ -28,7 +28,7 @@ class RecordingAgent:
         self.runs: list[Run] = []
         self.results: list[str] = []
         self._finished = 0
-        self._changed = asyncio.Condition()
+        self._watch = Watch("RecordingAgent")
 
     async def __call__(self, run: Run) -> None:
         self.runs.append(run)
@@ -46,18 +46,11 @@ class RecordingAgent:
                         result = await run.call("send_message", {"text": text})
                     self.results.append(result)
         finally:
-            async with self._changed:
-                self._finished += 1
-                self._changed.notify_all()
+            self._finished += 1
+            self._watch.changed()
 
     async def wait_runs(self, count: int, timeout: float = 10.0) -> None:
-        async def waiter() -> None:
-            async with self._changed:
-                await self._changed.wait_for(lambda: self._finished >= count)
-
-        try:
-            await asyncio.wait_for(waiter(), timeout)
-        except TimeoutError:
-            raise AssertionError(
-                f"expected {count} finished runs within {timeout}s, saw {self._finished}"
-            ) from None
+        """Return once `count` runs have finished."""
+        await self._watch.wait_for(
+            lambda: self._finished >= count, timeout, f"{count} finished runs"
+        )

@@ -1,0 +1,53 @@
+"""The testing kit's own pieces: Watch, and FakeChannel's delivery faults."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from backchannel import Binding
+from backchannel.store import SQLiteStore
+from backchannel.switchboard import Switchboard
+from backchannel.testing import FakeChannel, RecordingAgent, Watch
+
+
+async def test_watch_wakes_when_the_state_changes() -> None:
+    watch = Watch("box")
+    box: list[int] = []
+
+    async def fill() -> None:
+        for n in range(3):
+            await asyncio.sleep(0)
+            box.append(n)
+            watch.changed()
+
+    task = asyncio.create_task(fill())
+    await watch.wait_for(lambda: len(box) == 3, timeout=5, what="three items")
+    await task
+
+
+async def test_watch_times_out_naming_what_it_waited_for() -> None:
+    with pytest.raises(AssertionError, match="box: timed out after 0.05s waiting for nothing"):
+        await Watch("box").wait_for(lambda: False, timeout=0.05, what="nothing")
+
+
+async def test_reordered_and_duplicated_delivery_stores_each_message_once(
+    store: SQLiteStore,
+) -> None:
+    channel = FakeChannel()
+    agent = RecordingAgent()
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(agent))
+    await board.start()
+    first = channel.platform.user_says("first")
+    channel.platform.user_says("second")
+    channel.platform.swap_last_two()
+    channel.platform.redeliver(first)
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    conversation = (await store.conversations())[0]
+    window = await store.window(conversation.id, 10)
+    assert [m.text for m in window] == ["second", "first"]  # arrival order, seq 1 and 2
+    assert board.counters["duplicate"] == 1
+    await board.stop()
