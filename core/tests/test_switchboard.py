@@ -410,3 +410,33 @@ async def test_operator_start_leaves_other_processes_work_alone(store: SQLiteSto
     assert pending.id in [e.id for e in await store.outbox(status="pending")]
     assert agent.runs == []
     await board.stop()
+
+
+async def test_a_plugin_breaking_the_run_build_is_recorded_not_retried_forever(
+    store: SQLiteStore,
+) -> None:
+    from backchannel.hookspecs import hookimpl
+    from backchannel.plugins import get_plugin_manager
+
+    class Broken:
+        @hookimpl
+        def framing(self, conversation, channel, default):  # type: ignore[no-untyped-def]
+            raise RuntimeError("framing plugin bug")
+
+    pm = get_plugin_manager()
+    pm.register(Broken(), name="broken-framing")
+    try:
+        channel = FakeChannel()
+        agent = reply_with("never")
+        board = await started(store, channel, Binding(agent))
+        channel.platform.user_says("hello")
+        await channel_ingested(board, 1)
+        await board.wait_idle()
+        (run,) = await store.runs()
+        assert run.status == "error"
+        assert run.error == "building the run failed: RuntimeError: framing plugin bug"
+        assert agent.runs == []
+        assert await store.unhandled() == []
+        await board.stop()
+    finally:
+        pm.unregister(name="broken-framing")

@@ -486,9 +486,24 @@ class Switchboard:
         conversation = await self.store.conversation(conversation_id)
         upto = conversation.last_seq
         notes, slot.notes = slot.notes, []
-        run = await account.builder.build(
-            conversation_id, conversation.trigger_seq, upto_seq=upto, notes=notes
-        )
+        try:
+            run = await account.builder.build(
+                conversation_id, conversation.trigger_seq, upto_seq=upto, notes=notes
+            )
+        except Exception as failure:
+            # e.g. a plugin's framing or register_tools hook raised: record it and count the
+            # messages as handled, or the follow-up check would retry the same failure forever
+            log.exception("could not build a run for %s", conversation.address.key)
+            self.counters["run_errors"] += 1
+            run_id = await self.store.begin_run(conversation_id, conversation.trigger_seq, upto)
+            await self.store.finish_run(
+                run_id,
+                "error",
+                f"building the run failed: {type(failure).__name__}: {failure}",
+                upto,
+                handled_seq=upto,
+            )
+            return
         run_id = await self.store.begin_run(conversation_id, conversation.trigger_seq, upto)
         run.session.run_id = run_id
         self.counters["runs"] += 1
