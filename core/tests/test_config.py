@@ -387,6 +387,16 @@ def test_secrets_are_masked_in_summary_and_repr(tmp_path: Path) -> None:
     assert config.agents["helper"].secrets == frozenset({API_KEY})
 
 
+def test_a_token_written_into_the_file_is_still_a_secret(tmp_path: Path) -> None:
+    literal = "999888:literal-token-in-the-file"
+    config = load_config(
+        write(tmp_path, f'[accounts.t]\nchannel = "telegram"\ntoken = "{literal}"\n'), environ={}
+    )
+    assert config.summary()["accounts"]["t"]["token"] == "***"
+    assert config.accounts["t"].secrets == frozenset({literal})
+    assert literal not in repr(config)
+
+
 def test_secrets_are_redacted_from_logs_once_loaded(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -54,6 +54,10 @@ DEFAULT_AGENT = "demo"
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 MASK = "***"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_SECRET_KEY = re.compile(
+    r"(token|secret|password|passwd|api_?key|private_?key|identity|seed|credential)",
+    re.IGNORECASE,
+)
 _VAR = re.compile(r"\$\$\{|\$\{([^}]*)\}")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -364,6 +368,9 @@ class _Parser:
             return value
 
         result = _VAR.sub(replace, text)
+        if result and _SECRET_KEY.search(key.rsplit(".", 1)[-1]):
+            # a secret written into the file itself is still a secret
+            found = [*found, result]
         if found:
             self.secret_keys[key] = found
         return result
