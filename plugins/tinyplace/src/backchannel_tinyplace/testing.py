@@ -41,6 +41,7 @@ from typing import Any
 
 from aiohttp import web
 from attrs import define, field
+from backchannel.testing import Watch
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 from tinyplace import LocalSigner, TinyPlaceClient, TinyPlaceError
@@ -104,7 +105,7 @@ class FakeRelay:
         self._faults: list[_Fault] = []
         self._duplicate_listing: set[str] = set()
         self._taps: dict[str, Tap] = {}
-        self._changed = asyncio.Condition()
+        self._watch = Watch("FakeRelay")
         self._closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -214,16 +215,8 @@ class FakeRelay:
     async def wait_for(
         self, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
     ) -> None:
-        async def waiter() -> None:
-            async with self._changed:
-                await self._changed.wait_for(predicate)
-
-        try:
-            await asyncio.wait_for(waiter(), timeout)
-        except TimeoutError:
-            raise AssertionError(
-                f"FakeRelay: timed out after {timeout}s waiting for {what}"
-            ) from None
+        """Return once `predicate()` holds (re-checked after every request); AssertionError after `timeout`."""
+        await self._watch.wait_for(predicate, timeout, what)
 
     # http ----------------------------------------------------------------------
     @web.middleware
@@ -233,8 +226,7 @@ class FakeRelay:
         except _Refused as refused:
             response = refused.response
         self.requests.append((request.method, request.path, response.status))
-        async with self._changed:
-            self._changed.notify_all()
+        self._watch.changed()
         return response
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
