@@ -20,10 +20,16 @@ What becomes what:
   ``meta["chat_id"]`` (the supergroup id) and ``meta["migrated_from_chat_id"]``.
 
 Entity offsets and lengths count UTF-16 code units, as Telegram does.
+
+Ids and dates are integers on the wire; numeric strings (as some relays and
+logging proxies re-serialise them) are accepted too. Optional text fields of
+the wrong type (a name that is not a string, say) are ignored rather than
+carried into the Event.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -51,7 +57,13 @@ _CONTENT_FIELDS = (
     "venue",
     "poll",
     "dice",
+    "game",
+    "story",
+    "paid_media",
+    "checklist",
 )
+
+_DIGITS = re.compile(r"-?[0-9]{1,20}")
 
 _MESSAGE_KINDS: dict[str, EventKind] = {
     "message": "message",
@@ -84,16 +96,20 @@ def normalize_update(
     aliases = chat_aliases or {}
     if not isinstance(update, Mapping):
         raise NormalizeError("an update must be a JSON object", where="update")
-    update_id = update.get("update_id")
-    if not isinstance(update_id, int) or isinstance(update_id, bool):
-        raise NormalizeError(f"missing or non-integer update_id: {update_id!r}", where="update_id")
+    update_id = _opt_int(update.get("update_id"))
+    if update_id is None:
+        raise NormalizeError(
+            f"missing or non-integer update_id: {update.get('update_id')!r}", where="update_id"
+        )
     for field_name, kind in _MESSAGE_KINDS.items():
         if field_name in update:
             message = _mapping(update[field_name], field_name)
-            return _message_event(update, message, field_name, kind, account, bot, aliases)
+            return _message_event(
+                update, update_id, message, field_name, kind, account, bot, aliases
+            )
     if "message_reaction" in update:
         reaction = _mapping(update["message_reaction"], "message_reaction")
-        return _reaction_event(update, reaction, account, bot, aliases)
+        return _reaction_event(update_id, update, reaction, account, bot, aliases)
     return None
 
 
@@ -102,11 +118,15 @@ def migration_of(update: Mapping[str, Any]) -> tuple[str, str] | None:
     message = update.get("message")
     if not isinstance(message, Mapping) or not isinstance(message.get("chat"), Mapping):
         return None
-    chat_id = message["chat"].get("id")
-    if isinstance(message.get("migrate_to_chat_id"), int):
-        return str(chat_id), str(message["migrate_to_chat_id"])
-    if isinstance(message.get("migrate_from_chat_id"), int):
-        return str(message["migrate_from_chat_id"]), str(chat_id)
+    chat_id = _opt_int(message["chat"].get("id"))
+    moved_to = _opt_int(message.get("migrate_to_chat_id"))
+    moved_from = _opt_int(message.get("migrate_from_chat_id"))
+    if chat_id is None:
+        return None
+    if moved_to is not None:
+        return str(chat_id), str(moved_to)
+    if moved_from is not None:
+        return str(moved_from), str(chat_id)
     return None
 
 
@@ -121,6 +141,7 @@ def utf16_slice(text: str, offset: int, length: int) -> str:
 
 def _message_event(
     update: Mapping[str, Any],
+    update_id: int,
     message: Mapping[str, Any],
     where: str,
     kind: EventKind,
@@ -130,35 +151,36 @@ def _message_event(
 ) -> Event | None:
     message_id = _int(message.get("message_id"), f"{where}.message_id")
     chat = _mapping(message.get("chat"), f"{where}.chat")
-    _int(chat.get("id"), f"{where}.chat.id")
+    chat_id = _int(chat.get("id"), f"{where}.chat.id")
     date = _int(message.get("date"), f"{where}.date")
     author = message.get("from")
     if author is not None:
         author = _mapping(author, f"{where}.from")
-        if bot.id is not None and str(author.get("id")) == bot.id:
+        if bot.id is not None and _id_text(author.get("id")) == bot.id:
             return None
     if not any(name in message for name in _CONTENT_FIELDS):
         return None  # a service message: members joined, a pin, a topic created, a migration, ...
 
     text, entities = _text_and_entities(message, where)
-    address, conversation_kind = _address(message, chat, account, aliases)
-    meta: dict[str, Any] = {"update_id": update["update_id"], "chat_type": _chat_type(chat)}
-    if address.chat != str(chat["id"]):
-        meta["chat_id"] = chat["id"]
-        meta["migrated_from_chat_id"] = int(address.chat)
+    address, conversation_kind = _address(message, chat_id, _chat_type(chat), account, aliases)
+    meta: dict[str, Any] = {"update_id": update_id, "chat_type": _chat_type(chat)}
+    if address.chat != str(chat_id):
+        meta["chat_id"] = chat_id
+        meta["migrated_from_chat_id"] = _opt_int(address.chat)
     for key in ("media_group_id", "author_signature"):
         if key in message:
             meta[key] = message[key]
     if "forward_origin" in message or "forward_date" in message:
         meta["forwarded"] = True
     sent_at = float(date)
-    if kind == "edit" and isinstance(message.get("edit_date"), int):
-        sent_at = float(message["edit_date"])
+    edited_at = _opt_int(message.get("edit_date"))
+    if kind == "edit" and edited_at is not None:
+        sent_at = float(edited_at)
     reply_to = _reply_target(message)
     return Event(
         address=address,
-        event_id=str(update["update_id"]),
-        sender=_sender(message, chat, where),
+        event_id=str(update_id),
+        sender=_sender(message, chat_id, chat, where),
         kind=kind,
         text=text,
         platform_message_id=str(message_id),
@@ -174,73 +196,80 @@ def _message_event(
 
 
 def _address(
-    message: Mapping[str, Any], chat: Mapping[str, Any], account: str, aliases: Mapping[str, str]
+    message: Mapping[str, Any],
+    chat_id: int,
+    chat_type: str,
+    account: str,
+    aliases: Mapping[str, str],
 ) -> tuple[Address, ConversationKind]:
-    chat_id = aliases.get(str(chat["id"]), str(chat["id"]))
-    thread = message.get("message_thread_id")
-    if message.get("is_topic_message") and thread is not None:
-        return Address(account, chat_id, str(thread)), "thread"
-    if _chat_type(chat) == "private":
-        return Address(account, chat_id), "direct"
-    return Address(account, chat_id), "group"
+    filed_under = aliases.get(str(chat_id), str(chat_id))
+    thread = _opt_int(message.get("message_thread_id"))
+    if message.get("is_topic_message") is True and thread is not None:
+        return Address(account, filed_under, str(thread)), "thread"
+    if chat_type == "private":
+        return Address(account, filed_under), "direct"
+    return Address(account, filed_under), "group"
 
 
 def _chat_type(chat: Mapping[str, Any]) -> str:
     """Return chat.type; old payloads (and Telegram's own webhook examples) omit it."""
-    kind = chat.get("type")
-    if isinstance(kind, str):
+    kind = _opt_str(chat.get("type"))
+    if kind is not None:
         return kind
-    chat_id = chat.get("id")
-    return "private" if isinstance(chat_id, int) and chat_id > 0 else "group"
+    chat_id = _opt_int(chat.get("id"))
+    return "private" if chat_id is not None and chat_id > 0 else "group"
 
 
 def _title(chat: Mapping[str, Any]) -> str | None:
-    if isinstance(chat.get("title"), str):
-        return str(chat["title"])
-    name = _full_name(chat)
-    return name or None
+    title = _opt_str(chat.get("title"))
+    if title:
+        return title
+    return _full_name(chat) or None
 
 
-def _sender(message: Mapping[str, Any], chat: Mapping[str, Any], where: str) -> Sender:
+def _sender(
+    message: Mapping[str, Any], chat_id: int, chat: Mapping[str, Any], where: str
+) -> Sender:
     # Anonymous admins and channels posting into a group speak as `sender_chat`;
     # `from` is then a placeholder bot (GroupAnonymousBot, Channel_Bot).
+    signature = _opt_str(message.get("author_signature"))
     sender_chat = message.get("sender_chat")
-    if isinstance(sender_chat, Mapping) and "id" in sender_chat:
-        name = str(message.get("author_signature") or sender_chat.get("title") or "")
-        return Sender(str(sender_chat["id"]), name, sender_chat.get("username"), is_bot=False)
+    if isinstance(sender_chat, Mapping) and _id_text(sender_chat.get("id")) is not None:
+        name = signature or _opt_str(sender_chat.get("title")) or ""
+        handle = _opt_str(sender_chat.get("username"))
+        return Sender(str(_id_text(sender_chat["id"])), name, handle, is_bot=False)
     author = message.get("from")
     if isinstance(author, Mapping):
-        if "id" not in author:
+        author_id = _id_text(author.get("id"))
+        if author_id is None:
             raise NormalizeError("sender has no id", where=f"{where}.from.id")
         return Sender(
-            str(author["id"]),
+            author_id,
             _full_name(author),
-            author.get("username"),
-            is_bot=bool(author.get("is_bot", False)),
+            _opt_str(author.get("username")),
+            is_bot=author.get("is_bot") is True,
         )
     if _chat_type(chat) == "channel":
-        return Sender(
-            str(chat["id"]),
-            str(message.get("author_signature") or _title(chat) or ""),
-            chat.get("username"),
-        )
+        return Sender(str(chat_id), signature or _title(chat) or "", _opt_str(chat.get("username")))
     raise NormalizeError("message has neither from nor sender_chat", where=f"{where}.from")
 
 
 def _full_name(person: Mapping[str, Any]) -> str:
-    parts = (person.get("first_name"), person.get("last_name"))
-    return " ".join(str(part) for part in parts if part)
+    parts = (_opt_str(person.get("first_name")), _opt_str(person.get("last_name")))
+    return " ".join(part for part in parts if part)
 
 
 def _text_and_entities(
     message: Mapping[str, Any], where: str
 ) -> tuple[str, Sequence[Mapping[str, Any]]]:
     if "text" in message:
-        text, entities_key = message["text"], "entities"
+        text, text_key, entities_key = message["text"], "text", "entities"
     else:
-        text, entities_key = message.get("caption", ""), "caption_entities"
+        text, text_key, entities_key = message.get("caption", ""), "caption", "caption_entities"
     if not isinstance(text, str):
-        raise NormalizeError(f"expected a string, got {type(text).__name__}", where=f"{where}.text")
+        raise NormalizeError(
+            f"expected a string, got {type(text).__name__}", where=f"{where}.{text_key}"
+        )
     entities = message.get(entities_key) or []
     if not isinstance(entities, list):
         raise NormalizeError("expected a list", where=f"{where}.{entities_key}")
@@ -249,15 +278,18 @@ def _text_and_entities(
 
 def _reply_target(message: Mapping[str, Any]) -> str | None:
     replied = message.get("reply_to_message")
-    if not isinstance(replied, Mapping) or "message_id" not in replied:
+    if not isinstance(replied, Mapping):
+        return None
+    target = _opt_int(replied.get("message_id"))
+    if target is None:
         return None
     # In a forum topic every message "replies" to the topic's creation message,
     # whose id is the thread id: that is where it lives, not what it answers.
-    if message.get("is_topic_message") and replied["message_id"] == message.get(
-        "message_thread_id"
+    if message.get("is_topic_message") is True and target == _opt_int(
+        message.get("message_thread_id")
     ):
         return None
-    return str(replied["message_id"])
+    return str(target)
 
 
 def _mentions_bot(text: str, entities: Sequence[Mapping[str, Any]], bot: BotIdentity) -> bool:
@@ -266,11 +298,15 @@ def _mentions_bot(text: str, entities: Sequence[Mapping[str, Any]], bot: BotIden
         kind = entity.get("type")
         if kind == "text_mention":
             user = entity.get("user")
-            if bot.id is not None and isinstance(user, Mapping) and str(user.get("id")) == bot.id:
+            if (
+                bot.id is not None
+                and isinstance(user, Mapping)
+                and _id_text(user.get("id")) == bot.id
+            ):
                 return True
         elif kind in ("mention", "bot_command") and handle:
-            offset, length = entity.get("offset"), entity.get("length")
-            if not isinstance(offset, int) or not isinstance(length, int):
+            offset, length = _opt_int(entity.get("offset")), _opt_int(entity.get("length"))
+            if offset is None or length is None or offset < 0 or length <= 0:
                 continue
             word = utf16_slice(text, offset, length).lower()
             if word == handle or (kind == "bot_command" and word.endswith(handle)):
@@ -283,7 +319,7 @@ def _replies_to_bot(message: Mapping[str, Any], bot: BotIdentity) -> bool:
         return False
     replied = message["reply_to_message"]
     author = replied.get("from")
-    return isinstance(author, Mapping) and str(author.get("id")) == bot.id
+    return isinstance(author, Mapping) and _id_text(author.get("id")) == bot.id
 
 
 # attachments ------------------------------------------------------------------
@@ -308,64 +344,79 @@ def _attachments(message: Mapping[str, Any], where: str) -> list[Attachment]:
 
 
 def _file(kind: str, item: Any, where: str, mime: str | None = None) -> Attachment:
-    if not isinstance(item, Mapping) or not isinstance(item.get("file_id"), str):
+    file_id = _opt_str(item.get("file_id")) if isinstance(item, Mapping) else None
+    if not isinstance(item, Mapping) or not file_id:
         raise NormalizeError("a file without a file_id", where=f"{where}.file_id")
-    name = item.get("file_name")
+    name = _opt_str(item.get("file_name"))
     if name is None and kind == "audio":
-        name = " - ".join(str(p) for p in (item.get("performer"), item.get("title")) if p) or None
+        parts = (_opt_str(item.get("performer")), _opt_str(item.get("title")))
+        name = " - ".join(p for p in parts if p) or None
     if name is None and kind == "sticker":
-        name = item.get("emoji")
-    size = item.get("file_size")
+        name = _opt_str(item.get("emoji"))
+    size = _opt_int(item.get("file_size"))
     return Attachment(
         kind=kind,
         name=name,
-        mime=item.get("mime_type") or mime,
-        size=size if isinstance(size, int) else None,
-        ref=item["file_id"],
+        mime=_opt_str(item.get("mime_type")) or mime,
+        size=size if size is not None and size >= 0 else None,
+        ref=file_id,
     )
 
 
 def _shared_things(message: Mapping[str, Any]) -> list[Attachment]:
-    """Contacts, places, polls and dice: described by name, with nothing to download."""
+    """Contacts, places, polls, dice, games, stories, checklists, paid media: named, not files."""
     found: list[Attachment] = []
     contact = message.get("contact")
     if isinstance(contact, Mapping):
-        name = " ".join(str(p) for p in (_full_name(contact), contact.get("phone_number")) if p)
-        found.append(Attachment(kind="contact", name=name or None))
+        parts = (_full_name(contact), _opt_str(contact.get("phone_number")))
+        found.append(Attachment(kind="contact", name=" ".join(p for p in parts if p) or None))
     venue = message.get("venue")
     location = message.get("location")
     if isinstance(venue, Mapping):
         found.append(Attachment(kind="venue", name=_venue_name(venue)))
     elif isinstance(location, Mapping):
         found.append(Attachment(kind="location", name=_place(location)))
-    poll = message.get("poll")
-    if isinstance(poll, Mapping):
-        found.append(Attachment(kind="poll", name=str(poll.get("question", "")) or None))
     dice = message.get("dice")
     if isinstance(dice, Mapping):
-        found.append(Attachment(kind="dice", name=f"{dice.get('emoji', '')} {dice.get('value')}"))
+        value = _opt_int(dice.get("value"))
+        throw = (_opt_str(dice.get("emoji")), None if value is None else str(value))
+        found.append(Attachment(kind="dice", name=" ".join(p for p in throw if p) or None))
+    for kind, title_key in (("poll", "question"), ("game", "title"), ("checklist", "title")):
+        thing = message.get(kind)
+        if isinstance(thing, Mapping):
+            found.append(Attachment(kind=kind, name=_opt_str(thing.get(title_key)) or None))
+    story = message.get("story")
+    if isinstance(story, Mapping):
+        poster = story.get("chat")
+        name = _title(poster) if isinstance(poster, Mapping) else None
+        found.append(Attachment(kind="story", name=name))
+    paid = message.get("paid_media")
+    if isinstance(paid, Mapping):
+        stars = _opt_int(paid.get("star_count"))
+        found.append(Attachment(kind="paid_media", name=None if stars is None else f"{stars} ⭐"))
     return found
 
 
 def _place(location: Mapping[str, Any]) -> str | None:
     latitude, longitude = location.get("latitude"), location.get("longitude")
-    if isinstance(latitude, int | float) and isinstance(longitude, int | float):
+    if _is_number(latitude) and _is_number(longitude):
         return f"{latitude:.6f},{longitude:.6f}"
     return None
 
 
 def _venue_name(venue: Mapping[str, Any]) -> str | None:
-    parts = [venue.get("title"), venue.get("address")]
+    parts = [_opt_str(venue.get("title")), _opt_str(venue.get("address"))]
     where = venue.get("location")
     if isinstance(where, Mapping):
         parts.append(_place(where))
-    return ", ".join(str(p) for p in parts if p) or None
+    return ", ".join(p for p in parts if p) or None
 
 
 # reactions ------------------------------------------------------------------
 
 
 def _reaction_event(
+    update_id: int,
     update: Mapping[str, Any],
     reaction: Mapping[str, Any],
     account: str,
@@ -373,19 +424,21 @@ def _reaction_event(
     aliases: Mapping[str, str],
 ) -> Event | None:
     chat = _mapping(reaction.get("chat"), "message_reaction.chat")
-    _int(chat.get("id"), "message_reaction.chat.id")
+    chat_id = _int(chat.get("id"), "message_reaction.chat.id")
     message_id = _int(reaction.get("message_id"), "message_reaction.message_id")
     date = _int(reaction.get("date"), "message_reaction.date")
     user = reaction.get("user")
     actor = reaction.get("actor_chat")
-    if isinstance(user, Mapping) and "id" in user:
-        if bot.id is not None and str(user["id"]) == bot.id:
+    user_id = _id_text(user.get("id")) if isinstance(user, Mapping) else None
+    actor_id = _id_text(actor.get("id")) if isinstance(actor, Mapping) else None
+    if isinstance(user, Mapping) and user_id is not None:
+        if bot.id is not None and user_id == bot.id:
             return None
         sender = Sender(
-            str(user["id"]), _full_name(user), user.get("username"), bool(user.get("is_bot", False))
+            user_id, _full_name(user), _opt_str(user.get("username")), user.get("is_bot") is True
         )
-    elif isinstance(actor, Mapping) and "id" in actor:
-        sender = Sender(str(actor["id"]), str(actor.get("title") or ""), actor.get("username"))
+    elif isinstance(actor, Mapping) and actor_id is not None:
+        sender = Sender(actor_id, _title(actor) or "", _opt_str(actor.get("username")))
     else:
         raise NormalizeError("a reaction without user or actor_chat", where="message_reaction.user")
     new = _emojis(reaction.get("new_reaction"), "message_reaction.new_reaction")
@@ -394,17 +447,26 @@ def _reaction_event(
     # "" when the user took their reactions back), meta carries both sets.
     added = [emoji for emoji in new if emoji not in old]
     text = added[0] if added else (new[0] if new else "")
+    filed_under = aliases.get(str(chat_id), str(chat_id))
+    # Reactions do not say their forum topic today; if Telegram adds
+    # message_thread_id (as it says it may), a forum's topic is honoured.
+    thread = _opt_int(reaction.get("message_thread_id"))
+    if chat.get("is_forum") is True and thread is not None:
+        address, kind = Address(account, filed_under, str(thread)), "thread"
+    else:
+        address = Address(account, filed_under)
+        kind = "direct" if _chat_type(chat) == "private" else "group"
     return Event(
-        address=Address(account, aliases.get(str(chat["id"]), str(chat["id"]))),
-        event_id=str(update["update_id"]),
+        address=address,
+        event_id=str(update_id),
         sender=sender,
         kind="reaction",
         text=text,
         platform_message_id=str(message_id),
         sent_at=float(date),
-        conversation_kind="direct" if _chat_type(chat) == "private" else "group",
+        conversation_kind=kind,  # type: ignore[arg-type]
         conversation_title=_title(chat),
-        meta={"update_id": update["update_id"], "new_reaction": new, "old_reaction": old},
+        meta={"update_id": update_id, "new_reaction": new, "old_reaction": old},
         raw=update,
     )
 
@@ -420,8 +482,8 @@ def _emojis(value: Any, where: str) -> list[str]:
             continue
         if item.get("type") == "emoji" and isinstance(item.get("emoji"), str):
             found.append(item["emoji"])
-        elif item.get("type") == "custom_emoji":
-            found.append(f"custom_emoji:{item.get('custom_emoji_id')}")
+        elif item.get("type") == "custom_emoji" and _opt_str(item.get("custom_emoji_id")):
+            found.append(f"custom_emoji:{item['custom_emoji_id']}")
         elif item.get("type") == "paid":
             found.append("⭐")
     return found
@@ -437,6 +499,33 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 
 
 def _int(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    number = _opt_int(value)
+    if number is None:
         raise NormalizeError(f"expected an integer, got {value!r}", where=where)
-    return value
+    return number
+
+
+def _opt_int(value: Any) -> int | None:
+    """Return an integer field's value (an int, or a string of digits), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and _DIGITS.fullmatch(value):
+        return int(value)
+    return None
+
+
+def _id_text(value: Any) -> str | None:
+    """Return an id field as text (Telegram sends ints; strings of digits are accepted)."""
+    number = _opt_int(value)
+    return None if number is None else str(number)
+
+
+def _opt_str(value: Any) -> str | None:
+    """Return a text field's value, or None when it is missing or not a string."""
+    return value if isinstance(value, str) else None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -1,0 +1,727 @@
+"""normalize_update on the shapes Telegram really sends, and on mangled copies of them.
+
+Each payload below follows a shape published by Telegram or captured from the
+live Bot API and shown in public code or issues; the source is named above it.
+Values (names, ids, file ids, texts) are our own, so no one's data is copied.
+The last tests mutate these payloads at random: whatever comes in, normalize
+gives an Event, None, or a NormalizeError, never another exception.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from backchannel.errors import NormalizeError
+from backchannel.model import Event
+from backchannel_telegram.normalize import BotIdentity, migration_of, normalize_update
+
+BOT = BotIdentity(id="7000000001", username="helper_bot")
+ACCOUNT = "tg"
+
+
+def load(text: str) -> dict[str, Any]:
+    payload = json.loads(text)
+    assert isinstance(payload, dict)
+    return payload
+
+
+# --- sources: core.telegram.org/bots/webhooks "testing your bot" examples -----
+
+# "Forwarded message": old-style forward_from / forward_date, chat without type.
+WEBHOOK_FORWARDED = """
+{"update_id": 10000,
+ "message": {"date": 1441645532,
+   "chat": {"last_name": "Lastname", "id": 1111111, "first_name": "Ana", "username": "ana"},
+   "message_id": 1365,
+   "from": {"last_name": "Lastname", "id": 1111111, "first_name": "Ana", "username": "ana"},
+   "forward_from": {"last_name": "Other", "id": 2222222, "first_name": "Ben"},
+   "forward_date": 1441645550,
+   "text": "/start"}}
+"""
+
+# "Message with bold and italic entities" (the guide's entity example).
+WEBHOOK_ENTITIES = """
+{"update_id": 10000,
+ "message": {"date": 1441645532,
+   "chat": {"last_name": "Lastname", "id": 1111111, "type": "private", "first_name": "Ana"},
+   "message_id": 1365,
+   "from": {"last_name": "Lastname", "id": 1111111, "first_name": "Ana"},
+   "text": "Bold and italics",
+   "entities": [{"type": "italic", "offset": 9, "length": 7},
+                {"type": "bold", "offset": 0, "length": 4}]}}
+"""
+
+# "Message with audio": performer and title, no file_name.
+WEBHOOK_AUDIO = """
+{"update_id": 10000,
+ "message": {"date": 1441645532,
+   "chat": {"id": 1111111, "type": "private", "first_name": "Ana"},
+   "message_id": 1365,
+   "from": {"id": 1111111, "first_name": "Ana"},
+   "audio": {"file_id": "AwADBAADbXXXXXXXXXXXGBdhD2l6_XX", "duration": 243,
+             "mime_type": "audio/mpeg", "file_size": 3897500,
+             "title": "Evening Song", "performer": "The Band"}}}
+"""
+
+# "Callback query" and "Inline query": not messages, not for the agent.
+WEBHOOK_CALLBACK = """
+{"update_id": 10000,
+ "callback_query": {"id": "4382bfdwdsb323b2d9",
+   "from": {"id": 1111111, "first_name": "Ana", "username": "ana"},
+   "data": "Data from button callback",
+   "inline_message_id": "1234csdbsk4839"}}
+"""
+WEBHOOK_INLINE = """
+{"update_id": 10000,
+ "inline_query": {"id": "134567890097", "from": {"id": 1111111, "first_name": "Ana"},
+   "query": "inline query", "offset": ""}}
+"""
+
+# --- source: Bayselonarrend/OpenIntegrations docs, getUpdates / send* results --
+# (captured from the live Bot API: forum service messages, a channel pin,
+# an animation that also carries `document`, a forward with forward_origin,
+# a poll; width redacted to "***" in the capture, kept as a wrong-typed field)
+
+CAPTURED_CHANNEL_PIN = """
+{"update_id": 291365945,
+ "channel_post": {"message_id": 4605,
+   "sender_chat": {"id": -1001800000001, "title": "News", "username": "newsroom", "type": "channel"},
+   "chat": {"id": -1001800000001, "title": "News", "username": "newsroom", "type": "channel"},
+   "date": 1716906762,
+   "pinned_message": {"message_id": 4590,
+     "sender_chat": {"id": -1001800000001, "title": "News", "type": "channel"},
+     "chat": {"id": -1001800000001, "title": "News", "type": "channel"},
+     "date": 1716906624, "text": "pinned words"}}}
+"""
+
+CAPTURED_TOPIC_CREATED = """
+{"update_id": 291365946,
+ "message": {"message_id": 2391,
+   "from": {"id": 5550000001, "is_bot": false, "first_name": "Mod"},
+   "chat": {"id": -1001900000002, "title": "Team", "is_forum": true, "type": "supergroup"},
+   "date": 1716906786, "message_thread_id": 2391,
+   "forum_topic_created": {"name": "Releases", "icon_color": 7322096,
+                           "icon_custom_emoji_id": "5357419403325481346"},
+   "is_topic_message": true}}
+"""
+
+CAPTURED_TOPIC_EDITED = """
+{"update_id": 291365947,
+ "message": {"message_id": 2393,
+   "from": {"id": 5550000001, "is_bot": false, "first_name": "Mod"},
+   "chat": {"id": -1001900000002, "title": "Team", "is_forum": true, "type": "supergroup"},
+   "date": 1716906786, "message_thread_id": 2391,
+   "reply_to_message": {"message_id": 2391,
+     "from": {"id": 5550000001, "is_bot": false, "first_name": "Mod"},
+     "chat": {"id": -1001900000002, "title": "Team", "is_forum": true, "type": "supergroup"},
+     "date": 1716906786, "message_thread_id": 2391,
+     "forum_topic_created": {"name": "Releases", "icon_color": 7322096},
+     "is_topic_message": true},
+   "forum_topic_edited": {"name": "Releases 2"},
+   "is_topic_message": true}}
+"""
+
+CAPTURED_GENERAL_HIDDEN = """
+{"update_id": 291365954,
+ "message": {"message_id": 2400,
+   "from": {"id": 5550000001, "is_bot": false, "first_name": "Mod"},
+   "chat": {"id": -1001900000002, "title": "Team", "is_forum": true, "type": "supergroup"},
+   "date": 1716906880, "general_forum_topic_hidden": {}}}
+"""
+
+CAPTURED_ANIMATION = """
+{"update_id": 291365960,
+ "message": {"message_id": 18554,
+   "from": {"id": 461000001, "is_bot": false, "first_name": "Anton", "last_name": "T",
+            "username": "anton_t", "language_code": "ru", "is_premium": true},
+   "chat": {"id": 461000001, "first_name": "Anton", "last_name": "T", "username": "anton_t",
+            "type": "private"},
+   "date": 1766874897,
+   "animation": {"file_name": "cat.gif.mp4", "mime_type": "video/mp4", "duration": 3,
+     "width": "***", "height": 220,
+     "thumbnail": {"file_id": "AAMCthumb", "file_unique_id": "AQADthumb", "file_size": 11352,
+                   "width": "***", "height": 220},
+     "file_id": "CgACAgIAAxkDAAJIem", "file_unique_id": "AgAD_5Q", "file_size": 84965},
+   "document": {"file_name": "cat.gif.mp4", "mime_type": "video/mp4",
+     "file_id": "CgACAgIAAxkDAAJIem", "file_unique_id": "AgAD_5Q", "file_size": 84965},
+   "caption": "Строковое значение 🐈"}}
+"""
+
+CAPTURED_FORWARD_ORIGIN = """
+{"update_id": 291365961,
+ "message": {"message_id": 18057,
+   "from": {"id": 461000001, "is_bot": false, "first_name": "Anton"},
+   "chat": {"id": 461000001, "first_name": "Anton", "type": "private"},
+   "date": 1765108789,
+   "forward_origin": {"type": "channel",
+     "chat": {"id": -1001800000001, "title": "News", "username": "newsroom", "type": "channel"},
+     "message_id": 23031, "date": 1765108518},
+   "forward_from_chat": {"id": -1001800000001, "title": "News", "type": "channel"},
+   "forward_from_message_id": 23031, "forward_date": 1765108518,
+   "text": "Полужирный текст",
+   "entities": [{"offset": 0, "length": 16, "type": "bold"}]}}
+"""
+
+CAPTURED_POLL = """
+{"update_id": 291365962,
+ "message": {"message_id": 18379,
+   "from": {"id": 461000001, "is_bot": false, "first_name": "Anton"},
+   "chat": {"id": 461000001, "first_name": "Anton", "type": "private"},
+   "date": 1765389280,
+   "poll": {"id": "5316759437560518415", "question": "Favourite colour?",
+     "options": [{"text": "Red", "voter_count": 0}, {"text": "Blue", "voter_count": 0}],
+     "total_voter_count": 0, "is_closed": false, "is_anonymous": false,
+     "type": "regular", "allows_multiple_answers": false}}}
+"""
+
+# --- source: defstudio/telegraph issue #692 (a captured group upgrade) ---------
+
+CAPTURED_MIGRATE_TO = """
+{"message": {"chat": {"id": -4518000001, "type": "group", "title": "Test group",
+                      "all_members_are_administrators": false},
+   "date": 1731694471,
+   "from": {"id": 62000001, "is_bot": false, "username": "someone", "first_name": "Some",
+            "is_premium": true, "language_code": "ru"},
+   "message_id": 153, "migrate_to_chat_id": -1002471000001},
+ "update_id": 61708811}
+"""
+
+# --- source: aiogram tests/types/dataset.py (dicts taken from real updates) ---
+
+AIOGRAM_STICKER = """
+{"update_id": 123456789,
+ "message": {"message_id": 12345,
+   "from": {"id": 12345678, "is_bot": false, "first_name": "First", "last_name": "Last",
+            "username": "user", "language_code": "ru"},
+   "chat": {"id": 12345678, "first_name": "First", "last_name": "Last", "username": "user",
+            "type": "private"},
+   "date": 1508771450,
+   "sticker": {"width": 512, "height": 512, "emoji": "🛠", "set_name": "StickerSet",
+     "thumb": {"file_id": "AAbbthumb", "file_size": 1234, "width": 128, "height": 128},
+     "file_id": "AAbbCCddEEffGGhh1234567890", "file_size": 12345}}}
+"""
+
+AIOGRAM_GAME = """
+{"update_id": 123456790,
+ "message": {"message_id": 12346,
+   "from": {"id": 12345678, "is_bot": false, "first_name": "First"},
+   "chat": {"id": 12345678, "first_name": "First", "type": "private"},
+   "date": 1508824810,
+   "game": {"title": "Karate Kid", "description": "A small game",
+     "photo": [{"file_id": "AgADphoto", "file_size": 1101, "width": 90, "height": 51}]}}}
+"""
+
+AIOGRAM_PAYMENT = """
+{"update_id": 123456791,
+ "message": {"message_id": 9768,
+   "from": {"id": 12345678, "is_bot": false, "first_name": "First"},
+   "chat": {"id": 12345678, "first_name": "First", "type": "private"},
+   "date": 1508761169,
+   "successful_payment": {"currency": "USD", "total_amount": 6250,
+     "invoice_payload": "COUPON", "telegram_payment_charge_id": "_",
+     "provider_payment_charge_id": "12345678901234_test"}}}
+"""
+
+# --- source: Bot API reference (core.telegram.org/bots/api), field by field ---
+
+# A user in a forum topic replies to the bot's message there (Message fields
+# message_thread_id, is_topic_message, reply_to_message, quote).
+API_TOPIC_REPLY_TO_BOT = """
+{"update_id": 800000001,
+ "message": {"message_id": 77,
+   "from": {"id": 5550000002, "is_bot": false, "first_name": "Zoë", "username": "zoe"},
+   "chat": {"id": -1001900000002, "title": "Team", "is_forum": true, "type": "supergroup"},
+   "date": 1716907000, "message_thread_id": 2391, "is_topic_message": true,
+   "reply_to_message": {"message_id": 70,
+     "from": {"id": 7000000001, "is_bot": true, "first_name": "Helper", "username": "helper_bot"},
+     "chat": {"id": -1001900000002, "title": "Team", "is_forum": true, "type": "supergroup"},
+     "date": 1716906990, "message_thread_id": 2391, "is_topic_message": true,
+     "text": "Shall I deploy?"},
+   "quote": {"text": "deploy", "position": 9, "is_manual": true},
+   "text": "yes please 🚀"}}
+"""
+
+# A reply to a message in another chat: only external_reply, no reply_to_message.
+API_EXTERNAL_REPLY = """
+{"update_id": 800000002,
+ "message": {"message_id": 78,
+   "from": {"id": 5550000002, "is_bot": false, "first_name": "Zoë"},
+   "chat": {"id": -4000000003, "title": "Ops", "type": "group"},
+   "date": 1716907001,
+   "external_reply": {"origin": {"type": "user", "sender_user": {"id": 42, "is_bot": false,
+                      "first_name": "X"}, "date": 1716900000},
+                      "chat": {"id": -1001800000001, "type": "channel", "title": "News"},
+                      "message_id": 5},
+   "text": "see this @helper_bot",
+   "entities": [{"offset": 9, "length": 11, "type": "mention"}]}}
+"""
+
+# A discussion group receives its linked channel's post: from is the service
+# user 777000 "Telegram", sender_chat is the channel, is_automatic_forward.
+API_AUTOMATIC_FORWARD = """
+{"update_id": 800000003,
+ "message": {"message_id": 300,
+   "from": {"id": 777000, "is_bot": false, "first_name": "Telegram"},
+   "sender_chat": {"id": -1001800000001, "title": "News", "username": "newsroom",
+                   "type": "channel"},
+   "chat": {"id": -1001700000004, "title": "News chat", "type": "supergroup"},
+   "date": 1716907002, "is_automatic_forward": true,
+   "forward_origin": {"type": "channel", "chat": {"id": -1001800000001, "type": "channel",
+                      "title": "News"}, "message_id": 23032, "date": 1716907001},
+   "text": "New release out"}}
+"""
+
+# Members joined (new_chat_members and the legacy new_chat_participant): service.
+API_NEW_MEMBERS = """
+{"update_id": 800000004,
+ "message": {"message_id": 301,
+   "from": {"id": 5550000002, "is_bot": false, "first_name": "Zoë"},
+   "chat": {"id": -1001700000004, "title": "News chat", "type": "supergroup"},
+   "date": 1716907003,
+   "new_chat_participant": {"id": 7000000001, "is_bot": true, "first_name": "Helper"},
+   "new_chat_member": {"id": 7000000001, "is_bot": true, "first_name": "Helper"},
+   "new_chat_members": [{"id": 7000000001, "is_bot": true, "first_name": "Helper"}]}}
+"""
+
+# MessageReactionUpdated from an anonymous group admin: actor_chat, no user;
+# custom emoji and paid reactions (ReactionTypeCustomEmoji / ReactionTypePaid).
+API_REACTION_ANONYMOUS = """
+{"update_id": 800000005,
+ "message_reaction": {"chat": {"id": -1001700000004, "title": "News chat", "type": "supergroup"},
+   "message_id": 300,
+   "actor_chat": {"id": -1001700000004, "title": "News chat", "type": "supergroup"},
+   "date": 1716907004,
+   "old_reaction": [{"type": "emoji", "emoji": "👍"}],
+   "new_reaction": [{"type": "emoji", "emoji": "👍"},
+                    {"type": "custom_emoji", "custom_emoji_id": "5368324170671202286"},
+                    {"type": "paid"}]}}
+"""
+
+# Anonymous reaction counts: nobody to answer, not for the agent.
+API_REACTION_COUNT = """
+{"update_id": 800000006,
+ "message_reaction_count": {"chat": {"id": -1001800000001, "type": "channel", "title": "News"},
+   "message_id": 23031, "date": 1716907005,
+   "reactions": [{"type": {"type": "emoji", "emoji": "🔥"}, "total_count": 12}]}}
+"""
+
+# The bot was added to a chat (my_chat_member): not a message.
+API_MY_CHAT_MEMBER = """
+{"update_id": 800000007,
+ "my_chat_member": {"chat": {"id": -4000000003, "title": "Ops", "type": "group"},
+   "from": {"id": 5550000002, "is_bot": false, "first_name": "Zoë"},
+   "date": 1716907006,
+   "old_chat_member": {"user": {"id": 7000000001, "is_bot": true, "first_name": "Helper"},
+                       "status": "left"},
+   "new_chat_member": {"user": {"id": 7000000001, "is_bot": true, "first_name": "Helper"},
+                       "status": "member"}}}
+"""
+
+# A caption edited on a photo inside a forum topic (edited_message, edit_date).
+API_EDITED_CAPTION_IN_TOPIC = """
+{"update_id": 800000008,
+ "edited_message": {"message_id": 80,
+   "from": {"id": 5550000002, "is_bot": false, "first_name": "Zoë"},
+   "chat": {"id": -1001900000002, "title": "Team", "is_forum": true, "type": "supergroup"},
+   "date": 1716907010, "edit_date": 1716907099,
+   "message_thread_id": 2391, "is_topic_message": true,
+   "photo": [{"file_id": "small", "file_unique_id": "s", "file_size": 900, "width": 90, "height": 60},
+             {"file_id": "large", "file_unique_id": "l", "file_size": 90000, "width": 1280,
+              "height": 853}],
+   "caption": "diagram v2 for @helper_bot",
+   "caption_entities": [{"offset": 15, "length": 11, "type": "mention"}],
+   "has_media_spoiler": true, "show_caption_above_media": true}}
+"""
+
+# A channel post signed by its author, with no `from` (channels have none).
+API_SIGNED_CHANNEL_POST = """
+{"update_id": 800000009,
+ "channel_post": {"message_id": 23040,
+   "chat": {"id": -1001800000001, "title": "News", "username": "newsroom", "type": "channel"},
+   "date": 1716907020, "author_signature": "Editor Eve",
+   "text": "Tonight: maintenance window"}}
+"""
+
+# A video note and a voice message replying to the bot in a plain group.
+API_VIDEO_NOTE_REPLY = """
+{"update_id": 800000010,
+ "message": {"message_id": 90,
+   "from": {"id": 5550000002, "is_bot": false, "first_name": "Zoë"},
+   "chat": {"id": -4000000003, "title": "Ops", "type": "group"},
+   "date": 1716907030,
+   "reply_to_message": {"message_id": 89,
+     "from": {"id": 7000000001, "is_bot": true, "first_name": "Helper", "username": "helper_bot"},
+     "chat": {"id": -4000000003, "title": "Ops", "type": "group"},
+     "date": 1716907029, "text": "Record it?"},
+   "video_note": {"file_id": "DQACAgvn", "file_unique_id": "vn1", "length": 240,
+                  "duration": 7, "file_size": 310000}}}
+"""
+
+# Forwarded story, checklist and paid media (Bot API 7.x-9.x content kinds).
+API_STORY = """
+{"update_id": 800000011,
+ "message": {"message_id": 91,
+   "from": {"id": 5550000002, "is_bot": false, "first_name": "Zoë"},
+   "chat": {"id": 5550000002, "first_name": "Zoë", "type": "private"},
+   "date": 1716907040,
+   "forward_origin": {"type": "user", "sender_user": {"id": 42, "is_bot": false,
+                      "first_name": "X"}, "date": 1716907000},
+   "story": {"chat": {"id": 42, "first_name": "Xavier", "type": "private"}, "id": 17}}}
+"""
+API_CHECKLIST = """
+{"update_id": 800000012,
+ "message": {"message_id": 92,
+   "from": {"id": 5550000002, "is_bot": false, "first_name": "Zoë"},
+   "chat": {"id": 5550000002, "first_name": "Zoë", "type": "private"},
+   "date": 1716907041,
+   "checklist": {"title": "Release steps",
+     "tasks": [{"id": 1, "text": "tag"}, {"id": 2, "text": "announce"}]}}}
+"""
+API_PAID_MEDIA = """
+{"update_id": 800000013,
+ "channel_post": {"message_id": 23041,
+   "sender_chat": {"id": -1001800000001, "title": "News", "type": "channel"},
+   "chat": {"id": -1001800000001, "title": "News", "type": "channel"},
+   "date": 1716907042,
+   "paid_media": {"star_count": 25, "paid_media": [{"type": "preview", "width": 100}]}}}
+"""
+
+# A bot command addressed to this bot in a group, after astral-plane emoji
+# (entity offsets count UTF-16 units), with a very long text.
+API_LONG_COMMAND = json.dumps(
+    {
+        "update_id": 800000014,
+        "message": {
+            "message_id": 93,
+            "from": {"id": 5550000002, "is_bot": False, "first_name": "Zoë"},
+            "chat": {"id": -4000000003, "title": "Ops", "type": "group"},
+            "date": 1716907050,
+            "text": "🦊🦊 /ask@helper_bot " + "pourquoi? " * 400,
+            "entities": [{"offset": 5, "length": 15, "type": "bot_command"}],
+        },
+    }
+)
+
+# Ids as strings (relays and loggers that re-serialise int64 ids).
+RELAYED_STRING_IDS = """
+{"update_id": "800000015",
+ "message": {"message_id": "94",
+   "from": {"id": "5550000002", "is_bot": false, "first_name": "Zoë"},
+   "chat": {"id": "-4000000003", "title": "Ops", "type": "group"},
+   "date": "1716907060", "text": "ids as strings"}}
+"""
+
+
+def event(payload: str, bot: BotIdentity = BOT) -> Event:
+    result = normalize_update(load(payload), ACCOUNT, bot)
+    assert result is not None
+    return result
+
+
+# --- what each shape becomes ---------------------------------------------------
+
+
+def test_old_style_forward_without_chat_type_is_a_direct_message() -> None:
+    got = event(WEBHOOK_FORWARDED)
+    assert (got.conversation_kind, got.text, got.meta["forwarded"]) == ("direct", "/start", True)
+    assert got.sender.name == "Ana Lastname"
+
+
+def test_formatting_entities_do_not_change_the_text_or_mention_the_bot() -> None:
+    got = event(WEBHOOK_ENTITIES)
+    assert got.text == "Bold and italics" and not got.mentions_me
+
+
+def test_audio_without_file_name_is_named_by_performer_and_title() -> None:
+    (audio,) = event(WEBHOOK_AUDIO).attachments
+    assert (audio.kind, audio.name, audio.mime, audio.size) == (
+        "audio",
+        "The Band - Evening Song",
+        "audio/mpeg",
+        3897500,
+    )
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        WEBHOOK_CALLBACK,
+        WEBHOOK_INLINE,
+        CAPTURED_CHANNEL_PIN,
+        CAPTURED_TOPIC_CREATED,
+        CAPTURED_TOPIC_EDITED,
+        CAPTURED_GENERAL_HIDDEN,
+        CAPTURED_MIGRATE_TO,
+        AIOGRAM_PAYMENT,
+        API_NEW_MEMBERS,
+        API_REACTION_COUNT,
+        API_MY_CHAT_MEMBER,
+    ],
+    ids=[
+        "callback_query",
+        "inline_query",
+        "channel_pin",
+        "topic_created",
+        "topic_edited",
+        "general_topic_hidden",
+        "migrate_to_chat_id",
+        "successful_payment",
+        "new_chat_members",
+        "message_reaction_count",
+        "my_chat_member",
+    ],
+)
+def test_service_messages_and_other_update_kinds_are_not_for_the_agent(payload: str) -> None:
+    assert normalize_update(load(payload), ACCOUNT, BOT) is None
+    assert normalize_update(load(payload), ACCOUNT, BotIdentity()) is None
+
+
+def test_captured_animation_is_one_attachment_with_its_unicode_caption() -> None:
+    got = event(CAPTURED_ANIMATION)
+    assert got.text == "Строковое значение 🐈"
+    assert [(a.kind, a.name, a.ref, a.size) for a in got.attachments] == [
+        ("animation", "cat.gif.mp4", "CgACAgIAAxkDAAJIem", 84965)
+    ]
+    assert got.sender == got.sender.__class__("461000001", "Anton T", "anton_t", False)
+
+
+def test_forward_origin_marks_the_message_forwarded() -> None:
+    got = event(CAPTURED_FORWARD_ORIGIN)
+    assert got.meta["forwarded"] is True and got.text == "Полужирный текст"
+
+
+def test_poll_is_described_by_its_question() -> None:
+    assert [(a.kind, a.name) for a in event(CAPTURED_POLL).attachments] == [
+        ("poll", "Favourite colour?")
+    ]
+
+
+def test_captured_group_upgrade_is_followed() -> None:
+    assert migration_of(load(CAPTURED_MIGRATE_TO)) == ("-4518000001", "-1002471000001")
+
+
+def test_sticker_is_named_by_its_emoji() -> None:
+    (sticker,) = event(AIOGRAM_STICKER).attachments
+    assert (sticker.kind, sticker.name, sticker.ref) == (
+        "sticker",
+        "🛠",
+        "AAbbCCddEEffGGhh1234567890",
+    )
+
+
+def test_a_shared_game_is_described_not_dropped() -> None:
+    assert [(a.kind, a.name) for a in event(AIOGRAM_GAME).attachments] == [("game", "Karate Kid")]
+
+
+def test_reply_to_the_bot_in_a_topic_is_a_mention_in_that_topic() -> None:
+    got = event(API_TOPIC_REPLY_TO_BOT)
+    assert got.address.thread == "2391" and got.conversation_kind == "thread"
+    assert (got.reply_to, got.mentions_me, got.text) == ("70", True, "yes please 🚀")
+
+
+def test_external_reply_has_no_local_target_and_the_mention_counts() -> None:
+    got = event(API_EXTERNAL_REPLY)
+    assert got.reply_to is None and got.mentions_me
+
+
+def test_automatic_forward_speaks_as_the_channel_not_the_service_user() -> None:
+    got = event(API_AUTOMATIC_FORWARD)
+    assert (got.sender.id, got.sender.name, got.sender.handle) == (
+        "-1001800000001",
+        "News",
+        "newsroom",
+    )
+
+
+def test_anonymous_admin_reaction_adds_the_new_emojis_only() -> None:
+    got = event(API_REACTION_ANONYMOUS)
+    assert (got.kind, got.platform_message_id, got.sender.id) == (
+        "reaction",
+        "300",
+        "-1001700000004",
+    )
+    assert got.text == "custom_emoji:5368324170671202286"
+    assert got.meta["new_reaction"] == ["👍", "custom_emoji:5368324170671202286", "⭐"]
+
+
+def test_edited_caption_in_a_topic_is_an_edit_there_mentioning_the_bot() -> None:
+    got = event(API_EDITED_CAPTION_IN_TOPIC)
+    assert (got.kind, got.address.thread, got.platform_message_id) == ("edit", "2391", "80")
+    assert got.sent_at == 1716907099.0 and got.mentions_me
+    assert [(a.kind, a.ref) for a in got.attachments] == [("photo", "large")]
+
+
+def test_signed_channel_post_is_from_its_author() -> None:
+    got = event(API_SIGNED_CHANNEL_POST)
+    assert (got.sender.id, got.sender.name) == ("-1001800000001", "Editor Eve")
+    assert got.conversation_kind == "group"
+
+
+def test_video_note_replying_to_the_bot_mentions_it() -> None:
+    got = event(API_VIDEO_NOTE_REPLY)
+    assert got.mentions_me and got.reply_to == "89"
+    assert [(a.kind, a.size) for a in got.attachments] == [("video_note", 310000)]
+
+
+@pytest.mark.parametrize(
+    ("payload", "kind", "name"),
+    [
+        (API_STORY, "story", "Xavier"),
+        (API_CHECKLIST, "checklist", "Release steps"),
+        (API_PAID_MEDIA, "paid_media", "25 ⭐"),
+    ],
+)
+def test_newer_content_kinds_become_attachments(payload: str, kind: str, name: str) -> None:
+    assert [(a.kind, a.name) for a in event(payload).attachments] == [(kind, name)]
+
+
+def test_long_command_after_astral_emoji_is_addressed_to_the_bot() -> None:
+    got = event(API_LONG_COMMAND)
+    assert got.mentions_me and len(got.text) > 4000
+
+
+def test_string_ids_are_read_as_the_same_ids() -> None:
+    got = event(RELAYED_STRING_IDS)
+    assert (got.event_id, got.platform_message_id, got.address.chat, got.sender.id) == (
+        "800000015",
+        "94",
+        "-4000000003",
+        "5550000002",
+    )
+    assert got.sent_at == 1716907060.0
+
+
+# --- robustness: mangled real payloads ------------------------------------------
+
+ALL_PAYLOADS = [
+    WEBHOOK_FORWARDED,
+    WEBHOOK_ENTITIES,
+    WEBHOOK_AUDIO,
+    WEBHOOK_CALLBACK,
+    WEBHOOK_INLINE,
+    CAPTURED_CHANNEL_PIN,
+    CAPTURED_TOPIC_CREATED,
+    CAPTURED_TOPIC_EDITED,
+    CAPTURED_GENERAL_HIDDEN,
+    CAPTURED_ANIMATION,
+    CAPTURED_FORWARD_ORIGIN,
+    CAPTURED_POLL,
+    CAPTURED_MIGRATE_TO,
+    AIOGRAM_STICKER,
+    AIOGRAM_GAME,
+    AIOGRAM_PAYMENT,
+    API_TOPIC_REPLY_TO_BOT,
+    API_EXTERNAL_REPLY,
+    API_AUTOMATIC_FORWARD,
+    API_NEW_MEMBERS,
+    API_REACTION_ANONYMOUS,
+    API_REACTION_COUNT,
+    API_MY_CHAT_MEMBER,
+    API_EDITED_CAPTION_IN_TOPIC,
+    API_SIGNED_CHANNEL_POST,
+    API_VIDEO_NOTE_REPLY,
+    API_STORY,
+    API_CHECKLIST,
+    API_PAID_MEDIA,
+    API_LONG_COMMAND,
+    RELAYED_STRING_IDS,
+]
+ODD_VALUES: list[Any] = [
+    None,
+    0,
+    -1,
+    2**70,
+    1.5,
+    True,
+    "",
+    "12",
+    "x",
+    "½",
+    [],
+    {},
+    [None],
+    {"a": 1},
+]
+
+
+def _paths(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    if path:
+        yield path
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else ()
+    )
+    for key, child in items:
+        yield from _paths(child, (*path, key))
+
+
+def _mutate(payload: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    mangled = copy.deepcopy(payload)
+    for _ in range(rng.randint(1, 4)):
+        paths = list(_paths(mangled))
+        if not paths:
+            break
+        *parents, key = rng.choice(paths)
+        holder: Any = mangled
+        for step in parents:
+            holder = holder[step]
+        if isinstance(holder, dict) and rng.random() < 0.4:
+            del holder[key]
+        else:
+            holder[key] = copy.deepcopy(rng.choice(ODD_VALUES))
+    return mangled
+
+
+def _check_types(got: Event) -> None:
+    """The Event's fields have their declared types, whatever the payload held."""
+    assert isinstance(got.text, str) and isinstance(got.event_id, str)
+    assert isinstance(got.address.chat, str)
+    assert got.address.thread is None or got.address.thread.lstrip("-").isdigit()
+    assert isinstance(got.sender.id, str) and isinstance(got.sender.name, str)
+    assert got.sender.handle is None or isinstance(got.sender.handle, str)
+    assert got.reply_to is None or got.reply_to.lstrip("-").isdigit()
+    for item in got.attachments:
+        assert item.name is None or isinstance(item.name, str)
+        assert item.mime is None or isinstance(item.mime, str)
+        assert item.size is None or isinstance(item.size, int)
+        assert item.ref is None or isinstance(item.ref, str)
+    assert got.conversation_title is None or isinstance(got.conversation_title, str)
+    json.dumps(dict(got.meta))
+
+
+def test_there_are_at_least_fifteen_real_shapes() -> None:
+    assert len(ALL_PAYLOADS) >= 15
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_mangled_real_payloads_give_an_event_none_or_a_normalize_error(seed: int) -> None:
+    rng = random.Random(seed)
+    seen: dict[str, int] = {"event": 0, "none": 0, "error": 0}
+    checks: list[Callable[[dict[str, Any]], Any]] = [
+        lambda p: normalize_update(p, ACCOUNT, BOT, {"-4000000003": "-4000000000"}),
+        lambda p: normalize_update(p, ACCOUNT, BotIdentity()),
+        migration_of,
+    ]
+    for _ in range(400):
+        mangled = _mutate(load(rng.choice(ALL_PAYLOADS)), rng)
+        for check in checks:
+            try:
+                got = check(mangled)
+            except NormalizeError as error:
+                seen["error"] += 1
+                assert "\n" not in str(error) and str(error)
+                continue
+            if isinstance(got, Event):
+                seen["event"] += 1
+                _check_types(got)
+            elif got is None:
+                seen["none"] += 1
+    assert all(seen.values()), seen  # the mutations reached every outcome
