@@ -37,6 +37,8 @@ THREAD_CHANNEL_TYPES = frozenset({10, 11, 12})
 #: CHAT_INPUT_COMMAND and CONTEXT_MENU_COMMAND replies. The rest are system
 #: notices (joins, pins, thread created, boosts, ...) and are not for the agent.
 _TALK_TYPES = frozenset({0, 19, 20, 23})
+#: message flag EPHEMERAL: an interaction response only one user sees (no author on the wire)
+_EPHEMERAL = 1 << 6
 _DISCORD_EPOCH_MS = 1420070400000
 _HANDLED = ("MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE")
 
@@ -94,7 +96,7 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise NormalizeError(f"expected a snowflake, got {value!r}", where=self.prefix + key)
         text = str(value)
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):
             raise NormalizeError(f"expected a snowflake, got {value!r}", where=self.prefix + key)
         return text
 
@@ -118,6 +120,14 @@ class _Reader:
             raise NormalizeError(f"expected a string, got {value!r}", where=self.prefix + key)
         return value
 
+    def number(self, key: str, default: int) -> int:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise NormalizeError(f"expected an integer, got {value!r}", where=self.prefix + key)
+        return value
+
     def items(self, key: str) -> list[Any]:
         value = self.data.get(key)
         if value is None:
@@ -138,8 +148,8 @@ def _message(
     message_id = reader.snowflake("id")
     channel_id = reader.snowflake("channel_id")
     assert message_id is not None and channel_id is not None
-    message_type = reader.data.get("type", 0)
-    if message_type not in _TALK_TYPES:
+    message_type = reader.number("type", 0)
+    if message_type not in _TALK_TYPES or reader.number("flags", 0) & _EPHEMERAL:
         return None
     author = reader.sub("author")
     is_edit = kind == "MESSAGE_UPDATE"
@@ -163,13 +173,23 @@ def _message(
     if reader.data.get("webhook_id") is not None:
         meta["webhook_id"] = str(reader.data["webhook_id"])
     text = content or ""
+    attachments = list(_attachments(reader))
     forwarded = _forwarded(reader)
     if forwarded is not None:
-        meta["forwarded_from"] = forwarded[1]
-        text = text or forwarded[0]
-    stickers = [s.get("name") for s in reader.items("sticker_items") if isinstance(s, Mapping)]
+        forwarded_text, origin, forwarded_attachments = forwarded
+        meta["forwarded_from"] = origin
+        text = text or forwarded_text
+        attachments.extend(forwarded_attachments)
+    stickers = _stickers(reader)
     if stickers:
-        meta["stickers"] = [str(name) for name in stickers if name]
+        meta["stickers"] = [sticker.name for sticker in stickers if sticker.name]
+        attachments.extend(stickers)
+    poll = _poll(reader)
+    if poll is not None:
+        attachments.append(poll)
+    if not text:
+        # a bot's or webhook's message often says everything in embeds
+        text = _embed_text(reader)
     sent_at = _timestamp(reader.text("timestamp")) or snowflake_time(message_id)
     event_id = f"{message_id}:edit:{edited}" if is_edit else message_id
     return Event(
@@ -181,7 +201,7 @@ def _message(
         platform_message_id=message_id,
         reply_to=reply_to,
         mentions_me=replied_to_me or _mentions(reader, text, bot_id),
-        attachments=_attachments(reader),
+        attachments=tuple(attachments),
         sent_at=(_timestamp(edited) or sent_at) if is_edit else sent_at,
         conversation_kind=conversation_kind,
         conversation_title=title,
@@ -215,11 +235,11 @@ def _sender(author: _Reader | None, member: Mapping[str, Any] | None, webhook_id
     username = author.text("username") or ""
     discriminator = author.text("discriminator")
     handle = username
-    if username and discriminator and discriminator != "0":
+    if username and discriminator and discriminator.strip("0"):
         handle = f"{username}#{discriminator}"
     nick = member.get("nick") if member else None
-    name = nick or author.text("global_name") or username
-    is_bot = bool(author.data.get("bot")) or webhook_id is not None
+    name = (nick if isinstance(nick, str) else "") or author.text("global_name") or username
+    is_bot = author.data.get("bot") is True or webhook_id is not None
     return Sender(id=user_id, name=name, handle=handle or None, is_bot=is_bot)
 
 
@@ -232,8 +252,10 @@ def _reply_to(reader: _Reader, message_type: object) -> str | None:
     return reference.snowflake("message_id", required=False)
 
 
-def _forwarded(reader: _Reader) -> tuple[str, dict[str, Any]] | None:
-    """The text and origin of a forwarded message (message_snapshots), if this is a forward."""
+def _forwarded(
+    reader: _Reader,
+) -> tuple[str, dict[str, str], tuple[Attachment, ...]] | None:
+    """The text, origin and attachments of a forwarded message (message_snapshots), if a forward."""
     reference = reader.sub("message_reference")
     snapshots = reader.items("message_snapshots")
     if reference is None or reference.data.get("type") != 1 or not snapshots:
@@ -244,10 +266,11 @@ def _forwarded(reader: _Reader) -> tuple[str, dict[str, Any]] | None:
     origin = {
         key: str(reference.data[key])
         for key in ("message_id", "channel_id", "guild_id")
-        if reference.data.get(key) is not None
+        if isinstance(reference.data.get(key), str | int)
     }
     text = inner.get("content")
-    return (text if isinstance(text, str) else ""), origin
+    attachments = _attachments(_Reader(inner, f"{reader.prefix}message_snapshots.0.message."))
+    return (text if isinstance(text, str) else ""), origin, attachments
 
 
 def _mentions(reader: _Reader, text: str, bot_id: str | None) -> bool:
@@ -275,6 +298,7 @@ def _conversation(
     if guild_name:
         meta["guild_name"] = str(guild_name)
     channel_type = context.get("channel_type")
+    channel_type = channel_type if isinstance(channel_type, int) else None
     # `position` is present only on messages posted in threads
     is_thread = channel_type in THREAD_CHANNEL_TYPES or (
         channel_type is None and "position" in reader.data
@@ -305,19 +329,67 @@ def _attachments(reader: _Reader) -> tuple[Attachment, ...]:
                 f"expected an attachment object, got {item!r}",
                 where=f"{reader.prefix}attachments.{index}",
             )
-        mime = item.get("content_type")
-        major = mime.split("/", 1)[0] if isinstance(mime, str) else ""
+        mime = _str(item.get("content_type"))
+        major = mime.split("/", 1)[0] if mime else ""
         size = item.get("size")
         found.append(
             Attachment(
                 kind=major if major in {"image", "video", "audio"} else "file",
-                name=item.get("filename"),
-                mime=mime if isinstance(mime, str) else None,
-                size=size if isinstance(size, int) else None,
-                ref=item.get("url"),
+                name=_str(item.get("filename")),
+                mime=mime,
+                size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+                ref=_str(item.get("url")),
             )
         )
     return tuple(found)
+
+
+def _stickers(reader: _Reader) -> list[Attachment]:
+    """Sticker items as attachments of kind "sticker", named, with the sticker id as ref."""
+    found = []
+    for item in reader.items("sticker_items"):
+        if isinstance(item, Mapping):
+            sticker_id = item.get("id")
+            ref = str(sticker_id) if isinstance(sticker_id, str | int) else None
+            found.append(Attachment(kind="sticker", name=_str(item.get("name")), ref=ref))
+    return found
+
+
+def _poll(reader: _Reader) -> Attachment | None:
+    """A poll as an attachment of kind "poll", named by its question and answers."""
+    poll = reader.obj("poll")
+    if poll is None:
+        return None
+    question = poll.get("question")
+    text = _str(question.get("text")) if isinstance(question, Mapping) else None
+    answers = []
+    listed = poll.get("answers")
+    for answer in listed if isinstance(listed, list) else ():
+        media = answer.get("poll_media") if isinstance(answer, Mapping) else None
+        label = _str(media.get("text")) if isinstance(media, Mapping) else None
+        if label:
+            answers.append(label)
+    name = text or "poll"
+    if answers:
+        name = f"{name} ({' / '.join(answers)})"
+    return Attachment(kind="poll", name=name)
+
+
+def _embed_text(reader: _Reader) -> str:
+    """The titles and descriptions of a message's rich embeds, one block each."""
+    blocks = []
+    for embed in reader.items("embeds"):
+        if not isinstance(embed, Mapping) or embed.get("type", "rich") != "rich":
+            continue
+        lines = [_str(embed.get(key)) for key in ("title", "description")]
+        block = "\n".join(line for line in lines if line)
+        if block:
+            blocks.append(block)
+    return "\n\n".join(blocks)
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _timestamp(value: str | None) -> float | None:
@@ -325,5 +397,5 @@ def _timestamp(value: str | None) -> float | None:
         return None
     try:
         return datetime.fromisoformat(value).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError, OSError):
         return None
