@@ -54,7 +54,8 @@ class TelegramHarness(ContractHarness):
         good = self.user_message_payload("x")["message"]
         return [
             {"message": good},  # no update_id
-            {"update_id": "12", "message": good},  # update_id as a string
+            {"update_id": "twelve", "message": good},  # update_id not a number
+            {"update_id": 12.5, "message": good},  # update_id not an integer
             {"update_id": 5, "message": "hello"},  # message not an object
             {"update_id": 6, "message": {**good, "chat": {"type": "private"}}},  # chat without id
             {"update_id": 7, "message": {k: v for k, v in good.items() if k != "date"}},
