@@ -40,6 +40,12 @@ __all__ = [
 #: key under which the adapter passes looked-up names into the raw payload
 ENRICHMENT_KEY = "_backchannel"
 
+#: ``channel_type`` values of one-to-one conversations with the app
+DIRECT_CHANNEL_TYPES = frozenset({"im", "app_home"})
+
+#: Slackbot's user id: a bot, though its messages carry no ``bot_id``
+SLACKBOT = "USLACKBOT"
+
 #: message subtypes that carry a person's (or another bot's) words
 CONTENT_SUBTYPES = frozenset({"bot_message", "file_share", "thread_broadcast", "me_message"})
 
@@ -85,6 +91,14 @@ def normalize_payload(
     if not isinstance(raw, Mapping):
         raise NormalizeError(f"expected a JSON object, got {type(raw).__name__}")
     kind = raw.get("type")
+    if kind == "events_api" and "payload" in raw:
+        # a whole Socket Mode envelope: the event_callback body is its payload
+        payload = raw.get("payload")
+        if not isinstance(payload, Mapping):
+            raise NormalizeError("Socket Mode envelope without a payload object", where="payload")
+        return normalize_payload(
+            payload, account=account, me=me, thread_on_mention=thread_on_mention
+        )
     if kind == "event_callback":
         event = raw.get("event")
         if not isinstance(event, Mapping):
@@ -110,6 +124,8 @@ def normalize_payload(
     if event_type != "message":
         return None  # reactions, joins, app_home_opened, ...: not transcript rows
     subtype = event.get("subtype")
+    if subtype is not None and not isinstance(subtype, str):
+        raise NormalizeError("'subtype' is not a string", where=reader.at("subtype"))
     if subtype is None or subtype in CONTENT_SUBTYPES:
         return reader.message(event, mention=False)
     if subtype == "message_changed":
@@ -163,9 +179,7 @@ class _Reader:
         ts = self.text_field(message, "ts", self.at("ts"))
         if self.me.owns(message):
             return None
-        text = message.get("text") or ""
-        if not isinstance(text, str):
-            raise NormalizeError("'text' is not a string", where=self.at("text"))
+        text = _message_text(message, self.at("text"))
         thread_ts = _opt_str(message.get("thread_ts"))
         direct = self.is_direct(channel, message)
         mentions_me = mention or self.mentions(text) or self.replies_to_me(message, thread_ts, ts)
@@ -198,10 +212,14 @@ class _Reader:
         if not isinstance(changed, Mapping):
             raise NormalizeError("message_changed without a message", where=self.at("message"))
         where = self.at("message")
-        ts = self.text_field(changed, "ts", f"{where}.ts")
+        # the changed message's ts; some deliveries carry it only on previous_message
+        holder = changed if "ts" in changed else previous_of(event) or changed
+        ts = self.text_field(holder, "ts", f"{where}.ts")
         if self.me.owns(changed):
             return None
         inner_subtype = changed.get("subtype")
+        if inner_subtype is not None and not isinstance(inner_subtype, str):
+            raise NormalizeError("'subtype' is not a string", where=f"{where}.subtype")
         if inner_subtype == "tombstone":
             # a thread parent deleted while replies remain: Slack edits it into a tombstone
             return self.deleted(event, channel, ts, changed.get("thread_ts"), previous_of(event))
@@ -209,11 +227,11 @@ class _Reader:
             return None  # a service message (join, topic, ...) changed
         if not changed.get("user") and not changed.get("bot_id"):
             return None
-        text = changed.get("text") or ""
+        text = _message_text(changed, f"{where}.text")
         previous = event.get("previous_message")
         if (
             isinstance(previous, Mapping)
-            and previous.get("text") == text
+            and previous.get("text") == changed.get("text")
             and not changed.get("edited")
         ):
             return None  # an unfurl or a reply count changed, not the words
@@ -280,7 +298,7 @@ class _Reader:
     def is_direct(self, channel: str, event: Mapping[str, Any]) -> bool:
         channel_type = event.get("channel_type")
         if isinstance(channel_type, str):
-            return channel_type == "im"
+            return channel_type in DIRECT_CHANNEL_TYPES
         return channel.startswith("D")  # app_mention carries no channel_type
 
     def mentions(self, text: str) -> bool:
@@ -326,7 +344,8 @@ class _Reader:
         # the handle is the user id: it is what a mention looks like in Slack text
         # (<@U123>), so the agent can recognise mentions and write its own
         handle = user if user else None
-        return Sender(id=sender_id, name=name, handle=handle, is_bot=bot_id is not None)
+        is_bot = bot_id is not None or user == SLACKBOT
+        return Sender(id=sender_id, name=name, handle=handle, is_bot=is_bot)
 
     def title(self, kind: ConversationKind) -> str | None:
         name = _opt_str(self.extra.get("channel_name"))
@@ -350,6 +369,84 @@ def _opt_str(value: Any) -> str | None:
     if value is None or value == "":
         return None
     return str(value)
+
+
+def _message_text(message: Mapping[str, Any], where: str) -> str:
+    """The message's mrkdwn text; when empty, what its attachments or blocks say.
+
+    Forwarded messages and many integrations (GitHub, alerting) post an empty
+    ``text`` with legacy ``attachments`` that carry the words.
+    """
+    text = message.get("text")
+    if text is None:
+        text = ""
+    if not isinstance(text, str):
+        raise NormalizeError("'text' is not a string", where=where)
+    if text.strip():
+        return text
+    return _attachments_text(message.get("attachments")) or _blocks_text(message.get("blocks"))
+
+
+def _attachments_text(attachments: Any) -> str:
+    lines: list[str] = []
+    for item in attachments if isinstance(attachments, list) else ():
+        if not isinstance(item, Mapping):
+            continue
+        for key in ("fallback", "text", "pretext", "title"):
+            value = item.get(key)
+            if isinstance(value, str) and value.strip():
+                lines.append(value)
+                break
+    return "\n".join(lines)
+
+
+def _blocks_text(blocks: Any) -> str:
+    lines: list[str] = []
+    for block in blocks if isinstance(blocks, list) else ():
+        if not isinstance(block, Mapping):
+            continue
+        if block.get("type") == "rich_text":
+            line = "".join(_rich_text(block.get("elements"), depth=0)).rstrip("\n")
+        else:  # header, section, context: text objects
+            parts = [block.get("text"), *_list(block.get("fields")), *_list(block.get("elements"))]
+            line = "\n".join(
+                part["text"]
+                for part in parts
+                if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+            )
+        if line.strip():
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def _rich_text(elements: Any, depth: int) -> list[str]:
+    """The words of rich_text elements as mrkdwn-ish text (mentions as ``<@U…>``)."""
+    out: list[str] = []
+    if depth > 8:
+        return out
+    for element in _list(elements):
+        if not isinstance(element, Mapping):
+            continue
+        kind = element.get("type")
+        if kind == "text" and isinstance(element.get("text"), str):
+            out.append(element["text"])
+        elif kind == "link":
+            label = element.get("text") or element.get("url")
+            out.append(label if isinstance(label, str) else "")
+        elif kind == "user" and isinstance(element.get("user_id"), str):
+            out.append(f"<@{element['user_id']}>")
+        elif kind == "channel" and isinstance(element.get("channel_id"), str):
+            out.append(f"<#{element['channel_id']}>")
+        elif kind == "emoji" and isinstance(element.get("name"), str):
+            out.append(f":{element['name']}:")
+        elif "elements" in element:
+            inner = "".join(_rich_text(element.get("elements"), depth + 1))
+            out.append(inner if inner.endswith("\n") else inner + "\n")
+    return out
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _ts_seconds(ts: str, where: str) -> float:
