@@ -97,3 +97,11 @@ def test_every_accepted_identity_form_names_the_same_agent(tmp_path: Path) -> No
     ids.add(load_identity({"identity_file": str(path)}).agent_id)
     assert len(ids) == 1
     assert decode_base58(ids.pop()) == public
+
+
+def test_a_base64_key_that_starts_with_a_slash_is_a_key_not_a_path() -> None:
+    # base64 uses "/" as a digit: a seed whose first six bits are all ones encodes to "/..."
+    seed = b"\xfc" + bytes(range(1, 32))
+    text = base64.b64encode(seed).decode()
+    assert text.startswith("/")
+    assert load_identity({"identity": text}).seed == seed

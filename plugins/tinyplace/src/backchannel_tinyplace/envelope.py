@@ -40,6 +40,10 @@ ENVELOPE_V2 = "tinyplace.harness.session.v2"
 
 #: v2 event kinds that carry words for the other side; the rest is progress noise
 _V2_TEXT_KINDS = {"user_prompt", "agent_message"}
+#: the pre-envelope auto-reply / reply-to control header (inside the ciphertext)
+_AUTO_SENTINEL = "\x01tp-auto\x01"
+_REPLY_OPEN = "\x01re:"
+_REPLY_CLOSE = "\x01"
 
 
 @frozen
@@ -61,23 +65,24 @@ class ParsedBody:
     line: int | None = None
     event_kind: str | None = None
     timestamp: str | None = None
+    phase: str | None = None
     tp: Mapping[str, Any] | None = None
 
 
 def parse_body(plaintext: str) -> ParsedBody:
     """Read a decrypted body: a v1 or v2 session envelope, else plain text."""
     if not plaintext.lstrip().startswith("{"):
-        return ParsedBody(text=plaintext)
+        return _plain(plaintext)
     try:
         data = json.loads(plaintext)
-    except ValueError:
-        return ParsedBody(text=plaintext)
+    except (ValueError, RecursionError):  # RecursionError: a peer's deeply nested JSON
+        return _plain(plaintext)
     if not isinstance(data, dict):
-        return ParsedBody(text=plaintext)
+        return _plain(plaintext)
     version = data.get("envelope_version")
     session = _session_key(data.get("scope"))
     if version not in (ENVELOPE_V1, ENVELOPE_V2) or session is None:
-        return ParsedBody(text=plaintext)
+        return _plain(plaintext)
     harness = _mapping(data.get("harness"))
     scope = _mapping(data.get("scope"))
     tp = _mapping(data.get("tp"))
@@ -92,11 +97,12 @@ def parse_body(plaintext: str) -> ParsedBody:
         message = _mapping(data.get("message"))
         line = message.get("line")
         return ParsedBody(
-            text=_str(message.get("text")) or "",
+            text=_str(message.get("text")) or None,
             role=_str(message.get("role")),
-            message_id=_str(message.get("id")),
+            message_id=_id(message.get("id")),
             line=line if isinstance(line, int) and not isinstance(line, bool) else None,
             timestamp=_str(message.get("timestamp")),
+            phase=_str(message.get("phase")),
             **common,
         )
     event = _mapping(data.get("event"))
@@ -104,7 +110,7 @@ def parse_body(plaintext: str) -> ParsedBody:
     return ParsedBody(
         text=_v2_text(kind, _mapping(event.get("payload"))),
         role=_str(event.get("role")) or ("user" if kind == "user_prompt" else "agent"),
-        message_id=_str(event.get("id")),
+        message_id=_id(event.get("id")),
         event_kind=kind,
         timestamp=_str(event.get("ts")),
         **common,
@@ -169,9 +175,28 @@ def _session_key(scope: Any) -> str | None:
     return None
 
 
+def _plain(plaintext: str) -> ParsedBody:
+    """Read a plain DM, decoding the harness plugins' legacy control header.
+
+    Before the v1 envelope, the Claude/Codex plugins marked an auto-reply with
+    ``\\x01tp-auto\\x01`` and the answered message id with ``\\x01re:<id>\\x01``
+    in front of the text; peers on old versions still send that.
+    """
+    if not plaintext.startswith(_AUTO_SENTINEL):
+        return ParsedBody(text=plaintext or None)
+    text = plaintext[len(_AUTO_SENTINEL) :]
+    tp: dict[str, Any] = {"auto": True}
+    if text.startswith(_REPLY_OPEN):
+        end = text.find(_REPLY_CLOSE, len(_REPLY_OPEN))
+        if end != -1:
+            tp["in_reply_to"] = text[len(_REPLY_OPEN) : end]
+            text = text[end + len(_REPLY_CLOSE) :]
+    return ParsedBody(text=text or None, tp=tp)
+
+
 def _v2_text(kind: str, payload: Mapping[str, Any]) -> str | None:
     if kind in _V2_TEXT_KINDS:
-        return _str(payload.get("text")) or ""
+        return _str(payload.get("text")) or None
     if kind == "error":
         return f"[error] {_str(payload.get('message')) or ''}".rstrip()
     if kind == "approval_request":
@@ -187,6 +212,12 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _id(value: Any) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value if isinstance(value, str) and value else None
 
 
 def _iso(moment: datetime) -> str:

@@ -20,6 +20,8 @@ namespaced by the sender that chose them.
 
 from __future__ import annotations
 
+import json
+import math
 import time
 import unicodedata
 from collections.abc import Mapping
@@ -48,9 +50,7 @@ def normalize_relay_message(raw: Mapping[str, Any], account: str, me: str | None
     """
     if not isinstance(raw, Mapping):
         raise NormalizeError("expected a JSON object", where="raw")
-    envelope = raw.get("envelope")
-    if not isinstance(envelope, Mapping):
-        raise NormalizeError("missing the relay envelope", where="envelope")
+    envelope = _envelope_of(raw)
     relay_id = _required_str(envelope, "id")
     peer = _required_str(envelope, "from")
     if me is not None and peer == me:
@@ -66,10 +66,7 @@ def normalize_relay_message(raw: Mapping[str, Any], account: str, me: str | None
             meta={"redelivered": True},
             raw=raw,
         )
-    plaintext = raw.get("plaintext")
-    if not isinstance(plaintext, str):
-        raise NormalizeError("the decrypted text is missing or not a string", where="plaintext")
-    body = parse_body(plaintext)
+    body = parse_body(_plaintext(raw.get("plaintext")))
     if body.text is None:
         return None
     session = _checked_session(body.session)
@@ -146,6 +143,7 @@ def _meta(envelope: Mapping[str, Any], body: ParsedBody) -> dict[str, Any]:
         "provider": body.provider,
         "cwd": body.cwd,
         "line": body.line,
+        "phase": body.phase,
         "event_kind": body.event_kind,
         "tp": dict(body.tp) if body.tp else None,
     }
@@ -160,6 +158,39 @@ def _clip(value: Any) -> Any:
     return value
 
 
+def _envelope_of(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Return the relay routing fields: ``raw["envelope"]``, or raw itself when flat.
+
+    A flat shape is a relay envelope with the plaintext beside its fields, or
+    the SDK's decrypted message (``id``, ``sender``, ``plaintext``, ``timestamp``).
+    """
+    envelope = raw.get("envelope")
+    if isinstance(envelope, Mapping):
+        return envelope
+    if envelope is None and ("id" in raw and ("from" in raw or "sender" in raw)):
+        if "from" in raw:
+            return raw
+        return {**raw, "from": raw.get("sender")}
+    raise NormalizeError("missing the relay envelope", where="envelope")
+
+
+def _plaintext(value: Any) -> str:
+    """Return the decrypted body as text (the SDK hands over bytes)."""
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise NormalizeError("the decrypted bytes are not UTF-8", where="plaintext") from None
+    if isinstance(value, Mapping):  # an envelope handed over already parsed
+        try:
+            return json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):
+            raise NormalizeError("the decrypted body is not JSON-able", where="plaintext") from None
+    if not isinstance(value, str):
+        raise NormalizeError("the decrypted text is missing or not a string", where="plaintext")
+    return value
+
+
 def _required_str(envelope: Mapping[str, Any], key: str) -> str:
     value = envelope.get(key)
     if isinstance(value, int) and not isinstance(value, bool):
@@ -170,14 +201,21 @@ def _required_str(envelope: Mapping[str, Any], key: str) -> str:
 
 
 def _timestamp(value: Any) -> float:
+    """Return unix seconds for an ISO string or epoch (ms) number; receive time when unreadable."""
+    if isinstance(value, str) and value.strip().lstrip("-").replace(".", "", 1).isdigit():
+        value = float(value)  # an epoch sent as a string
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value) / (1000.0 if value > 1e11 else 1.0)
+        try:
+            seconds = float(value) / (1000.0 if value > 1e11 else 1.0)
+        except OverflowError:
+            return time.time()
+        return seconds if math.isfinite(seconds) and seconds > 0 else time.time()
     if isinstance(value, str) and value:
         try:
-            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
+            moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+            return moment.timestamp()
+        except (ValueError, OverflowError, OSError):
             return time.time()
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return moment.timestamp()
     return time.time()
