@@ -173,3 +173,24 @@ async def test_the_gateway_speaks_the_compression_discord_py_asks_for(
     wanted = discord.utils._ActiveDecompressionContext.COMPRESSION_TYPE
     assert fake.gateway_queries[0] == {"v": "10", "encoding": "json", "compress": wanted}
     await said(fake, contract_context, fake.general, "compressed and back")
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        '{"op": 0, "t": "MESSAGE_DELETE_BULK", "s": 90, "d": {"ids": 5, "channel_id": "1"}}',
+        '{"op": 0, "t": "MESSAGE_CREATE", "s": 91, "d": ["not", "an", "object"]}',
+        '{"op": 0, "t": "READY", "s": 92, "d": ["not", "an", "object"]}',
+        "not json at all",
+    ],
+)
+async def test_a_payload_of_an_unexpected_shape_does_not_stop_receiving(
+    fake: FakeDiscord,
+    adapter: DiscordAdapter,
+    contract_context: ContractContext,
+    odd: str,
+) -> None:
+    # as if discord.py had handed it to on_socket_raw_receive
+    adapter._on_raw(odd)
+    await said(fake, contract_context, fake.general, "still here")
+    assert await texts(contract_context, fake.general) == ["still here"]

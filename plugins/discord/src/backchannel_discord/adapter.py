@@ -182,6 +182,12 @@ class DiscordAdapter:
             text = await self._inbox.get()
             try:
                 await self._handle_raw(text)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # one payload of a shape nobody expected must not stop all receiving
+                if self._ctx is not None:
+                    self._ctx.log.exception("skipped a Discord Gateway payload it could not read")
             finally:
                 self._inbox.task_done()
 

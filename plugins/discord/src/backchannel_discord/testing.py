@@ -35,7 +35,6 @@ Faults: `fail_next` (REST), `disconnect` (abnormal close or a close code),
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -170,18 +169,11 @@ class FakeDiscord(RestServer):
     async def wait_until(
         self, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
     ) -> None:
-        """Return once `predicate()` holds; re-checked after every request and gateway event."""
+        """Return once `predicate()` holds; re-checked after every request and gateway event.
 
-        async def waiter() -> None:
-            async with self._changed:
-                await self._changed.wait_for(predicate)
-
-        try:
-            await asyncio.wait_for(waiter(), timeout)
-        except TimeoutError:
-            raise AssertionError(
-                f"FakeDiscord: timed out after {timeout}s waiting for {what}"
-            ) from None
+        AssertionError naming `what` after `timeout` seconds.
+        """
+        await self._watch.wait_for(predicate, timeout, what)
 
     async def wait_for_sent(
         self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0

@@ -105,7 +105,7 @@ class GatewayServer(World):
                 self.close_codes.append(code)
                 await connection.ws.close(code=code, message=b"fake close")
             connection.closed.set()
-        await self._notify()
+        self._notify()
 
     def drop_next_dispatches(self, count: int) -> None:
         """Lose the next `count` dispatches in flight: sequenced and kept for resume, never sent."""
@@ -152,7 +152,7 @@ class GatewayServer(World):
                 self._drop_next -= 1
             elif connection is not None and not connection.ws.closed:
                 await self._send(connection, payload)
-        await self._notify()
+        self._notify()
 
     def _visible(self, session: _Session, data: Mapping[str, Any]) -> bool:
         guild_messages, dm_messages = 1 << 9, 1 << 12
@@ -206,7 +206,7 @@ class GatewayServer(World):
             if connection.session is not None and connection.session.connection is connection:
                 connection.session.connection = None
             connection.closed.set()
-            await self._notify()
+            self._notify()
         return ws
 
     async def _on_frame(self, connection: _Connection, frame: Mapping[str, Any]) -> None:
@@ -295,12 +295,12 @@ class GatewayServer(World):
         }
         session.backlog.append(resumed)
         await self._send(connection, resumed)
-        await self._notify()
+        self._notify()
 
     async def _close(self, connection: _Connection, code: int, reason: str) -> None:
         self.close_codes.append(code)
         await connection.ws.close(code=code, message=reason.encode())
-        await self._notify()
+        self._notify()
 
     async def _send(self, connection: _Connection, payload: Mapping[str, Any]) -> None:
         if connection.ws.closed:

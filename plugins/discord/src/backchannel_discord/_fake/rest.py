@@ -122,14 +122,14 @@ class RestServer(GatewayServer):
             if raw and request.content_type == _JSON:
                 body = json.loads(raw)
         self.requests.append((request.method, path, body))
-        await self._notify()
+        self._notify()
         if request.headers.get("Authorization") != f"Bot {self.token}":
             return self._json(401, {"message": "401: Unauthorized", "code": 0})
         parts = [unquote(p) for p in path.strip("/").split("/")]
         try:
             return await self._route(request.method, parts, body, request)
         finally:
-            await self._notify()
+            self._notify()
 
     async def _route(
         self, method: str, parts: list[str], body: Any, request: web.Request

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import secrets
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
+
+from backchannel.testing.watch import Watch
 
 __all__ = [
     "INTENT_GUILD_MEMBERS",
@@ -48,7 +49,8 @@ class World:
         #: every message on the fake platform by id (users' and the bot's)
         self.messages: dict[str, dict[str, Any]] = {}
         self.url = ""
-        self._changed = asyncio.Condition()
+        #: woken after every request, dispatch and connection change (`wait_until`)
+        self._watch = Watch("FakeDiscord")
         self.guild_id = self.add_guild("Test Server")
         self.general = self.add_channel(self.guild_id, "general")
         self.alice = self.add_user("alice", global_name="Alice")
@@ -332,6 +334,5 @@ class World:
             payload["guild_id"] = message["guild_id"]
         return payload
 
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+    def _notify(self) -> None:
+        self._watch.changed()
