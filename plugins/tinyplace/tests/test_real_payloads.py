@@ -238,6 +238,8 @@ MINIMAL_V2 = {
 # "tp-auto" marks an auto-reply, "re:<id>" names the message answered.
 LEGACY_AUTO_REPLY = "\x01tp-auto\x01\x01re:msg-77\x01On it."
 LEGACY_AUTO_ONLY = "\x01tp-auto\x01ack"
+# Codex plugin mcp/server.mjs RESET_SENTINEL: the ping that re-runs X3DH after drops
+REHANDSHAKE_PING = "\x01tp-rehandshake\x01"
 
 UNICODE_DM = "héllo 👋🏽 — עברית, 日本語, 👩‍👩‍👧 and a zero\u200bwidth space"
 LONG_DM = ("A long status report line. " * 1200).strip()
@@ -348,6 +350,10 @@ def test_legacy_sentinel_auto_reply_is_decoded() -> None:
     assert event.mentions_me is False and event.address.thread == "master"
     only = normalize(wrap(LEGACY_AUTO_ONLY))
     assert only is not None and only.text == "ack" and only.reply_to is None
+
+
+def test_session_reset_ping_is_not_for_the_agent() -> None:
+    assert normalize(wrap(REHANDSHAKE_PING, type="PREKEY_BUNDLE")) is None
 
 
 def test_unicode_long_and_json_looking_plain_dms_stay_whole() -> None:
@@ -479,6 +485,7 @@ SEEDS: list[Any] = [
     v2("approval_request", {"tool_name": "rm", "display": "rm -rf x", "reason": "r"}),
     v2("error", {"message": "boom"}),
     LEGACY_AUTO_REPLY,
+    REHANDSHAKE_PING,
     UNICODE_DM,
     CODE_DM,
 ]

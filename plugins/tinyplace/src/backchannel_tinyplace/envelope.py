@@ -44,6 +44,8 @@ _V2_TEXT_KINDS = {"user_prompt", "agent_message"}
 _AUTO_SENTINEL = "\x01tp-auto\x01"
 _REPLY_OPEN = "\x01re:"
 _REPLY_CLOSE = "\x01"
+#: a harness plugin's session-reset ping: re-runs X3DH, carries no words
+_REHANDSHAKE = "\x01tp-rehandshake\x01"
 
 
 @frozen
@@ -180,8 +182,11 @@ def _plain(plaintext: str) -> ParsedBody:
 
     Before the v1 envelope, the Claude/Codex plugins marked an auto-reply with
     ``\\x01tp-auto\\x01`` and the answered message id with ``\\x01re:<id>\\x01``
-    in front of the text; peers on old versions still send that.
+    in front of the text; peers on old versions still send that. Their
+    session-reset ping (``\\x01tp-rehandshake\\x01``) carries no words.
     """
+    if plaintext == _REHANDSHAKE:
+        return ParsedBody(text=None)
     if not plaintext.startswith(_AUTO_SENTINEL):
         return ParsedBody(text=plaintext or None)
     text = plaintext[len(_AUTO_SENTINEL) :]
