@@ -135,6 +135,26 @@ CODEX_PLUGIN_AUTO = {
     "tp": {"v": 1, "from_session": "codex:1", "auto": True},
 }
 
+# Claude/Codex plugin agent-daemon notifyClosedTargets: a "session closed" notice,
+# role "system", auto-tagged, threaded into the sender's conversation id.
+CLOSED_SESSION_NOTICE = {
+    **CODEX_PLUGIN_REPLY,
+    "scope": {**CODEX_PLUGIN_REPLY["scope"], "wrapper_session_id": "conv-uuid-9"},
+    "message": {
+        **CODEX_PLUGIN_REPLY["message"],
+        "id": "sysclosed-msg-a1",
+        "role": "system",
+        "text": 'The session "claude:2" you addressed is no longer active.',
+    },
+    "tp": {
+        "v": 1,
+        "from_session": "system",
+        "to_session": "codex:1",
+        "in_reply_to": "msg-a1",
+        "auto": True,
+    },
+}
+
 # OpenHuman SessionEnvelopeV1::outgoing (harness conformance test): the owner's
 # side writes role "owner" and puts one id in both session fields.
 OPENHUMAN_OUTGOING = {
@@ -285,6 +305,14 @@ def test_codex_plugin_reply_keeps_in_reply_to_and_routes_on_the_label_session() 
 def test_codex_plugin_auto_reply_does_not_call_for_an_answer() -> None:
     event = normalize(wrap(CODEX_PLUGIN_AUTO))
     assert event is not None and event.mentions_me is False
+
+
+def test_closed_session_notice_is_an_auto_reply_from_the_peer_in_the_shared_thread() -> None:
+    event = normalize(wrap(CLOSED_SESSION_NOTICE))
+    assert event is not None
+    assert event.address.thread == "conv-uuid-9" and event.reply_to == "msg-a1"
+    assert event.mentions_me is False and event.sender.id == PEER
+    assert event.meta["role"] == "system"
 
 
 def test_openhuman_outgoing_owner_envelope_is_a_session_message() -> None:
@@ -476,6 +504,7 @@ SEEDS: list[Any] = [
     CODEX_USER_FOLDER_V1,
     CODEX_PLUGIN_REPLY,
     CODEX_PLUGIN_AUTO,
+    CLOSED_SESSION_NOTICE,
     OPENHUMAN_OUTGOING,
     LEGACY_NO_MESSAGE,
     CODEX_PHASE,
