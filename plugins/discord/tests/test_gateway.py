@@ -194,3 +194,24 @@ async def test_a_payload_of_an_unexpected_shape_does_not_stop_receiving(
     adapter._on_raw(odd)
     await said(fake, contract_context, fake.general, "still here")
     assert await texts(contract_context, fake.general) == ["still here"]
+    if '"MESSAGE_CREATE"' in odd:  # a message event normalize cannot read is a dead letter
+        assert contract_context.malformed == ["d: MESSAGE_CREATE without an object in 'd'"]
+
+
+async def test_a_replayed_edit_adds_nothing_and_a_second_edit_is_new(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    first = await said(fake, contract_context, fake.general, "draft")
+    edited = dict(await fake.edit_message(first, "draft 2"))
+    edit_id = f"{first}:edit:{edited['edited_timestamp']}"
+    await contract_context.wait_ingested(edit_id)
+    await fake.dispatch("MESSAGE_UPDATE", edited)  # the same edit delivered again
+    await contract_context.wait_ingested(edit_id, times=2)
+    statuses = [
+        r.status for r in contract_context.results if r.event and r.event.event_id == edit_id
+    ]
+    assert statuses == ["stored", "duplicate"]
+    again = await fake.edit_message(first, "final")
+    assert again["edited_timestamp"] != edited["edited_timestamp"]
+    await contract_context.wait_ingested(f"{first}:edit:{again['edited_timestamp']}")
+    assert await texts(contract_context, fake.general) == ["final"]

@@ -153,10 +153,11 @@ async def test_503_is_uncertain(fake: FakeDiscord, adapter: DiscordAdapter) -> N
         await adapter.send(Outbound(Address("test", fake.general), "maybe"))
 
 
-async def test_single_500_is_retried_by_discord_py_and_delivered(
-    fake: FakeDiscord, adapter: DiscordAdapter
+@pytest.mark.parametrize("fault", ["server_error", "bad_gateway"])
+async def test_single_500_or_502_is_retried_by_discord_py_and_delivered(
+    fake: FakeDiscord, adapter: DiscordAdapter, fault: str
 ) -> None:
-    fake.fail_next("server_error")
+    fake.fail_next(fault)
     receipt = await adapter.send(Outbound(Address("test", fake.general), "second try"))
     assert [m["id"] for m in fake.sent_to(fake.general)] == [receipt.platform_message_id]
 

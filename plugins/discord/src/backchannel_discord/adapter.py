@@ -264,6 +264,8 @@ class DiscordAdapter:
     def _context_for(self, data: Mapping[str, Any]) -> dict[str, Any]:
         """What discord.py's cache knows about the message's channel and guild."""
         client = self._client
+        if not isinstance(data, Mapping):
+            return {}  # normalize says what is wrong with it
         try:
             channel_id = int(data.get("channel_id", ""))
         except (TypeError, ValueError):
