@@ -1023,6 +1023,38 @@ def test_very_long_unicode_text_is_kept_whole() -> None:
     assert event.mentions_me
 
 
+def test_numeric_ts_values_are_read_with_slacks_six_decimals() -> None:
+    payload = load(THREAD_REPLY_TO_BOT)
+    payload["event"]["ts"] = 1700000500.0003
+    payload["event"]["thread_ts"] = 1700000450.0001
+    event = must(payload)
+    assert event.event_id == "C0GENERAL:1700000500.000300"
+    assert event.address == Address("test", "C0GENERAL", "1700000450.000100")
+
+
+def test_thread_ts_of_the_wrong_type_is_a_clear_error() -> None:
+    payload = load(THREAD_REPLY_TO_BOT)
+    payload["event"]["thread_ts"] = {"ts": "1"}
+    with pytest.raises(NormalizeError, match=r"event\.thread_ts"):
+        norm(payload)
+
+
+# --- Slack's docs: bot_message (api.slack.com/events/message/bot_message) gives
+# bot_id + username + icons; here without the bot_id, as a username-only integration.
+USERNAME_ONLY_BOT = """
+{"type": "event_callback", "team_id": "T0TEAM001", "event": {
+  "type": "message", "subtype": "bot_message", "ts": "1700002600.000010",
+  "text": "Pushing is the answer", "username": "github", "icons": {},
+  "channel": "C0DEV0001", "channel_type": "channel"}}
+"""
+
+
+def test_bot_message_with_only_a_username_is_from_that_bot() -> None:
+    event = must(load(USERNAME_ONLY_BOT), bot_user_id=BOT_USER)
+    assert event.sender.id == "github" and event.sender.name == "github"
+    assert event.sender.is_bot
+
+
 # --- java-slack-sdk's json-logs/samples/events/MessagePayload.json: every field
 # present with placeholder values ("" strings, 123 numbers).
 SCHEMA_PLACEHOLDERS = """
@@ -1074,6 +1106,7 @@ REAL = [
     MESSAGE_DELETED_DOCS,
     MESSAGE_DELETED_IN_THREAD,
     SOCKET_MODE_ENVELOPE,
+    USERNAME_ONLY_BOT,
     SCHEMA_PLACEHOLDERS,
 ]
 

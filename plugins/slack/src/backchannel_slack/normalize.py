@@ -21,6 +21,7 @@ Decisions (see docs/channels/slack.md):
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -167,6 +168,23 @@ class _Reader:
     def at(self, name: str) -> str:
         return f"{self.where}.{name}" if self.where else name
 
+    def ts_field(self, value: Mapping[str, Any], name: str, where: str) -> str:
+        """A required Slack ts (a string; a number is read with Slack's six decimals)."""
+        ts = _ts_text(value.get(name))
+        if ts is None:
+            raise NormalizeError(f"missing or invalid Slack ts {name!r}", where=where)
+        return ts
+
+    def opt_ts(self, value: Mapping[str, Any], name: str, where: str) -> str | None:
+        """An optional Slack ts such as ``thread_ts``: None when absent or empty."""
+        raw = value.get(name)
+        if raw is None or raw == "":
+            return None
+        ts = _ts_text(raw)
+        if ts is None:
+            raise NormalizeError(f"{name!r} is not a Slack ts", where=where)
+        return ts
+
     def text_field(self, value: Mapping[str, Any], name: str, where: str) -> str:
         field = value.get(name)
         if not isinstance(field, str) or not field:
@@ -176,11 +194,11 @@ class _Reader:
     # kinds -------------------------------------------------------------------
     def message(self, message: Mapping[str, Any], *, mention: bool) -> Event | None:
         channel = self.text_field(message, "channel", self.at("channel"))
-        ts = self.text_field(message, "ts", self.at("ts"))
+        ts = self.ts_field(message, "ts", self.at("ts"))
         if self.me.owns(message):
             return None
         text = _message_text(message, self.at("text"))
-        thread_ts = _opt_str(message.get("thread_ts"))
+        thread_ts = self.opt_ts(message, "thread_ts", self.at("thread_ts"))
         direct = self.is_direct(channel, message)
         mentions_me = mention or self.mentions(text) or self.replies_to_me(message, thread_ts, ts)
         address, kind = self.address(channel, ts, thread_ts, mentions_me, direct)
@@ -214,7 +232,7 @@ class _Reader:
         where = self.at("message")
         # the changed message's ts; some deliveries carry it only on previous_message
         holder = changed if "ts" in changed else previous_of(event) or changed
-        ts = self.text_field(holder, "ts", f"{where}.ts")
+        ts = self.ts_field(holder, "ts", f"{where}.ts")
         if self.me.owns(changed):
             return None
         inner_subtype = changed.get("subtype")
@@ -222,7 +240,8 @@ class _Reader:
             raise NormalizeError("'subtype' is not a string", where=f"{where}.subtype")
         if inner_subtype == "tombstone":
             # a thread parent deleted while replies remain: Slack edits it into a tombstone
-            return self.deleted(event, channel, ts, changed.get("thread_ts"), previous_of(event))
+            thread = self.opt_ts(changed, "thread_ts", f"{where}.thread_ts")
+            return self.deleted(event, channel, ts, thread, previous_of(event))
         if inner_subtype is not None and inner_subtype not in CONTENT_SUBTYPES:
             return None  # a service message (join, topic, ...) changed
         if not changed.get("user") and not changed.get("bot_id"):
@@ -237,10 +256,10 @@ class _Reader:
             return None  # an unfurl or a reply count changed, not the words
         edited = changed.get("edited")
         edit_ts = edited.get("ts") if isinstance(edited, Mapping) else None
-        stamp = _opt_str(edit_ts) or _opt_str(event.get("event_ts")) or _opt_str(event.get("ts"))
+        stamp = _ts_text(edit_ts) or _ts_text(event.get("event_ts")) or _ts_text(event.get("ts"))
         if stamp is None:
             raise NormalizeError("message_changed without ts or edited.ts", where=self.at("ts"))
-        thread_ts = _opt_str(changed.get("thread_ts"))
+        thread_ts = self.opt_ts(changed, "thread_ts", f"{where}.thread_ts")
         direct = self.is_direct(channel, event)
         mentions_me = self.mentions(text) or self.replies_to_me(changed, thread_ts, ts)
         address, kind = self.address(channel, ts, thread_ts, mentions_me, direct)
@@ -261,26 +280,26 @@ class _Reader:
 
     def delete(self, event: Mapping[str, Any]) -> Event | None:
         channel = self.text_field(event, "channel", self.at("channel"))
-        deleted_ts = self.text_field(event, "deleted_ts", self.at("deleted_ts"))
+        deleted_ts = self.ts_field(event, "deleted_ts", self.at("deleted_ts"))
         previous = previous_of(event)
-        return self.deleted(event, channel, deleted_ts, previous.get("thread_ts"), previous)
+        thread = self.opt_ts(previous, "thread_ts", self.at("previous_message.thread_ts"))
+        return self.deleted(event, channel, deleted_ts, thread, previous)
 
     def deleted(
         self,
         event: Mapping[str, Any],
         channel: str,
         deleted_ts: str,
-        thread: Any,
+        thread_ts: str | None,
         previous: Mapping[str, Any],
     ) -> Event | None:
         if self.me.owns(previous):
             return None
-        thread_ts = _opt_str(thread)
         text = previous.get("text") or ""
         direct = self.is_direct(channel, event)
         mentions_me = isinstance(text, str) and self.mentions(text)
         address, kind = self.address(channel, deleted_ts, thread_ts, mentions_me, direct)
-        stamp = _opt_str(event.get("event_ts")) or _opt_str(event.get("ts")) or deleted_ts
+        stamp = _ts_text(event.get("event_ts")) or _ts_text(event.get("ts")) or deleted_ts
         sender = self.sender(previous) if previous.get("user") or previous.get("bot_id") else None
         return Event(
             address=address,
@@ -330,7 +349,10 @@ class _Reader:
         profile = profile if isinstance(profile, Mapping) else {}
         bot_profile = message.get("bot_profile")
         bot_profile = bot_profile if isinstance(bot_profile, Mapping) else {}
-        sender_id = user or bot_id
+        # an old integration's bot_message may name only its app or its username
+        sender_id = (
+            user or bot_id or _opt_str(message.get("app_id")) or _opt_str(message.get("username"))
+        )
         if sender_id is None:
             raise NormalizeError("message has neither 'user' nor 'bot_id'", where=self.at("user"))
         name = (
@@ -344,7 +366,7 @@ class _Reader:
         # the handle is the user id: it is what a mention looks like in Slack text
         # (<@U123>), so the agent can recognise mentions and write its own
         handle = user if user else None
-        is_bot = bot_id is not None or user == SLACKBOT
+        is_bot = user is None or bot_id is not None or user == SLACKBOT
         return Sender(id=sender_id, name=name, handle=handle, is_bot=is_bot)
 
     def title(self, kind: ConversationKind) -> str | None:
@@ -449,11 +471,23 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def _ts_text(value: Any) -> str | None:
+    """A Slack ts as Slack writes it: strings as sent, numbers with six decimals; else None."""
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return f"{value:.6f}"
+    return None
+
+
 def _ts_seconds(ts: str, where: str) -> float:
     try:
-        return float(ts)
+        seconds = float(ts)
     except (TypeError, ValueError):
-        raise NormalizeError(f"timestamp {ts!r} is not a Slack ts", where=where) from None
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        raise NormalizeError(f"timestamp {ts!r} is not a Slack ts", where=where)
+    return seconds
 
 
 def _attachments(files: Any, where: str) -> tuple[Attachment, ...]:
