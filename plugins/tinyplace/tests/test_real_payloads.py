@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from backchannel.errors import NormalizeError
 from backchannel.model import Event
+from backchannel.store import Inbound, SQLiteStore
 from backchannel_tinyplace.normalize import normalize_relay_message
 
 ME = "7xKXtg2CW87d97TXJSDpbD5jBkheTqA83TZRuJosgAsU"
@@ -497,6 +498,29 @@ def test_broken_relay_shapes_are_one_line_normalize_errors(raw: Any) -> None:
     assert "\n" not in str(caught.value) and caught.value.where
 
 
+async def test_lone_surrogate_escapes_and_nul_are_stored_not_retried_forever(
+    store: SQLiteStore,
+) -> None:
+    # JSON may escape half a surrogate pair ("\\ud800"); UTF-8 cannot hold it, and a
+    # store that refuses the row would leave the message (and its sender) stuck
+    body = (
+        '{"envelope_version":"tinyplace.harness.session.v1",'
+        '"scope":{"wrapper_session_id":"w"},'
+        '"harness":{"provider":"p\\udc00"},'
+        '"message":{"id":"m\\ud83d","text":"half \\ud800 pair, a NUL \\u0000, a whole \\ud83d\\ude00"},'
+        '"tp":{"v":1,"from_session":"\\udfff"}}'
+    )
+    event = normalize({"envelope": relay(), "plaintext": body})
+    assert event is not None
+    assert event.text == "half \ufffd pair, a NUL \x00, a whole 😀"
+    (appended,) = await store.append_inbound([Inbound(event, triggers=True)])
+    assert appended.status != "duplicate"
+    flat = normalize({**relay(id="r\ud800"), "plaintext": "x\udc00y"})
+    assert flat is not None and flat.text == "x\ufffdy"
+    (again,) = await store.append_inbound([Inbound(flat, triggers=True)])
+    assert again.status != "duplicate"
+
+
 # --- mutations ------------------------------------------------------------------
 
 SEEDS: list[Any] = [
@@ -536,6 +560,7 @@ _ODD_VALUES: list[Any] = [
     {},
     {"nested": None},
     "🙂",
+    "\ud800",
 ]
 
 
@@ -595,6 +620,8 @@ def test_mutated_real_payloads_yield_only_events_none_or_normalize_errors() -> N
             assert isinstance(result.text, str) and isinstance(result.sent_at, float)
             assert result.sent_at == result.sent_at  # not NaN
             json.dumps(dict(result.meta))  # meta stays JSON-able for the store
+            for text in (result.text, result.event_id, *result.address.key.split("/")):
+                text.encode("utf-8")  # no lone surrogates: the store writes UTF-8
         outcomes["event" if result is not None else "none"] += 1
     # the mutations exercise all three outcomes, not just one
     assert all(count > 50 for count in outcomes.values()), outcomes

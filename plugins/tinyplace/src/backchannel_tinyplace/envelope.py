@@ -31,6 +31,7 @@ __all__ = [
     "ENVELOPE_V2",
     "ParsedBody",
     "build_v1_envelope",
+    "clean_text",
     "new_message_id",
     "parse_body",
 ]
@@ -76,7 +77,7 @@ def parse_body(plaintext: str) -> ParsedBody:
     if not plaintext.lstrip().startswith("{"):
         return _plain(plaintext)
     try:
-        data = json.loads(plaintext)
+        data = json.loads(plaintext, object_pairs_hook=_clean_object)
     except (ValueError, RecursionError):  # RecursionError: a peer's deeply nested JSON
         return _plain(plaintext)
     if not isinstance(data, dict):
@@ -175,6 +176,26 @@ def _session_key(scope: Any) -> str | None:
         if isinstance(value, str) and value.strip():
             return value
     return None
+
+
+def clean_text(text: str) -> str:
+    """Return `text` with lone UTF-16 surrogates (from JSON ``\\ud800`` escapes) as U+FFFD.
+
+    A peer's JSON may escape half a surrogate pair; such a string cannot be
+    written as UTF-8, so the store would refuse the message on every retry.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def _clean_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {
+        clean_text(key): clean_text(value) if isinstance(value, str) else value
+        for key, value in pairs
+    }
 
 
 def _plain(plaintext: str) -> ParsedBody:

@@ -31,7 +31,7 @@ from typing import Any
 from backchannel.errors import NormalizeError
 from backchannel.model import Address, Event, Sender
 
-from .envelope import ParsedBody, parse_body
+from .envelope import ParsedBody, clean_text, parse_body
 
 __all__ = ["MASTER", "event_id_of", "normalize_relay_message", "peer_label"]
 
@@ -152,7 +152,7 @@ def _meta(envelope: Mapping[str, Any], body: ParsedBody) -> dict[str, Any]:
 
 def _clip(value: Any) -> Any:
     if isinstance(value, str):
-        return value[:_MAX_META_LEN]
+        return clean_text(value[:_MAX_META_LEN])
     if isinstance(value, dict):
         return {str(k)[:64]: _clip(v) for k, v in list(value.items())[:16]}
     return value
@@ -188,7 +188,7 @@ def _plaintext(value: Any) -> str:
             raise NormalizeError("the decrypted body is not JSON-able", where="plaintext") from None
     if not isinstance(value, str):
         raise NormalizeError("the decrypted text is missing or not a string", where="plaintext")
-    return value
+    return clean_text(value)
 
 
 def _required_str(envelope: Mapping[str, Any], key: str) -> str:
@@ -197,7 +197,7 @@ def _required_str(envelope: Mapping[str, Any], key: str) -> str:
         value = str(value)
     if not isinstance(value, str) or not value:
         raise NormalizeError("missing or empty", where=f"envelope.{key}")
-    return value
+    return clean_text(value)
 
 
 def _timestamp(value: Any) -> float:
