@@ -215,3 +215,14 @@ async def test_a_replayed_edit_adds_nothing_and_a_second_edit_is_new(
     assert again["edited_timestamp"] != edited["edited_timestamp"]
     await contract_context.wait_ingested(f"{first}:edit:{again['edited_timestamp']}")
     assert await texts(contract_context, fake.general) == ["final"]
+
+
+async def test_mentioning_the_bots_managed_role_mentions_the_bot(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    # the @ menu offers the bot's role next to the bot; people pick either
+    role = fake.bot_role_id(fake.guild_id)
+    by_role = await said(fake, contract_context, fake.general, f"<@&{role}> are you there?")
+    plain = await said(fake, contract_context, fake.general, "no mention here")
+    assert event_for(contract_context, by_role).mentions_me
+    assert not event_for(contract_context, plain).mentions_me

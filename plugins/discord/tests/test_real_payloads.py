@@ -692,6 +692,20 @@ def test_long_unicode_text_with_a_legacy_nick_mention_is_kept_whole() -> None:
     assert got.sent_at == pytest.approx(1736071860.0)
 
 
+def test_role_mention_counts_as_a_mention_only_when_it_is_the_bots_role() -> None:
+    # a guild message whose only mention is a role; the adapter's context names the bot's role
+    message = copy.deepcopy(MESSAGE_EDIT)
+    message["t"] = "MESSAGE_CREATE"
+    message["d"].update(
+        content="<@&1180000000000000901> ping", mention_roles=["1180000000000000901"]
+    )
+    assert not event(message).mentions_me
+    message["backchannel"] = {"bot_role_id": "1180000000000000901"}
+    assert event(message).mentions_me
+    message["backchannel"] = {"bot_role_id": "1180000000000000902"}
+    assert not event(message).mentions_me
+
+
 def test_numeric_ids_read_as_snowflake_strings() -> None:
     got = event(NUMERIC_IDS)
     assert (got.event_id, got.address.chat, got.sender.id) == (

@@ -283,6 +283,9 @@ class DiscordAdapter:
         guild = getattr(channel, "guild", None)
         if guild is not None and guild.name:
             context["guild_name"] = guild.name
+        if guild is not None and guild.self_role is not None:
+            # people often pick the bot's role from the @ menu instead of the bot
+            context["bot_role_id"] = str(guild.self_role.id)
         if isinstance(channel, discord.Thread):
             context["parent_id"] = str(channel.parent_id)
             parent = channel.parent

@@ -8,7 +8,7 @@ Input is what the gateway sends, as JSON-decoded dicts:
 
 The adapter adds one key of its own to the envelope, ``"backchannel"``, with
 what its cache knows and the payload does not say: the channel's type and name,
-a thread's parent, the guild's name. Every field of it is optional, so a
+a thread's parent, the guild's name, the id of the bot's own role in the guild. Every field of it is optional, so a
 payload captured straight off the wire normalizes too.
 
 Addresses: a guild text channel, a thread and a DM are each their own
@@ -200,7 +200,9 @@ def _message(
         text=text,
         platform_message_id=message_id,
         reply_to=reply_to,
-        mentions_me=replied_to_me or _mentions(reader, text, bot_id),
+        mentions_me=replied_to_me
+        or _mentions(reader, text, bot_id)
+        or _mentions_role(reader, context.get("bot_role_id")),
         attachments=tuple(attachments),
         sent_at=(_timestamp(edited) or sent_at) if is_edit else sent_at,
         conversation_kind=conversation_kind,
@@ -284,6 +286,13 @@ def _mentions(reader: _Reader, text: str, bot_id: str | None) -> bool:
         if str(user.get("id")) == bot_id:
             return True
     return f"<@{bot_id}>" in text or f"<@!{bot_id}>" in text
+
+
+def _mentions_role(reader: _Reader, role_id: object) -> bool:
+    """True when the message mentions the bot's managed role (``<@&role id>``)."""
+    if not isinstance(role_id, str | int) or isinstance(role_id, bool):
+        return False
+    return any(str(role) == str(role_id) for role in reader.items("mention_roles"))
 
 
 def _conversation(

@@ -65,9 +65,14 @@ class World:
         return str((ms << 22) | (next(self._ids) & 0x3FFFFF))
 
     def add_guild(self, name: str) -> str:
+        """Add a guild with the bot in it (and its managed role, `bot_role_id`); return its id."""
         guild_id = self.snowflake()
-        self.guilds[guild_id] = {"id": guild_id, "name": name}
+        self.guilds[guild_id] = {"id": guild_id, "name": name, "bot_role_id": self.snowflake()}
         return guild_id
+
+    def bot_role_id(self, guild_id: str) -> str:
+        """The id of the role Discord made for the bot in `guild_id` (``<@&id>`` mentions it)."""
+        return str(self.guilds[guild_id]["bot_role_id"])
 
     def add_channel(self, guild_id: str, name: str) -> str:
         """Add a guild text channel (type 0); return its id."""
@@ -155,7 +160,9 @@ class World:
             "tts": False,
             "mention_everyone": False,
             "mentions": mentions,
-            "mention_roles": [],
+            "mention_roles": [
+                role_id for role_id in self._role_ids(channel) if f"<@&{role_id}>" in content
+            ],
             "attachments": attachments or [],
             "embeds": [],
             "pinned": False,
@@ -185,6 +192,10 @@ class World:
             if target["author"]["id"] not in {m["id"] for m in mentions}:
                 message["mentions"].append(self._mention(target["author"], channel))
         return message
+
+    def _role_ids(self, channel: Mapping[str, Any]) -> list[str]:
+        guild_id = channel.get("guild_id")
+        return [self.bot_role_id(guild_id)] if guild_id else []
 
     def _member(self, guild_id: str, user_id: str) -> dict[str, Any]:
         extra = self.members.get((guild_id, user_id), {})
@@ -219,6 +230,18 @@ class World:
             for c in self.channels.values()
             if c.get("guild_id") == guild_id and c["type"] in (10, 11, 12)
         ]
+        bot_role = {
+            "id": guild["bot_role_id"],
+            "name": self.bot["username"],
+            "color": 0,
+            "hoist": False,
+            "position": 1,
+            "permissions": "274877975616",
+            "managed": True,
+            "mentionable": False,
+            "flags": 0,
+            "tags": {"bot_id": self.bot_id},
+        }
         everyone = {
             "id": guild_id,
             "name": "@everyone",
@@ -242,7 +265,7 @@ class World:
             "verification_level": 0,
             "default_message_notifications": 0,
             "explicit_content_filter": 0,
-            "roles": [everyone],
+            "roles": [everyone, bot_role],
             "emojis": [],
             "stickers": [],
             "features": [],
