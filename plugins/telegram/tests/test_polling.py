@@ -182,13 +182,30 @@ async def test_identity_is_learnt_later_when_getme_fails_at_start(
     fake.fail_next("getMe", "500")
     alice = fake.user("Alice")
     group = fake.group("Ops")
+    learnt = asyncio.Event()
+
+    class OnIdentity(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("getMe works now"):
+                learnt.set()
+
+    handler = OnIdentity(logging.INFO)
+    logger = contract_context.log.logger
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
     adapter = await start_adapter(fake, contract_context, retry_initial=0.05)
-    assert adapter.me is not None and adapter.me.handle is None
-    await fake.wait_for(lambda: len(fake.calls_to("getMe")) >= 2, what="a second getMe")
-    await fake.wait_for(lambda: adapter.me is not None and adapter.me.handle is not None)
-    update_id = fake.inject_message(group, alice, "@backchannel_test_bot hi")["update_id"]
-    await contract_context.wait_ingested(str(update_id))
-    await adapter.stop()
+    try:
+        assert adapter.me is not None and adapter.me.handle is None
+        await asyncio.wait_for(learnt.wait(), 10)  # the adapter says when getMe worked
+        assert len(fake.calls_to("getMe")) >= 2
+        assert adapter.me is not None and adapter.me.handle == fake.bot["username"]
+        update_id = fake.inject_message(group, alice, "@backchannel_test_bot hi")["update_id"]
+        await contract_context.wait_ingested(str(update_id))
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        await adapter.stop()
     assert contract_context.events[-1].mentions_me
 
 

@@ -41,6 +41,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from attrs import define, field
+from backchannel.testing.watch import Watch
 
 __all__ = ["FakeTelegram", "RateWindow", "SentMessage"]
 
@@ -245,8 +246,7 @@ class FakeTelegram:
         self._user_ids = itertools.count(100_000_001)
         self._group_ids = itertools.count(4_000_000_001)
         self._supergroup_ids = itertools.count(1_000_000_000_001)
-        self._changed = asyncio.Condition()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._watch = Watch("FakeTelegram")
         self._closing = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._delivery: asyncio.Task[None] | None = None
@@ -273,8 +273,7 @@ class FakeTelegram:
     async def close(self) -> None:
         """Release hung requests and long polls, stop delivering, stop serving."""
         self._closing.set()
-        async with self._changed:
-            self._changed.notify_all()
+        self._watch.changed()
         if self._delivery is not None:
             self._delivery.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -562,18 +561,11 @@ class FakeTelegram:
     async def wait_for(
         self, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
     ) -> None:
-        """Return once `predicate()` holds, re-checked whenever the fake's state changes."""
+        """Return once `predicate()` holds, re-checked whenever the fake's state changes.
 
-        async def waiter() -> None:
-            async with self._changed:
-                await self._changed.wait_for(predicate)
-
-        try:
-            await asyncio.wait_for(waiter(), timeout)
-        except TimeoutError:
-            raise AssertionError(
-                f"FakeTelegram: timed out after {timeout}s waiting for {what}"
-            ) from None
+        AssertionError naming `what` after `timeout` seconds.
+        """
+        await self._watch.wait_for(predicate, timeout, what)
 
     # faults --------------------------------------------------------------------------
 
@@ -680,14 +672,7 @@ class FakeTelegram:
             await asyncio.wait_for(self._closing.wait(), self.max_hang)
 
     def _poke(self) -> None:
-        async def notify() -> None:
-            async with self._changed:
-                self._changed.notify_all()
-
-        with contextlib.suppress(RuntimeError):
-            task = asyncio.get_running_loop().create_task(notify())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        self._watch.changed()
         if (
             self.webhook is not None
             and self._pending
@@ -705,8 +690,7 @@ class FakeTelegram:
             return _error(409, CONFLICT_WEBHOOK)
         self._poll_serial += 1
         serial = self._poll_serial
-        async with self._changed:
-            self._changed.notify_all()  # an older long poll sees it was superseded
+        self._watch.changed()  # an older long poll sees it was superseded
         offset = _int(params.get("offset"), 0)
         limit = min(max(_int(params.get("limit"), 100), 1), 100)
         timeout = max(_int(params.get("timeout"), 0), 0)
@@ -720,9 +704,9 @@ class FakeTelegram:
             )
 
         if not ready() and timeout > 0:
-            async with self._changed:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait_for(ready), timeout)
+            # a long poll that times out answers with what there is (nothing)
+            with contextlib.suppress(AssertionError):
+                await self._watch.wait_for(ready, timeout, "an update to return")
         if self.webhook is not None:
             return _error(409, CONFLICT_WEBHOOK)
         if serial != self._poll_serial:
@@ -954,8 +938,7 @@ class FakeTelegram:
                     )
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 1.0)
-                async with self._changed:
-                    self._changed.notify_all()
+                self._watch.changed()
                 if self.webhook is None:
                     return
 
