@@ -155,9 +155,11 @@ class RunBuilder:
         *,
         upto_seq: int | None = None,
         notes: Sequence[str] = (),
+        conversation: Conversation | None = None,
     ) -> Run:
         """Return the Run an agent would receive now for this conversation."""
-        conversation = await self.store.conversation(conversation_id)
+        if conversation is None or conversation.id != conversation_id:
+            conversation = await self.store.conversation(conversation_id)
         upto = upto_seq if upto_seq is not None else conversation.last_seq
         rows = await self.store.window(conversation_id, self.window.messages, upto)
         rows = _trim_to_chars(rows, self.window.chars)

@@ -316,8 +316,31 @@ class Switchboard:
         state: Mapping[str, str | None] | None = None,
     ) -> IngestResult:
         """Normalize, store and schedule one raw payload; return after its commit."""
-        (result,) = await self.ingest_many(account, [raw], state=state)
-        return result
+        entry = self.accounts.get(account)
+        if entry is None:
+            raise ConfigError(f"unknown account {account!r}")
+        counters = self.counters
+        counters["ingested"] += 1
+        try:
+            event = entry.adapter.normalize(raw)
+        except NormalizeError as error:
+            return await self._malformed(account, raw, str(error), state)
+        except Exception as error:  # an adapter bug must not stop the pipeline
+            log.exception("account %s: normalize raised %s", account, type(error).__name__)
+            return await self._malformed(account, raw, f"normalize raised {error!r}", state)
+        if event is None:
+            counters["ignored"] += 1
+            if state:
+                for key, value in state.items():
+                    await self.store.set_state(account, key, value)
+            return _IGNORED
+        if event.address.account != account:
+            reason = f"event address names account {event.address.account!r}"
+            return await self._malformed(account, raw, reason, state)
+        policy = entry.binding.policy
+        held = not policy.may_reach(event)
+        (appended,) = await self._commit([Inbound(event, held, policy.triggers(event), state)])
+        return self._settle(account, event, held, appended)
 
     async def ingest_many(
         self,
@@ -368,30 +391,37 @@ class Switchboard:
                     await self.store.set_state(account, key, value)
         if not inbounds:
             return results
+        appended_all = await self._commit(inbounds)
+        for (index, event, held), appended in zip(waiting, appended_all, strict=True):
+            results[index] = self._settle(account, event, held, appended)
+        return results
+
+    async def _commit(self, inbounds: list[Inbound]) -> list[AppendResult]:
+        """Queue events for the next group commit; return their results once committed."""
         self._enter()
         try:
             future: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
             self._queue.append((inbounds, future))
             if self._flusher is None or self._flusher.done():
                 self._flusher = asyncio.create_task(self._flush())
-            appended_all = await future
-            for (index, event, held), appended in zip(waiting, appended_all, strict=True):
-                if appended.status == "duplicate":
-                    self.counters["duplicate"] += 1
-                    results[index] = IngestResult(
-                        "duplicate", event, appended.conversation_id, appended.seq
-                    )
-                    continue
-                self.counters["held" if held else "stored"] += 1
-                self._conversation_account[appended.conversation_id] = account
-                if appended.triggers:
-                    self.poke(appended.conversation_id, account)
-                results[index] = IngestResult(
-                    "held" if held else "stored", event, appended.conversation_id, appended.seq
-                )
-            return results
+            return await future
         finally:
             self._leave()
+
+    def _settle(
+        self, account: str, event: Event, held: bool, appended: AppendResult
+    ) -> IngestResult:
+        """Count a committed event, schedule its conversation, and say what happened."""
+        if appended.status == "duplicate":
+            self.counters["duplicate"] += 1
+            return IngestResult("duplicate", event, appended.conversation_id, appended.seq)
+        self.counters["held" if held else "stored"] += 1
+        self._conversation_account[appended.conversation_id] = account
+        if appended.triggers:
+            self.poke(appended.conversation_id, account)
+        return IngestResult(
+            "held" if held else "stored", event, appended.conversation_id, appended.seq
+        )
 
     async def _flush(self) -> None:
         """Commit everything queued, many ingests per transaction (group commit)."""
@@ -418,8 +448,17 @@ class Switchboard:
                     future.set_result(results[offset : offset + len(inbounds)])
                 offset += len(inbounds)
 
-    async def _malformed(self, account: str, raw: Mapping[str, Any], reason: str) -> IngestResult:
+    async def _malformed(
+        self,
+        account: str,
+        raw: Mapping[str, Any],
+        reason: str,
+        state: Mapping[str, str | None] | None = None,
+    ) -> IngestResult:
         self.counters["malformed"] += 1
+        if state:  # adapter state moves on whatever became of the payload
+            for key, value in state.items():
+                await self.store.set_state(account, key, value)
         log.warning("account %s: malformed payload dropped: %s", account, reason)
         try:
             payload = json.dumps(raw, default=str)[:65536]
@@ -488,7 +527,11 @@ class Switchboard:
         notes, slot.notes = slot.notes, []
         try:
             run = await account.builder.build(
-                conversation_id, conversation.trigger_seq, upto_seq=upto, notes=notes
+                conversation_id,
+                conversation.trigger_seq,
+                upto_seq=upto,
+                notes=notes,
+                conversation=conversation,
             )
         except Exception as failure:
             # e.g. a plugin's framing or register_tools hook raised: record it and count the

@@ -35,6 +35,9 @@ def m001_initial(db: apsw.Connection) -> None:
         CREATE INDEX conversations_unhandled ON conversations (trigger_seq)
             WHERE trigger_seq > handled_seq;
 
+        -- a rowid table: rows are appended in arrival order (cheap inserts even when a
+        -- batch touches many conversations); windows are read through the
+        -- (conversation_id, seq) unique index, O(window) whatever the history length
         CREATE TABLE messages (
             conversation_id INTEGER NOT NULL,
             seq INTEGER NOT NULL,
@@ -59,8 +62,8 @@ def m001_initial(db: apsw.Connection) -> None:
             status_reason TEXT,
             reactions TEXT,
             meta TEXT,
-            PRIMARY KEY (conversation_id, seq)
-        ) WITHOUT ROWID;
+            UNIQUE (conversation_id, seq)
+        );
         CREATE INDEX messages_platform_id ON messages (conversation_id, platform_message_id)
             WHERE platform_message_id IS NOT NULL;
 

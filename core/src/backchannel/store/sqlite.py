@@ -65,6 +65,7 @@ class SQLiteStore(Store):
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={synchronous.upper()}")
         db.execute("PRAGMA foreign_keys=ON")
+        db.execute("PRAGMA cache_size=-65536")  # 64 MiB: a batch touches many conversations
         if str(path) != ":memory:":
             for suffix in ("", "-wal", "-shm"):
                 candidate = Path(f"{self.path}{suffix}")
@@ -122,11 +123,13 @@ class SQLiteStore(Store):
                 self._known_counters.clear()
                 self._known_participants.clear()
                 self._data_version = version
+            batch.existing = self._known_events(items)
             for item in items:
                 results.append(self._append_one(item))
                 if item.state:
                     for key, value in item.state.items():
                         self._write_state(item.event.account, key, value)
+            self._flush_rows(batch)
             self._flush_batch(batch)
             db.execute("COMMIT")
         except BaseException:
@@ -142,25 +145,62 @@ class SQLiteStore(Store):
             self._known_counters[conversation_id] = (c.last_seq, c.trigger_seq, c.active_at)
         return results
 
+    def _known_events(self, items: Sequence[Inbound]) -> dict[tuple[str, str], tuple[int, int]]:
+        """Return the already stored (account, event_id) of the batch's messages, in few queries."""
+        wanted: dict[str, list[str]] = {}
+        for item in items:
+            if item.event.kind == "message":
+                wanted.setdefault(item.event.account, []).append(item.event.event_id)
+        found: dict[tuple[str, str], tuple[int, int]] = {}
+        for account, event_ids in wanted.items():
+            for start in range(0, len(event_ids), 500):
+                chunk = event_ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                for event_id, conversation_id, seq in self.db.execute(
+                    "SELECT event_id, conversation_id, seq FROM events"
+                    f" WHERE account = ? AND event_id IN ({marks})",
+                    (account, *chunk),
+                ):
+                    found[(account, event_id)] = (conversation_id, seq)
+        return found
+
+    def _flush_rows(self, batch: _Batch) -> None:
+        """Insert the new messages and their event ids gathered so far, many rows a statement."""
+        if batch.message_rows:
+            self.db.executemany(
+                f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES"
+                " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                batch.message_rows,
+            )
+            batch.message_rows = []
+        if batch.event_rows:
+            self.db.executemany(
+                "INSERT INTO events (account, event_id, conversation_id, seq, kind)"
+                " VALUES (?,?,?,?,?)",
+                batch.event_rows,
+            )
+            batch.event_rows = []
+        batch.new_message_ids.clear()
+
     def _flush_batch(self, batch: _Batch) -> None:
         """Write the per-conversation counters and participants a batch accumulated."""
         db = self.db
-        for conversation_id, c in batch.conversations.items():
-            db.execute(
+        if batch.conversations:
+            db.executemany(
                 "UPDATE conversations SET last_seq = ?, visible_count = visible_count + ?,"
                 " held_count = held_count + ?, trigger_seq = ?, active_at = MAX(active_at, ?)"
                 " WHERE id = ?",
-                (c.last_seq, c.visible, c.held, c.trigger_seq, c.active_at, conversation_id),
+                [
+                    (c.last_seq, c.visible, c.held, c.trigger_seq, c.active_at, conversation_id)
+                    for conversation_id, c in batch.conversations.items()
+                ],
             )
+        new_people = []
         for (conversation_id, sender_id), p in batch.participants.items():
             identity = (conversation_id, sender_id, p.name, p.handle, p.is_bot)
             if identity in self._known_participants:
                 continue  # counts are derived from messages when asked; names are unchanged
-            db.execute(
-                "INSERT INTO participants (conversation_id, sender_id, name, handle, is_bot,"
-                " message_count, first_seq, last_seq) VALUES (?,?,?,?,?,?,?,?)"
-                " ON CONFLICT (conversation_id, sender_id) DO UPDATE SET"
-                " name = excluded.name, handle = excluded.handle, is_bot = excluded.is_bot",
+            new_people.append(
                 (
                     conversation_id,
                     sender_id,
@@ -170,11 +210,19 @@ class SQLiteStore(Store):
                     p.count,
                     p.first_seq,
                     p.last_seq,
-                ),
+                )
             )
             if len(self._known_participants) > 200_000:
                 self._known_participants.clear()
             self._known_participants.add(identity)
+        if new_people:
+            db.executemany(
+                "INSERT INTO participants (conversation_id, sender_id, name, handle, is_bot,"
+                " message_count, first_seq, last_seq) VALUES (?,?,?,?,?,?,?,?)"
+                " ON CONFLICT (conversation_id, sender_id) DO UPDATE SET"
+                " name = excluded.name, handle = excluded.handle, is_bot = excluded.is_bot",
+                new_people,
+            )
 
     def _counters(self, conversation_id: int) -> _ConversationCounters:
         assert self._batch is not None
@@ -195,20 +243,25 @@ class SQLiteStore(Store):
     def _append_one(self, item: Inbound) -> AppendResult:
         db = self.db
         event = item.event
+        batch = self._batch
+        assert batch is not None
         if event.kind == "message":
-            # claim the event id first: one statement both dedupes and records it
+            # new messages are gathered and written many rows a statement (_flush_rows)
+            key = (event.account, event.event_id)
+            known_at = batch.claimed.get(key) or batch.existing.get(key)
+            if known_at is not None:
+                return AppendResult("duplicate", known_at[0], known_at[1])
             conversation_id = self._conversation_id(
                 event.address, event.conversation_kind, event.conversation_title, event.sent_at
             )
-            seq = self._counters(conversation_id).last_seq + 1
-            db.execute(
-                "INSERT INTO events (account, event_id, conversation_id, seq, kind)"
-                " VALUES (?,?,?,?,'message') ON CONFLICT DO NOTHING",
-                (event.account, event.event_id, conversation_id, seq),
+            result = self._append_message(conversation_id, item)
+            batch.event_rows.append(
+                (event.account, event.event_id, conversation_id, result.seq, "message")
             )
-            if db.changes() == 1:
-                return self._append_message(conversation_id, item)
-            return self._duplicate(event.account, event.event_id)
+            batch.claimed[key] = (conversation_id, result.seq or 0)
+            return result
+        # edits, deletes and reactions look rows up: write what is gathered first
+        self._flush_rows(batch)
         known = db.execute(
             "SELECT conversation_id, seq FROM events WHERE account = ? AND event_id = ?",
             (event.account, event.event_id),
@@ -225,15 +278,6 @@ class SQLiteStore(Store):
         )
         return result
 
-    def _duplicate(self, account: str, event_id: str) -> AppendResult:
-        row = self.db.execute(
-            "SELECT conversation_id, seq FROM events WHERE account = ? AND event_id = ?",
-            (account, event_id),
-        ).fetchone()
-        if row is None:
-            raise StoreError(f"event {event_id!r} vanished while being deduplicated")
-        return AppendResult("duplicate", row[0], row[1])
-
     def _append_message(self, conversation_id: int, item: Inbound) -> AppendResult:
         db = self.db
         event = item.event
@@ -247,17 +291,22 @@ class SQLiteStore(Store):
         if triggers:
             counters.trigger_seq = seq
         counters.active_at = max(counters.active_at, event.sent_at)
+        batch = self._batch
+        assert batch is not None
         reply_to_seq = None
         if event.reply_to is not None:
-            row = db.execute(
-                "SELECT seq FROM messages WHERE conversation_id = ? AND platform_message_id = ?",
-                (conversation_id, event.reply_to),
-            ).fetchone()
-            reply_to_seq = row[0] if row else None
+            reply_to_seq = batch.new_message_ids.get((conversation_id, event.reply_to))
+            if reply_to_seq is None:
+                row = db.execute(
+                    "SELECT seq FROM messages WHERE conversation_id = ?"
+                    " AND platform_message_id = ?",
+                    (conversation_id, event.reply_to),
+                ).fetchone()
+                reply_to_seq = row[0] if row else None
+        if event.platform_message_id is not None:
+            batch.new_message_ids.setdefault((conversation_id, event.platform_message_id), seq)
         sender = event.sender
-        db.execute(
-            f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES"
-            " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        batch.message_rows.append(
             (
                 conversation_id,
                 seq,
@@ -282,13 +331,12 @@ class SQLiteStore(Store):
                 None,
                 None,
                 json.dumps(dict(event.meta)) if event.meta else None,
-            ),
+            )
         )
-        assert self._batch is not None
         key = (conversation_id, sender.id)
-        seen = self._batch.participants.get(key)
+        seen = batch.participants.get(key)
         if seen is None:
-            seen = self._batch.participants[key] = _SeenSender(first_seq=seq)
+            seen = batch.participants[key] = _SeenSender(first_seq=seq)
         seen.name, seen.handle, seen.is_bot = sender.name, sender.handle, int(sender.is_bot)
         seen.count += 1
         seen.last_seq = seq
@@ -818,6 +866,14 @@ class _Batch:
 
     conversations: dict[int, _ConversationCounters] = field(factory=dict)
     participants: dict[tuple[int, str], _SeenSender] = field(factory=dict)
+    #: (account, event_id) already in the store before this batch -> (conversation, seq)
+    existing: dict[tuple[str, str], tuple[int, int]] = field(factory=dict)
+    #: (account, event_id) taken by this batch -> (conversation, seq)
+    claimed: dict[tuple[str, str], tuple[int, int]] = field(factory=dict)
+    message_rows: list[tuple[Any, ...]] = field(factory=list)
+    event_rows: list[tuple[Any, ...]] = field(factory=list)
+    #: (conversation, platform message id) -> seq of rows gathered but not yet written
+    new_message_ids: dict[tuple[int, str], int] = field(factory=dict)
 
 
 def _first(cursor: Any) -> Any:

@@ -238,3 +238,23 @@ class StoreContract:
         run_id = await store.begin_run(stored.conversation_id, 1, 1)
         await store.finish_run(run_id, "ok", None, 1, handled_seq=1)
         assert (await store.conversation(stored.conversation_id)).handled_seq == 1
+
+    async def test_a_batch_can_reply_to_edit_and_repeat_its_own_messages(
+        self, store: Store
+    ) -> None:
+        results = await store.append_inbound(
+            [
+                Inbound(make_event("e1", "question")),
+                Inbound(make_event("e2", "answer", sender=BOB, reply_to="e1")),
+                Inbound(make_event("e1-edit", "question?", kind="edit", message_id="e1")),
+                Inbound(make_event("e3", "more")),
+                Inbound(make_event("e3", "more")),
+            ]
+        )
+        assert [r.status for r in results] == ["stored", "stored", "applied", "stored", "duplicate"]
+        assert results[4].seq == results[3].seq == 3
+        conversation_id = results[0].conversation_id
+        reply = await store.message(conversation_id, 2)
+        assert reply is not None and reply.reply_to_seq == 1
+        edited = await store.message(conversation_id, 1)
+        assert edited is not None and edited.text == "question?"
