@@ -209,3 +209,26 @@ async def test_a_reaction_to_the_bots_answer_in_a_topic_is_recorded_on_it(
         ("out", "on it", (("Alice", "👍"),)),
     ]
     assert len(agent.runs) == 1  # a reaction does not start a run
+
+
+@pytest.mark.parametrize("mode", ["polling", "webhook"])
+async def test_a_malformed_update_is_dead_lettered_and_the_rest_of_the_batch_is_answered(
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any, mode: str
+) -> None:
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    # no date and no sender: Telegram never sends this, a broken relay might
+    bad = fake.inject({"message": {"message_id": 1, "chat": {"id": chat["id"]}, "text": "?"}})
+    good = fake.inject_message(chat, alice, "hello")
+    agent = RecordingAgent(lambda run: f"answer to {run.trigger.text}")
+    board = await board_for(fake, agent, mode)
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    await fake.wait_for(
+        lambda: fake.is_acked(bad["update_id"]) and fake.is_acked(good["update_id"]),
+        what="both updates confirmed (the bad one must not be re-read forever)",
+    )
+
+    assert fake.sent_texts(chat) == ["answer to hello"]
+    (letter,) = await store.dead_letters("tg")
+    assert "message.date" in letter["reason"] and str(bad["update_id"]) in letter["payload"]
