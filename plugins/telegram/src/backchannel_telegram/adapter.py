@@ -283,6 +283,10 @@ class TelegramAdapter:
                     f"parts 1-{index} of {len(parts)} were delivered, part {index + 1} was not "
                     f"({error.description})"
                 ) from None
+            if not isinstance(message, Mapping) or message.get("message_id") is None:
+                # Telegram always answers a Message; anything else (a proxy, a
+                # broken relay) leaves us not knowing what was delivered
+                raise Uncertain(f"sendMessage answered without a message id (part {index + 1})")
             ids.append(str(message["message_id"]))
             if outbound.address.thread:
                 self._topics.remember((outbound.address.chat, ids[-1]), outbound.address.thread)
