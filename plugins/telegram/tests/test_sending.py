@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from aiohttp import web
 from backchannel.errors import RateLimited, Rejected, Uncertain
 from backchannel.model import Address, Outbound
 from backchannel.testing import ContractContext
@@ -276,3 +277,31 @@ async def test_a_target_that_is_not_a_telegram_id_is_rejected(
     with pytest.raises(Rejected, match="not a Telegram id"):
         await adapter.send(Outbound(address_of(chat), "x", reply_to="1.5"))
     assert fake.calls_to("sendMessage") == []
+
+
+async def test_a_send_answered_without_a_message_is_uncertain() -> None:
+    # a proxy or broken relay that answers ok without the Message Telegram always returns
+    async def answer(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "result": True})
+
+    app = web.Application()
+    app.router.add_post("/bot{token}/{method}", answer)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    settings = {
+        "token": "123456789:AAH-not-a-real-token_0123456789abcdef",
+        "api_base": f"http://127.0.0.1:{port}",
+        "pace_per_chat": 0,
+        "pace_per_group": 0,
+        "pace_overall": 0,
+    }
+    adapter = TelegramAdapter("test", settings)
+    try:
+        with pytest.raises(Uncertain, match="without a message id"):
+            await adapter.send(Outbound(Address("test", "42"), "hello"))
+    finally:
+        await adapter.stop()
+        await runner.cleanup()
