@@ -34,10 +34,11 @@ class PipeAdapter:
     channel = "pipe"
     capabilities = Capabilities(max_text_len=10_000)
 
-    def __init__(self, account: str):
+    def __init__(self, account: str, hang_send: bool = False):
         self.account = account
         self.me = Sender("agent", "Agent", is_bot=True)
         self.sent = 0
+        self.hang_send = hang_send
 
     async def start(self, ctx: AdapterContext) -> None:
         pass
@@ -47,6 +48,9 @@ class PipeAdapter:
 
     async def send(self, outbound: Outbound) -> Receipt:
         self.sent += 1
+        print(f"sending {outbound.outbox_id} {outbound.text}", flush=True)
+        if self.hang_send:
+            await asyncio.Event().wait()  # the request is out; the answer never comes
         return Receipt(f"out-{outbound.outbox_id}")
 
     def normalize(self, raw: Mapping[str, Any]) -> Event | None:
@@ -63,6 +67,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("store")
     parser.add_argument("--stuck", action="store_true")
+    parser.add_argument("--hang-send", action="store_true")
     args = parser.parse_args()
 
     async def agent(run: Run) -> None:
@@ -71,7 +76,7 @@ async def main() -> None:
         assert run.trigger is not None
         await run.call("reply", {"message_id": run.trigger.seq, "text": f"re {run.trigger.text}"})
 
-    adapter = PipeAdapter("pipe")
+    adapter = PipeAdapter("pipe", hang_send=args.hang_send)
     board = Switchboard(SQLiteStore(args.store))
     board.add_account(adapter, Binding(agent))
     await board.start()

@@ -46,6 +46,8 @@ async def read_acks(process: asyncio.subprocess.Process, count: int) -> set[str]
     acked: set[str] = set()
     while len(acked) < count:
         line = await asyncio.wait_for(process.stdout.readline(), 30)
+        if line.startswith(b"sending "):
+            continue
         assert line.startswith(b"ack "), line
         acked.add(line.split()[1].decode())
     return acked
@@ -78,7 +80,9 @@ async def test_sigkill_mid_stream_loses_nothing_and_doubles_nothing(tmp_path: Pa
     second.stdin.close()
     assert await read_acks(second, len(EVENTS)) == {e["id"] for e in EVENTS}
     assert second.stdout is not None
-    assert await asyncio.wait_for(second.stdout.readline(), 60) == b"idle\n"
+    rest = (await asyncio.wait_for(second.stdout.read(), 60)).splitlines()
+    assert rest[-1] == b"idle"
+    assert all(line.startswith(b"sending ") for line in rest[:-1])
     assert await asyncio.wait_for(second.wait(), 30) == 0
 
     store = SQLiteStore(path)
@@ -125,4 +129,40 @@ async def test_runs_cut_short_by_a_crash_are_marked_interrupted(tmp_path: Path) 
     await store.recover()
     (run,) = await store.runs()
     assert run.status == "interrupted"
+    await store.close()
+
+
+async def test_sigkill_during_a_send_leaves_it_uncertain_and_never_resent(tmp_path: Path) -> None:
+    path = tmp_path / "bc.db"
+    first = await spawn(path, "--hang-send")
+    await feed(first, EVENTS[:1])
+    assert first.stdout is not None
+    lines = [await asyncio.wait_for(first.stdout.readline(), 30) for _ in range(2)]
+    sending = next(line for line in lines if line.startswith(b"sending "))
+    outbox_id = int(sending.split()[1])
+    first.send_signal(signal.SIGKILL)
+    await first.wait()
+
+    store = SQLiteStore(path)
+    (entry,) = await store.outbox()
+    assert (entry.id, entry.status) == (outbox_id, "pending")
+    await store.close()
+
+    second = await spawn(path)  # recovers, then runs the unanswered conversation again
+    assert second.stdin is not None
+    second.stdin.close()
+    assert second.stdout is not None
+    rest = (await asyncio.wait_for(second.stdout.read(), 60)).splitlines()
+    assert rest[-1] == b"idle"
+    assert await asyncio.wait_for(second.wait(), 30) == 0
+    resent = [line for line in rest if line.startswith(f"sending {outbox_id} ".encode())]
+    assert resent == [], "an uncertain send was sent again automatically"
+
+    store = SQLiteStore(path)
+    entries = {e.id: e for e in await store.outbox()}
+    assert entries[outbox_id].status == "uncertain"
+    assert "restart" in (entries[outbox_id].reason or "")
+    conversation = (await store.conversations())[0]
+    window = await store.window(conversation.id, 10)
+    assert window[1].status == "uncertain"  # the agent saw it marked so in its next run
     await store.close()
