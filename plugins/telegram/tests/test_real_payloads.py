@@ -725,3 +725,39 @@ def test_mangled_real_payloads_give_an_event_none_or_a_normalize_error(seed: int
             elif got is None:
                 seen["none"] += 1
     assert all(seen.values()), seen  # the mutations reached every outcome
+
+
+def _group_command(text: str, length: int, offset: int = 0) -> str:
+    # Bot API "bot_command" MessageEntity in a group, as privacy-mode bots receive it
+    return json.dumps(
+        {
+            "update_id": 800000020,
+            "message": {
+                "message_id": 95,
+                "from": {"id": 5550000002, "is_bot": False, "first_name": "Zoë"},
+                "chat": {"id": -4000000003, "title": "Ops", "type": "group"},
+                "date": 1716907070,
+                "text": text,
+                "entities": [{"offset": offset, "length": length, "type": "bot_command"}],
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "length", "offset", "mentioned"),
+    [
+        ("/help", 5, 0, True),  # a bare command is for every bot in the group
+        ("/help@helper_bot", 16, 0, True),
+        ("/help@other_bot", 15, 0, False),
+        ("try /help", 5, 4, False),  # not opening the message: quoted, not given
+    ],
+)
+def test_group_commands_address_the_bot_unless_they_name_another(
+    text: str, length: int, offset: int, mentioned: bool
+) -> None:
+    assert event(_group_command(text, length, offset)).mentions_me is mentioned
+    # without knowing its own username the bot still answers bare commands
+    assert event(_group_command(text, length, offset), BotIdentity()).mentions_me is (
+        mentioned and "@" not in text
+    )

@@ -304,12 +304,14 @@ def _mentions_bot(text: str, entities: Sequence[Mapping[str, Any]], bot: BotIden
                 and _id_text(user.get("id")) == bot.id
             ):
                 return True
-        elif kind in ("mention", "bot_command") and handle:
+        elif kind in ("mention", "bot_command"):
             offset, length = _opt_int(entity.get("offset")), _opt_int(entity.get("length"))
             if offset is None or length is None or offset < 0 or length <= 0:
                 continue
             word = utf16_slice(text, offset, length).lower()
-            if word == handle or (kind == "bot_command" and word.endswith(handle)):
+            if kind == "bot_command" and offset == 0 and "@" not in word:
+                return True  # a bare /command opening a message is for the group's bots
+            if handle and (word == handle or (kind == "bot_command" and word.endswith(handle))):
                 return True
     return False
 
