@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from backchannel.errors import NormalizeError
 from backchannel.model import Event
+from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.normalize import BotIdentity, migration_of, normalize_update
 
 BOT = BotIdentity(id="7000000001", username="helper_bot")
@@ -705,10 +706,12 @@ def test_there_are_at_least_fifteen_real_shapes() -> None:
 def test_mangled_real_payloads_give_an_event_none_or_a_normalize_error(seed: int) -> None:
     rng = random.Random(seed)
     seen: dict[str, int] = {"event": 0, "none": 0, "error": 0}
+    adapter = TelegramAdapter(ACCOUNT, {"token": "7000000001:AAH-not-a-real-token_0123456789"})
     checks: list[Callable[[dict[str, Any]], Any]] = [
         lambda p: normalize_update(p, ACCOUNT, BOT, {"-4000000003": "-4000000000"}),
         lambda p: normalize_update(p, ACCOUNT, BotIdentity()),
         migration_of,
+        adapter.normalize,  # what the switchboard calls, topic memory included
     ]
     for _ in range(400):
         mangled = _mutate(load(rng.choice(ALL_PAYLOADS)), rng)
@@ -761,3 +764,16 @@ def test_group_commands_address_the_bot_unless_they_name_another(
     assert event(_group_command(text, length, offset), BotIdentity()).mentions_me is (
         mentioned and "@" not in text
     )
+
+
+def test_an_adapter_that_was_never_started_normalizes_every_real_shape() -> None:
+    settings = {"token": "7000000001:AAH-not-a-real-token_0123456789", "username": "helper_bot"}
+    adapter = TelegramAdapter(ACCOUNT, settings)
+    got = [adapter.normalize(load(payload)) for payload in ALL_PAYLOADS]
+    events = [e for e in got if e is not None]
+    assert len(events) == 20 and all(e.account == ACCOUNT for e in events)
+    for one in events:
+        _check_types(one)
+    # the adapter knows the bot from its token and settings, as normalize_update did
+    (reply,) = [e for e in events if e.event_id == "800000001"]
+    assert reply.mentions_me and reply.address.thread == "2391"
