@@ -255,6 +255,19 @@ BOT_EMBED_ONLY = load("""
 }}
 """)
 
+# -- 12b. user.mdx `system` flag: a message from Discord's official system user
+SYSTEM_USER = load("""
+{"op": 0, "s": 51, "t": "MESSAGE_CREATE", "d": {
+  "type": 0, "id": "1325400000000000031", "channel_id": "1180000000000000400",
+  "content": "Your account security settings changed.",
+  "timestamp": "2025-01-05T10:02:30.000000+00:00", "edited_timestamp": null,
+  "author": {"username": "Discord", "id": "643945264868098049", "discriminator": "0000",
+             "system": true, "public_flags": 1},
+  "mentions": [], "mention_roles": [], "attachments": [], "embeds": [], "tts": false,
+  "pinned": false, "mention_everyone": false
+}}
+""")
+
 # -- 13. the bot's own message echoed back by the Gateway
 OWN_MESSAGE = load("""
 {"op": 0, "s": 52, "t": "MESSAGE_CREATE", "d": {
@@ -509,6 +522,7 @@ ALL_PAYLOADS: list[dict[str, Any]] = [
     DM_WITH_ATTACHMENTS,
     VOICE_MESSAGE,
     BOT_EMBED_ONLY,
+    SYSTEM_USER,
     OWN_MESSAGE,
     *SYSTEM_MESSAGES,
     THREAD_MESSAGE,
@@ -627,6 +641,12 @@ def test_embed_only_bot_message_reads_as_the_embed_text() -> None:
     assert got.sender.is_bot
     assert got.sender.handle == "CI Bot#7312"
     assert got.text == "Build #812 failed\ntests/test_api.py::test_login"
+
+
+def test_discords_system_user_is_marked_as_automated() -> None:
+    got = event(SYSTEM_USER)
+    assert got.sender.is_bot
+    assert (got.sender.name, got.sender.handle) == ("Discord", "Discord")
 
 
 def test_own_message_echo_is_none() -> None:

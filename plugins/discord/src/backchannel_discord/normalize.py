@@ -241,7 +241,9 @@ def _sender(author: _Reader | None, member: Mapping[str, Any] | None, webhook_id
         handle = f"{username}#{discriminator}"
     nick = member.get("nick") if member else None
     name = (nick if isinstance(nick, str) else "") or author.text("global_name") or username
-    is_bot = author.data.get("bot") is True or webhook_id is not None
+    # Discord's own "system" user (official notices) is no person either
+    automated = author.data.get("bot") is True or author.data.get("system") is True
+    is_bot = automated or webhook_id is not None
     return Sender(id=user_id, name=name, handle=handle or None, is_bot=is_bot)
 
 
