@@ -46,6 +46,29 @@ async def test_session_send_is_a_v1_envelope_naming_the_session_twice_and_the_re
     assert "in_reply_to" not in json.loads(plaintext)["tp"]
 
 
+async def test_a_reply_in_a_plugin_session_names_the_peers_session_label(
+    account: TinyplaceAdapter, contract_context: ContractContext, relay: FakeRelay, peer: RelayPeer
+) -> None:
+    # a Claude/Codex harness plugin labels its sessions (tp.from_session) and routes an
+    # incoming envelope by tp.to_session; the reply names the label the peer last used
+    relay.make_contacts(peer.agent_id, account.agent_id)
+    address = Address("test", peer.agent_id, "conv-1")
+    await account.send(Outbound(address, "no label known yet"))
+    ((_, plaintext),) = await peer.receive()
+    assert "to_session" not in json.loads(plaintext)["tp"]
+    first = await peer.send_text(account.agent_id, "hi", session="conv-1", from_session="codex:2")
+    await contract_context.wait_ingested(f"{peer.agent_id}:{first}")
+    await account.send(Outbound(address, "back to you"))
+    ((_, plaintext),) = await peer.receive()
+    assert json.loads(plaintext)["tp"]["to_session"] == "codex:2"
+    # a label outside the plugins' safe shape is never echoed
+    odd = await peer.send_text(account.agent_id, "x", session="conv-1", from_session="a b/c")
+    await contract_context.wait_ingested(f"{peer.agent_id}:{odd}")
+    await account.send(Outbound(address, "again"))
+    ((_, plaintext),) = await peer.receive()
+    assert json.loads(plaintext)["tp"]["to_session"] == "codex:2"
+
+
 async def test_master_send_is_plain_text(
     account: TinyplaceAdapter, relay: FakeRelay, peer: RelayPeer
 ) -> None:

@@ -18,13 +18,13 @@ from typing import Any
 import aiohttp
 from backchannel.adapter import AdapterContext, Capabilities, split_text
 from backchannel.errors import DeliveryError, RateLimited, Rejected, Uncertain
-from backchannel.model import Event, Outbound, Receipt, Sender
+from backchannel.model import Address, Event, Outbound, Receipt, Sender
 from tinyplace import TinyPlaceClient, TinyPlaceError
 from tinyplace.api.messages import decode_agent_address
 from tinyplace.signal import SignalSession
 from tinyplace.signal.crypto import ed25519_pub_to_x25519_pub
 
-from .envelope import build_v1_envelope, new_message_id
+from .envelope import SESSION_LABEL, build_v1_envelope, new_message_id
 from .identity import load_identity
 from .keys import ensure_published_keys
 from .mailbox import MailboxReader
@@ -185,12 +185,15 @@ class TinyplaceAdapter:
         thread = outbound.address.thread
         session = None if thread in (None, "", MASTER) else thread
         parts = split_text(outbound.text, self.capabilities.max_text_len)
+        label = await self._peer_session_label(outbound.address) if session else None
         sent: list[str] = []
         for index, part in enumerate(parts):
             message_id = new_message_id()
             if session is not None:
                 reply_to = outbound.reply_to if index == 0 else None
-                body = build_v1_envelope(session, part, message_id, in_reply_to=reply_to)
+                body = build_v1_envelope(
+                    session, part, message_id, in_reply_to=reply_to, to_session=label
+                )
             else:
                 body = part
             try:
@@ -203,6 +206,26 @@ class TinyplaceAdapter:
                 raise
             sent.append(message_id)
         return Receipt(platform_message_id=sent[0], part_ids=tuple(sent))
+
+    async def _peer_session_label(self, address: Address) -> str | None:
+        """Return the peer's own label for this session: its latest `tp.from_session`, if any.
+
+        A Claude/Codex harness plugin routes an incoming envelope to its
+        session named by `tp.to_session`; without one it falls back to its
+        primary session.
+        """
+        if self._ctx is None:
+            return None
+        try:
+            window = await self._ctx.transcript(address, 20)
+        except NotImplementedError:
+            return None
+        for message in reversed(window):
+            tp = message.meta.get("tp") if message.direction == "in" else None
+            label = tp.get("from_session") if isinstance(tp, Mapping) else None
+            if isinstance(label, str) and SESSION_LABEL.fullmatch(label):
+                return label
+        return None
 
     async def _send_one(self, peer: str, body: str, message_id: str) -> None:
         client = self._require_client()

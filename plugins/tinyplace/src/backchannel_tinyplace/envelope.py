@@ -18,6 +18,7 @@ parsers. Everything here is untrusted text from a peer.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ from attrs import frozen
 __all__ = [
     "ENVELOPE_V1",
     "ENVELOPE_V2",
+    "SESSION_LABEL",
     "ParsedBody",
     "build_v1_envelope",
     "clean_text",
@@ -41,6 +43,8 @@ ENVELOPE_V2 = "tinyplace.harness.session.v2"
 
 #: v2 event kinds that carry words for the other side; the rest is progress noise
 _V2_TEXT_KINDS = {"user_prompt", "agent_message"}
+#: the shape the harness plugins accept for a session label (`codex:1`, `reviewer`)
+SESSION_LABEL = re.compile(r"[\w:-]{1,32}")
 #: the pre-envelope auto-reply / reply-to control header (inside the ciphertext)
 _AUTO_SENTINEL = "\x01tp-auto\x01"
 _REPLY_OPEN = "\x01re:"
@@ -126,17 +130,25 @@ def build_v1_envelope(
     message_id: str,
     *,
     in_reply_to: str | None = None,
+    to_session: str | None = None,
+    from_session: str | None = None,
     now: float | None = None,
 ) -> str:
     """Return a v1 envelope carrying `text` in `session`, as compact JSON.
 
     The session id goes into both `wrapper_session_id` and
     `harness_session_id`, so a compliant peer threads its reply under it.
+    `to_session` is the label the peer's harness plugin gave its session (its
+    `tp.from_session`): that plugin routes a reply to the session so named.
     """
     moment = datetime.fromtimestamp(time.time() if now is None else now, UTC)
     start = moment.replace(second=0, microsecond=0)
     end = datetime.fromtimestamp(start.timestamp() + 60, UTC)
     tp: dict[str, Any] = {"v": 1}
+    if from_session:
+        tp["from_session"] = from_session
+    if to_session:
+        tp["to_session"] = to_session
     if in_reply_to:
         tp["in_reply_to"] = in_reply_to
     envelope = {

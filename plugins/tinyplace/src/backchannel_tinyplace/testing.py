@@ -538,12 +538,19 @@ class RelayPeer:
         role: str = "agent",
         in_reply_to: str | None = None,
         message_id: str | None = None,
+        from_session: str | None = None,
     ) -> str:
-        """Send `text` (plain, or in a v1 envelope when `session` is given); return the relay id."""
+        """Send `text` (plain, or in a v1 envelope when `session` is given); return the relay id.
+
+        `from_session` is the session label a harness plugin puts in `tp.from_session`.
+        """
         message_id = message_id or new_message_id()
         body = text
         if session is not None:
-            data = json.loads(build_v1_envelope(session, text, message_id, in_reply_to=in_reply_to))
+            envelope = build_v1_envelope(
+                session, text, message_id, in_reply_to=in_reply_to, from_session=from_session
+            )
+            data = json.loads(envelope)
             data["message"]["role"] = role
             data["harness"]["provider"] = "claude"
             body = json.dumps(data)
