@@ -87,7 +87,11 @@ async def start_adapter(slack: FakeSlack, contract_context, route_server):  # ty
 
 
 async def wait_until(predicate, timeout: float = 10.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    """Re-check `predicate` every few milliseconds until true; AssertionError after `timeout`."""
+    """Re-check `predicate` every few milliseconds until true; AssertionError after `timeout`.
+
+    Only for the adapter's own counters, which nothing announces; the fake's state
+    is awaited with `FakeSlack.wait_for`, the store's with the contract context.
+    """
     import asyncio
 
     loop = asyncio.get_running_loop()

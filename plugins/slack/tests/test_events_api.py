@@ -33,7 +33,7 @@ async def test_bad_signature_is_401_and_nothing_is_stored(
 ) -> None:
     await start_adapter("events")
     delivery = await slack.deliver(slack.message("C0GENERAL", "U0ALICE", "forged"), signature="bad")
-    await wait_until(delivery.gave_up.is_set, what="Slack to give up")
+    await slack.wait_for(delivery.gave_up.is_set, what="Slack to give up")
     assert {outcome for _, outcome in delivery.attempts} == {"401"}
     assert len(delivery.attempts) == slack.max_retries + 1
     assert await stored(contract_context) == []
@@ -47,7 +47,7 @@ async def test_stale_timestamp_is_401_and_nothing_is_stored(
     delivery = await slack.deliver(
         slack.message("C0GENERAL", "U0ALICE", "replayed"), signature="stale"
     )
-    await wait_until(delivery.gave_up.is_set, what="Slack to give up")
+    await slack.wait_for(delivery.gave_up.is_set, what="Slack to give up")
     assert {outcome for _, outcome in delivery.attempts} == {"401"}
     assert await stored(contract_context) == []
 
@@ -85,6 +85,21 @@ async def test_answer_is_200_only_after_commit(
     assert await stored(contract_context) == ["wait for it"]
 
 
+async def test_hung_name_lookups_still_answer_within_slacks_three_seconds(
+    slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
+) -> None:
+    adapter = await start_adapter("events")
+    assert adapter.settings.lookup_timeout < slack.http_timeout == 3.0
+    slack.fail_next("users.info", "hang", delay=30)
+    slack.fail_next("conversations.info", "hang", delay=30)
+    payload = slack.message("C0GENERAL", "U0BOB", "answer me in time")
+    delivery = await slack.deliver(payload)
+    await slack.wait_acked(delivery.event_id, timeout=10)
+    assert delivery.attempts == [(0, "200")]  # no Slack retry was needed
+    (event,) = contract_context.events
+    assert event.text == "answer me in time" and event.sender.id == "U0BOB"
+
+
 async def test_retry_while_first_delivery_is_processing_stores_once(
     contract_context: ContractContext, start_adapter: Any, slack: FakeSlack
 ) -> None:
@@ -109,7 +124,7 @@ async def test_redelivery_after_success_is_a_duplicate_and_answered_200(
     delivery = await slack.deliver(slack.message("C0GENERAL", "U0ALICE", "once"))
     await slack.wait_acked(delivery.event_id)
     await slack.redeliver(delivery.event_id, reason="http_error")
-    await wait_until(lambda: delivery.acks == 2, what="the retry answered")
+    await slack.wait_for(lambda: delivery.acks == 2, what="the retry answered")
     assert delivery.attempts == [(0, "200"), (1, "200")]
     assert [r.status for r in contract_context.results] == ["stored", "duplicate"]
 

@@ -55,7 +55,7 @@ async def test_dropped_socket_mid_event_is_redelivered_and_stored_once(
     await contract_context.wait_started(event_id)
     slack.drop_connections()  # the ack for this envelope can no longer arrive on that socket
     await slack.wait_connections(2)
-    await wait_until(lambda: len(delivery.envelopes) >= 2, what="the redelivery")
+    await slack.wait_for(lambda: len(delivery.envelopes) >= 2, what="the redelivery")
     await wait_until(lambda: adapter.counters["joined"] >= 1, what="the redelivery to join")
     contract_context.release()
     await slack.wait_acked(delivery.event_id)
@@ -74,10 +74,11 @@ async def test_unacked_envelope_is_retried_with_retry_attempt_and_stored_once(
         try:
             contract_context.hold()
             delivery = await slack.deliver(slack.message("C0GENERAL", "U0ALICE", "slow store"))
-            await wait_until(lambda: len(delivery.envelopes) >= 3, what="two Slack retries")
+            await slack.wait_for(lambda: len(delivery.envelopes) >= 3, what="two Slack retries")
+            await wait_until(lambda: adapter.counters["joined"] >= 2, what="both retries to join")
             contract_context.release()
             await slack.wait_acked(delivery.event_id)
-            await wait_until(lambda: delivery.acks >= 3, what="every envelope acked")
+            await slack.wait_for(lambda: delivery.acks >= 3, what="every envelope acked")
         finally:
             await adapter.stop()
     assert await texts(contract_context) == ["slow store"]

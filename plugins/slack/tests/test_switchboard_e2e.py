@@ -10,9 +10,7 @@ from backchannel.store import SQLiteStore
 from backchannel.switchboard import Binding, Switchboard
 from backchannel.testing import RecordingAgent
 from backchannel_slack import SlackAdapter
-from backchannel_slack.testing import FakeSlack
-
-from .conftest import wait_until
+from backchannel_slack.testing import Delivery, FakeSlack
 
 
 @pytest.fixture
@@ -114,11 +112,17 @@ async def test_own_echoes_never_trigger_a_run(
         await slack.wait_acked(delivery.event_id)
         await board.wait_idle()
     await slack.wait_posts(3)
-    echoes = [
-        d for d in slack.deliveries.values() if d.payload["event"].get("user") == slack.bot_user_id
-    ]
-    await wait_until(
-        lambda: len(echoes) == 3 and all(d.acked.is_set() for d in echoes), what="every echo acked"
+
+    def echoes() -> list[Delivery]:
+        return [
+            d
+            for d in slack.deliveries.values()
+            if d.payload["event"].get("user") == slack.bot_user_id
+        ]
+
+    await slack.wait_for(
+        lambda: len(echoes()) == 3 and all(d.acked.is_set() for d in echoes()),
+        what="every echo acked",
     )
     await board.wait_idle()
     assert len(agent.runs) == 3

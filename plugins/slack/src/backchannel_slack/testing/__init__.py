@@ -44,6 +44,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from backchannel.testing import Watch
 
 from ._events import EventsApiDriver
 from ._shared import FAULTS, Connection, Delivery, Fault
@@ -112,7 +113,7 @@ class FakeSlack(WebApi, SocketModeServer, EventsApiDriver):
         self._envelopes: dict[str, tuple[Delivery, int]] = {}
         self._orphans: list[Delivery] = []
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._changed: asyncio.Condition | None = None
+        self._watch = Watch("FakeSlack")
         self._closing: asyncio.Event | None = None
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -128,7 +129,6 @@ class FakeSlack(WebApi, SocketModeServer, EventsApiDriver):
 
     async def start(self) -> None:
         """Listen on 127.0.0.1 at a free port."""
-        self._changed = asyncio.Condition()
         self._closing = asyncio.Event()
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)
@@ -234,5 +234,5 @@ class FakeSlack(WebApi, SocketModeServer, EventsApiDriver):
 
     async def wait_posts(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
         """Return `posts` once it holds at least `count` entries."""
-        await self._wait(lambda: len(self.posts) >= count, timeout, f"{count} posts")
+        await self.wait_for(lambda: len(self.posts) >= count, timeout, f"{count} posts")
         return self.posts

@@ -62,6 +62,7 @@ class EventsApiDriver(FakeBase):
                 else ("connection_failed" if outcome == "connection_failed" else "http_error")
             )
         delivery.gave_up.set()
+        self._notify()
 
     async def _post_once(self, delivery: Delivery, attempt: int, reason: str) -> str:
         body = json.dumps(delivery.payload).encode()
@@ -72,7 +73,7 @@ class EventsApiDriver(FakeBase):
         if outcome.startswith("2"):
             delivery.acks += 1
             delivery.acked.set()
-        await self._notify()
+        self._notify()
         return outcome
 
     async def _post(

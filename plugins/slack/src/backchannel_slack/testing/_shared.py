@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 from attrs import define, field
+from backchannel.testing import Watch
 
 from ._workspace import Workspace
 
@@ -84,7 +85,7 @@ class FakeBase(Workspace):
     _envelopes: dict[str, tuple[Delivery, int]]
     _orphans: list[Delivery]
     _tasks: set[asyncio.Task[Any]]
-    _changed: asyncio.Condition | None
+    _watch: Watch
     _closing: asyncio.Event | None
     _runner: web.AppRunner | None
     _session: aiohttp.ClientSession | None
@@ -99,21 +100,17 @@ class FakeBase(Workspace):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _notify(self) -> None:
-        if self._changed is None:
-            return
-        async with self._changed:
-            self._changed.notify_all()
+    def _notify(self) -> None:
+        """Say that the fake's state changed (wakes `wait_for` waiters to re-check)."""
+        self._watch.changed()
 
-    async def _wait(self, predicate: Any, timeout: float, what: str) -> None:
-        assert self._changed is not None
-        condition = self._changed
+    async def wait_for(
+        self, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
+    ) -> None:
+        """Return once `predicate()` holds over the fake's state; AssertionError after `timeout`.
 
-        async def waiter() -> None:
-            async with condition:
-                await condition.wait_for(predicate)
-
-        try:
-            await asyncio.wait_for(waiter(), timeout)
-        except TimeoutError:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None
+        Re-checked whenever the fake's state changes: a post, update or reaction,
+        a Web API call, an envelope sent or acked, an Events API attempt or giving up,
+        a socket opened or closed.
+        """
+        await self._watch.wait_for(predicate, timeout, what)

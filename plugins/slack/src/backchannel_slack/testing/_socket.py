@@ -41,7 +41,7 @@ class SocketModeServer(FakeBase):
                 "connection_info": {"app_id": self.app_id},
             }
         )
-        await self._notify()
+        self._notify()
         await self._resend_orphans()
         try:
             async for message in ws:
@@ -55,7 +55,7 @@ class SocketModeServer(FakeBase):
                     self._orphans.append(delivery)
             if self._orphans and self._connections:
                 await self._resend_orphans()
-            await self._notify()
+            self._notify()
         return ws
 
     async def _resend_orphans(self) -> None:
@@ -73,7 +73,7 @@ class SocketModeServer(FakeBase):
             if entry is not None:
                 entry[0].acks += 1
                 entry[0].acked.set()
-                self._spawn(self._notify())
+                self._notify()
 
     async def _send_envelope(self, delivery: Delivery, attempt: int, reason: str | None) -> None:
         envelope_id = str(uuid.uuid4())
@@ -92,6 +92,7 @@ class SocketModeServer(FakeBase):
         delivery.envelopes.append(envelope_id)
         self._envelopes[envelope_id] = (delivery, attempt)
         live[-1].sent.append(delivery)
+        self._notify()
         try:
             await live[-1].ws.send_str(json.dumps(envelope))
         except (ConnectionError, RuntimeError):
@@ -131,4 +132,4 @@ class SocketModeServer(FakeBase):
         def ready() -> bool:
             return self.connections_opened >= opened and self.open_connections() > 0
 
-        await self._wait(ready, timeout, f"{opened} Socket Mode connections")
+        await self.wait_for(ready, timeout, f"{opened} Socket Mode connections")

@@ -57,6 +57,7 @@ class WebApi(FakeBase):
         if header.startswith("Bearer "):
             token = header[len("Bearer ") :]
         self.calls.append((method, dict(arguments)))
+        self._notify()
         queue = self._faults.get(method)
         fault = queue.popleft() if queue else None
         if fault is not None:
@@ -161,7 +162,7 @@ class WebApi(FakeBase):
         message = {
             k: v for k, v in event.items() if k not in ("channel", "event_ts", "channel_type")
         }
-        self._spawn(self._notify())
+        self._notify()
         if self.echo_own_posts:
             self._echo(self.event_callback(event))
         return web.json_response({"ok": True, "channel": channel, "ts": ts, "message": message})
@@ -181,6 +182,7 @@ class WebApi(FakeBase):
             return _error("no_text")
         payload = self.edit(channel, ts, text)
         self.updates.append({"channel": channel, "ts": ts, "text": text})
+        self._notify()
         if self.echo_own_posts:
             self._echo(payload)
         return web.json_response(
@@ -209,6 +211,7 @@ class WebApi(FakeBase):
         ):
             return _error("already_reacted")
         self.reactions.append({"channel": channel, "timestamp": ts, "name": name})
+        self._notify()
         return web.json_response({"ok": True})
 
     def _users_info(self, arguments: dict[str, Any]) -> web.Response:
