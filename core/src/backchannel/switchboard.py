@@ -1,11 +1,11 @@
-"""The switchboard: ingest pipeline, group commit, scheduler, runs, lifecycle.
+"""The switchboard: accounts, the ingest pipeline with group commit, lifecycle.
 
 ::
 
     adapter ──raw──▶ ingest: normalize ─▶ policy ─▶ queue ─▶ one transaction per batch
                                                               │ committed: ingest returns
                                                               ▼
-                                          poke(conversation) ─▶ debounce ─▶ run (one at a time)
+                                          scheduler.poke(conversation) ─▶ run (scheduler.py)
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -21,11 +20,13 @@ from attrs import define, field
 
 from .adapter import Adapter, AdapterContext, IngestResult, RouteTable
 from .errors import ConfigError, NormalizeError
+from .ingest import GroupCommit
 from .model import Address, Conversation, Event, Message, Sender, from_json, to_json
 from .outbound import Deliverer, channel_tools
 from .plugins import get_plugin_manager
 from .policy import Policy
 from .runs import Agent, Run, RunBuilder, RunSession, WindowSettings
+from .scheduler import Busy, Scheduler
 from .secrets import register_secret
 from .server import HttpServer
 from .store import AppendResult, Inbound, Store
@@ -85,17 +86,6 @@ class Binding:
 
 
 @define
-class _Slot:
-    """Scheduling state of one conversation (memory only; the store has the truth)."""
-
-    running: bool = False
-    wanted: bool = False
-    timer: asyncio.TimerHandle | None = None
-    first_poke: float | None = None
-    notes: list[str] = field(factory=list)
-
-
-@define
 class _Account:
     name: str
     adapter: Adapter
@@ -140,19 +130,14 @@ class Switchboard:
             "runs": 0,
             "run_errors": 0,
         }
-        self._max_batch = max_batch
         self._stop_timeout = stop_timeout
-        self._queue: deque[tuple[list[Inbound], asyncio.Future[list[AppendResult]]]] = deque()
-        self._flusher: asyncio.Task[None] | None = None
-        self._slots: dict[int, _Slot] = {}
-        self._run_limit = asyncio.Semaphore(max_concurrent_runs)
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._busy = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._group_commit = GroupCommit(store, max_batch=max_batch)
+        self._busy = Busy()
+        self.scheduler = Scheduler(
+            store, self.accounts, self._busy, self.counters, max_concurrent_runs=max_concurrent_runs
+        )
         self._started = False
         self._stopping = False
-        self._conversation_account: dict[int, str] = {}
         #: who the agent was on each account when it last started (for previews without start)
         self._known_me: dict[str, Sender] = {}
 
@@ -232,9 +217,8 @@ class Switchboard:
         for conversation in await self.store.unhandled():
             if conversation.address.account not in self.accounts:
                 continue
-            slot = self._slot(conversation.id)
-            slot.notes.append(RESTART_NOTE)
-            self.poke(conversation.id, conversation.address.account)
+            self.scheduler.add_note(conversation.id, RESTART_NOTE)
+            self.scheduler.poke(conversation.id, conversation.address.account)
 
     async def start_accounts(self, names: Iterable[str]) -> None:
         """Start only these accounts' adapters: no recovery, no scheduling, no HTTP server.
@@ -269,19 +253,9 @@ class Switchboard:
                     await account.adapter.stop()
                 except Exception:
                     log.exception("account %s failed to stop cleanly", account.name)
-        for slot in self._slots.values():
-            if slot.timer is not None:
-                slot.timer.cancel()
-                slot.timer = None
-        if self._flusher is not None:
-            await asyncio.wait([self._flusher], timeout=timeout)
-        pending = [t for t in self._tasks if not t.done()]
-        if pending:
-            _, still = await asyncio.wait(pending, timeout=timeout)
-            for task in still:
-                task.cancel()
-            if still:
-                await asyncio.wait(still, timeout=2)
+        self.scheduler.stop()
+        await self._group_commit.drain(timeout)
+        await self.scheduler.drain(timeout)
         if self.server is not None:
             await self.server.stop()
         await self.store.close()
@@ -296,16 +270,9 @@ class Switchboard:
     async def wait_idle(self, timeout: float = 30.0) -> None:
         """Return when nothing is queued, debouncing or running."""
         try:
-            await asyncio.wait_for(self._wait_idle(), timeout)
+            await asyncio.wait_for(self._busy.wait_idle(), timeout)
         except TimeoutError:
             raise TimeoutError(f"the switchboard was still busy after {timeout}s") from None
-
-    async def _wait_idle(self) -> None:
-        while True:
-            await self._idle.wait()
-            await asyncio.sleep(0)
-            if self._idle.is_set():
-                return
 
     # ingest ----------------------------------------------------------------
     async def ingest(
@@ -397,16 +364,11 @@ class Switchboard:
         return results
 
     async def _commit(self, inbounds: list[Inbound]) -> list[AppendResult]:
-        """Queue events for the next group commit; return their results once committed."""
-        self._enter()
+        self._busy.enter()
         try:
-            future: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
-            self._queue.append((inbounds, future))
-            if self._flusher is None or self._flusher.done():
-                self._flusher = asyncio.create_task(self._flush())
-            return await future
+            return await self._group_commit.commit(inbounds)
         finally:
-            self._leave()
+            self._busy.leave()
 
     def _settle(
         self, account: str, event: Event, held: bool, appended: AppendResult
@@ -416,37 +378,11 @@ class Switchboard:
             self.counters["duplicate"] += 1
             return IngestResult("duplicate", event, appended.conversation_id, appended.seq)
         self.counters["held" if held else "stored"] += 1
-        self._conversation_account[appended.conversation_id] = account
         if appended.triggers:
-            self.poke(appended.conversation_id, account)
+            self.scheduler.poke(appended.conversation_id, account)
         return IngestResult(
             "held" if held else "stored", event, appended.conversation_id, appended.seq
         )
-
-    async def _flush(self) -> None:
-        """Commit everything queued, many ingests per transaction (group commit)."""
-        while self._queue:
-            groups: list[tuple[list[Inbound], asyncio.Future[list[AppendResult]]]] = []
-            size = 0
-            while self._queue and (not groups or size + len(self._queue[0][0]) <= self._max_batch):
-                group = self._queue.popleft()
-                groups.append(group)
-                size += len(group[0])
-            try:
-                results = await self.store.append_inbound(
-                    [item for inbounds, _ in groups for item in inbounds]
-                )
-            except Exception as error:
-                log.error("store refused a batch of %d events: %s", size, error)
-                for _, future in groups:
-                    if not future.done():
-                        future.set_exception(error)
-                continue
-            offset = 0
-            for inbounds, future in groups:
-                if not future.done():
-                    future.set_result(results[offset : offset + len(inbounds)])
-                offset += len(inbounds)
 
     async def _malformed(
         self,
@@ -466,143 +402,6 @@ class Switchboard:
             payload = repr(raw)[:65536]
         await self.store.add_dead_letter(account, "malformed", reason, payload)
         return IngestResult("malformed", reason=reason)
-
-    # scheduling ------------------------------------------------------------
-    def poke(self, conversation_id: int, account: str) -> None:
-        """Ask for a run of this conversation (debounced; one at a time)."""
-        if self._stopping:
-            return
-        self._conversation_account[conversation_id] = account
-        slot = self._slot(conversation_id)
-        slot.wanted = True
-        if slot.running:
-            return
-        binding = self.accounts[account].binding
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        if slot.first_poke is None:
-            slot.first_poke = now
-        if slot.timer is not None:
-            slot.timer.cancel()
-        else:
-            self._enter()
-        delay = min(binding.debounce, max(slot.first_poke + binding.max_wait - now, 0.0))
-        slot.timer = loop.call_later(delay, self._fire, conversation_id)
-
-    def _fire(self, conversation_id: int) -> None:
-        slot = self._slot(conversation_id)
-        slot.timer = None
-        slot.first_poke = None
-        if self._stopping:
-            self._leave()
-            return
-        slot.running = True
-        slot.wanted = False
-        task = asyncio.create_task(self._run_conversation(conversation_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _run_conversation(self, conversation_id: int) -> None:
-        slot = self._slot(conversation_id)
-        account_name = self._conversation_account[conversation_id]
-        account = self.accounts[account_name]
-        try:
-            async with self._run_limit:
-                await self._run_once(account, conversation_id, slot)
-        finally:
-            slot.running = False
-            try:
-                if not self._stopping:
-                    conversation = await self.store.conversation(conversation_id)
-                    if conversation.trigger_seq > conversation.handled_seq:
-                        self.poke(conversation_id, account_name)
-            except Exception:
-                log.exception("could not check conversation %s for follow-up", conversation_id)
-            finally:
-                self._leave()
-
-    async def _run_once(self, account: _Account, conversation_id: int, slot: _Slot) -> None:
-        conversation = await self.store.conversation(conversation_id)
-        upto = conversation.last_seq
-        notes, slot.notes = slot.notes, []
-        try:
-            run = await account.builder.build(
-                conversation_id,
-                conversation.trigger_seq,
-                upto_seq=upto,
-                notes=notes,
-                conversation=conversation,
-            )
-        except Exception as failure:
-            # e.g. a plugin's framing or register_tools hook raised: record it and count the
-            # messages as handled, or the follow-up check would retry the same failure forever
-            log.exception("could not build a run for %s", conversation.address.key)
-            self.counters["run_errors"] += 1
-            run_id = await self.store.begin_run(conversation_id, conversation.trigger_seq, upto)
-            await self.store.finish_run(
-                run_id,
-                "error",
-                f"building the run failed: {type(failure).__name__}: {failure}",
-                upto,
-                handled_seq=upto,
-            )
-            return
-        run_id = await self.store.begin_run(conversation_id, conversation.trigger_seq, upto)
-        run.session.run_id = run_id
-        self.counters["runs"] += 1
-        typing = self._start_typing(account, conversation.address)
-        status, error = "ok", None
-        try:
-            await asyncio.wait_for(account.binding.agent(run), account.binding.run_timeout)
-        except TimeoutError:
-            status, error = "timeout", f"the agent ran past {account.binding.run_timeout:g}s"
-        except asyncio.CancelledError:
-            status, error = "cancelled", "the switchboard stopped during the run"
-            raise
-        except Exception as failure:
-            status, error = "error", f"{type(failure).__name__}: {failure}"
-            log.exception("agent failed in conversation %s", conversation.address.key)
-        finally:
-            if typing is not None:
-                typing.cancel()
-            if status != "ok":
-                self.counters["run_errors"] += 1
-            seen = max(upto, run.session.seen_seq)
-            await self.store.finish_run(
-                run_id, status, error, seen, handled_seq=None if status == "cancelled" else seen
-            )
-
-    def _start_typing(self, account: _Account, address: Address) -> asyncio.Task[None] | None:
-        adapter = account.adapter
-        if not adapter.capabilities.typing or not hasattr(adapter, "typing"):
-            return None
-
-        async def keep_typing() -> None:
-            while True:
-                try:
-                    await adapter.typing(address)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as error:
-                    log.debug("typing indicator failed on %s: %s", address.key, error)
-                await asyncio.sleep(4.0)
-
-        return asyncio.create_task(keep_typing())
-
-    def _slot(self, conversation_id: int) -> _Slot:
-        slot = self._slots.get(conversation_id)
-        if slot is None:
-            slot = self._slots[conversation_id] = _Slot()
-        return slot
-
-    def _enter(self) -> None:
-        self._busy += 1
-        self._idle.clear()
-
-    def _leave(self) -> None:
-        self._busy -= 1
-        if self._busy == 0:
-            self._idle.set()
 
     # operator tools --------------------------------------------------------
     async def build_run(self, conversation_id: int) -> Run:

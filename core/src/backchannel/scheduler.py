@@ -1,0 +1,236 @@
+"""The scheduler: when each conversation's agent runs.
+
+At most one run per conversation at a time; a debounce window (last message
+wins, bounded by a maximum wait) turns a burst into one run; messages that
+arrive during a run lead to one follow-up run unless the agent took them with
+`run.new_messages()`; a global limit bounds concurrent runs. Runs that raise,
+hang past their timeout, or cannot even be built are recorded, never fatal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from attrs import define, field
+
+from .model import Address
+from .store import Store
+
+__all__ = ["Busy", "Scheduler"]
+
+log = logging.getLogger("backchannel.scheduler")
+
+
+class Busy:
+    """Counts work in flight (queued ingests, armed timers, runs) so callers can await idle."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        self._count += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self._count -= 1
+        if self._count == 0:
+            self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Return once nothing is in flight (re-checked after one loop turn)."""
+        while True:
+            await self._idle.wait()
+            await asyncio.sleep(0)
+            if self._idle.is_set():
+                return
+
+
+@define
+class _Slot:
+    """Scheduling state of one conversation (memory only; the store has the truth)."""
+
+    running: bool = False
+    wanted: bool = False
+    timer: asyncio.TimerHandle | None = None
+    first_poke: float | None = None
+    notes: list[str] = field(factory=list)
+
+
+class Scheduler:
+    """Runs each conversation's agent when its messages call for it."""
+
+    def __init__(
+        self,
+        store: Store,
+        accounts: Mapping[str, Any],
+        busy: Busy,
+        counters: dict[str, int],
+        *,
+        max_concurrent_runs: int = 8,
+    ):
+        self.store = store
+        #: account name -> the switchboard's wiring (adapter, binding, builder)
+        self.accounts = accounts
+        self.busy = busy
+        self.counters = counters
+        self._run_limit = asyncio.Semaphore(max_concurrent_runs)
+        self._slots: dict[int, _Slot] = {}
+        self._conversation_account: dict[int, str] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+
+    def add_note(self, conversation_id: int, note: str) -> None:
+        """Add a line to the framing of this conversation's next run."""
+        self._slot(conversation_id).notes.append(note)
+
+    def stop(self) -> None:
+        """Start no new runs; disarm pending debounce timers."""
+        self._stopping = True
+        for slot in self._slots.values():
+            if slot.timer is not None:
+                slot.timer.cancel()
+                slot.timer = None
+                self.busy.leave()
+
+    async def drain(self, timeout: float) -> None:
+        """Let in-flight runs finish within `timeout`, then cancel what is left."""
+        pending = [t for t in self._tasks if not t.done()]
+        if not pending:
+            return
+        _, still = await asyncio.wait(pending, timeout=timeout)
+        for task in still:
+            task.cancel()
+        if still:
+            await asyncio.wait(still, timeout=2)
+
+    def poke(self, conversation_id: int, account: str) -> None:
+        """Ask for a run of this conversation (debounced; one at a time)."""
+        if self._stopping:
+            return
+        self._conversation_account[conversation_id] = account
+        slot = self._slot(conversation_id)
+        slot.wanted = True
+        if slot.running:
+            return
+        binding = self.accounts[account].binding
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if slot.first_poke is None:
+            slot.first_poke = now
+        if slot.timer is not None:
+            slot.timer.cancel()
+        else:
+            self.busy.enter()
+        delay = min(binding.debounce, max(slot.first_poke + binding.max_wait - now, 0.0))
+        slot.timer = loop.call_later(delay, self._fire, conversation_id)
+
+    def _fire(self, conversation_id: int) -> None:
+        slot = self._slot(conversation_id)
+        slot.timer = None
+        slot.first_poke = None
+        if self._stopping:
+            self.busy.leave()
+            return
+        slot.running = True
+        slot.wanted = False
+        task = asyncio.create_task(self._run_conversation(conversation_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_conversation(self, conversation_id: int) -> None:
+        slot = self._slot(conversation_id)
+        account_name = self._conversation_account[conversation_id]
+        account = self.accounts[account_name]
+        try:
+            async with self._run_limit:
+                await self._run_once(account, conversation_id, slot)
+        finally:
+            slot.running = False
+            try:
+                if not self._stopping:
+                    conversation = await self.store.conversation(conversation_id)
+                    if conversation.trigger_seq > conversation.handled_seq:
+                        self.poke(conversation_id, account_name)
+            except Exception:
+                log.exception("could not check conversation %s for follow-up", conversation_id)
+            finally:
+                self.busy.leave()
+
+    async def _run_once(self, account: Any, conversation_id: int, slot: _Slot) -> None:
+        conversation = await self.store.conversation(conversation_id)
+        upto = conversation.last_seq
+        notes, slot.notes = slot.notes, []
+        try:
+            run = await account.builder.build(
+                conversation_id,
+                conversation.trigger_seq,
+                upto_seq=upto,
+                notes=notes,
+                conversation=conversation,
+            )
+        except Exception as failure:
+            # e.g. a plugin's framing or register_tools hook raised: record it and count the
+            # messages as handled, or the follow-up check would retry the same failure forever
+            log.exception("could not build a run for %s", conversation.address.key)
+            self.counters["run_errors"] += 1
+            run_id = await self.store.begin_run(conversation_id, conversation.trigger_seq, upto)
+            await self.store.finish_run(
+                run_id,
+                "error",
+                f"building the run failed: {type(failure).__name__}: {failure}",
+                upto,
+                handled_seq=upto,
+            )
+            return
+        run_id = await self.store.begin_run(conversation_id, conversation.trigger_seq, upto)
+        run.session.run_id = run_id
+        self.counters["runs"] += 1
+        typing = self._start_typing(account, conversation.address)
+        status, error = "ok", None
+        try:
+            await asyncio.wait_for(account.binding.agent(run), account.binding.run_timeout)
+        except TimeoutError:
+            status, error = "timeout", f"the agent ran past {account.binding.run_timeout:g}s"
+        except asyncio.CancelledError:
+            status, error = "cancelled", "the switchboard stopped during the run"
+            raise
+        except Exception as failure:
+            status, error = "error", f"{type(failure).__name__}: {failure}"
+            log.exception("agent failed in conversation %s", conversation.address.key)
+        finally:
+            if typing is not None:
+                typing.cancel()
+            if status != "ok":
+                self.counters["run_errors"] += 1
+            seen = max(upto, run.session.seen_seq)
+            await self.store.finish_run(
+                run_id, status, error, seen, handled_seq=None if status == "cancelled" else seen
+            )
+
+    def _start_typing(self, account: Any, address: Address) -> asyncio.Task[None] | None:
+        adapter = account.adapter
+        if not adapter.capabilities.typing or not hasattr(adapter, "typing"):
+            return None
+
+        async def keep_typing() -> None:
+            while True:
+                try:
+                    await adapter.typing(address)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:
+                    log.debug("typing indicator failed on %s: %s", address.key, error)
+                await asyncio.sleep(4.0)
+
+        return asyncio.create_task(keep_typing())
+
+    def _slot(self, conversation_id: int) -> _Slot:
+        slot = self._slots.get(conversation_id)
+        if slot is None:
+            slot = self._slots[conversation_id] = _Slot()
+        return slot
