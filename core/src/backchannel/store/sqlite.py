@@ -15,29 +15,26 @@ from pathlib import Path
 from typing import Any
 
 import apsw
-from attrs import define, field
 
 from ..errors import StoreError
-from ..model import Address, Attachment, Conversation, Message, Outbound, Receipt, Sender, now
+from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, now
 from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, Store
 from .migrations import migrate
+from .rows import (
+    CONVERSATION_COLUMNS,
+    MESSAGE_COLUMNS,
+    OUTBOX_COLUMNS,
+    Batch,
+    ConversationCounters,
+    SeenSender,
+    conversation_row,
+    dump_attachments,
+    first,
+    message_row,
+    outbox_row,
+)
 
 __all__ = ["SQLiteStore", "open_store"]
-
-_MESSAGE_COLUMNS = (
-    "conversation_id, seq, direction, event_id, sender_id, sender_name, sender_handle,"
-    " sender_is_bot, text, platform_message_id, reply_to, reply_to_seq, mentions_me,"
-    " attachments, sent_at, edited_at, deleted_at, held, triggers, status, status_reason,"
-    " reactions, meta"
-)
-_CONVERSATION_COLUMNS = (
-    "id, account, chat, thread, kind, title, last_seq, handled_seq, trigger_seq,"
-    " visible_count, held_count, created_at, meta"
-)
-_OUTBOX_COLUMNS = (
-    "id, conversation_id, kind, text, status, reason, reply_to, target, message_seq,"
-    " platform_ids, created_at, updated_at"
-)
 
 
 def open_store(path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> SQLiteStore:
@@ -73,7 +70,7 @@ class SQLiteStore(Store):
                     candidate.chmod(0o600)
         migrate(db)
         self._conversation_ids: dict[tuple[str, str, str], int] = {}
-        self._batch: _Batch | None = None
+        self._batch: Batch | None = None
         #: last_seq, trigger_seq, active_at per conversation as of our last commit; valid
         #: while PRAGMA data_version says no other connection has written since
         self._known_counters: dict[int, tuple[int, int, float]] = {}
@@ -113,12 +110,12 @@ class SQLiteStore(Store):
     async def append_inbound(self, items: Sequence[Inbound]) -> list[AppendResult]:
         db = self.db
         results: list[AppendResult] = []
-        batch = self._batch = _Batch()
+        batch = self._batch = Batch()
         # IMMEDIATE takes the write lock now, so data_version read next cannot go stale
         # before we commit: it tells whether another connection wrote since our last batch
         db.execute("BEGIN IMMEDIATE")
         try:
-            version = _first(db.execute("PRAGMA data_version"))
+            version = first(db.execute("PRAGMA data_version"))
             if version != self._data_version:
                 self._known_counters.clear()
                 self._known_participants.clear()
@@ -164,11 +161,11 @@ class SQLiteStore(Store):
                     found[(account, event_id)] = (conversation_id, seq)
         return found
 
-    def _flush_rows(self, batch: _Batch) -> None:
+    def _flush_rows(self, batch: Batch) -> None:
         """Insert the new messages and their event ids gathered so far, many rows a statement."""
         if batch.message_rows:
             self.db.executemany(
-                f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES"
+                f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES"
                 " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 batch.message_rows,
             )
@@ -182,7 +179,7 @@ class SQLiteStore(Store):
             batch.event_rows = []
         batch.new_message_ids.clear()
 
-    def _flush_batch(self, batch: _Batch) -> None:
+    def _flush_batch(self, batch: Batch) -> None:
         """Write the per-conversation counters and participants a batch accumulated."""
         db = self.db
         if batch.conversations:
@@ -224,7 +221,7 @@ class SQLiteStore(Store):
                 new_people,
             )
 
-    def _counters(self, conversation_id: int) -> _ConversationCounters:
+    def _counters(self, conversation_id: int) -> ConversationCounters:
         assert self._batch is not None
         counters = self._batch.conversations.get(conversation_id)
         if counters is None:
@@ -236,7 +233,7 @@ class SQLiteStore(Store):
                 ).fetchone()
             if row is None:
                 raise StoreError(f"no conversation with id {conversation_id}")
-            counters = _ConversationCounters(row[0], row[1], row[2])
+            counters = ConversationCounters(row[0], row[1], row[2])
             self._batch.conversations[conversation_id] = counters
         return counters
 
@@ -321,7 +318,7 @@ class SQLiteStore(Store):
                 event.reply_to,
                 reply_to_seq,
                 int(event.mentions_me),
-                _dump_attachments(event.attachments),
+                dump_attachments(event.attachments),
                 event.sent_at,
                 None,
                 None,
@@ -336,7 +333,7 @@ class SQLiteStore(Store):
         key = (conversation_id, sender.id)
         seen = batch.participants.get(key)
         if seen is None:
-            seen = batch.participants[key] = _SeenSender(first_seq=seq)
+            seen = batch.participants[key] = SeenSender(first_seq=seq)
         seen.name, seen.handle, seen.is_bot = sender.name, sender.handle, int(sender.is_bot)
         seen.count += 1
         seen.last_seq = seq
@@ -369,7 +366,7 @@ class SQLiteStore(Store):
             db.execute(
                 "UPDATE messages SET text = ?, edited_at = ?, attachments = COALESCE(?, attachments)"
                 " WHERE conversation_id = ? AND seq = ?",
-                (event.text, at, _dump_attachments(event.attachments), conversation_id, seq),
+                (event.text, at, dump_attachments(event.attachments), conversation_id, seq),
             )
         elif event.kind == "delete":
             db.execute(
@@ -406,7 +403,7 @@ class SQLiteStore(Store):
         ).fetchone()
         if row is None:
             stamp = at or now()
-            conversation_id = _first(
+            conversation_id = first(
                 db.execute(
                     "INSERT INTO conversations (account, chat, thread, kind, title, created_at,"
                     " active_at) VALUES (?,?,?,?,?,?,?) RETURNING id",
@@ -431,19 +428,19 @@ class SQLiteStore(Store):
     # conversations ---------------------------------------------------------
     async def conversation(self, conversation_id: int) -> Conversation:
         row = self.db.execute(
-            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,)
+            f"SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,)
         ).fetchone()
         if row is None:
             raise StoreError(f"no conversation with id {conversation_id}")
-        return _conversation(row)
+        return conversation_row(row)
 
     async def find_conversation(self, address: Address) -> Conversation | None:
         row = self.db.execute(
-            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations"
+            f"SELECT {CONVERSATION_COLUMNS} FROM conversations"
             " WHERE account = ? AND chat = ? AND thread = ?",
             (address.account, address.chat, address.thread or ""),
         ).fetchone()
-        return _conversation(row) if row else None
+        return conversation_row(row) if row else None
 
     async def ensure_conversation(
         self, address: Address, kind: str = "direct", title: str | None = None
@@ -457,17 +454,17 @@ class SQLiteStore(Store):
     ) -> list[Conversation]:
         if account is None:
             rows = self.db.execute(
-                f"SELECT {_CONVERSATION_COLUMNS} FROM conversations"
+                f"SELECT {CONVERSATION_COLUMNS} FROM conversations"
                 " ORDER BY active_at DESC, id DESC LIMIT ?",
                 (limit,),
             )
         else:
             rows = self.db.execute(
-                f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE account = ?"
+                f"SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE account = ?"
                 " ORDER BY active_at DESC, id DESC LIMIT ?",
                 (account, limit),
             )
-        return [_conversation(row) for row in rows]
+        return [conversation_row(row) for row in rows]
 
     async def participants(self, conversation_id: int) -> list[Participant]:
         rows = self.db.execute(
@@ -499,12 +496,12 @@ class SQLiteStore(Store):
         self, conversation_id: int, limit: int, upto_seq: int | None = None
     ) -> list[Message]:
         rows = self.db.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq <= ?"
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq <= ?"
             " AND held = 0 ORDER BY seq DESC LIMIT ?",
             (conversation_id, upto_seq if upto_seq is not None else 2**62, limit),
         ).fetchall()
         rows.reverse()
-        return [_message(row) for row in rows]
+        return [message_row(row) for row in rows]
 
     async def history(self, conversation_id: int, before_seq: int, limit: int) -> list[Message]:
         return await self.window(conversation_id, limit, before_seq - 1)
@@ -513,28 +510,28 @@ class SQLiteStore(Store):
         self, conversation_id: int, after_seq: int, limit: int = 1000
     ) -> list[Message]:
         rows = self.db.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq > ?"
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq > ?"
             " AND held = 0 ORDER BY seq LIMIT ?",
             (conversation_id, after_seq, limit),
         )
-        return [_message(row) for row in rows]
+        return [message_row(row) for row in rows]
 
     async def message(self, conversation_id: int, seq: int) -> Message | None:
         row = self.db.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq = ?",
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq = ?",
             (conversation_id, seq),
         ).fetchone()
-        return _message(row) if row else None
+        return message_row(row) if row else None
 
     async def message_by_platform_id(
         self, conversation_id: int, platform_message_id: str
     ) -> Message | None:
         row = self.db.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages"
+            f"SELECT {MESSAGE_COLUMNS} FROM messages"
             " WHERE conversation_id = ? AND platform_message_id = ? ORDER BY seq LIMIT 1",
             (conversation_id, str(platform_message_id)),
         ).fetchone()
-        return _message(row) if row else None
+        return message_row(row) if row else None
 
     async def revisions(self, conversation_id: int, seq: int) -> list[tuple[str, str, float]]:
         rows = self.db.execute(
@@ -572,7 +569,7 @@ class SQLiteStore(Store):
                     ).fetchone()
                     reply_to_seq = found[0] if found else None
                 db.execute(
-                    f"INSERT INTO messages ({_MESSAGE_COLUMNS}) VALUES"
+                    f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES"
                     " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         conversation_id,
@@ -604,7 +601,7 @@ class SQLiteStore(Store):
                 "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
             ).fetchone():
                 raise StoreError(f"no conversation with id {conversation_id}")
-            outbox_id = _first(
+            outbox_id = first(
                 db.execute(
                     "INSERT INTO outbox (conversation_id, run_id, kind, text, reply_to, target,"
                     " message_seq, status, created_at, updated_at)"
@@ -693,11 +690,11 @@ class SQLiteStore(Store):
 
     def _outbox_entry(self, outbox_id: int) -> OutboxEntry:
         row = self.db.execute(
-            f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE id = ?", (outbox_id,)
+            f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE id = ?", (outbox_id,)
         ).fetchone()
         if row is None:
             raise StoreError(f"no outbox entry with id {outbox_id}")
-        return _outbox(row)
+        return outbox_row(row)
 
     async def outbox(
         self, status: str | None = None, conversation_id: int | None = None, limit: int = 100
@@ -712,10 +709,10 @@ class SQLiteStore(Store):
             params.append(conversation_id)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self.db.execute(
-            f"SELECT {_OUTBOX_COLUMNS} FROM outbox {where} ORDER BY id DESC LIMIT ?",
+            f"SELECT {OUTBOX_COLUMNS} FROM outbox {where} ORDER BY id DESC LIMIT ?",
             (*params, limit),
         )
-        return [_outbox(row) for row in rows]
+        return [outbox_row(row) for row in rows]
 
     # handling --------------------------------------------------------------
     async def mark_handled(self, conversation_id: int, seq: int) -> None:
@@ -727,10 +724,10 @@ class SQLiteStore(Store):
 
     async def unhandled(self) -> list[Conversation]:
         rows = self.db.execute(
-            f"SELECT {_CONVERSATION_COLUMNS} FROM conversations"
+            f"SELECT {CONVERSATION_COLUMNS} FROM conversations"
             " WHERE trigger_seq > handled_seq ORDER BY active_at"
         )
-        return [_conversation(row) for row in rows]
+        return [conversation_row(row) for row in rows]
 
     async def begin_run(self, conversation_id: int, trigger_seq: int, upto_seq: int) -> int:
         with self.db:
@@ -739,7 +736,7 @@ class SQLiteStore(Store):
                 " VALUES (?,?,?,?) RETURNING id",
                 (conversation_id, trigger_seq, upto_seq, now()),
             )
-            run_id = _first(row)
+            run_id = first(row)
         return int(run_id)
 
     async def finish_run(
@@ -824,7 +821,7 @@ class SQLiteStore(Store):
         db = self.db
 
         def count(sql: str) -> int:
-            return int(_first(db.execute(sql)) or 0)
+            return int(first(db.execute(sql)) or 0)
 
         figures = {
             "conversations": count("SELECT COUNT(*) FROM conversations"),
@@ -839,115 +836,3 @@ class SQLiteStore(Store):
         for status, number in db.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status"):
             figures[f"outbox_{status}"] = int(number)
         return figures
-
-
-@define
-class _ConversationCounters:
-    last_seq: int
-    trigger_seq: int
-    active_at: float
-    visible: int = 0
-    held: int = 0
-
-
-@define
-class _SeenSender:
-    first_seq: int
-    last_seq: int = 0
-    count: int = 0
-    name: str = ""
-    handle: str | None = None
-    is_bot: int = 0
-
-
-@define
-class _Batch:
-    """What one append_inbound transaction accumulates before writing counters once."""
-
-    conversations: dict[int, _ConversationCounters] = field(factory=dict)
-    participants: dict[tuple[int, str], _SeenSender] = field(factory=dict)
-    #: (account, event_id) already in the store before this batch -> (conversation, seq)
-    existing: dict[tuple[str, str], tuple[int, int]] = field(factory=dict)
-    #: (account, event_id) taken by this batch -> (conversation, seq)
-    claimed: dict[tuple[str, str], tuple[int, int]] = field(factory=dict)
-    message_rows: list[tuple[Any, ...]] = field(factory=list)
-    event_rows: list[tuple[Any, ...]] = field(factory=list)
-    #: (conversation, platform message id) -> seq of rows gathered but not yet written
-    new_message_ids: dict[tuple[int, str], int] = field(factory=dict)
-
-
-def _first(cursor: Any) -> Any:
-    """Return the first column of the only row; the cursor is drained so no statement stays open."""
-    rows = cursor.fetchall()
-    if not rows:
-        raise StoreError("the database returned no row where one was expected")
-    return rows[0][0]
-
-
-def _dump_attachments(attachments: Sequence[Attachment]) -> str | None:
-    if not attachments:
-        return None
-    return json.dumps(
-        [
-            {"kind": a.kind, "name": a.name, "mime": a.mime, "size": a.size, "ref": a.ref}
-            for a in attachments
-        ]
-    )
-
-
-def _conversation(row: Sequence[Any]) -> Conversation:
-    return Conversation(
-        id=row[0],
-        address=Address(row[1], row[2], row[3] or None),
-        kind=row[4],
-        title=row[5],
-        last_seq=row[6],
-        handled_seq=row[7],
-        trigger_seq=row[8],
-        visible_count=row[9],
-        held_count=row[10],
-        created_at=row[11],
-        meta=json.loads(row[12] or "{}"),
-    )
-
-
-def _message(row: Sequence[Any]) -> Message:
-    return Message(
-        conversation_id=row[0],
-        seq=row[1],
-        direction=row[2],
-        event_id=row[3],
-        sender=Sender(row[4], row[5], row[6], bool(row[7])),
-        text=row[8],
-        platform_message_id=row[9],
-        reply_to=row[10],
-        reply_to_seq=row[11],
-        mentions_me=bool(row[12]),
-        attachments=tuple(Attachment(**a) for a in json.loads(row[13])) if row[13] else (),
-        sent_at=row[14],
-        edited_at=row[15],
-        deleted_at=row[16],
-        held=bool(row[17]),
-        triggers=bool(row[18]),
-        status=row[19],
-        status_reason=row[20],
-        reactions=tuple((str(r[0]), str(r[1])) for r in json.loads(row[21])) if row[21] else (),
-        meta=json.loads(row[22]) if row[22] else {},
-    )
-
-
-def _outbox(row: Sequence[Any]) -> OutboxEntry:
-    return OutboxEntry(
-        id=row[0],
-        conversation_id=row[1],
-        kind=row[2],
-        text=row[3],
-        status=row[4],
-        reason=row[5],
-        reply_to=row[6],
-        target=row[7],
-        message_seq=row[8],
-        platform_ids=tuple(json.loads(row[9])) if row[9] else (),
-        created_at=row[10],
-        updated_at=row[11],
-    )

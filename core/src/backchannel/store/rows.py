@@ -1,0 +1,140 @@
+"""How the SQLite store's rows map to model values, and what one append batch gathers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from attrs import define, field
+
+from ..errors import StoreError
+from ..model import Address, Attachment, Conversation, Message, Sender
+from .base import OutboxEntry
+
+MESSAGE_COLUMNS = (
+    "conversation_id, seq, direction, event_id, sender_id, sender_name, sender_handle,"
+    " sender_is_bot, text, platform_message_id, reply_to, reply_to_seq, mentions_me,"
+    " attachments, sent_at, edited_at, deleted_at, held, triggers, status, status_reason,"
+    " reactions, meta"
+)
+CONVERSATION_COLUMNS = (
+    "id, account, chat, thread, kind, title, last_seq, handled_seq, trigger_seq,"
+    " visible_count, held_count, created_at, meta"
+)
+OUTBOX_COLUMNS = (
+    "id, conversation_id, kind, text, status, reason, reply_to, target, message_seq,"
+    " platform_ids, created_at, updated_at"
+)
+
+
+@define
+class ConversationCounters:
+    last_seq: int
+    trigger_seq: int
+    active_at: float
+    visible: int = 0
+    held: int = 0
+
+
+@define
+class SeenSender:
+    first_seq: int
+    last_seq: int = 0
+    count: int = 0
+    name: str = ""
+    handle: str | None = None
+    is_bot: int = 0
+
+
+@define
+class Batch:
+    """What one append_inbound transaction accumulates before writing counters once."""
+
+    conversations: dict[int, ConversationCounters] = field(factory=dict)
+    participants: dict[tuple[int, str], SeenSender] = field(factory=dict)
+    #: (account, event_id) already in the store before this batch -> (conversation, seq)
+    existing: dict[tuple[str, str], tuple[int, int]] = field(factory=dict)
+    #: (account, event_id) taken by this batch -> (conversation, seq)
+    claimed: dict[tuple[str, str], tuple[int, int]] = field(factory=dict)
+    message_rows: list[tuple[Any, ...]] = field(factory=list)
+    event_rows: list[tuple[Any, ...]] = field(factory=list)
+    #: (conversation, platform message id) -> seq of rows gathered but not yet written
+    new_message_ids: dict[tuple[int, str], int] = field(factory=dict)
+
+
+def first(cursor: Any) -> Any:
+    """Return the first column of the only row; the cursor is drained so no statement stays open."""
+    rows = cursor.fetchall()
+    if not rows:
+        raise StoreError("the database returned no row where one was expected")
+    return rows[0][0]
+
+
+def dump_attachments(attachments: Sequence[Attachment]) -> str | None:
+    if not attachments:
+        return None
+    return json.dumps(
+        [
+            {"kind": a.kind, "name": a.name, "mime": a.mime, "size": a.size, "ref": a.ref}
+            for a in attachments
+        ]
+    )
+
+
+def conversation_row(row: Sequence[Any]) -> Conversation:
+    return Conversation(
+        id=row[0],
+        address=Address(row[1], row[2], row[3] or None),
+        kind=row[4],
+        title=row[5],
+        last_seq=row[6],
+        handled_seq=row[7],
+        trigger_seq=row[8],
+        visible_count=row[9],
+        held_count=row[10],
+        created_at=row[11],
+        meta=json.loads(row[12] or "{}"),
+    )
+
+
+def message_row(row: Sequence[Any]) -> Message:
+    return Message(
+        conversation_id=row[0],
+        seq=row[1],
+        direction=row[2],
+        event_id=row[3],
+        sender=Sender(row[4], row[5], row[6], bool(row[7])),
+        text=row[8],
+        platform_message_id=row[9],
+        reply_to=row[10],
+        reply_to_seq=row[11],
+        mentions_me=bool(row[12]),
+        attachments=tuple(Attachment(**a) for a in json.loads(row[13])) if row[13] else (),
+        sent_at=row[14],
+        edited_at=row[15],
+        deleted_at=row[16],
+        held=bool(row[17]),
+        triggers=bool(row[18]),
+        status=row[19],
+        status_reason=row[20],
+        reactions=tuple((str(r[0]), str(r[1])) for r in json.loads(row[21])) if row[21] else (),
+        meta=json.loads(row[22]) if row[22] else {},
+    )
+
+
+def outbox_row(row: Sequence[Any]) -> OutboxEntry:
+    return OutboxEntry(
+        id=row[0],
+        conversation_id=row[1],
+        kind=row[2],
+        text=row[3],
+        status=row[4],
+        reason=row[5],
+        reply_to=row[6],
+        target=row[7],
+        message_seq=row[8],
+        platform_ids=tuple(json.loads(row[9])) if row[9] else (),
+        created_at=row[10],
+        updated_at=row[11],
+    )
