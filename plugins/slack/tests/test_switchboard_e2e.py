@@ -138,7 +138,11 @@ async def test_own_echoes_never_trigger_a_run(
 async def test_retry_while_first_delivery_is_processing_is_stored_once_and_answered_once(
     store: SQLiteStore, board_for: Any, mode: str
 ) -> None:
-    async with FakeSlack(ack_timeout=0.3, http_timeout=0.3, retry_delays=(0.0, 0.2, 0.5)) as slack:
+    # Slack retries every ~0.3-0.8 s; the first delivery is held ~1 s by a slow lookup.
+    # Enough retries that a loaded machine still sees one succeed after the commit.
+    async with FakeSlack(
+        ack_timeout=0.3, http_timeout=0.3, retry_delays=(0.0, 0.2, 0.5), max_retries=8
+    ) as slack:
         agent = RecordingAgent(greet)
         board = await board_for(slack, agent, mode)
         slack.fail_next("users.info", "slow", delay=1.0)  # the first delivery takes ~1 s
