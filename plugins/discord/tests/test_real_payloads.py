@@ -255,6 +255,30 @@ BOT_EMBED_ONLY = load("""
 }}
 """)
 
+# -- 12a. components/reference.mdx (components v2, flag IS_COMPONENTS_V2 = 1 << 15): no
+#         content; a container (17) holding text displays (10), a section (9) with a
+#         thumbnail accessory, a separator (14) and an action row (1) of buttons
+COMPONENTS_V2 = load("""
+{"op": 0, "s": 51, "t": "MESSAGE_CREATE", "d": {
+  "type": 0, "id": "1325400000000000032", "channel_id": "1180000000000000200",
+  "guild_id": "1180000000000000100", "content": "", "flags": 32768,
+  "timestamp": "2025-01-05T10:02:40.000000+00:00", "edited_timestamp": null,
+  "author": {"username": "Status", "id": "1180000000000000601", "discriminator": "0",
+             "bot": true},
+  "mentions": [], "mention_roles": [], "attachments": [], "embeds": [], "tts": false,
+  "pinned": false, "mention_everyone": false,
+  "components": [{"type": 17, "id": 1, "accent_color": 703487, "components": [
+    {"type": 10, "id": 2, "content": "## Incident 42"},
+    {"type": 9, "id": 3,
+     "components": [{"type": 10, "id": 4, "content": "API latency is back to normal."}],
+     "accessory": {"type": 11, "id": 5, "media": {"url": "https://example.org/ok.png"}}},
+    {"type": 14, "id": 6, "divider": true, "spacing": 1},
+    {"type": 1, "id": 7, "components": [{"type": 2, "id": 8, "style": 5, "label": "Details",
+                                         "url": "https://example.org/42"}]}
+  ]}]
+}}
+""")
+
 # -- 12b. user.mdx `system` flag: a message from Discord's official system user
 SYSTEM_USER = load("""
 {"op": 0, "s": 51, "t": "MESSAGE_CREATE", "d": {
@@ -522,6 +546,7 @@ ALL_PAYLOADS: list[dict[str, Any]] = [
     DM_WITH_ATTACHMENTS,
     VOICE_MESSAGE,
     BOT_EMBED_ONLY,
+    COMPONENTS_V2,
     SYSTEM_USER,
     OWN_MESSAGE,
     *SYSTEM_MESSAGES,
@@ -641,6 +666,12 @@ def test_embed_only_bot_message_reads_as_the_embed_text() -> None:
     assert got.sender.is_bot
     assert got.sender.handle == "CI Bot#7312"
     assert got.text == "Build #812 failed\ntests/test_api.py::test_login"
+
+
+def test_components_v2_message_reads_as_its_text_displays() -> None:
+    got = event(COMPONENTS_V2)
+    assert got.sender.is_bot
+    assert got.text == "## Incident 42\nAPI latency is back to normal."
 
 
 def test_discords_system_user_is_marked_as_automated() -> None:
@@ -810,11 +841,11 @@ def _mutate(raw: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     return mutated
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(6))
 def test_mutated_real_payloads_give_only_event_none_or_normalize_error(seed: int) -> None:
     rng = random.Random(seed)
     outcomes = {"event": 0, "none": 0, "error": 0}
-    for _ in range(1500):
+    for _ in range(2500):
         raw = _mutate(rng.choice(ALL_PAYLOADS), rng)
         try:
             result = norm(raw)

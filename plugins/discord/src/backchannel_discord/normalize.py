@@ -188,8 +188,8 @@ def _message(
     if poll is not None:
         attachments.append(poll)
     if not text:
-        # a bot's or webhook's message often says everything in embeds
-        text = _embed_text(reader)
+        # a bot's or webhook's message often says everything in embeds or components
+        text = _embed_text(reader) or _component_text(reader.items("components"))
     sent_at = _timestamp(reader.text("timestamp")) or snowflake_time(message_id)
     event_id = f"{message_id}:edit:{edited}" if is_edit else message_id
     return Event(
@@ -305,23 +305,23 @@ def _conversation(
     if guild_id is None:
         return "direct", None, meta
     meta["guild_id"] = guild_id
-    guild_name = context.get("guild_name")
+    guild_name = _str(context.get("guild_name"))
     if guild_name:
-        meta["guild_name"] = str(guild_name)
+        meta["guild_name"] = guild_name
     channel_type = context.get("channel_type")
     channel_type = channel_type if isinstance(channel_type, int) else None
     # `position` is present only on messages posted in threads
     is_thread = channel_type in THREAD_CHANNEL_TYPES or (
         channel_type is None and "position" in reader.data
     )
-    channel_name = context.get("channel_name")
+    channel_name = _str(context.get("channel_name"))
     if is_thread:
         parent_id = context.get("parent_id")
-        parent_name = context.get("parent_name")
-        if parent_id:
+        parent_name = _str(context.get("parent_name"))
+        if isinstance(parent_id, str | int) and parent_id:
             meta["parent_channel_id"] = str(parent_id)
         title = f"#{parent_name} › {channel_name}" if parent_name and channel_name else channel_name
-        return "thread", _with_guild(title, guild_name), meta
+        return "thread", _with_guild(title or None, guild_name), meta
     title = f"#{channel_name}" if channel_name else None
     return "group", _with_guild(title, guild_name), meta
 
@@ -397,6 +397,27 @@ def _embed_text(reader: _Reader) -> str:
         if block:
             blocks.append(block)
     return "\n\n".join(blocks)
+
+
+#: component types that hold others (action row, section, container) and text display
+_COMPONENT_HOLDERS = frozenset({1, 9, 17})
+_TEXT_DISPLAY = 10
+
+
+def _component_text(components: list[Any], depth: int = 0) -> str:
+    """The text displays of a components-v2 message (flag IS_COMPONENTS_V2), in order."""
+    blocks: list[str] = []
+    for component in components:
+        if not isinstance(component, Mapping) or depth > 4:
+            continue
+        kind = component.get("type")
+        if not isinstance(kind, int):
+            continue
+        if kind == _TEXT_DISPLAY and isinstance(component.get("content"), str):
+            blocks.append(component["content"])
+        elif kind in _COMPONENT_HOLDERS and isinstance(component.get("components"), list):
+            blocks.append(_component_text(component["components"], depth + 1))
+    return "\n".join(block for block in blocks if block)
 
 
 def _str(value: object) -> str | None:
