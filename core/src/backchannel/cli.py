@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -27,6 +26,13 @@ from .config import Config, default_config, load_config
 from .errors import BackchannelError, ConfigError, StoreError
 from .model import Address, Conversation, Message, to_json
 from .plugins import get_plugin_manager, plugin_summary
+from .render import (
+    conversation_json,
+    conversation_title,
+    render_preview,
+    render_summary,
+    transcript_line,
+)
 from .runs import Run
 from .secrets import redact
 from .store import Store
@@ -228,44 +234,7 @@ def check_command(config_path: Path, as_json: bool) -> None:
         _echo_json({"ok": True, **summary})
         return
     click.echo(f"{config_path}: ok")
-    click.echo(_render_summary(summary))
-
-
-def _render_summary(summary: dict[str, Any]) -> str:
-    server = summary["server"]
-    lines = [
-        f"store     {summary['store']['path']} (synchronous {summary['store']['synchronous']})",
-        f"server    http://{server['host']}:{server['port']}"
-        + (f" (public {server['public_url']})" if server["public_url"] else ""),
-        "accounts",
-    ]
-    for name, table in summary["accounts"].items():
-        settings = {k: v for k, v in table.items() if k != "channel"}
-        lines.append(f"  {name:<14} {table['channel']:<10} {_settings_text(settings)}".rstrip())
-    lines.append("agents")
-    for name, table in summary["agents"].items():
-        settings = {k: v for k, v in table.items() if k != "kind"}
-        lines.append(f"  {name:<14} {table['kind']:<10} {_settings_text(settings)}".rstrip())
-    lines.append("bindings")
-    for index, b in enumerate(summary["bindings"]):
-        accounts = ", ".join(b["accounts"]) if b["accounts"] is not None else "every account"
-        chats = f" chats {', '.join(b['chats'])}" if b["chats"] is not None else ""
-        rules = f"respond={b['respond']} access={b['access']}"
-        if b["allow"]:
-            rules += f" allow={','.join(b['allow'])}"
-        if b["owner"] is not None:
-            rules += f" owner={b['owner']}"
-        lines.append(f"  [{index}] {b['agent']} <- {accounts}{chats}: {rules}")
-        lines.append(
-            f"      window {b['window']} messages / {b['window_chars']} chars,"
-            f" debounce {b['debounce']:g}s, max wait {b['max_wait']:g}s,"
-            f" run timeout {b['run_timeout']:g}s"
-        )
-    return "\n".join(lines)
-
-
-def _settings_text(settings: dict[str, Any]) -> str:
-    return " ".join(f"{k}={json.dumps(v, default=str)}" for k, v in settings.items())
+    click.echo(render_summary(summary))
 
 
 @main.command("plugins")
@@ -315,7 +284,7 @@ def conversations_command(
 
     found = _with_store(config, read, missing=[])
     if as_json:
-        _echo_json([_conversation_json(c) for c in found])
+        _echo_json([conversation_json(c) for c in found])
         return
     if not found:
         click.echo(f"no conversations yet (store: {config.store.path})")
@@ -357,10 +326,10 @@ def show_command(
     found, messages = _with_store(config, read)
     if as_json:
         _echo_json(
-            {"conversation": _conversation_json(found), "messages": [to_json(m) for m in messages]}
+            {"conversation": conversation_json(found), "messages": [to_json(m) for m in messages]}
         )
         return
-    click.echo(click.style(_conversation_title(found), bold=True))
+    click.echo(click.style(conversation_title(found), bold=True))
     click.echo(
         f"{found.visible_count} messages, handled up to #{found.handled_seq}"
         + (
@@ -373,7 +342,7 @@ def show_command(
         click.echo(f"(showing the last {len(messages)}; use --limit for more)")
     click.echo("")
     for message in messages:
-        click.echo(_transcript_line(message))
+        click.echo(transcript_line(message))
 
 
 @main.command("preview")
@@ -479,124 +448,6 @@ async def _send(config: Config, address: Address, text: str) -> dict[str, Any]:
         }
     finally:
         await board.stop()
-
-
-# rendering ----------------------------------------------------------------------------------
-
-
-def render_preview(run: Run) -> str:
-    """Return a Run as text for people: headed sections, roles, ids, tool signatures."""
-    conversation = run.conversation
-    bold = _heading
-    trigger = run.trigger
-    if trigger is None:
-        state = "no trigger: no message has asked for a run yet"
-    elif conversation.trigger_seq > conversation.handled_seq:
-        state = f"trigger #{trigger.seq} from {trigger.sender.label}, not answered yet"
-    else:
-        state = (
-            f"trigger #{trigger.seq} from {trigger.sender.label}, already handled"
-            f" (runs have covered up to #{conversation.handled_seq})"
-        )
-    lines = [
-        bold(f"Run preview: conversation {conversation.id} ({conversation.address.key})"),
-        f"{conversation.kind} conversation"
-        + (f' "{conversation.title}"' if conversation.title else "")
-        + f", {len(run.messages)} of {conversation.visible_count} messages in the window",
-        state,
-        "",
-        bold("== Instruction (system) =="),
-        run.instruction,
-        "",
-        bold(f"== Messages ({len(run.messages)}) =="),
-    ]
-    if not run.messages:
-        lines.append("(none)")
-    for message in run.messages:
-        role = message["role"]
-        content = message["content"].splitlines() or [""]
-        lines.append(f"{role:<10} {content[0]}")
-        lines.extend(f"{'':<10} {line}" for line in content[1:])
-    lines.append("")
-    lines.append(bold(f"== Tools ({len(run.tools)}) =="))
-    for tool in run.tools:
-        lines.append(_signature(tool.name, tool.parameters))
-        if tool.description:
-            lines.extend(f"    {line}" for line in tool.description.splitlines())
-        for name, schema in (tool.parameters.get("properties") or {}).items():
-            if schema.get("description"):
-                lines.append(f"    {name}: {schema['description']}")
-    lines.append("")
-    lines.append(
-        "Nothing was run or sent. --format openai or --format anthropic prints the exact request."
-    )
-    return "\n".join(lines)
-
-
-def _signature(name: str, parameters: Any) -> str:
-    required = set(parameters.get("required") or ())
-    parts = []
-    for arg, schema in (parameters.get("properties") or {}).items():
-        text = f"{arg}: {_schema_type(schema)}"
-        if arg not in required:
-            text += f" = {json.dumps(schema['default'])}" if "default" in schema else " = null"
-        parts.append(text)
-    return f"{name}({', '.join(parts)})"
-
-
-def _schema_type(schema: Any) -> str:
-    if "enum" in schema:
-        return " | ".join(json.dumps(v) for v in schema["enum"])
-    kind = schema.get("type", "any")
-    if isinstance(kind, list):
-        return " | ".join(str(k) for k in kind)
-    if kind == "array":
-        return f"array[{_schema_type(schema.get('items') or {})}]"
-    return str(kind)
-
-
-def _heading(text: str) -> str:
-    return click.style(text, bold=True)
-
-
-def _conversation_title(conversation: Conversation) -> str:
-    title = f' "{conversation.title}"' if conversation.title else ""
-    return (
-        f"conversation {conversation.id}: {conversation.address.key} ({conversation.kind}){title}"
-    )
-
-
-def _transcript_line(message: Message) -> str:
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(message.sent_at))
-    marks = []
-    if message.reply_to_seq is not None:
-        marks.append(f"reply to #{message.reply_to_seq}")
-    if message.deleted_at is not None:
-        marks.append("deleted")
-    elif message.edited_at is not None:
-        marks.append("edited")
-    if message.direction == "out":
-        marks.append(
-            message.status + (f": {message.status_reason}" if message.status_reason else "")
-        )
-    arrow = "->" if message.direction == "out" else "  "
-    head = f"#{message.seq:<4} {when} {arrow} {message.sender.label}"
-    if marks:
-        head += f" ({'; '.join(marks)})"
-    body = message.text.splitlines() or [""]
-    lines = [f"{head}: {body[0]}"]
-    lines.extend(f"      {line}" for line in body[1:])
-    for attachment in message.attachments:
-        lines.append(
-            f"      [attached {attachment.kind} {attachment.name or ''}]".rstrip("] ") + "]"
-        )
-    return "\n".join(lines)
-
-
-def _conversation_json(conversation: Conversation) -> dict[str, Any]:
-    data: dict[str, Any] = to_json(conversation)
-    data["key"] = conversation.address.key
-    return data
 
 
 # helpers --------------------------------------------------------------------------------

@@ -11,11 +11,12 @@ plugin `backchannel.testing.pytest_plugin`, loaded automatically.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .context import ContractContext
-from .contract import AdapterContract, ContractHarness
 from .fake_channel import FakeChannel, FakeChannelAdapter, FakeChannelHarness, FakePlatform
+from .harness import ContractHarness
 from .recording import RecordingAgent
-from .store_contract import StoreContract
 from .watch import Watch
 
 __all__ = [
@@ -30,3 +31,16 @@ __all__ = [
     "StoreContract",
     "Watch",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # the test suites need pytest; fakes and helpers must import without it
+    if name == "AdapterContract":
+        from .contract import AdapterContract
+
+        return AdapterContract
+    if name == "StoreContract":
+        from .store_contract import StoreContract
+
+        return StoreContract
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,7 +28,7 @@ from attrs import define, field
 from ..adapter import AdapterContext, Capabilities, split_text
 from ..errors import NormalizeError, RateLimited, Rejected, Uncertain
 from ..model import Address, Event, Outbound, Receipt, Sender, now
-from .contract import ContractHarness
+from .harness import ContractHarness
 
 __all__ = ["FakeChannel", "FakeChannelAdapter", "FakeChannelHarness", "FakePlatform"]
 

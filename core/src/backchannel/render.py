@@ -1,0 +1,164 @@
+"""How the CLI shows things to people: run previews, transcripts, config summaries."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from .model import Conversation, Message, to_json
+from .runs import Run
+
+
+def render_preview(run: Run) -> str:
+    """Return a Run as text for people: headed sections, roles, ids, tool signatures."""
+    conversation = run.conversation
+    bold = heading
+    trigger = run.trigger
+    if trigger is None:
+        state = "no trigger: no message has asked for a run yet"
+    elif conversation.trigger_seq > conversation.handled_seq:
+        state = f"trigger #{trigger.seq} from {trigger.sender.label}, not answered yet"
+    else:
+        state = (
+            f"trigger #{trigger.seq} from {trigger.sender.label}, already handled"
+            f" (runs have covered up to #{conversation.handled_seq})"
+        )
+    lines = [
+        bold(f"Run preview: conversation {conversation.id} ({conversation.address.key})"),
+        f"{conversation.kind} conversation"
+        + (f' "{conversation.title}"' if conversation.title else "")
+        + f", {len(run.messages)} of {conversation.visible_count} messages in the window",
+        state,
+        "",
+        bold("== Instruction (system) =="),
+        run.instruction,
+        "",
+        bold(f"== Messages ({len(run.messages)}) =="),
+    ]
+    if not run.messages:
+        lines.append("(none)")
+    for message in run.messages:
+        role = message["role"]
+        content = message["content"].splitlines() or [""]
+        lines.append(f"{role:<10} {content[0]}")
+        lines.extend(f"{'':<10} {line}" for line in content[1:])
+    lines.append("")
+    lines.append(bold(f"== Tools ({len(run.tools)}) =="))
+    for tool in run.tools:
+        lines.append(signature(tool.name, tool.parameters))
+        if tool.description:
+            lines.extend(f"    {line}" for line in tool.description.splitlines())
+        for name, schema in (tool.parameters.get("properties") or {}).items():
+            if schema.get("description"):
+                lines.append(f"    {name}: {schema['description']}")
+    lines.append("")
+    lines.append(
+        "Nothing was run or sent. --format openai or --format anthropic prints the exact request."
+    )
+    return "\n".join(lines)
+
+
+def signature(name: str, parameters: Any) -> str:
+    required = set(parameters.get("required") or ())
+    parts = []
+    for arg, schema in (parameters.get("properties") or {}).items():
+        text = f"{arg}: {schema_type(schema)}"
+        if arg not in required:
+            text += f" = {json.dumps(schema['default'])}" if "default" in schema else " = null"
+        parts.append(text)
+    return f"{name}({', '.join(parts)})"
+
+
+def schema_type(schema: Any) -> str:
+    if "enum" in schema:
+        return " | ".join(json.dumps(v) for v in schema["enum"])
+    kind = schema.get("type", "any")
+    if isinstance(kind, list):
+        return " | ".join(str(k) for k in kind)
+    if kind == "array":
+        return f"array[{schema_type(schema.get('items') or {})}]"
+    return str(kind)
+
+
+def heading(text: str) -> str:
+    return click.style(text, bold=True)
+
+
+def conversation_title(conversation: Conversation) -> str:
+    title = f' "{conversation.title}"' if conversation.title else ""
+    return (
+        f"conversation {conversation.id}: {conversation.address.key} ({conversation.kind}){title}"
+    )
+
+
+def transcript_line(message: Message) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(message.sent_at))
+    marks = []
+    if message.reply_to_seq is not None:
+        marks.append(f"reply to #{message.reply_to_seq}")
+    if message.deleted_at is not None:
+        marks.append("deleted")
+    elif message.edited_at is not None:
+        marks.append("edited")
+    if message.direction == "out":
+        marks.append(
+            message.status + (f": {message.status_reason}" if message.status_reason else "")
+        )
+    arrow = "->" if message.direction == "out" else "  "
+    head = f"#{message.seq:<4} {when} {arrow} {message.sender.label}"
+    if marks:
+        head += f" ({'; '.join(marks)})"
+    body = message.text.splitlines() or [""]
+    lines = [f"{head}: {body[0]}"]
+    lines.extend(f"      {line}" for line in body[1:])
+    for attachment in message.attachments:
+        lines.append(
+            f"      [attached {attachment.kind} {attachment.name or ''}]".rstrip("] ") + "]"
+        )
+    return "\n".join(lines)
+
+
+def conversation_json(conversation: Conversation) -> dict[str, Any]:
+    data: dict[str, Any] = to_json(conversation)
+    data["key"] = conversation.address.key
+    return data
+
+
+def render_summary(summary: dict[str, Any]) -> str:
+    server = summary["server"]
+    lines = [
+        f"store     {summary['store']['path']} (synchronous {summary['store']['synchronous']})",
+        f"server    http://{server['host']}:{server['port']}"
+        + (f" (public {server['public_url']})" if server["public_url"] else ""),
+        "accounts",
+    ]
+    for name, table in summary["accounts"].items():
+        settings = {k: v for k, v in table.items() if k != "channel"}
+        lines.append(f"  {name:<14} {table['channel']:<10} {settings_text(settings)}".rstrip())
+    lines.append("agents")
+    for name, table in summary["agents"].items():
+        settings = {k: v for k, v in table.items() if k != "kind"}
+        lines.append(f"  {name:<14} {table['kind']:<10} {settings_text(settings)}".rstrip())
+    lines.append("bindings")
+    for index, b in enumerate(summary["bindings"]):
+        accounts = ", ".join(b["accounts"]) if b["accounts"] is not None else "every account"
+        chats = f" chats {', '.join(b['chats'])}" if b["chats"] is not None else ""
+        rules = f"respond={b['respond']} access={b['access']}"
+        if b["allow"]:
+            rules += f" allow={','.join(b['allow'])}"
+        if b["owner"] is not None:
+            rules += f" owner={b['owner']}"
+        lines.append(f"  [{index}] {b['agent']} <- {accounts}{chats}: {rules}")
+        lines.append(
+            f"      window {b['window']} messages / {b['window_chars']} chars,"
+            f" debounce {b['debounce']:g}s, max wait {b['max_wait']:g}s,"
+            f" run timeout {b['run_timeout']:g}s"
+        )
+    return "\n".join(lines)
+
+
+def settings_text(settings: dict[str, Any]) -> str:
+    return " ".join(f"{k}={json.dumps(v, default=str)}" for k, v in settings.items())
