@@ -59,6 +59,30 @@ async def test_error_bodies_use_discord_codes(fake: FakeDiscord) -> None:
     assert unknown == (404, {"message": "Unknown Channel", "code": 10003})
 
 
+async def test_content_over_2000_code_points_or_empty_is_refused_like_discord(
+    fake: FakeDiscord,
+) -> None:
+    fake.bucket_limit = 10
+    url = f"{fake.settings['api_base']}/channels/{fake.general}/messages"
+    answers = []
+    async with aiohttp.ClientSession() as http:
+        # 2000 astral emoji are 4000 UTF-16 units but 2000 code points: accepted
+        for content in ("😀" * 2000, "x" * 2001, ""):
+            async with http.post(url, json={"content": content}, headers=auth(fake)) as response:
+                answers.append((response.status, await response.json()))
+        first_id = answers[0][1]["id"]
+        async with http.patch(
+            f"{url}/{first_id}", json={"content": "y" * 2001}, headers=auth(fake)
+        ) as response:
+            edit = (response.status, await response.json())
+    (ok, _), (too_long, long_body), (empty, empty_body) = answers
+    assert (ok, too_long, empty, edit[0]) == (200, 400, 400, 400)
+    assert long_body["code"] == 50035
+    assert long_body["errors"]["content"]["_errors"][0]["code"] == "BASE_TYPE_MAX_LENGTH"
+    assert empty_body == {"message": "Cannot send an empty message", "code": 50006}
+    assert [len(m["content"]) for m in fake.sent] == [2000]
+
+
 async def next_frame(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
     message = await ws.receive(timeout=5)
     assert message.type is aiohttp.WSMsgType.TEXT, message

@@ -216,3 +216,21 @@ async def test_a_burst_is_paced_by_discord_py_from_the_rate_limit_headers(
             await adapter.stop()
         assert [m["content"] for m in fake.sent_to(fake.general)] == texts
         assert fake.over_limit == 0  # discord.py waited on X-RateLimit-Remaining: 0
+
+
+async def test_long_emoji_text_is_split_by_code_points_and_every_part_accepted(
+    fake: FakeDiscord, adapter: DiscordAdapter
+) -> None:
+    text = "🚀" * 2500  # Discord counts code points: two messages, not three
+    receipt = await adapter.send(Outbound(Address("test", fake.general), text))
+    sent = fake.sent_to(fake.general)
+    assert [m["id"] for m in sent] == list(receipt.part_ids)
+    assert "".join(m["content"] for m in sent) == text
+    assert len(sent) == 2
+
+
+async def test_empty_text_is_rejected_with_discords_code(
+    fake: FakeDiscord, adapter: DiscordAdapter
+) -> None:
+    with pytest.raises(Rejected, match="50006"):
+        await adapter.send(Outbound(Address("test", fake.general), ""))

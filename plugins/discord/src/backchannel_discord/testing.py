@@ -18,7 +18,8 @@ What it speaks, on 127.0.0.1 and an ephemeral port:
   429) and ``Content-Type: application/json``. Errors use Discord's bodies: 429 ``{"message",
   "retry_after", "global"}`` with ``Retry-After`` and ``Via``; 403
   ``{"code": 50013, "message": "Missing Permissions"}``; 404 10003 / 10008;
-  400 50035 "Invalid Form Body"; 401 for a wrong token.
+  400 50035 "Invalid Form Body" (also for content over 2000 code points), 400
+  50006 for an empty message; 401 for a wrong token.
 - The Gateway (``?v=10&encoding=json``, ``compress=zlib-stream`` or ``zstd-stream``):
   HELLO, heartbeats and ACKs, IDENTIFY checked (close 4004 for a wrong token,
   4014 for privileged intents the application was not granted), READY with a

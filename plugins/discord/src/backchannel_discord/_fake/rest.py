@@ -20,6 +20,8 @@ from .world import timestamp
 __all__ = ["RestServer"]
 
 _JSON = "application/json"
+#: the longest message content a bot may post
+MAX_CONTENT = 2000
 # faults `fail_next` understands, with the status and body Discord sends
 _ERRORS: dict[str, tuple[int, dict[str, Any]]] = {
     "forbidden": (403, {"message": "Missing Permissions", "code": 50013}),
@@ -184,6 +186,9 @@ class RestServer(GatewayServer):
             return await self._fault(fault, bucket, request)
         if rest == ["messages"] and method == "GET":
             return self._limited(bucket, self._json(200, self._history(channel_id, request)))
+        invalid = _invalid_content(method, rest, body)
+        if invalid is not None:
+            return self._limited(bucket, self._json(400, invalid))
         if rest == ["messages"] and method == "POST":
             return self._limited(bucket, self._json(200, await self._bot_posts(channel_id, body)))
         if len(rest) < 2 or rest[1] not in self.messages:
@@ -327,3 +332,22 @@ class RestServer(GatewayServer):
         response.content_type = _JSON  # exactly application/json: discord.py checks it
         response.charset = None
         return response
+
+
+def _invalid_content(method: str, rest: list[str], body: Any) -> dict[str, Any] | None:
+    """Discord's 400 body for a message POST / PATCH whose content it would refuse, else None.
+
+    Content is measured in code points (Discord's API counts them as Python does).
+    """
+    writes_message = (method == "POST" and rest == ["messages"]) or (
+        method == "PATCH" and len(rest) == 2
+    )
+    if not writes_message:
+        return None
+    body = body if isinstance(body, dict) else {}
+    content = body.get("content")
+    if isinstance(content, str) and len(content) > MAX_CONTENT:
+        return _ERRORS["bad_request"][1]
+    if method == "POST" and not content and not body.get("embeds") and not body.get("sticker_ids"):
+        return {"message": "Cannot send an empty message", "code": 50006}
+    return None
