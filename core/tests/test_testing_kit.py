@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from backchannel import Binding
 from backchannel.store import SQLiteStore
 from backchannel.switchboard import Switchboard
@@ -28,7 +27,7 @@ async def test_watch_wakes_when_the_state_changes() -> None:
 
 
 async def test_watch_times_out_naming_what_it_waited_for() -> None:
-    with pytest.raises(AssertionError, match="box: timed out after 0.05s waiting for nothing"):
+    with pytest.raises(AssertionError, match=r"box: timed out after 0\.05s waiting for nothing"):
         await Watch("box").wait_for(lambda: False, timeout=0.05, what="nothing")
 
 
