@@ -54,9 +54,14 @@ class Adapter(Protocol):
     """One account on one channel."""
 
     channel: str
-    capabilities: Capabilities
-    #: who the agent is on this platform, known after `start` (may stay None)
-    me: Sender | None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this channel can do (an attribute in implementations)."""
+
+    @property
+    def me(self) -> Sender | None:
+        """Who the agent is on this platform, known after `start` (may stay None)."""
 
     async def start(self, ctx: AdapterContext) -> None:
         """Connect and begin delivering raw payloads with `await ctx.ingest(raw)`."""
