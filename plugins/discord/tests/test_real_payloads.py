@@ -485,6 +485,14 @@ NUMERIC_IDS = load("""
  "attachments": [], "embeds": []}
 """)
 
+# -- 22b. the least a Message object may carry on the wire: no type (DEFAULT), no
+#         content (no Message Content intent and no mention), no timestamp
+MINIMAL = load("""
+{"op": 0, "t": "MESSAGE_CREATE", "s": 60,
+ "d": {"id": "1325400000000000033", "channel_id": "1180000000000000200",
+       "guild_id": "1180000000000000100", "author": {"id": "1180000000000000500"}}}
+""")
+
 # -- 23. gateway-events.mdx: MESSAGE_CREATE "guild_id - unless it is an ephemeral message";
 #        an ephemeral (flags 1 << 6) interaction response with no author
 EPHEMERAL = load("""
@@ -558,6 +566,7 @@ ALL_PAYLOADS: list[dict[str, Any]] = [
     POLL,
     LONG_UNICODE,
     NUMERIC_IDS,
+    MINIMAL,
     EPHEMERAL,
     STARTED_A_THREAD,
     *OTHER_DISPATCHES,
@@ -765,6 +774,14 @@ def test_numeric_ids_read_as_snowflake_strings() -> None:
         ALICE,
     )
     assert got.mentions_me
+
+
+def test_minimal_message_falls_back_on_the_snowflake_time_and_the_user_id() -> None:
+    got = event(MINIMAL)
+    assert (got.kind, got.text, got.conversation_kind) == ("message", "", "group")
+    assert (got.sender.id, got.sender.name, got.sender.handle) == (ALICE, "", None)
+    assert got.sender.label == ALICE
+    assert got.sent_at == pytest.approx(((1325400000000000033 >> 22) + 1420070400000) / 1000)
 
 
 def test_ephemeral_message_without_author_is_none() -> None:
