@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -1184,3 +1185,39 @@ def test_mutated_real_payloads_give_only_event_none_or_normalize_error(seed: int
                 outcomes["event"] += 1
     # the mutations are mild enough that every outcome happens
     assert all(count > 100 for count in outcomes.values()), outcomes
+
+
+# --- the same payloads through the whole receiving path -------------------------------
+
+
+@pytest.mark.parametrize("mode", ["socket", "events"])
+async def test_real_payloads_delivered_by_slack_are_all_acked_and_stored_once(
+    mode: str,
+    slack: Any,
+    contract_context: Any,
+    start_adapter: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Name lookups, thread facts and the in-flight join all cope with real shapes."""
+    caplog.set_level(logging.WARNING)
+    adapter = await start_adapter(mode)
+    bodies = [load(text) for text in REAL]
+    bodies = [
+        body.get("payload", body) if body.get("type") == "events_api" else body for body in bodies
+    ]
+    expected = {}
+    for body in bodies:
+        try:
+            event = adapter.normalize(body)
+        except NormalizeError:
+            continue
+        if event is not None:
+            expected[event.event_id] = event.kind
+    deliveries = [await slack.deliver(body) for body in bodies]
+    for delivery in deliveries:
+        await slack.wait_acked(delivery.event_id)
+    assert all(d.acks == 1 for d in deliveries)
+    assert {r.event.event_id: r.event.kind for r in contract_context.results if r.event} == expected
+    assert [r.status for r in contract_context.results].count("stored") == len(expected) >= 20
+    assert len(contract_context.malformed) == 1  # the placeholder payload
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
