@@ -4,7 +4,8 @@ The input is what Slack sends: the ``event_callback`` body (over HTTP, or as the
 ``payload`` of a Socket Mode envelope), optionally with a ``_backchannel`` key
 the adapter adds before ingesting (names it looked up with ``users.info`` and
 ``conversations.info``, and whether the bot takes part in the thread). A bare
-inner event (``{"type": "message", ...}``) is accepted too.
+inner event (``{"type": "message", ...}``) and a whole Socket Mode envelope
+(``{"type": "events_api", "payload": {...}}``) are accepted too.
 
 Decisions (see docs/channels/slack.md):
 
@@ -17,6 +18,10 @@ Decisions (see docs/channels/slack.md):
   that mentions the bot (outside DMs) opens the thread rooted at it
   (``Address(account, channel, ts)``), so the bot answers in that thread.
 - The app's own messages are recognised by bot user id and ``bot_id``.
+- An empty ``text`` (forwarded messages, many integrations) is replaced by the
+  words of the legacy ``attachments`` (their ``fallback``), else of the blocks.
+- A ts is kept as Slack writes it (``"1700000000.000100"``); a number is read
+  back into that form. Anything else where a ts belongs is a NormalizeError.
 """
 
 from __future__ import annotations
