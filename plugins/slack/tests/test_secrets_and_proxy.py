@@ -132,3 +132,24 @@ async def test_env_proxy_is_used_when_loopback_is_not_excluded(
     assert slack.calls == []  # it really went to the (dead) proxy
     assert slack.bot_token not in str(caught.value)
     await adapter.stop()
+
+
+async def test_signing_secret_never_reaches_logs_or_answers_in_events_mode(
+    slack: FakeSlack,
+    contract_context: ContractContext,
+    start_adapter: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    adapter = await start_adapter("events")
+    forged = await slack.deliver(slack.message("C0GENERAL", "U0ALICE", "forged"), signature="bad")
+    await slack.wait_for(forged.gave_up.is_set, what="Slack to give up on the forged event")
+    good = await slack.deliver(slack.message("C0GENERAL", "U0ALICE", "fine"))
+    await slack.wait_acked(good.event_id)
+    status, answer = await slack.verify_url()
+    assert status == 200
+    texts = [caplog.text, repr(adapter), repr(adapter.settings), str(answer)]
+    texts += [str(call) for call in slack.calls]
+    for secret in (slack.signing_secret, slack.bot_token):
+        assert all(secret not in text for text in texts)
+    assert "bad or stale signature" in caplog.text
