@@ -48,9 +48,12 @@ async def test_set_webhook_registers_the_route_with_a_generated_secret(
     adapter = await start_webhook(fake, contract_context, routes)
     assert fake.webhook is not None
     assert fake.webhook["url"] == routes.url(PATH)
-    secret = await contract_context.get_state("webhook_secret")
+    secret = fake.webhook["secret_token"]
     assert secret and len(secret) >= 32
-    assert fake.webhook["secret_token"] == secret
+    assert await contract_context.get_state("webhook_secret") is None  # derived, never stored
+    db = contract_context.store.path  # type: ignore[attr-defined]
+    stored = b"".join(p.read_bytes() for p in db.parent.iterdir() if p.is_file())
+    assert secret.encode() not in stored
     assert "message_reaction" in fake.webhook["allowed_updates"]
     await adapter.stop()
 
@@ -64,7 +67,8 @@ async def test_request_with_wrong_or_missing_secret_is_refused_and_stores_nothin
     secret: str | None,
 ) -> None:
     adapter = await start_webhook(fake, contract_context, routes)
-    real_secret = await contract_context.get_state("webhook_secret")
+    assert fake.webhook is not None
+    real_secret = fake.webhook["secret_token"]
     assert real_secret
     update = update_payload(fake)
     assert await post(routes.url(PATH), update, secret) == 401
@@ -127,10 +131,10 @@ async def test_secret_survives_a_restart(
     fake: FakeTelegram, contract_context: ContractContext, routes: RouteTable
 ) -> None:
     adapter = await start_webhook(fake, contract_context, routes)
-    first = await contract_context.get_state("webhook_secret")
+    assert fake.webhook is not None
+    first = fake.webhook["secret_token"]
     await adapter.stop()
     again = await start_webhook(fake, contract_context, routes)
-    assert await contract_context.get_state("webhook_secret") == first
     assert fake.webhook is not None and fake.webhook["secret_token"] == first
     await again.stop()
 

@@ -12,6 +12,8 @@ only the method. Nothing raised from this module is chained to an aiohttp error.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,6 +92,15 @@ class BotApi:
     def host(self) -> str:
         """The API host, safe to show (no token)."""
         return self._base
+
+    def derive_secret(self, label: str) -> str:
+        """Return a secret derived from the bot token for `label` (64 hex characters).
+
+        The same token and label always give the same value, so it survives
+        restarts without being stored anywhere; it reveals nothing of the token.
+        """
+        key = self._token.reveal().encode()
+        return hmac.new(key, f"backchannel:{label}".encode(), hashlib.sha256).hexdigest()
 
     async def call(
         self, method: str, params: Mapping[str, Any] | None = None, *, timeout: float | None = None

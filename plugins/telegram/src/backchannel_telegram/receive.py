@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,6 +18,7 @@ from aiohttp import web
 from attrs import frozen
 from backchannel.adapter import AdapterContext
 from backchannel.errors import BackchannelError, ConfigError
+from backchannel.secrets import register_secret
 
 from .api import BotApi, TelegramError, sleep_or_stop
 
@@ -201,11 +201,10 @@ class WebhookReceiver:
         self._serving = False
 
     async def start(self) -> None:
-        """Add the route, then setWebhook; the secret is generated once and kept in state."""
-        secret = await self._ctx.get_state("webhook_secret")
-        if not secret:
-            secret = secrets.token_urlsafe(32)  # A-Z a-z 0-9 _ -, as setWebhook requires
-            await self._ctx.set_state("webhook_secret", secret)
+        """Add the route, then setWebhook with a secret derived from the token (never stored)."""
+        # hex is within setWebhook's alphabet (A-Z a-z 0-9 _ -) and length (1-256)
+        secret = self._api.derive_secret(f"webhook:{self._account}")
+        register_secret(secret)
         self._secret = secret
         route_url = self._ctx.routes.add("POST", self._settings.path, self._on_request)
         self._serving = True
