@@ -723,6 +723,14 @@ def test_forward_carries_the_snapshot_text_and_files_and_is_not_a_reply() -> Non
     assert got.meta["forwarded_from"]["channel_id"] == "1180000000000000999"
 
 
+def test_forward_of_a_message_that_mentioned_the_bot_is_no_mention() -> None:
+    forward = copy.deepcopy(FORWARD)
+    forward["d"]["message_snapshots"][0]["message"]["content"] = f"<@{BOT}> see this"
+    got = event(forward)
+    assert got.text == f"<@{BOT}> see this"
+    assert not got.mentions_me
+
+
 def test_other_apps_slash_command_response_is_kept_as_a_bot_message() -> None:
     got = event(SLASH_RESPONSE)
     assert got.sender.is_bot

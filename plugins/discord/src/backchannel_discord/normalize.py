@@ -201,7 +201,7 @@ def _message(
         platform_message_id=message_id,
         reply_to=reply_to,
         mentions_me=replied_to_me
-        or _mentions(reader, text, bot_id)
+        or _mentions(reader, content or "", bot_id)
         or _mentions_role(reader, context.get("bot_role_id")),
         attachments=tuple(attachments),
         sent_at=(_timestamp(edited) or sent_at) if is_edit else sent_at,
