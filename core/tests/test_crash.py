@@ -108,7 +108,9 @@ async def test_sigkill_mid_stream_loses_nothing_and_doubles_nothing(tmp_path: Pa
         for row in db.execute("SELECT DISTINCT conversation_id FROM runs WHERE status = 'ok'")
     }
     assert unanswered <= answered, "a conversation left unanswered by the crash was not run again"
-    assert db.execute("SELECT COUNT(*) FROM outbox WHERE status = 'sent'").fetchone()[0] >= 20
+    sent = db.execute("SELECT COUNT(*) FROM outbox WHERE status = 'sent'").fetchone()
+    assert sent is not None
+    assert sent[0] >= 20
     await store.close()
 
 
@@ -119,7 +121,9 @@ async def test_runs_cut_short_by_a_crash_are_marked_interrupted(tmp_path: Path) 
     await read_acks(first, 1)
     store = SQLiteStore(path)
     for _ in range(3000):  # the run row is written right after the ack: poll the file, bounded
-        if store.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]:
+        row = store.db.execute("SELECT COUNT(*) FROM runs").fetchone()
+        assert row is not None
+        if row[0]:
             break
         await asyncio.sleep(0.01)
     await store.close()

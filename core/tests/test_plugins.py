@@ -47,7 +47,7 @@ def test_misspelled_hook_implementation_is_caught() -> None:
 
     class Broken:
         @hookimpl
-        def register_channel(self, register):  # type: ignore[no-untyped-def]
+        def register_channel(self, register):
             pass
 
     pm = get_plugin_manager()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from backchannel import Binding, Run, Switchboard, WindowSettings
 from backchannel.model import Address, Attachment, Event, Sender
 from backchannel.store import Inbound, SQLiteStore
-from backchannel.testing import FakeChannel
+from backchannel.testing import FakeChannel, FakeChannelAdapter
 
 
 async def board_with(store: SQLiteStore, window: WindowSettings | None = None) -> Switchboard:
@@ -42,7 +42,9 @@ async def test_framing_names_channel_place_people_and_the_rules(store: SQLiteSto
         ]
     )
     board = await board_with(store)
-    board.accounts["fake"].adapter.me = Sender("bot", "Helper", "helper_bot", is_bot=True)
+    adapter = board.accounts["fake"].adapter
+    assert isinstance(adapter, FakeChannelAdapter)
+    adapter.me = Sender("bot", "Helper", "helper_bot", is_bot=True)
     run = await board.build_run(1)
     text = run.instruction
     assert 'group conversation called "Ops" on Fake Chat' in text
@@ -165,7 +167,7 @@ async def test_framing_hook_replaces_the_default(store: SQLiteStore) -> None:
 
     class Plugin:
         @hookimpl
-        def framing(self, conversation, channel, default):  # type: ignore[no-untyped-def]
+        def framing(self, conversation, channel, default):
             return f"custom for {channel}: {len(default) > 0}"
 
     pm = get_plugin_manager()
@@ -193,7 +195,7 @@ async def test_register_tools_hook_adds_tools(store: SQLiteStore) -> None:
 
     class Plugin:
         @hookimpl
-        def register_tools(self, register, conversation):  # type: ignore[no-untyped-def]
+        def register_tools(self, register, conversation):
             register(weather)
 
     pm = get_plugin_manager()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from backchannel.model import Address
@@ -365,7 +366,7 @@ async def channel_ingested(board: Switchboard, count: int) -> None:
     await wait_until(lambda: board.counters["stored"] + board.counters["held"] >= count)
 
 
-async def wait_until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
     """Poll a cheap in-memory predicate on each loop turn (bounded)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -420,7 +421,7 @@ async def test_a_plugin_breaking_the_run_build_is_recorded_not_retried_forever(
 
     class Broken:
         @hookimpl
-        def framing(self, conversation, channel, default):  # type: ignore[no-untyped-def]
+        def framing(self, conversation, channel, default):
             raise RuntimeError("framing plugin bug")
 
     pm = get_plugin_manager()

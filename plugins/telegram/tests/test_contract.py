@@ -47,7 +47,7 @@ class TelegramHarness(ContractHarness):
 
     def own_message_payload(self, text: str) -> Mapping[str, Any]:
         payload = self.user_message_payload(text)
-        payload["message"]["from"] = dict(self.fake.bot)  # type: ignore[index]
+        payload["message"]["from"] = dict(self.fake.bot)
         return payload
 
     def malformed_payloads(self) -> Sequence[Mapping[str, Any]]:

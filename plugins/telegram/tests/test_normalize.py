@@ -13,7 +13,7 @@ BOT = BotIdentity(id="123456789", username="backchannel_test_bot")
 
 # The "Message with text" example from Telegram's webhook guide, verbatim in
 # shape: no chat.type, no from.is_bot (old payloads omit both).
-DOCS_TEXT = {
+DOCS_TEXT: dict[str, Any] = {
     "update_id": 10000,
     "message": {
         "date": 1441645532,
@@ -33,7 +33,7 @@ DOCS_TEXT = {
         "text": "/start",
     },
 }
-DOCS_REPLY = {
+DOCS_REPLY: dict[str, Any] = {
     "update_id": 10000,
     "message": {
         "date": 1441645532,
@@ -66,7 +66,7 @@ DOCS_REPLY = {
         },
     },
 }
-DOCS_EDITED = {
+DOCS_EDITED: dict[str, Any] = {
     "update_id": 10001,
     "edited_message": {
         "date": 1441645532,
@@ -88,7 +88,7 @@ DOCS_EDITED = {
         "edit_date": 1441646600,
     },
 }
-DOCS_DOCUMENT = {
+DOCS_DOCUMENT: dict[str, Any] = {
     "update_id": 10000,
     "message": {
         "date": 1441645532,
@@ -114,10 +114,10 @@ DOCS_DOCUMENT = {
         },
     },
 }
-DOCS_VOICE = {
+DOCS_VOICE: dict[str, Any] = {
     "update_id": 10000,
     "message": {
-        **{k: v for k, v in DOCS_DOCUMENT["message"].items() if k != "document"},  # type: ignore[attr-defined]
+        **{k: v for k, v in DOCS_DOCUMENT["message"].items() if k != "document"},
         "voice": {
             "file_id": "AwADBAADbXXXXXXXXXXXGBdhD2l6_XX",
             "duration": 5,
@@ -127,7 +127,7 @@ DOCS_VOICE = {
     },
 }
 
-ALICE = {
+ALICE: dict[str, Any] = {
     "id": 5551234,
     "is_bot": False,
     "first_name": "Alice",
@@ -135,11 +135,16 @@ ALICE = {
     "username": "alice",
     "language_code": "en",
 }
-FORUM = {"id": -1001987654321, "title": "Engineering", "type": "supergroup", "is_forum": True}
-GROUP = {"id": -4012345678, "title": "Ops", "type": "group"}
+FORUM: dict[str, Any] = {
+    "id": -1001987654321,
+    "title": "Engineering",
+    "type": "supergroup",
+    "is_forum": True,
+}
+GROUP: dict[str, Any] = {"id": -4012345678, "title": "Ops", "type": "group"}
 
 
-def group_message(text: str, update_id: int = 500, **extra: Any) -> dict[str, Any]:
+def group_message(text: str, update_id: int = 500, /, **extra: Any) -> dict[str, Any]:
     message = {"message_id": 42, "from": ALICE, "chat": GROUP, "date": 1760000000, "text": text}
     message.update(extra)
     return {"update_id": update_id, "message": message}

@@ -138,6 +138,7 @@ async def test_send_failures_map_to_delivery_errors(
         await adapter.send(Outbound(address_of(chat), "hello"))
     assert needle in str(caught.value)
     if fault == "429":
+        assert isinstance(caught.value, RateLimited)
         assert caught.value.retry_after == 4
     delivered = fake.sent_texts(chat)
     assert delivered == (["hello"] if fault == "hang_after" else [])

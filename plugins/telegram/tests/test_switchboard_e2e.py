@@ -9,6 +9,7 @@ import aiohttp
 import pytest
 from backchannel.agents.demo import demo_agent
 from backchannel.model import Address
+from backchannel.runs import Run
 from backchannel.store import SQLiteStore
 from backchannel.switchboard import Binding, Switchboard
 from backchannel.testing import RecordingAgent
@@ -19,6 +20,11 @@ from backchannel_telegram.testing import FakeTelegram
 LONG_ANSWER = "\n\n".join(
     f"Section {n}. " + " ".join(f"detail{n}-{k}" for k in range(180)) for n in range(8)
 )
+
+
+def answer_trigger(run: Run) -> str:
+    assert run.trigger is not None
+    return f"answer to {run.trigger.text}"
 
 
 @pytest.fixture
@@ -126,7 +132,7 @@ async def test_a_hung_send_becomes_uncertain_and_is_not_resent(
     alice = fake.user("Alice")
     chat = fake.private_chat(alice)
     fake.fail_next("sendMessage", "hang_after")
-    agent = RecordingAgent(lambda run: f"answer to {run.trigger.text}")
+    agent = RecordingAgent(answer_trigger)
     board = await board_for(fake, agent, request_timeout=1.0)
     fake.inject_message(chat, alice, "first")
     await agent.wait_runs(1)
@@ -220,7 +226,7 @@ async def test_a_malformed_update_is_dead_lettered_and_the_rest_of_the_batch_is_
     # no date and no sender: Telegram never sends this, a broken relay might
     bad = fake.inject({"message": {"message_id": 1, "chat": {"id": chat["id"]}, "text": "?"}})
     good = fake.inject_message(chat, alice, "hello")
-    agent = RecordingAgent(lambda run: f"answer to {run.trigger.text}")
+    agent = RecordingAgent(answer_trigger)
     board = await board_for(fake, agent, mode)
     await agent.wait_runs(1)
     await board.wait_idle()

@@ -47,7 +47,7 @@ async def main(mode: str, relay_url: str, db: str, seed_hex: str) -> int:
         decrypted.append(str(envelope.get("id")))
         return await real_decrypt(sender, key, envelope)
 
-    session.decrypt = counted  # type: ignore[method-assign]
+    session.decrypt = counted
     print("READY", flush=True)
     client = adapter._client
     assert client is not None

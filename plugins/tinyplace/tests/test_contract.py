@@ -16,6 +16,8 @@ from backchannel_tinyplace.testing import FakeRelay, RelayPeer
 class TinyplaceHarness(ContractHarness):
     """The adapter's account, and a peer agent that talks to it through the relay."""
 
+    adapter: TinyplaceAdapter
+
     def __init__(self, adapter: TinyplaceAdapter, relay: FakeRelay, peer: RelayPeer) -> None:
         self.adapter = adapter
         self.relay = relay

@@ -14,7 +14,7 @@ ME = "7xKXtg2CW87d97TXJSDpbD5jBkheTqA83TZRuJosgAsU"
 PEER = "9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM"
 
 # the reference v1 sample the envelope's own conformance tests pin
-V1 = {
+V1: dict[str, Any] = {
     "envelope_version": "tinyplace.harness.session.v1",
     "version": 1,
     "bucket": {"unit": "hour", "start": "s", "end": "e"},

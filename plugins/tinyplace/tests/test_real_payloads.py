@@ -56,7 +56,7 @@ def wrap(decrypted: Any, **fields: Any) -> dict[str, Any]:
 
 # Rust SDK, sdk/rust/src/types/harness.rs test SAMPLE (and the TS SessionEnvelopeV1
 # type): a wrapped Claude session's agent message, session-scoped, full frame.
-CLAUDE_V1 = {
+CLAUDE_V1: dict[str, Any] = {
     "envelope_version": "tinyplace.harness.session.v1",
     "version": 1,
     "bucket": {"unit": "hour", "start": "2026-11-30T09:00:00Z", "end": "2026-11-30T10:00:00Z"},
@@ -80,7 +80,7 @@ CLAUDE_V1 = {
 
 # OpenHuman orchestration ingest test ENVELOPE: folder scope, Codex, role "user"
 # (the peer relaying its human's words), no bucket and no source frame.
-CODEX_USER_FOLDER_V1 = {
+CODEX_USER_FOLDER_V1: dict[str, Any] = {
     "envelope_version": "tinyplace.harness.session.v1",
     "version": 1,
     "scope": {
@@ -103,7 +103,7 @@ CODEX_USER_FOLDER_V1 = {
 # Codex plugin mcp/format.mjs encodeEnvelope: plugin-built v1 with the `tp`
 # extension; harness id empty, so wrapper_session_id is "<agent>:<label>"; line 0
 # always; message id "msg-<hex>"; a reply carries tp.in_reply_to and to_session.
-CODEX_PLUGIN_REPLY = {
+CODEX_PLUGIN_REPLY: dict[str, Any] = {
     "envelope_version": "tinyplace.harness.session.v1",
     "version": 1,
     "bucket": {
@@ -131,14 +131,14 @@ CODEX_PLUGIN_REPLY = {
 }
 
 # Codex plugin: the same builder with `auto: true` (its auto-responder's loop guard).
-CODEX_PLUGIN_AUTO = {
+CODEX_PLUGIN_AUTO: dict[str, Any] = {
     **CODEX_PLUGIN_REPLY,
     "tp": {"v": 1, "from_session": "codex:1", "auto": True},
 }
 
 # Claude/Codex plugin agent-daemon notifyClosedTargets: a "session closed" notice,
 # role "system", auto-tagged, threaded into the sender's conversation id.
-CLOSED_SESSION_NOTICE = {
+CLOSED_SESSION_NOTICE: dict[str, Any] = {
     **CODEX_PLUGIN_REPLY,
     "scope": {**CODEX_PLUGIN_REPLY["scope"], "wrapper_session_id": "conv-uuid-9"},
     "message": {
@@ -158,7 +158,7 @@ CLOSED_SESSION_NOTICE = {
 
 # OpenHuman SessionEnvelopeV1::outgoing (harness conformance test): the owner's
 # side writes role "owner" and puts one id in both session fields.
-OPENHUMAN_OUTGOING = {
+OPENHUMAN_OUTGOING: dict[str, Any] = {
     "envelope_version": "tinyplace.harness.session.v1",
     "version": 1,
     "bucket": {"unit": "minute", "start": "", "end": ""},
@@ -182,13 +182,13 @@ OPENHUMAN_OUTGOING = {
 
 # Harness conformance test "legacy envelope with no per-pair id": only the
 # version and a harness session id; no message at all.
-LEGACY_NO_MESSAGE = {
+LEGACY_NO_MESSAGE: dict[str, Any] = {
     "envelope_version": "tinyplace.harness.session.v1",
     "scope": {"harness_session_id": "h-only"},
 }
 
 # Codex harness wrapper: an agent message with `phase` (commentary vs final).
-CODEX_PHASE = {
+CODEX_PHASE: dict[str, Any] = {
     **CLAUDE_V1,
     "harness": {"provider": "codex", "command": "codex", "argv": ["exec"]},
     "message": {**CLAUDE_V1["message"], "phase": "commentary", "text": "Looking at the tests…"},
@@ -226,7 +226,7 @@ def v2(kind: str, payload: dict[str, Any], **event: Any) -> dict[str, Any]:
 
 # Claude plugin hooks (session_info emit): the daemon's intro to its owner, v2
 # kind "session_info", harness id may be empty, id a sha256 hex, seq 0.
-SESSION_INFO = {
+SESSION_INFO: dict[str, Any] = {
     **v2(
         "session_info",
         {
@@ -249,7 +249,7 @@ SESSION_INFO = {
 }
 
 # the smallest v2 the conformance tests accept: harness id only, event kind + payload
-MINIMAL_V2 = {
+MINIMAL_V2: dict[str, Any] = {
     "envelope_version": "tinyplace.harness.session.v2",
     "scope": {"harness_session_id": "h-only"},
     "event": {"kind": "agent_message", "payload": {"text": "x"}},

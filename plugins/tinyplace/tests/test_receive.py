@@ -30,7 +30,7 @@ class DecryptCounter:
             self.calls.append(str(envelope.get("id")))
             return await real(sender, key, envelope)
 
-        signal.decrypt = counted  # type: ignore[method-assign]
+        signal.decrypt = counted
 
 
 @pytest.fixture
