@@ -240,6 +240,40 @@ def test_message_changed_is_an_edit_of_the_original_ts() -> None:
     assert again is not None and again.event_id != event.event_id
 
 
+def test_edit_that_adds_or_removes_the_mention_stays_where_the_message_is() -> None:
+    def changed(before: str, after: str) -> dict[str, Any]:
+        return {
+            "type": "message",
+            "subtype": "message_changed",
+            "hidden": True,
+            "channel": "C123ABC456",
+            "ts": "1358878755.000001",
+            "message": {
+                "type": "message",
+                "user": "U123ABC456",
+                "text": after,
+                "ts": "1355517523.000005",
+                "edited": {"user": "U123ABC456", "ts": "1358878755.000001"},
+            },
+            "previous_message": {
+                "type": "message",
+                "user": "U123ABC456",
+                "text": before,
+                "ts": "1355517523.000005",
+            },
+            "channel_type": "channel",
+        }
+
+    # the original mentioned the bot, so it was stored in the thread it roots
+    removed = norm(envelope(changed("<@U061F7AUR> help", "never mind")))
+    assert removed is not None and not removed.mentions_me
+    assert removed.address == Address("work", "C123ABC456", "1355517523.000005")
+    # the original did not, so it stayed at the channel's top level
+    added = norm(envelope(changed("help", "<@U061F7AUR> help")))
+    assert added is not None and added.mentions_me
+    assert added.address == Address("work", "C123ABC456")
+
+
 def test_message_changed_without_new_words_is_ignored() -> None:
     unfurl = {
         "type": "message",

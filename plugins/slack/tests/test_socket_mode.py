@@ -230,6 +230,21 @@ async def test_edit_and_delete_change_the_stored_message(
     assert deleted is not None and deleted.deleted_at is not None
 
 
+async def test_edit_removing_the_bot_mention_changes_the_row_in_its_thread(
+    slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
+) -> None:
+    await start_adapter("socket")
+    original = slack.message("C0GENERAL", "U0ALICE", f"<@{slack.bot_user_id}> is prod down?")
+    ts = original["event"]["ts"]
+    for payload in (original, slack.edit("C0GENERAL", ts, "never mind, it is back")):
+        delivery = await slack.deliver(payload)
+        await slack.wait_acked(delivery.event_id)
+    (conversation,) = await contract_context.store.conversations("test")
+    assert conversation.address.thread == ts  # the mention opened the thread under it
+    (row,) = await contract_context.store.window(conversation.id, 10)
+    assert row.text == "never mind, it is back" and row.edited_at is not None
+
+
 async def test_events_sent_while_the_socket_is_down_arrive_after_reconnect(
     slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
 ) -> None:

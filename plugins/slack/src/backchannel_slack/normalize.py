@@ -267,7 +267,11 @@ class _Reader:
         thread_ts = self.opt_ts(changed, "thread_ts", f"{where}.thread_ts")
         direct = self.is_direct(channel, event)
         mentions_me = self.mentions(text) or self.replies_to_me(changed, thread_ts, ts)
-        address, kind = self.address(channel, ts, thread_ts, mentions_me, direct)
+        # the edited row lives where its words before this edit put it: a mention
+        # added or removed by the edit does not move the message to another thread
+        before = previous.get("text") if isinstance(previous, Mapping) else None
+        placed_by_mention = self.mentions(before) if isinstance(before, str) else mentions_me
+        address, kind = self.address(channel, ts, thread_ts, placed_by_mention, direct)
         return Event(
             address=address,
             event_id=f"edit:{channel}:{ts}:{stamp}",
