@@ -63,6 +63,22 @@ async def test_dropped_socket_mid_event_is_redelivered_and_stored_once(
     assert contract_context.calls(event_id) == 1
 
 
+async def test_stalled_socket_is_replaced_by_the_keepalive_and_nothing_is_lost(
+    slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
+) -> None:
+    adapter = await start_adapter("socket")
+    assert adapter.settings.ping_interval <= 0.5  # the fake's settings: a quick keepalive
+    before = await slack.deliver(slack.message("C0GENERAL", "U0ALICE", "before"))
+    await slack.wait_acked(before.event_id)
+    slack.stall_connections()  # open but silent: no close frame, no pongs
+    during = await slack.deliver(slack.message("C0GENERAL", "U0ALICE", "during"))
+    await slack.wait_connections(2, timeout=15)
+    await slack.wait_acked(during.event_id, timeout=15)
+    after = await slack.deliver(slack.message("C0GENERAL", "U0ALICE", "after"))
+    await slack.wait_acked(after.event_id)
+    assert await texts(contract_context) == ["after", "before", "during"]
+
+
 async def test_unacked_envelope_is_retried_with_retry_attempt_and_stored_once(
     contract_context: ContractContext, route_server: Any
 ) -> None:

@@ -22,7 +22,8 @@ clients talk to it unpatched::
   acks are tracked per envelope; unacked envelopes are sent again after
   ``ack_timeout`` (``retry_attempt`` / ``retry_reason: "timeout"``) and on the
   next connection after a drop. `disconnect` sends Slack's ``disconnect``
-  message; `drop_connections` closes sockets abruptly.
+  message; `drop_connections` closes sockets abruptly; `stall_connections`
+  freezes them open (only a keepalive notices).
 - **Events API**: after `use_events_api(url)`, `deliver` POSTs the signed body
   (``X-Slack-Signature`` v0, ``X-Slack-Request-Timestamp``) and retries with
   ``X-Slack-Retry-Num`` / ``X-Slack-Retry-Reason`` when no 2xx comes within

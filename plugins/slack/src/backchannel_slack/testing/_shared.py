@@ -61,6 +61,8 @@ class Connection:
     number: int
     #: deliveries sent on this socket (unacked ones are sent again on the next socket)
     sent: list[Delivery] = field(factory=list)
+    #: True once `stall_connections` froze it: open, but nothing goes through
+    stalled: bool = False
 
 
 class FakeBase(Workspace):

@@ -29,6 +29,7 @@ class SocketModeServer(FakeBase):
         self.connections_opened += 1
         connection = Connection(ws, request, self.connections_opened)
         self._connections.append(connection)
+        self._give_up_stalled()
         await ws.send_json(
             {
                 "type": "hello",
@@ -85,7 +86,7 @@ class SocketModeServer(FakeBase):
             "retry_attempt": attempt,
             "retry_reason": reason or "",
         }
-        live = [c for c in self._connections if not c.ws.closed]
+        live = [c for c in self._connections if not c.ws.closed and not c.stalled]
         if not live:
             self._orphans.append(delivery)
             return
@@ -112,7 +113,7 @@ class SocketModeServer(FakeBase):
     async def disconnect(self, reason: str = "refresh_requested") -> None:
         """Send Slack's ``disconnect`` message on every open socket (the app should reconnect)."""
         message = {"type": "disconnect", "reason": reason, "debug_info": {"host": "applink-fake"}}
-        for connection in list(self._connections):
+        for connection in [c for c in self._connections if not c.stalled]:
             with contextlib.suppress(Exception):
                 await connection.ws.send_json(message)
 
@@ -123,8 +124,32 @@ class SocketModeServer(FakeBase):
             if transport is not None:
                 transport.abort()
 
+    def stall_connections(self) -> None:
+        """Freeze every socket without closing it: no pongs, no acks read, no envelopes sent.
+
+        The app only notices through its own keepalive (slack-sdk pings every
+        ``ping_interval``). Once it opens a new socket, the frozen ones are cut
+        and what was unacked on them is sent again there, as Slack does.
+        """
+        for connection in self._connections:
+            connection.stalled = True
+            transport = connection.request.transport
+            if transport is not None:
+                transport.pause_reading()
+        self._notify()
+
+    def _give_up_stalled(self) -> None:
+        for connection in [c for c in self._connections if c.stalled]:
+            self._connections.remove(connection)
+            for delivery in connection.sent:
+                if not delivery.acked.is_set() and delivery not in self._orphans:
+                    self._orphans.append(delivery)
+            transport = connection.request.transport
+            if transport is not None:
+                transport.abort()
+
     def open_connections(self) -> int:
-        return sum(1 for c in self._connections if not c.ws.closed)
+        return sum(1 for c in self._connections if not c.ws.closed and not c.stalled)
 
     async def wait_connections(self, opened: int, timeout: float = 10.0) -> None:
         """Return once `opened` sockets have been opened in total and one is open."""
