@@ -17,6 +17,8 @@ from .conftest import FAST
 class DiscordHarness(ContractHarness):
     """Discord has no per-event ack: "acked" means the adapter saw the store commit the event."""
 
+    adapter: DiscordAdapter
+
     def __init__(self, adapter: DiscordAdapter, fake: FakeDiscord):
         self.adapter = adapter
         self.fake = fake

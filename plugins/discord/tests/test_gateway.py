@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
+from backchannel.model import Event
 from backchannel.testing import ContractContext
 from backchannel_discord import DiscordAdapter
 from backchannel_discord.testing import FakeDiscord
@@ -19,7 +20,7 @@ async def said(fake: FakeDiscord, ctx: ContractContext, channel: str, text: str)
     return str(message["id"])
 
 
-def event_for(ctx: ContractContext, event_id: str):  # type: ignore[no-untyped-def]
+def event_for(ctx: ContractContext, event_id: str) -> Event:
     return next(e for e in ctx.events if e.event_id == event_id)
 
 

@@ -891,7 +891,8 @@ def test_mutated_real_payloads_give_only_event_none_or_normalize_error(seed: int
 
 
 def test_non_object_payloads_are_normalize_errors() -> None:
-    for raw in ([], "MESSAGE_CREATE", 7, None):
+    raws: list[Any] = [[], "MESSAGE_CREATE", 7, None]
+    for raw in raws:
         with pytest.raises(NormalizeError):
             norm(raw)
 

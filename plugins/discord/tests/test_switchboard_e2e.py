@@ -60,7 +60,7 @@ def replies_to(fake: FakeDiscord, channel: str, message_id: str) -> list[dict[st
 async def test_mention_in_a_guild_channel_and_a_dm_each_get_a_reply_to_that_message(
     fake: FakeDiscord, board_for: Any
 ) -> None:
-    agent = RecordingAgent(lambda run: f"hello {run.trigger.sender.label}")
+    agent = RecordingAgent(lambda run: f"hello {run.trigger.sender.label}" if run.trigger else None)
     board = await board_for(agent, respond="mention")
     chatter = await fake.post_message(fake.general, fake.alice, "just chatting")
     mention = await fake.post_message(fake.general, fake.alice, f"<@{fake.bot_id}> status?")
