@@ -723,6 +723,49 @@ def test_blocks_only_message_reads_the_block_text() -> None:
     ]  # buttons are controls, not words
 
 
+def test_rich_text_only_message_reads_as_mrkdwn() -> None:
+    # rich_text element types from Slack's Block Kit reference (rich text block)
+    payload = load(MESSAGE_IM)
+    payload["event"]["text"] = ""
+    payload["event"]["blocks"] = [
+        {
+            "type": "rich_text",
+            "elements": [
+                {
+                    "type": "rich_text_section",
+                    "elements": [
+                        {"type": "broadcast", "range": "here"},
+                        {"type": "text", "text": " ping "},
+                        {"type": "user", "user_id": "U0BOTBOT1"},
+                        {"type": "text", "text": " and "},
+                        {"type": "usergroup", "usergroup_id": "S0ONCALL1"},
+                        {"type": "text", "text": " in "},
+                        {"type": "channel", "channel_id": "C0OPS0001"},
+                        {"type": "emoji", "name": "fire", "unicode": "1f525"},
+                    ],
+                },
+                {
+                    "type": "rich_text_list",
+                    "style": "bullet",
+                    "elements": [
+                        {"type": "rich_text_section", "elements": [{"type": "text", "text": "a"}]},
+                        {"type": "rich_text_section", "elements": [{"type": "text", "text": "b"}]},
+                    ],
+                },
+                {"type": "rich_text_preformatted", "elements": [{"type": "text", "text": "x = 1"}]},
+            ],
+        }
+    ]
+    event = must(payload)
+    assert event.text.splitlines() == [
+        "<!here> ping <@U0BOTBOT1> and <!subteam^S0ONCALL1> in <#C0OPS0001>:fire:",
+        "a",
+        "b",
+        "x = 1",
+    ]
+    assert event.mentions_me  # the bot's mention in the blocks counts
+
+
 # --- Slack's docs: message_changed (docs.slack.dev/reference/events/message/message_changed).
 MESSAGE_CHANGED_DOCS = """
 {

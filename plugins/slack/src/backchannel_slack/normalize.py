@@ -470,6 +470,10 @@ def _rich_text(elements: Any, depth: int) -> list[str]:
             out.append(f"<#{element['channel_id']}>")
         elif kind == "emoji" and isinstance(element.get("name"), str):
             out.append(f":{element['name']}:")
+        elif kind == "broadcast" and isinstance(element.get("range"), str):
+            out.append(f"<!{element['range']}>")
+        elif kind == "usergroup" and isinstance(element.get("usergroup_id"), str):
+            out.append(f"<!subteam^{element['usergroup_id']}>")
         elif "elements" in element:
             inner = "".join(_rich_text(element.get("elements"), depth + 1))
             out.append(inner if inner.endswith("\n") else inner + "\n")
