@@ -3,7 +3,6 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 UV := $(PYTHON) -m uv
-PY_SOURCES := core/src plugins/telegram/src plugins/slack/src plugins/discord/src plugins/tinyplace/src plugins/webchat/src
 
 .PHONY: demo test bootstrap lint typecheck pytest chromium bench
 
@@ -25,7 +24,7 @@ lint: bootstrap
 	$(UV) run --frozen ruff format --check core plugins tests bench examples
 
 typecheck: bootstrap
-	$(UV) run --frozen mypy $(PY_SOURCES)
+	$(UV) run --frozen mypy core plugins
 
 pytest: bootstrap chromium
 	$(UV) run --frozen pytest -q

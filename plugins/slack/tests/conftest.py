@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -58,7 +59,7 @@ class RouteServer:
 
 
 @pytest.fixture
-async def route_server(contract_context) -> AsyncIterator[RouteServer]:  # type: ignore[no-untyped-def]
+async def route_server(contract_context: Any) -> AsyncIterator[RouteServer]:
     server = RouteServer(contract_context.routes)
     await server.start()
     yield server
@@ -66,7 +67,7 @@ async def route_server(contract_context) -> AsyncIterator[RouteServer]:  # type:
 
 
 @pytest.fixture
-async def start_adapter(slack: FakeSlack, contract_context, route_server):  # type: ignore[no-untyped-def]
+async def start_adapter(slack: FakeSlack, contract_context: Any, route_server: Any) -> Any:
     """Start a SlackAdapter on the contract context in `mode`; stopped after the test."""
     from backchannel_slack import SlackAdapter
 
@@ -86,7 +87,7 @@ async def start_adapter(slack: FakeSlack, contract_context, route_server):  # ty
         await adapter.stop()
 
 
-async def wait_until(predicate, timeout: float = 10.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+async def wait_until(predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
     """Re-check `predicate` every few milliseconds until true; AssertionError after `timeout`.
 
     Only for the adapter's own counters, which nothing announces; the fake's state

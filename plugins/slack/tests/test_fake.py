@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -21,7 +22,7 @@ async def web(slack: FakeSlack) -> AsyncIterator[AsyncWebClient]:
     yield client
 
 
-async def error_of(call) -> str:  # type: ignore[no-untyped-def]
+async def error_of(call: Any) -> str:
     with pytest.raises(SlackApiError) as caught:
         await call
     return str(caught.value.response["error"])

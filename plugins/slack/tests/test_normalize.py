@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from backchannel.errors import NormalizeError
-from backchannel.model import Address
+from backchannel.model import Address, Event
 from backchannel_slack.normalize import BotIdentity, normalize_payload
 
 BOT = BotIdentity(user_id="U061F7AUR", bot_id="B061F7JD2")
@@ -71,7 +71,7 @@ APP_MENTION = {
 }
 
 
-def norm(payload: dict[str, Any], **kwargs: Any):  # type: ignore[no-untyped-def]
+def norm(payload: dict[str, Any], **kwargs: Any) -> Event | None:
     return normalize_payload(payload, account="work", me=BOT, **kwargs)
 
 
@@ -233,7 +233,7 @@ def test_message_changed_is_an_edit_of_the_original_ts() -> None:
     assert event.platform_message_id == "1355517523.000005"
     assert event.text == "Hello, world!"
     assert event.address == Address("work", "C123ABC456")
-    second = copy.deepcopy(changed)
+    second: dict[str, Any] = copy.deepcopy(changed)
     second["message"]["edited"]["ts"] = "1358878799.000001"
     second["ts"] = second["event_ts"] = "1358878799.000001"
     again = norm(envelope(second))
