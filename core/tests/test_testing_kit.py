@@ -50,3 +50,40 @@ async def test_reordered_and_duplicated_delivery_stores_each_message_once(
     assert [m.text for m in window] == ["second", "first"]  # arrival order, seq 1 and 2
     assert board.counters["duplicate"] == 1
     await board.stop()
+
+
+def test_mutate_payload_changes_a_copy_and_keeps_the_payload_a_mapping() -> None:
+    import random
+
+    from backchannel.testing import mutate_payload
+
+    original = {"message": {"chat": {"id": 1}, "text": "hi"}, "update_id": 5}
+    rng = random.Random(3)
+    seen = set()
+    for _ in range(200):
+        mangled = mutate_payload(original, rng)
+        assert isinstance(mangled, dict)
+        seen.add(repr(mangled))
+    assert original == {"message": {"chat": {"id": 1}, "text": "hi"}, "update_id": 5}
+    assert len(seen) > 50  # many different manglings, not one
+
+
+async def test_fake_channel_normalize_survives_mangled_payloads() -> None:
+    import random
+
+    from backchannel.errors import NormalizeError
+    from backchannel.testing import mutate_payload
+
+    adapter = FakeChannel().adapter("fake")
+    real = {**adapter.platform.make_message("hello", chat_type="group", mention=True), "update": 1}
+    rng = random.Random(11)
+    outcomes = {"event": 0, "none": 0, "error": 0}
+    for _ in range(2000):
+        try:
+            event = adapter.normalize(mutate_payload(real, rng))
+        except NormalizeError as error:
+            assert "\n" not in str(error)
+            outcomes["error"] += 1
+        else:
+            outcomes["none" if event is None else "event"] += 1
+    assert outcomes["event"] and outcomes["error"]

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from backchannel.errors import NormalizeError
 from backchannel.model import Event
+from backchannel.testing import mutate_payload
 from backchannel_discord.normalize import normalize_payload
 
 BOT = "1180000000000000001"
@@ -837,33 +838,10 @@ _ODD_VALUES: list[Any] = [
 ]
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix] if prefix else []
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            found.extend(_paths(inner, (*prefix, key)))
-    elif isinstance(value, list):
-        for index, inner in enumerate(value):
-            found.extend(_paths(inner, (*prefix, index)))
-    return found
-
-
 def _mutate(raw: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     """Drop a key, or put an odd value (wrong type, null, nested null) somewhere, 1-3 times."""
-    mutated = copy.deepcopy(raw)
-    for _ in range(rng.randint(1, 3)):
-        paths = _paths(mutated)
-        if not paths:
-            break
-        path = rng.choice(paths)
-        parent: Any = mutated
-        for step in path[:-1]:
-            parent = parent[step]
-        if isinstance(parent, dict) and rng.random() < 0.3:
-            del parent[path[-1]]
-        else:
-            parent[path[-1]] = copy.deepcopy(rng.choice(_ODD_VALUES))
-    return mutated
+    mangled: dict[str, Any] = mutate_payload(raw, rng, odd_values=_ODD_VALUES, drop_chance=0.3)
+    return mangled
 
 
 @pytest.mark.parametrize("seed", range(6))

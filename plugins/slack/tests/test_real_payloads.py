@@ -12,16 +12,15 @@ nests nulls) and checks that only an Event, None or a NormalizeError comes out.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from backchannel.errors import NormalizeError
 from backchannel.model import Address, Event
+from backchannel.testing import mutate_payload
 from backchannel_slack.adapter import SlackAdapter
 
 BOT_USER = "U0BOTBOT1"  # the app's bot user in these payloads (authorizations[0].user_id)
@@ -1174,33 +1173,10 @@ ODD_VALUES: list[Any] = [
 ]
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    if prefix:
-        yield prefix
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from _paths(value, (*prefix, index))
-
-
 def mutate(rng: random.Random, payload: dict[str, Any]) -> dict[str, Any]:
     """Return a copy with 1-3 random changes: a key dropped or a value swapped."""
-    mutated = copy.deepcopy(payload)
-    for _ in range(rng.randint(1, 3)):
-        paths = list(_paths(mutated))
-        if not paths:
-            break
-        path = rng.choice(paths)
-        parent: Any = mutated
-        for step in path[:-1]:
-            parent = parent[step]
-        if isinstance(parent, dict) and rng.random() < 0.35:
-            del parent[path[-1]]
-        else:
-            parent[path[-1]] = copy.deepcopy(rng.choice(ODD_VALUES))
-    return mutated
+    mangled: dict[str, Any] = mutate_payload(payload, rng, odd_values=ODD_VALUES)
+    return mangled
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -9,15 +9,15 @@ gives an Event, None, or a NormalizeError, never another exception.
 
 from __future__ import annotations
 
-import copy
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from backchannel.errors import NormalizeError
 from backchannel.model import Event
+from backchannel.testing import mutate_payload
 from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.normalize import BotIdentity, migration_of, normalize_update
 
@@ -650,34 +650,10 @@ ODD_VALUES: list[Any] = [
 ]
 
 
-def _paths(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    if path:
-        yield path
-    items = (
-        node.items()
-        if isinstance(node, dict)
-        else enumerate(node)
-        if isinstance(node, list)
-        else ()
-    )
-    for key, child in items:
-        yield from _paths(child, (*path, key))
-
-
 def _mutate(payload: dict[str, Any], rng: random.Random) -> dict[str, Any]:
-    mangled = copy.deepcopy(payload)
-    for _ in range(rng.randint(1, 4)):
-        paths = list(_paths(mangled))
-        if not paths:
-            break
-        *parents, key = rng.choice(paths)
-        holder: Any = mangled
-        for step in parents:
-            holder = holder[step]
-        if isinstance(holder, dict) and rng.random() < 0.4:
-            del holder[key]
-        else:
-            holder[key] = copy.deepcopy(rng.choice(ODD_VALUES))
+    mangled: dict[str, Any] = mutate_payload(
+        payload, rng, changes=(1, 4), odd_values=ODD_VALUES, drop_chance=0.4
+    )
     return mangled
 
 

@@ -10,7 +10,6 @@ plaintext beside it, the SDK's `DecryptedMessage`) are accepted too.
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 from backchannel.errors import NormalizeError
 from backchannel.model import Event
 from backchannel.store import Inbound, SQLiteStore
+from backchannel.testing import mutate_payload
 from backchannel_tinyplace.normalize import normalize_relay_message
 
 ME = "7xKXtg2CW87d97TXJSDpbD5jBkheTqA83TZRuJosgAsU"
@@ -564,36 +564,9 @@ _ODD_VALUES: list[Any] = [
 ]
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found: list[tuple[Any, ...]] = [prefix] if prefix else []
-    if isinstance(node, dict):
-        for key, value in node.items():
-            found += _paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            found += _paths(value, (*prefix, index))
-    return found
-
-
 def _mutate(node: Any, rng: random.Random) -> Any:
     """Return a copy of `node` with one random key dropped, retyped, or nulled."""
-    node = copy.deepcopy(node)
-    paths = _paths(node)
-    if not paths:
-        return rng.choice(_ODD_VALUES)
-    path = rng.choice(paths)
-    parent = node
-    for step in path[:-1]:
-        parent = parent[step]
-    last = path[-1]
-    action = rng.random()
-    if action < 0.3 and isinstance(parent, dict):
-        del parent[last]
-    elif action < 0.5:
-        parent[last] = {"x": None, "y": [None, {"z": None}]}
-    else:
-        parent[last] = rng.choice(_ODD_VALUES)
-    return node
+    return mutate_payload(node, rng, changes=(1, 1), odd_values=_ODD_VALUES, drop_chance=0.3)
 
 
 def test_mutated_real_payloads_yield_only_events_none_or_normalize_errors() -> None:

@@ -16,10 +16,12 @@ from typing import Any
 from .context import ContractContext
 from .fake_channel import FakeChannel, FakeChannelAdapter, FakeChannelHarness, FakePlatform
 from .harness import ContractHarness
+from .mutation import ODD_VALUES, mutate_payload
 from .recording import RecordingAgent
 from .watch import Watch
 
 __all__ = [
+    "ODD_VALUES",
     "AdapterContract",
     "ContractContext",
     "ContractHarness",
@@ -30,6 +32,7 @@ __all__ = [
     "RecordingAgent",
     "StoreContract",
     "Watch",
+    "mutate_payload",
 ]
 
 

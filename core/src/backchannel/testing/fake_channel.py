@@ -309,45 +309,76 @@ class FakeChannelAdapter:
         self.platform.typing.append((address.chat, address.thread))
 
     def normalize(self, raw: Mapping[str, Any]) -> Event | None:
-        try:
-            chat = raw["chat"]
-            sender = raw["from"]
-            kind = raw.get("type", "message")
-            if kind not in {"message", "edit", "delete", "reaction"}:
-                raise NormalizeError(f"unknown update type {kind!r}", where="type")
-            if sender.get("id") == BOT_ID:
-                return None
-            chat_type = chat.get("type", "direct")
-            thread = raw.get("thread")
-            if kind == "message":
-                event_id = f"msg:{chat['id']}:{raw['message_id']}"
-            else:
-                event_id = f"{kind}:{raw.get('update_of', raw['update'])}"
-            return Event(
-                address=Address(self.account, chat["id"], thread),
-                event_id=event_id,
-                sender=Sender(
-                    sender["id"],
-                    sender.get("name", ""),
-                    sender.get("handle"),
-                    bool(sender.get("is_bot")),
-                ),
-                kind=kind,
-                text=str(raw.get("text", "")),
-                platform_message_id=raw["message_id"],
-                reply_to=raw.get("reply_to"),
-                mentions_me=BOT_ID in (raw.get("mentions") or ()),
-                sent_at=float(raw.get("date") or now()),
-                conversation_kind="thread"
-                if thread
-                else ("group" if chat_type == "group" else "direct"),
-                conversation_title=chat.get("title"),
-                raw=raw,
-            )
-        except KeyError as error:
-            raise NormalizeError("missing field", where=str(error.args[0])) from None
-        except (TypeError, AttributeError) as error:
-            raise NormalizeError(f"wrong shape: {error}") from None
+        if not isinstance(raw, Mapping):
+            raise NormalizeError(f"expected an object, got {type(raw).__name__}")
+        chat = _field(raw, "chat", Mapping)
+        sender = _field(raw, "from", Mapping)
+        kind = raw.get("type", "message")
+        if not isinstance(kind, str) or kind not in {"message", "edit", "delete", "reaction"}:
+            raise NormalizeError(f"unknown update type {kind!r}", where="type")
+        sender_id = _text(sender, "id", "from.id")
+        if sender_id == BOT_ID:
+            return None
+        chat_id = _text(chat, "id", "chat.id")
+        message_id = _text(raw, "message_id", "message_id")
+        thread = raw.get("thread")
+        if thread is not None and not isinstance(thread, str):
+            raise NormalizeError("expected a string or null", where="thread")
+        if kind == "message":
+            event_id = f"msg:{chat_id}:{message_id}"
+        else:
+            event_id = f"{kind}:{_text(raw, 'update_of' if 'update_of' in raw else 'update')}"
+        mentions = raw.get("mentions") or ()
+        if not isinstance(mentions, list | tuple):
+            raise NormalizeError("expected a list", where="mentions")
+        date = raw.get("date") or now()
+        if not isinstance(date, int | float) or isinstance(date, bool) or date != date:
+            raise NormalizeError("expected a number of seconds", where="date")
+        title = chat.get("title")
+        return Event(
+            address=Address(self.account, chat_id, thread),
+            event_id=event_id,
+            sender=Sender(
+                sender_id,
+                _optional_text(sender, "name", "from.name") or "",
+                _optional_text(sender, "handle", "from.handle"),
+                bool(sender.get("is_bot")),
+            ),
+            kind=kind,
+            text=_optional_text(raw, "text", "text") or "",
+            platform_message_id=message_id,
+            reply_to=_optional_text(raw, "reply_to", "reply_to"),
+            mentions_me=BOT_ID in mentions,
+            sent_at=float(date),
+            conversation_kind="thread"
+            if thread
+            else ("group" if chat.get("type") == "group" else "direct"),
+            conversation_title=title if isinstance(title, str) else None,
+            raw=raw,
+        )
+
+
+def _field(raw: Mapping[str, Any], key: str, kind: type) -> Any:
+    if key not in raw:
+        raise NormalizeError("missing field", where=key)
+    value = raw[key]
+    if not isinstance(value, kind):
+        raise NormalizeError(f"expected an object, got {type(value).__name__}", where=key)
+    return value
+
+
+def _text(raw: Mapping[str, Any], key: str, where: str | None = None) -> str:
+    value = raw.get(key)
+    if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
+        raise NormalizeError("expected a non-empty string or an integer", where=where or key)
+    return str(value)
+
+
+def _optional_text(raw: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = raw.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise NormalizeError(f"expected a string, got {type(value).__name__}", where=where)
 
 
 class FakeChannel:
