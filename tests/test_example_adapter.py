@@ -16,6 +16,7 @@ from aiohttp import web
 from backchannel import Address
 from backchannel.server import HttpServer
 from backchannel.testing import AdapterContract, ContractContext, ContractHarness
+from backchannel.testing.loopback import serve_loopback
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "webhook_channel.py"
 spec = importlib.util.spec_from_file_location("webhook_channel", EXAMPLE)
@@ -40,12 +41,7 @@ class FakeHookchat:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/send", self._send)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve_loopback(app)
 
     async def stop(self) -> None:
         self.hang.set()

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from backchannel.adapter import RouteTable
+from backchannel.testing.loopback import serve_loopback
 from backchannel_slack.testing import FakeSlack
 
 
@@ -39,12 +40,7 @@ class RouteServer:
     async def start(self) -> str:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.routes.public_url = f"http://127.0.0.1:{port}"
+        self._runner, self.routes.public_url = await serve_loopback(app, access_log=None)
         return self.routes.public_url
 
     async def stop(self) -> None:

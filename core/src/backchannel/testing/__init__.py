@@ -16,6 +16,7 @@ from typing import Any
 from .context import ContractContext
 from .fake_channel import FakeChannel, FakeChannelAdapter, FakeChannelHarness, FakePlatform
 from .harness import ContractHarness
+from .loopback import serve_loopback
 from .mutation import ODD_VALUES, mutate_payload
 from .recording import RecordingAgent
 from .watch import Watch
@@ -33,6 +34,7 @@ __all__ = [
     "StoreContract",
     "Watch",
     "mutate_payload",
+    "serve_loopback",
 ]
 
 

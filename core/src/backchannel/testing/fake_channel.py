@@ -344,7 +344,7 @@ class FakeChannelAdapter:
                 _optional_text(sender, "handle", "from.handle"),
                 bool(sender.get("is_bot")),
             ),
-            kind=kind,
+            kind=kind,  # type: ignore[arg-type]  # checked against the four kinds above
             text=_optional_text(raw, "text", "text") or "",
             platform_message_id=message_id,
             reply_to=_optional_text(raw, "reply_to", "reply_to"),

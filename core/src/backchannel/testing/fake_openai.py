@@ -30,6 +30,8 @@ from typing import Any
 from aiohttp import web
 from attrs import define, field, frozen
 
+from .loopback import serve_loopback
+
 __all__ = ["FakeOpenAI", "RecordedRequest"]
 
 #: a scripted step: given the request body, produce the HTTP response
@@ -72,11 +74,8 @@ class FakeOpenAI:
         """Start serving; return the base URL to give an agent (``http://127.0.0.1:PORT/v1``)."""
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
-        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self._port = self._runner.addresses[0][1]
+        self._runner, url = await serve_loopback(app, shutdown_timeout=1.0)
+        self._port = int(url.rsplit(":", 1)[1])
         return self.base_url
 
     async def stop(self) -> None:

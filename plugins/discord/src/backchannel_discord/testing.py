@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from backchannel.testing.loopback import serve_loopback
 
 from ._fake.rest import RestServer
 from ._fake.world import (
@@ -87,12 +88,7 @@ class FakeDiscord(RestServer):
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/gateway-resume", self._gateway)
         app.router.add_route("*", "/api/v10/{path:.*}", self._rest)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve_loopback(app)
         return self
 
     async def close(self) -> None:

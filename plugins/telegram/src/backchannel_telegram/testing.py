@@ -41,6 +41,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from attrs import define, field
+from backchannel.testing.loopback import serve_loopback
 from backchannel.testing.watch import Watch
 
 __all__ = ["FakeTelegram", "RateWindow", "SentMessage"]
@@ -260,14 +261,7 @@ class FakeTelegram:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         # no access log: request paths carry the bot token
-        self._runner = web.AppRunner(
-            app, shutdown_timeout=1.0, handle_signals=False, access_log=None
-        )
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve_loopback(app, shutdown_timeout=1.0, access_log=None)
         return self
 
     async def close(self) -> None:

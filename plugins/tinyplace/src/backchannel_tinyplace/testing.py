@@ -42,6 +42,7 @@ from typing import Any
 from aiohttp import web
 from attrs import define, field
 from backchannel.testing import Watch
+from backchannel.testing.loopback import serve_loopback
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 from tinyplace import LocalSigner, TinyPlaceClient, TinyPlaceError
@@ -122,12 +123,7 @@ class FakeRelay:
         """Serve on 127.0.0.1 on a free port; return the base URL."""
         app = web.Application(middlewares=[self._middleware])
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve_loopback(app, shutdown_timeout=1.0)
         return self.url
 
     async def close(self) -> None:

@@ -28,6 +28,7 @@ import aiohttp
 from aiohttp import web
 from backchannel.adapter import RouteTable
 from backchannel.model import Address
+from backchannel.testing.loopback import serve_loopback
 
 from .normalize import conversation_chat, visitor_id
 
@@ -47,12 +48,7 @@ class RouteServer:
     async def __aenter__(self) -> RouteServer:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve_loopback(app, access_log=None)
         self.routes.public_url = self.url
         return self
 

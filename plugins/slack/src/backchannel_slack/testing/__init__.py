@@ -46,6 +46,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from backchannel.testing import Watch
+from backchannel.testing.loopback import serve_loopback
 
 from ._events import EventsApiDriver
 from ._shared import FAULTS, Connection, Delivery, Fault
@@ -134,13 +135,8 @@ class FakeSlack(WebApi, SocketModeServer, EventsApiDriver):
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link/", self._link)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1]
+        self._runner, url = await serve_loopback(app, access_log=None)
+        self.port = int(url.rsplit(":", 1)[1])
         self._session = aiohttp.ClientSession(trust_env=False)
 
     async def stop(self) -> None:
