@@ -44,9 +44,11 @@ def fake_channel_plugin(platform: FakePlatform) -> Iterator[None]:
     class FakePlugin:
         @hookimpl
         def register_channels(self, register: Any) -> None:
-            register(
-                "fake", lambda account, settings: FakeChannelAdapter(account, settings, platform)
-            )
+            def make(account: str, settings: Any) -> FakeChannelAdapter:
+                settings.get("token")  # like a real channel, "fake" takes a token (secret tests)
+                return FakeChannelAdapter(account, settings, platform)
+
+            register("fake", make)
 
     pm = get_plugin_manager()
     pm.register(FakePlugin(), name="test-fake-channel")

@@ -71,9 +71,11 @@ def fake_channel_plugin(platform: FakePlatform) -> Iterator[None]:
     class FakePlugin:
         @hookimpl
         def register_channels(self, register: Any) -> None:
-            register(
-                "fake", lambda account, settings: FakeChannelAdapter(account, settings, platform)
-            )
+            def make(account: str, settings: Any) -> FakeChannelAdapter:
+                settings.get("token")  # like a real channel, "fake" takes a token (secret tests)
+                return FakeChannelAdapter(account, settings, platform)
+
+            register("fake", make)
 
     pm = get_plugin_manager()
     pm.register(FakePlugin(), name="test-fake-channel")
@@ -536,3 +538,40 @@ async def _until(condition: Any, timeout: float = 10.0) -> None:
             await asyncio.sleep(0.01)
 
     await asyncio.wait_for(poll(), timeout)
+
+
+def test_a_misspelled_channel_setting_is_one_error_naming_it(tmp_path: Path) -> None:
+    config = load_config(
+        write(tmp_path, '[accounts.f]\nchannel = "fake"\nmax_text_lenght = 50\n'), environ={}
+    )
+    with pytest.raises(ConfigError) as caught:
+        build_adapter(config, config.accounts["f"])
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / 'bot.toml'}: accounts.f.max_text_lenght: unknown")
+    assert "max_text_len" in message  # it says which settings the channel does read
+    assert "\n" not in message
+
+
+def test_every_installed_channel_reads_the_settings_its_page_documents() -> None:
+    import re
+
+    from backchannel.app import ReadTracker
+    from backchannel.plugins import channels
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "channels"
+    minimal: dict[str, dict[str, Any]] = {
+        "telegram": {"token": "123456:ABCdefGHIjklMNOpqrSTUvwxYZ0123456789"},
+        "slack": {"bot_token": "xoxb-1-2-abc", "app_token": "xapp-1-abc"},
+        "discord": {"token": "MTIzNDU2Nzg5MDEyMzQ1Njc4.Gabcde.abcdefghijklmnopqrstuvwxyz01234"},
+        "tinyplace": {"identity": "11" * 32},
+    }
+    registry = channels()
+    for channel, settings in minimal.items():
+        tracker = ReadTracker(settings)
+        registry.get(channel)("x", tracker)
+        documented = set(
+            re.findall(r"^\|\s*`([a-z_]+)`", (docs / f"{channel}.md").read_text(), re.M)
+        )
+        documented -= {"internal_error"}  # an error code in the Slack page's table, not a key
+        unread = documented - tracker._asked
+        assert not unread, f"{channel} documents settings it never reads: {sorted(unread)}"

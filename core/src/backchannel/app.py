@@ -15,7 +15,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +61,10 @@ def build_adapter(config: Config, account: AccountConfig) -> Adapter:
     """Instantiate the adapter for one account (nothing is started or connected)."""
     factory = channel_registry().get(account.channel)
     key = f"accounts.{account.name}"
+    settings = ReadTracker(account.settings)
     with _config_errors(config, key):
-        adapter: Adapter = factory(account.name, dict(account.settings))
+        adapter: Adapter = factory(account.name, settings)
+        settings.reject_unread(f"channel {account.channel!r}")
     return adapter
 
 
@@ -257,6 +259,49 @@ def _importable_next_to(config: Config) -> None:
     directory = str(Path(config.source).resolve().parent)
     if directory not in sys.path:
         sys.path.append(directory)
+
+
+class ReadTracker(Mapping[str, Any]):
+    """Settings that remember which keys the plugin read, to catch misspelled ones.
+
+    Adapters read every setting they know in their constructor (a missing one
+    falls back to its default, but the key is still asked for); a key nobody
+    asked for is a typo or belongs to another channel.
+    """
+
+    def __init__(self, settings: Mapping[str, Any]):
+        self._settings = dict(settings)
+        self._asked: set[str] = set()
+        self._listed = False
+
+    def __getitem__(self, key: str) -> Any:
+        self._asked.add(key)
+        return self._settings[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._asked.add(key)
+        return self._settings.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self._asked.add(key)
+        return key in self._settings
+
+    def __iter__(self) -> Iterator[str]:
+        self._listed = True  # a plugin that walks every key checks them itself
+        return iter(self._settings)
+
+    def __len__(self) -> int:
+        return len(self._settings)
+
+    def reject_unread(self, owner: str) -> None:
+        """Raise ConfigError naming the first key the plugin never asked for."""
+        if self._listed:
+            return
+        unknown = sorted(set(self._settings) - self._asked)
+        if unknown:
+            known = ", ".join(sorted(self._asked)) or "none"
+            raise ConfigError(f"unknown setting for {owner} (it reads: {known})", key=unknown[0])
 
 
 @contextlib.contextmanager

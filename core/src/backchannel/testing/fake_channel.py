@@ -268,7 +268,7 @@ class FakeChannelAdapter:
         settings: Mapping[str, Any] | None = None,
         platform: FakePlatform | None = None,
     ):
-        settings = dict(settings or {})
+        settings = settings if settings is not None else {}
         self.account = account
         self.platform = platform or settings.get("platform") or FakePlatform()
         self.capabilities = Capabilities(
