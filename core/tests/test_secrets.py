@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 from backchannel.secrets import redact, register_secret
@@ -26,3 +27,57 @@ def test_registered_secret_is_redacted_from_every_logger(caplog: pytest.LogCaptu
 def test_short_values_are_not_treated_as_secrets() -> None:
     register_secret("abc")
     assert redact("abcabc") == "abcabc"
+
+
+async def test_secrets_never_reach_the_store_or_the_model(tmp_path: Path) -> None:
+    from backchannel import Binding, Run, Switchboard
+    from backchannel.model import Address, Outbound, Sender
+    from backchannel.store import SQLiteStore
+    from backchannel.testing import FakeChannel, RecordingAgent
+
+    token = "xoxb-0000-secret-never-stored"
+    register_secret(token)
+    store = SQLiteStore(tmp_path / "bc.db")
+    conversation = await store.ensure_conversation(Address("a", "c"))
+    run_id = await store.begin_run(conversation.id, 0, 0)
+    await store.finish_run(run_id, "error", f"HTTPError: https://api/{token}/x")
+    entry = await store.record_outbound(
+        conversation.id, Outbound(conversation.address, "x"), Sender("b")
+    )
+    await store.mark_failed(entry.id, f"refused for {token}")
+    await store.add_dead_letter("a", "r", f"bad {token}", f'{{"token": "{token}"}}')
+    await store.close()
+    files = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert token.encode() not in files
+
+    def leaky() -> str:
+        """A tool that fails with a secret in its error."""
+        raise RuntimeError(f"auth failed with {token}")
+
+    results: list[str] = []
+
+    async def act(run: Run) -> None:
+        results.append(await run.call("leaky"))
+
+    from backchannel.hookspecs import hookimpl
+    from backchannel.plugins import get_plugin_manager
+
+    class Tools:
+        @hookimpl
+        def register_tools(self, register, conversation):
+            register(leaky)
+
+    pm = get_plugin_manager()
+    pm.register(Tools(), name="leaky-tools")
+    try:
+        channel = FakeChannel()
+        agent = RecordingAgent(action=act)
+        board = Switchboard(SQLiteStore(tmp_path / "b2.db"))
+        board.add_account(channel.adapter("fake"), Binding(agent))
+        await board.start()
+        channel.platform.user_says("hi")
+        await agent.wait_runs(1)
+        await board.stop()
+    finally:
+        pm.unregister(name="leaky-tools")
+    assert results and token not in results[0] and "***" in results[0]

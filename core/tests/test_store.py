@@ -39,8 +39,10 @@ async def test_migrations_are_recorded_once(tmp_path: Path) -> None:
     path = tmp_path / "bc.db"
     await SQLiteStore(path).close()
     store = SQLiteStore(path)
-    rows = list(store.db.execute("SELECT name FROM _migrations"))
-    assert rows == [("m001_initial",)]
+    from backchannel.store.migrations import MIGRATIONS
+
+    rows = [row[0] for row in store.db.execute("SELECT name FROM _migrations")]
+    assert rows == [migration.__name__ for migration in MIGRATIONS]
     await store.close()
 
 
@@ -77,3 +79,16 @@ async def test_two_connections_to_one_file_never_reuse_a_seq(tmp_path: Path) -> 
     assert second.seq == 3
     await serving.close()
     await operator.close()
+
+
+async def test_windows_skip_held_rows_through_an_index(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "bc.db")
+    plan = " ".join(
+        str(row[-1])
+        for row in store.db.execute(
+            "EXPLAIN QUERY PLAN SELECT seq FROM messages WHERE conversation_id = 1"
+            " AND seq <= 99 AND held = 0 ORDER BY seq DESC LIMIT 50"
+        )
+    )
+    assert "messages_visible" in plan, plan
+    await store.close()

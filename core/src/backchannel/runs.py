@@ -12,6 +12,7 @@ from attrs import define, field, frozen
 
 from .framing import default_framing, format_message
 from .model import Conversation, Message, Sender
+from .secrets import redact
 from .tools import Tool, ToolArgumentError
 
 __all__ = ["Agent", "Run", "RunBuilder", "RunSession", "WindowSettings"]
@@ -87,10 +88,13 @@ class Run:
             raise
         except Exception as error:  # a tool must never kill the run
             log.exception("tool %s failed", name)
-            return f"error: {name} failed: {type(error).__name__}: {error}"
-        if isinstance(result, str):
-            return result
-        return json.dumps(result, ensure_ascii=False, default=str)
+            return redact(f"error: {name} failed: {type(error).__name__}: {error}")
+        text = (
+            result
+            if isinstance(result, str)
+            else json.dumps(result, ensure_ascii=False, default=str)
+        )
+        return redact(text)  # a tool's words go to a third party (the model's provider)
 
     async def new_messages(self) -> list[dict[str, str]]:
         """Return inbound messages that arrived since the run began, and count them as handled."""

@@ -147,7 +147,20 @@ def m001_initial(db: apsw.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Migration] = [m001_initial]
+def m002_visible_index_and_orphan_edits(db: apsw.Connection) -> None:
+    db.execute(
+        """
+        -- windows skip held rows through this index, so a flood of held messages
+        -- (a busy public group behind an allowlist) does not slow every run down
+        CREATE INDEX messages_visible ON messages (conversation_id, seq) WHERE held = 0;
+        -- rows made from an edit whose original we had not seen: while any exist, a
+        -- later-arriving original is matched to its row instead of adding a second one
+        ALTER TABLE conversations ADD COLUMN orphan_edits INTEGER NOT NULL DEFAULT 0;
+        """
+    )
+
+
+MIGRATIONS: list[Migration] = [m001_initial, m002_visible_index_and_orphan_edits]
 
 
 def migrate(db: apsw.Connection) -> list[str]:

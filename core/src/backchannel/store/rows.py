@@ -33,6 +33,7 @@ class ConversationCounters:
     last_seq: int
     trigger_seq: int
     active_at: float
+    orphan_edits: int = 0
     visible: int = 0
     held: int = 0
 

@@ -8,16 +8,19 @@ loss can lose the last transactions before a checkpoint. Set
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import apsw
+import attrs
 
 from ..errors import StoreError
 from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, now
+from ..secrets import redact
 from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, Store
 from .migrations import migrate
 from .rows import (
@@ -69,15 +72,37 @@ class SQLiteStore(Store):
                 if candidate.exists():
                     candidate.chmod(0o600)
         migrate(db)
-        self._conversation_ids: dict[tuple[str, str, str], int] = {}
+        #: (account, chat, thread) -> (conversation id, title as last written)
+        self._conversation_ids: dict[tuple[str, str, str], tuple[int, str | None]] = {}
         self._batch: Batch | None = None
         #: last_seq, trigger_seq, active_at per conversation as of our last commit; valid
         #: while PRAGMA data_version says no other connection has written since
-        self._known_counters: dict[int, tuple[int, int, float]] = {}
+        self._known_counters: dict[int, tuple[int, int, float, int]] = {}
         self._data_version: int | None = None
         self._known_participants: set[tuple[int, str, str, str | None, int]] = set()
 
     # lifecycle -------------------------------------------------------------
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction, taking the write lock up front (BEGIN IMMEDIATE).
+
+        Read-then-write methods must not start as readers: another process
+        committing in between would make their upgrade fail with BusyError.
+        Nested use joins the transaction already open.
+        """
+        db = self.db
+        if not db.getautocommit():
+            yield
+            return
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            if not db.getautocommit():
+                db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
     @property
     def db(self) -> apsw.Connection:
         if self._db is None:
@@ -91,7 +116,7 @@ class SQLiteStore(Store):
 
     async def recover(self) -> list[OutboxEntry]:
         db = self.db
-        with db:
+        with self._write():
             pending = [
                 row[0] for row in db.execute("SELECT id FROM outbox WHERE status = 'pending'")
             ]
@@ -139,7 +164,12 @@ class SQLiteStore(Store):
         finally:
             self._batch = None
         for conversation_id, c in batch.conversations.items():
-            self._known_counters[conversation_id] = (c.last_seq, c.trigger_seq, c.active_at)
+            self._known_counters[conversation_id] = (
+                c.last_seq,
+                c.trigger_seq,
+                c.active_at,
+                c.orphan_edits,
+            )
         return results
 
     def _known_events(self, items: Sequence[Inbound]) -> dict[tuple[str, str], tuple[int, int]]:
@@ -185,10 +215,18 @@ class SQLiteStore(Store):
         if batch.conversations:
             db.executemany(
                 "UPDATE conversations SET last_seq = ?, visible_count = visible_count + ?,"
-                " held_count = held_count + ?, trigger_seq = ?, active_at = MAX(active_at, ?)"
-                " WHERE id = ?",
+                " held_count = held_count + ?, trigger_seq = ?, active_at = MAX(active_at, ?),"
+                " orphan_edits = ? WHERE id = ?",
                 [
-                    (c.last_seq, c.visible, c.held, c.trigger_seq, c.active_at, conversation_id)
+                    (
+                        c.last_seq,
+                        c.visible,
+                        c.held,
+                        c.trigger_seq,
+                        c.active_at,
+                        c.orphan_edits,
+                        conversation_id,
+                    )
                     for conversation_id, c in batch.conversations.items()
                 ],
             )
@@ -228,12 +266,13 @@ class SQLiteStore(Store):
             row = self._known_counters.get(conversation_id)
             if row is None:
                 row = self.db.execute(
-                    "SELECT last_seq, trigger_seq, active_at FROM conversations WHERE id = ?",
+                    "SELECT last_seq, trigger_seq, active_at, orphan_edits FROM conversations"
+                    " WHERE id = ?",
                     (conversation_id,),
                 ).fetchone()
             if row is None:
                 raise StoreError(f"no conversation with id {conversation_id}")
-            counters = ConversationCounters(row[0], row[1], row[2])
+            counters = ConversationCounters(*row)
             self._batch.conversations[conversation_id] = counters
         return counters
 
@@ -251,6 +290,14 @@ class SQLiteStore(Store):
             conversation_id = self._conversation_id(
                 event.address, event.conversation_kind, event.conversation_title, event.sent_at
             )
+            orphan = self._orphan_edit_row(conversation_id, event.platform_message_id)
+            if orphan is not None:
+                # its edit came first and already made the row (with the newer text)
+                batch.event_rows.append(
+                    (event.account, event.event_id, conversation_id, orphan, "message")
+                )
+                batch.claimed[key] = (conversation_id, orphan)
+                return AppendResult("applied", conversation_id, orphan)
             result = self._append_message(conversation_id, item)
             batch.event_rows.append(
                 (event.account, event.event_id, conversation_id, result.seq, "message")
@@ -274,6 +321,29 @@ class SQLiteStore(Store):
             (event.account, event.event_id, conversation_id, result.seq, event.kind),
         )
         return result
+
+    def _orphan_edit_row(self, conversation_id: int, platform_message_id: str | None) -> int | None:
+        """Return the seq of a row an early edit made for this message, if there is one."""
+        counters = self._counters(conversation_id)
+        if not counters.orphan_edits or platform_message_id is None:
+            return None
+        batch = self._batch
+        assert batch is not None
+        self._flush_rows(batch)
+        row = self.db.execute(
+            "SELECT seq FROM messages WHERE conversation_id = ? AND platform_message_id = ?"
+            " AND json_extract(meta, '$.orphan_edit') = 1",
+            (conversation_id, platform_message_id),
+        ).fetchone()
+        if row is None:
+            return None
+        counters.orphan_edits -= 1
+        self.db.execute(
+            "UPDATE messages SET meta = json_remove(meta, '$.orphan_edit')"
+            " WHERE conversation_id = ? AND seq = ?",
+            (conversation_id, row[0]),
+        )
+        return int(row[0])
 
     def _append_message(self, conversation_id: int, item: Inbound) -> AppendResult:
         db = self.db
@@ -350,10 +420,21 @@ class SQLiteStore(Store):
                 " WHERE conversation_id = ? AND platform_message_id = ?",
                 (conversation_id, target),
             ).fetchone()
+        if item.held:
+            # a sender the policy keeps out may not change what the agent sees
+            return AppendResult("recorded", conversation_id, None)
         if row is None:
             if event.kind == "edit":
-                # an edit of a message we never saw: keep its new text as a message
-                return self._append_message(conversation_id, item)
+                # an edit of a message we have not seen (yet): keep its text as the message,
+                # marked so that the original, if it arrives later, lands on this row
+                self._counters(conversation_id).orphan_edits += 1
+                marked = Inbound(
+                    attrs.evolve(event, meta={**event.meta, "orphan_edit": 1}),
+                    item.held,
+                    item.triggers,
+                    item.state,
+                )
+                return self._append_message(conversation_id, marked)
             return AppendResult("recorded", conversation_id, None)
         seq, old_text, reactions_json = row
         at = event.sent_at
@@ -395,8 +476,8 @@ class SQLiteStore(Store):
     ) -> int:
         key = (address.account, address.chat, address.thread or "")
         cached = self._conversation_ids.get(key)
-        if cached is not None and title is None:
-            return cached
+        if cached is not None and (title is None or title == cached[1]):
+            return cached[0]
         db = self.db
         row = db.execute(
             "SELECT id, title FROM conversations WHERE account = ? AND chat = ? AND thread = ?", key
@@ -416,7 +497,10 @@ class SQLiteStore(Store):
                 db.execute(
                     "UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id)
                 )
-        self._conversation_ids[key] = conversation_id
+        self._conversation_ids[key] = (
+            int(conversation_id),
+            title if title is not None else (row[1] if row else None),
+        )
         return int(conversation_id)
 
     async def is_known(self, account: str, event_id: str) -> bool:
@@ -445,7 +529,7 @@ class SQLiteStore(Store):
     async def ensure_conversation(
         self, address: Address, kind: str = "direct", title: str | None = None
     ) -> Conversation:
-        with self.db:
+        with self._write():
             conversation_id = self._conversation_id(address, kind, title)
         return await self.conversation(conversation_id)
 
@@ -470,7 +554,7 @@ class SQLiteStore(Store):
         rows = self.db.execute(
             "SELECT p.sender_id, p.name, p.handle, p.is_bot, COUNT(m.seq), MIN(m.seq), MAX(m.seq)"
             " FROM participants p JOIN messages m ON m.conversation_id = p.conversation_id"
-            " AND m.sender_id = p.sender_id AND m.direction = 'in'"
+            " AND m.sender_id = p.sender_id AND m.direction = 'in' AND m.held = 0"
             " WHERE p.conversation_id = ? GROUP BY p.sender_id"
             " ORDER BY COUNT(m.seq) DESC, MIN(m.seq)",
             (conversation_id,),
@@ -479,7 +563,7 @@ class SQLiteStore(Store):
 
     async def set_conversation_meta(self, conversation_id: int, meta: Mapping[str, Any]) -> None:
         db = self.db
-        with db:
+        with self._write():
             row = db.execute(
                 "SELECT meta FROM conversations WHERE id = ?", (conversation_id,)
             ).fetchone()
@@ -548,7 +632,7 @@ class SQLiteStore(Store):
         db = self.db
         stamp = now()
         self._known_counters.pop(conversation_id, None)
-        with db:
+        with self._write():
             seq = None
             if outbound.kind == "message":
                 row = db.execute(
@@ -626,7 +710,7 @@ class SQLiteStore(Store):
         ids = receipt.part_ids or (
             (receipt.platform_message_id,) if receipt.platform_message_id else ()
         )
-        with db:
+        with self._write():
             entry = self._outbox_entry(outbox_id)
             db.execute(
                 "UPDATE outbox SET status = 'sent', reason = NULL, platform_ids = ?,"
@@ -665,17 +749,18 @@ class SQLiteStore(Store):
         return self._outbox_entry(outbox_id)
 
     async def mark_failed(self, outbox_id: int, reason: str) -> OutboxEntry:
-        with self.db:
+        with self._write():
             self._set_outbox_status(outbox_id, "failed", reason)
         return self._outbox_entry(outbox_id)
 
     async def mark_uncertain(self, outbox_id: int, reason: str) -> OutboxEntry:
-        with self.db:
+        with self._write():
             self._set_outbox_status(outbox_id, "uncertain", reason)
         return self._outbox_entry(outbox_id)
 
     def _set_outbox_status(self, outbox_id: int, status: str, reason: str) -> None:
         db = self.db
+        reason = redact(reason)  # adapters' reasons may quote what a library said
         entry = self._outbox_entry(outbox_id)
         db.execute(
             "UPDATE outbox SET status = ?, reason = ?, updated_at = ? WHERE id = ?",
@@ -716,7 +801,7 @@ class SQLiteStore(Store):
 
     # handling --------------------------------------------------------------
     async def mark_handled(self, conversation_id: int, seq: int) -> None:
-        with self.db:
+        with self._write():
             self.db.execute(
                 "UPDATE conversations SET handled_seq = MAX(handled_seq, ?) WHERE id = ?",
                 (seq, conversation_id),
@@ -730,7 +815,7 @@ class SQLiteStore(Store):
         return [conversation_row(row) for row in rows]
 
     async def begin_run(self, conversation_id: int, trigger_seq: int, upto_seq: int) -> int:
-        with self.db:
+        with self._write():
             row = self.db.execute(
                 "INSERT INTO runs (conversation_id, trigger_seq, upto_seq, started_at)"
                 " VALUES (?,?,?,?) RETURNING id",
@@ -749,11 +834,11 @@ class SQLiteStore(Store):
         handled_seq: int | None = None,
     ) -> None:
         db = self.db
-        with db:
+        with self._write():
             db.execute(
                 "UPDATE runs SET status = ?, error = ?, finished_at = ?,"
                 " upto_seq = COALESCE(?, upto_seq) WHERE id = ?",
-                (status, error, now(), upto_seq, run_id),
+                (status, redact(error) if error else error, now(), upto_seq, run_id),
             )
             if handled_seq is not None:
                 db.execute(
@@ -784,7 +869,7 @@ class SQLiteStore(Store):
         return None if row is None else str(row[0])
 
     async def set_state(self, account: str, key: str, value: str | None) -> None:
-        with self.db:
+        with self._write():
             self._write_state(account, key, value)
 
     def _write_state(self, account: str, key: str, value: str | None) -> None:
@@ -799,10 +884,10 @@ class SQLiteStore(Store):
             )
 
     async def add_dead_letter(self, account: str, ref: str, reason: str, payload: str) -> None:
-        with self.db:
+        with self._write():
             self.db.execute(
                 "INSERT INTO dead_letters (account, ref, reason, payload, at) VALUES (?,?,?,?,?)",
-                (account, ref, reason, payload[:65536], now()),
+                (account, ref, redact(reason), redact(payload)[:65536], now()),
             )
 
     async def dead_letters(

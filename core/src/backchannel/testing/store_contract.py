@@ -258,3 +258,33 @@ class StoreContract:
         assert reply is not None and reply.reply_to_seq == 1
         edited = await store.message(conversation_id, 1)
         assert edited is not None and edited.text == "question?"
+
+    async def test_a_held_senders_reaction_or_edit_changes_nothing(self, store: Store) -> None:
+        (stored,) = await store.append_inbound([Inbound(make_event("e1", "hello"))])
+        results = await store.append_inbound(
+            [
+                Inbound(
+                    make_event("r1", "👎", kind="reaction", message_id="e1", sender=BOB), held=True
+                ),
+                Inbound(make_event("x1", "pwned", kind="edit", message_id="e1"), held=True),
+            ]
+        )
+        assert [r.status for r in results] == ["recorded", "recorded"]
+        message = await store.message(stored.conversation_id, 1)
+        assert message is not None
+        assert (message.text, message.reactions, message.edited_at) == ("hello", (), None)
+
+    async def test_an_edit_before_its_original_makes_one_row(self, store: Store) -> None:
+        (early,) = await store.append_inbound(
+            [Inbound(make_event("e1-edit", "fixed typo", kind="edit", message_id="m1"))]
+        )
+        (late,) = await store.append_inbound(
+            [Inbound(make_event("e1", "fixd typo", message_id="m1"))]
+        )
+        assert late.status == "applied" and late.seq == early.seq == 1
+        window = await store.window(early.conversation_id, 10)
+        assert [(m.seq, m.text) for m in window] == [(1, "fixed typo")]
+        (again,) = await store.append_inbound([Inbound(make_event("e1", "fixd typo"))])
+        assert again.status == "duplicate"
+        (next_one,) = await store.append_inbound([Inbound(make_event("e2", "next"))])
+        assert next_one.seq == 2
