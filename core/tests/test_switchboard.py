@@ -441,3 +441,75 @@ async def test_a_plugin_breaking_the_run_build_is_recorded_not_retried_forever(
         await board.stop()
     finally:
         pm.unregister(name="broken-framing")
+
+
+async def test_one_unstorable_event_does_not_fail_anothers_ingest(store: SQLiteStore) -> None:
+    import datetime
+
+    from backchannel.testing.fake_channel import FakeChannelAdapter
+
+    class Careless(FakeChannelAdapter):
+        def normalize(self, raw):
+            event = super().normalize(raw)
+            if event is not None and event.text == "poison":
+                import attrs
+
+                return attrs.evolve(event, meta={"when": datetime.datetime.now()})
+            return event
+
+    a, b = FakeChannel(), FakeChannel()
+    agent = reply_with("ok")
+    board = Switchboard(store)
+    board.add_account(a.adapter("a"), Binding(agent))
+    board.add_account(Careless("b", {}, b.platform), Binding(agent))
+    await board.start()
+    good = board.ingest("a", {**a.platform.make_message("fine"), "update": 1})
+    bad = board.ingest("b", {**b.platform.make_message("poison"), "update": 1})
+    results = await asyncio.gather(good, bad)
+    assert [r.status for r in results] == ["stored", "malformed"]
+    assert "meta cannot be stored as JSON" in (results[1].reason or "")
+    await board.wait_idle()
+    await board.stop()
+
+
+async def test_a_cancelled_ingest_still_gets_its_run(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    agent = reply_with("answered anyway")
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(agent))
+    await board.start()
+    task = asyncio.create_task(
+        board.ingest("fake", {**channel.platform.make_message("hi"), "update": 1})
+    )
+    await asyncio.sleep(0)  # the event is queued for the next commit
+    task.cancel()
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert channel.platform.texts() == ["answered anyway"]
+    await board.stop()
+
+
+async def test_a_store_that_cannot_record_runs_is_retried_with_backoff(tmp_path: Path) -> None:
+    from backchannel.errors import StoreError
+
+    class Flaky(SQLiteStore):
+        attempts = 0
+
+        async def begin_run(self, conversation_id: int, trigger_seq: int, upto_seq: int) -> int:
+            Flaky.attempts += 1
+            if Flaky.attempts <= 2:
+                raise StoreError("disk I/O error")
+            return await super().begin_run(conversation_id, trigger_seq, upto_seq)
+
+    channel = FakeChannel()
+    agent = reply_with("finally")
+    board = Switchboard(Flaky(tmp_path / "bc.db"))
+    board.add_account(channel.adapter("fake"), Binding(agent))
+    await board.start()
+    channel.platform.user_says("hi")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert Flaky.attempts == 3  # two refusals, each retried after a pause, not in a tight loop
+    assert board.counters["run_errors"] == 2
+    assert channel.platform.texts() == ["finally"]
+    await board.stop()

@@ -11,8 +11,7 @@ after `ingest` returns gets "ack after durable write" for free.
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from attrs import define, field, frozen
@@ -28,7 +27,6 @@ __all__ = [
     "Capabilities",
     "IngestResult",
     "RouteTable",
-    "SecretFilter",
     "split_text",
     "utf16_len",
 ]
@@ -206,37 +204,6 @@ class AdapterContext:
         For channels that show the transcript themselves (the web chat).
         """
         raise NotImplementedError
-
-
-class SecretFilter(logging.Filter):
-    """Replace every known secret in a log record with `***`."""
-
-    def __init__(self, secrets: Iterable[str] = ()):
-        super().__init__()
-        self._pattern: re.Pattern[str] | None = None
-        self.update(secrets)
-
-    def update(self, secrets: Iterable[str]) -> None:
-        known = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
-        self._pattern = re.compile("|".join(map(re.escape, known))) if known else None
-
-    def redact(self, text: str) -> str:
-        return self._pattern.sub("***", text) if self._pattern else text
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self._pattern is None:
-            return True
-        message = record.getMessage()
-        record.msg = self.redact(message)
-        record.args = None
-        if record.exc_info and record.exc_info[1] is not None:
-            import traceback
-
-            text = "".join(traceback.format_exception(*record.exc_info))
-            record.exc_info = None
-            record.exc_text = None
-            record.msg = f"{record.msg}\n{self.redact(text).rstrip()}"
-        return True
 
 
 def split_text(text: str, limit: int, measure: Callable[[str], int] = len) -> list[str]:

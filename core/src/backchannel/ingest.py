@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 
+from .errors import StoreError
 from .store import AppendResult, Inbound, Store
 
 __all__ = ["GroupCommit"]
@@ -23,9 +25,17 @@ log = logging.getLogger("backchannel.ingest")
 class GroupCommit:
     """The queue between `ingest` calls and the store."""
 
-    def __init__(self, store: Store, *, max_batch: int = 2000):
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_batch: int = 2000,
+        on_commit: Callable[[Inbound, AppendResult], None] | None = None,
+    ):
         self.store = store
         self.max_batch = max_batch
+        #: called for each committed event, before its ingest call returns
+        self.on_commit = on_commit
         self._queue: deque[tuple[list[Inbound], asyncio.Future[list[AppendResult]]]] = deque()
         self._flusher: asyncio.Task[None] | None = None
 
@@ -56,13 +66,48 @@ class GroupCommit:
                     [item for inbounds, _ in groups for item in inbounds]
                 )
             except Exception as error:
-                log.error("store refused a batch of %d events: %s", size, error)
-                for _, future in groups:
-                    if not future.done():
-                        future.set_exception(error)
+                if len(groups) == 1:
+                    self._fail(groups[0][1], error, size)
+                    continue
+                # one group's bad event must not fail the others that shared the transaction
+                log.warning("a batch of %d events failed; committing its groups one by one", size)
+                for group in groups:
+                    await self._commit_alone(group)
                 continue
             offset = 0
             for inbounds, future in groups:
-                if not future.done():
-                    future.set_result(results[offset : offset + len(inbounds)])
+                self._settle(inbounds, results[offset : offset + len(inbounds)], future)
                 offset += len(inbounds)
+
+    async def _commit_alone(
+        self, group: tuple[list[Inbound], asyncio.Future[list[AppendResult]]]
+    ) -> None:
+        inbounds, future = group
+        try:
+            results = await self.store.append_inbound(inbounds)
+        except Exception as error:
+            self._fail(future, error, len(inbounds))
+            return
+        self._settle(inbounds, results, future)
+
+    def _settle(
+        self,
+        inbounds: list[Inbound],
+        results: list[AppendResult],
+        future: asyncio.Future[list[AppendResult]],
+    ) -> None:
+        # schedule here, not in the ingest caller: a caller cancelled after queueing its
+        # events must not leave a committed message without its run
+        if self.on_commit is not None:
+            for inbound, result in zip(inbounds, results, strict=True):
+                self.on_commit(inbound, result)
+        if not future.done():
+            future.set_result(results)
+
+    @staticmethod
+    def _fail(future: asyncio.Future[list[AppendResult]], error: Exception, size: int) -> None:
+        log.error("the store refused %d event(s): %s", size, error)
+        if not isinstance(error, StoreError):
+            error = StoreError(f"the store refused the event(s): {type(error).__name__}: {error}")
+        if not future.done():
+            future.set_exception(error)

@@ -92,7 +92,12 @@ class Deliverer:
                     error.retry_after,
                     attempt,
                 )
-                await asyncio.sleep(error.retry_after)
+                try:
+                    await asyncio.sleep(error.retry_after)
+                except asyncio.CancelledError:
+                    # waiting out a rate limit, nothing is in flight: definitely not delivered
+                    await self.store.mark_failed(entry.id, "stopped while waiting out a rate limit")
+                    raise
                 continue
             except Rejected as error:
                 entry = await self.store.mark_failed(entry.id, error.reason)

@@ -44,7 +44,6 @@ class RunSession:
     fetch_after: Callable[[int, int], Awaitable[list[Message]]]
     me: Sender | None = None
     run_id: int | None = None
-    taken: list[Message] = field(factory=list)
 
 
 @frozen
@@ -102,7 +101,6 @@ class Run:
         if not fresh:
             return []
         self.session.seen_seq = fresh[-1].seq
-        self.session.taken.extend(fresh)
         return [format_message(m, self.session.me) for m in fresh if m.direction == "in"]
 
     def to_openai(self) -> dict[str, Any]:

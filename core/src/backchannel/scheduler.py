@@ -55,10 +55,16 @@ class _Slot:
     """Scheduling state of one conversation (memory only; the store has the truth)."""
 
     running: bool = False
-    wanted: bool = False
+    #: consecutive runs the store could not record (drives the retry backoff)
+    failures: int = 0
     timer: asyncio.TimerHandle | None = None
     first_poke: float | None = None
     notes: list[str] = field(factory=list)
+
+
+def _backoff(failures: int) -> float:
+    """Seconds to wait before retrying after `failures` consecutive failures."""
+    return 0.0 if failures == 0 else min(0.5 * 2 ** (failures - 1), 60.0)
 
 
 class Scheduler:
@@ -108,13 +114,15 @@ class Scheduler:
         if still:
             await asyncio.wait(still, timeout=2)
 
-    def poke(self, conversation_id: int, account: str) -> None:
-        """Ask for a run of this conversation (debounced; one at a time)."""
+    def poke(self, conversation_id: int, account: str, *, pause: float = 0.0) -> None:
+        """Ask for a run of this conversation (debounced; one at a time).
+
+        `pause` delays it at least that long (a backoff after failures).
+        """
         if self._stopping:
             return
         self._conversation_account[conversation_id] = account
         slot = self._slot(conversation_id)
-        slot.wanted = True
         if slot.running:
             return
         binding = self.accounts[account].binding
@@ -127,6 +135,7 @@ class Scheduler:
         else:
             self.busy.enter()
         delay = min(binding.debounce, max(slot.first_poke + binding.max_wait - now, 0.0))
+        delay = max(delay, pause)
         slot.timer = loop.call_later(delay, self._fire, conversation_id)
 
     def _fire(self, conversation_id: int) -> None:
@@ -137,7 +146,6 @@ class Scheduler:
             self.busy.leave()
             return
         slot.running = True
-        slot.wanted = False
         task = asyncio.create_task(self._run_conversation(conversation_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -146,20 +154,35 @@ class Scheduler:
         slot = self._slot(conversation_id)
         account_name = self._conversation_account[conversation_id]
         account = self.accounts[account_name]
+        failed = False
         try:
             async with self._run_limit:
                 await self._run_once(account, conversation_id, slot)
+        except Exception:
+            # the store refused to record the run (disk full, locked): count it, and retry
+            # after a growing pause rather than at once, or this loop would spin
+            failed = True
+            self.counters["run_errors"] += 1
+            log.exception("the run of conversation %s could not be recorded", conversation_id)
         finally:
             slot.running = False
+            slot.failures = slot.failures + 1 if failed else 0
             try:
                 if not self._stopping:
                     conversation = await self.store.conversation(conversation_id)
                     if conversation.trigger_seq > conversation.handled_seq:
-                        self.poke(conversation_id, account_name)
+                        self.poke(conversation_id, account_name, pause=_backoff(slot.failures))
+                    elif slot.timer is None and not slot.notes:
+                        self._forget(conversation_id)
             except Exception:
                 log.exception("could not check conversation %s for follow-up", conversation_id)
             finally:
                 self.busy.leave()
+
+    def _forget(self, conversation_id: int) -> None:
+        """Drop an idle conversation's slot: memory stays bounded by active conversations."""
+        self._slots.pop(conversation_id, None)
+        self._conversation_account.pop(conversation_id, None)
 
     async def _run_once(self, account: Any, conversation_id: int, slot: _Slot) -> None:
         conversation = await self.store.conversation(conversation_id)

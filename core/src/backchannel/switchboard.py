@@ -131,7 +131,7 @@ class Switchboard:
             "run_errors": 0,
         }
         self._stop_timeout = stop_timeout
-        self._group_commit = GroupCommit(store, max_batch=max_batch)
+        self._group_commit = GroupCommit(store, max_batch=max_batch, on_commit=self._committed)
         self._busy = Busy()
         self.scheduler = Scheduler(
             store, self.accounts, self._busy, self.counters, max_concurrent_runs=max_concurrent_runs
@@ -201,6 +201,9 @@ class Switchboard:
                 entry.message_seq or entry.id,
                 entry.conversation_id,
             )
+        # what was owed before this start: asked now, so messages that arrive while the
+        # adapters start are not mistaken for ones a restart interrupted
+        owed = [c for c in await self.store.unhandled() if c.address.account in self.accounts]
         if self.server is not None:
             self.url = await self.server.start()
             if not self._explicit_public_url:
@@ -214,9 +217,7 @@ class Switchboard:
                 raise
             account.started = True
             await self._remember_me(account)
-        for conversation in await self.store.unhandled():
-            if conversation.address.account not in self.accounts:
-                continue
+        for conversation in owed:
             self.scheduler.add_note(conversation.id, RESTART_NOTE)
             self.scheduler.poke(conversation.id, conversation.address.account)
 
@@ -301,9 +302,9 @@ class Switchboard:
                 for key, value in state.items():
                     await self.store.set_state(account, key, value)
             return _IGNORED
-        if event.address.account != account:
-            reason = f"event address names account {event.address.account!r}"
-            return await self._malformed(account, raw, reason, state)
+        problem = _unstorable(event, account)
+        if problem is not None:
+            return await self._malformed(account, raw, problem, state)
         policy = entry.binding.policy
         held = not policy.may_reach(event)
         (appended,) = await self._commit([Inbound(event, held, policy.triggers(event), state)])
@@ -341,10 +342,9 @@ class Switchboard:
             if event is None:
                 self.counters["ignored"] += 1
                 continue
-            if event.address.account != account:
-                results[index] = await self._malformed(
-                    account, raw, f"event address names account {event.address.account!r}"
-                )
+            problem = _unstorable(event, account)
+            if problem is not None:
+                results[index] = await self._malformed(account, raw, problem)
                 continue
             held = not policy.may_reach(event)
             waiting.append((index, event, held))
@@ -370,16 +370,20 @@ class Switchboard:
         finally:
             self._busy.leave()
 
-    def _settle(
-        self, account: str, event: Event, held: bool, appended: AppendResult
-    ) -> IngestResult:
-        """Count a committed event, schedule its conversation, and say what happened."""
+    def _committed(self, inbound: Inbound, appended: AppendResult) -> None:
+        """Count a committed event and schedule its conversation (called by the flusher)."""
         if appended.status == "duplicate":
             self.counters["duplicate"] += 1
-            return IngestResult("duplicate", event, appended.conversation_id, appended.seq)
-        self.counters["held" if held else "stored"] += 1
+            return
+        self.counters["held" if inbound.held else "stored"] += 1
         if appended.triggers:
-            self.scheduler.poke(appended.conversation_id, account)
+            self.scheduler.poke(appended.conversation_id, inbound.event.address.account)
+
+    @staticmethod
+    def _settle(account: str, event: Event, held: bool, appended: AppendResult) -> IngestResult:
+        """Say what became of one committed event."""
+        if appended.status == "duplicate":
+            return IngestResult("duplicate", event, appended.conversation_id, appended.seq)
         return IngestResult(
             "held" if held else "stored", event, appended.conversation_id, appended.seq
         )
@@ -432,6 +436,25 @@ class Switchboard:
 
     async def health(self) -> dict[str, Any]:
         return {"accounts": sorted(self.accounts), "counters": dict(self.counters)}
+
+
+def _unstorable(event: Event, account: str) -> str | None:
+    """Say why an adapter's Event cannot be stored, or None when it can.
+
+    Checked before the event joins a shared transaction: one bad event must
+    become a dead letter, not fail the batch it would have been committed with.
+    """
+    if event.address.account != account:
+        return f"event address names account {event.address.account!r}"
+    sent_at = event.sent_at
+    if isinstance(sent_at, bool) or not isinstance(sent_at, int | float) or sent_at != sent_at:
+        return f"sent_at must be a number of seconds, not {sent_at!r}"
+    if event.meta:
+        try:
+            json.dumps(dict(event.meta))
+        except (TypeError, ValueError) as error:
+            return f"meta cannot be stored as JSON: {error}"
+    return None
 
 
 class AccountContext(AdapterContext):

@@ -9,9 +9,10 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from ..adapter import AdapterContext, IngestResult, RouteTable, SecretFilter
+from ..adapter import AdapterContext, IngestResult, RouteTable
 from ..errors import NormalizeError
 from ..model import Address, Event, Message
+from ..secrets import register_secret
 from ..store import Inbound, Store
 from .watch import Watch
 
@@ -41,8 +42,8 @@ class ContractContext(AdapterContext):
         self.config = dict(config or {})
         self.routes = routes or RouteTable()
         logger = logging.getLogger(f"backchannel.test.{account}")
-        self.secret_filter = SecretFilter(secrets)
-        logger.addFilter(self.secret_filter)
+        for secret in secrets:
+            register_secret(secret)  # the same redaction production uses
         self.log = logging.LoggerAdapter(logger, {"account": account})
         self.adapter: Any = None
         self.events: list[Event] = []
