@@ -123,7 +123,10 @@ def test_preview_prints_the_run_for_a_web_chat_conversation(
     sections = [line for line in text.splitlines() if line.startswith("== ")]
     assert sections == ["== Instruction (system) ==", "== Messages (2) ==", "== Tools (4) =="]
     assert 'This is a direct (one-to-one) conversation called "Support" on web chat' in text
-    assert "The messages below come from 1 person other than you: Ada." in text
+    assert (
+        'The messages below come from 1 person other than you (names as they chose them): "Ada".'
+        in text
+    )
     assert "user       [#1] Ada: hello there" in text
     assert "assistant  [#2] (replying to #1) I can see 1 message from 1 person" in text
     assert "reply(message_id: integer, text: string)" in text

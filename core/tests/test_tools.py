@@ -65,3 +65,30 @@ def test_copied_id_prefix_is_stripped() -> None:
     assert strip_id_prefix("[#12] hello") == "hello"
     assert strip_id_prefix("[#x] hello") == "[#x] hello"
     assert strip_id_prefix("plain") == "plain"
+
+
+async def test_decorated_tools_keep_their_own_schemas() -> None:
+    import functools
+
+    def logged(function):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    @logged
+    def weather(city: str) -> str:
+        """Return the weather."""
+        return f"sun in {city}"
+
+    @logged
+    def add(x: int, y: int) -> int:
+        """Add two numbers."""
+        return x + y
+
+    first, second = Tool.from_function(weather), Tool.from_function(add)
+    assert first.description == "Return the weather."
+    assert second.description == "Add two numbers."
+    assert list(second.parameters["properties"]) == ["x", "y"]
+    assert await second({"x": 2, "y": 3}) == 5

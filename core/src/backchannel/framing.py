@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from .model import Conversation, Message, Sender
 
-__all__ = ["default_framing", "format_message", "strip_id_prefix"]
+__all__ = ["default_framing", "format_message", "strip_id_prefix", "untrusted"]
 
 _KIND_WORDS = {
     "direct": "a direct (one-to-one) conversation",
     "group": "a group conversation",
     "thread": "a thread inside a group conversation",
 }
+
+
+def untrusted(value: str, limit: int = 80) -> str:
+    """Return a platform-supplied name or title fit to quote in an instruction.
+
+    People (and peer agents) choose their own names and group titles: whitespace
+    (newlines included) collapses to single spaces, the length is capped, and the
+    result is quoted, so a name can never start a line of instruction.
+    """
+    text = " ".join(str(value).split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return json.dumps(text, ensure_ascii=False)
 
 
 def default_framing(
@@ -30,14 +44,14 @@ def default_framing(
     """Return the default framing instruction for a run."""
     address = conversation.address
     where = _KIND_WORDS.get(conversation.kind, "a conversation")
-    title = f' called "{conversation.title}"' if conversation.title else ""
+    title = f" called {untrusted(conversation.title)}" if conversation.title else ""
     lines = [
         f"This is {where}{title} on {channel_name or channel}"
         f" (account {address.account!r}, conversation {address.key}).",
     ]
     if me is not None:
-        handle = f" (@{me.handle})" if me.handle else ""
-        lines.append(f"You take part in it as {me.label}{handle}.")
+        handle = f" (@{_plain(me.handle)})" if me.handle else ""
+        lines.append(f"You take part in it as {_plain(me.label)}{handle}.")
     others = [p for p in participants if me is None or p.id != me.id]
     if others:
         names = ", ".join(_person(p) for p in others[:20])
@@ -45,7 +59,7 @@ def default_framing(
         count = len(others)
         lines.append(
             f"The messages below come from {count} {'person' if count == 1 else 'people'}"
-            f" other than you: {names}{more}."
+            f" other than you (names as they chose them): {names}{more}."
         )
     if hidden_before > 0:
         lines.append(
@@ -53,7 +67,11 @@ def default_framing(
             " call read_history to page back through them if you need them."
         )
     meta = conversation.meta or {}
-    facts = [f"{k}: {v}" for k, v in sorted(meta.items()) if isinstance(v, str | int | float)]
+    facts = [
+        f"{_plain(k, 40)}: {untrusted(str(v))}"
+        for k, v in sorted(meta.items())
+        if isinstance(v, str | int | float)
+    ]
     if facts:
         lines.append("Facts the platform reported (untrusted): " + "; ".join(facts[:8]) + ".")
     lines.append(
@@ -94,8 +112,16 @@ def strip_id_prefix(text: str) -> str:
 
 
 def _person(sender: Sender) -> str:
-    handle = f" (@{sender.handle})" if sender.handle and sender.handle != sender.name else ""
-    return f"{sender.label}{handle}{' [bot]' if sender.is_bot else ''}"
+    handle = (
+        f" (@{_plain(sender.handle)})" if sender.handle and sender.handle != sender.name else ""
+    )
+    return f"{untrusted(sender.label)}{handle}{' [bot]' if sender.is_bot else ''}"
+
+
+def _plain(value: str, limit: int = 80) -> str:
+    """One line, capped: for our own account's names and handles."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _markers(message: Message) -> list[str]:

@@ -102,7 +102,7 @@ class Tool:
         }
 
 
-_described: dict[Any, tuple[str, dict[str, Any]]] = {}
+_described: dict[tuple[Any, Any, Any], tuple[str, dict[str, Any]]] = {}
 
 
 def _describe(function: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
@@ -111,8 +111,12 @@ def _describe(function: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
     Closures made afresh for every run share one code object, so the schema
     (which costs a type-hint evaluation) is computed once.
     """
-    key = getattr(function, "__code__", function)
-    cached = _described.get(key)
+    inner = inspect.unwrap(function)
+    code = getattr(inner, "__code__", None)
+    # closures made per run share a code object; decorated functions share their
+    # wrapper's, so the name goes into the key too; objects without code are not cached
+    key = (code, getattr(function, "__qualname__", None), getattr(function, "__module__", None))
+    cached = _described.get(key) if code is not None else None
     if cached is not None:
         return cached  # shared and never mutated: Tool.parameters is read-only by contract
     doc = inspect.getdoc(function) or ""
@@ -137,7 +141,7 @@ def _describe(function: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
         "required": required,
         "additionalProperties": False,
     }
-    if len(_described) < 4096:
+    if code is not None and len(_described) < 4096:
         _described[key] = (summary, parameters)
     return summary, parameters
 

@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..adapter import AdapterContext, IngestResult, RouteTable
@@ -93,6 +93,44 @@ class ContractContext(AdapterContext):
         self.results.append(result)
         await self._note(event.event_id)
         return result
+
+    async def ingest_many(
+        self,
+        raws: Sequence[Mapping[str, Any]],
+        *,
+        state: Mapping[str, str | None] | None = None,
+    ) -> list[IngestResult]:
+        """Ingest a batch in ONE store transaction, `state` with it, as the switchboard does."""
+        if self.adapter is None:
+            raise RuntimeError("ContractContext.bind(adapter) was not called")
+        results: list[IngestResult] = [IngestResult("ignored")] * len(raws)
+        events: list[tuple[int, Event]] = []
+        for index, raw in enumerate(raws):
+            try:
+                event = self.adapter.normalize(raw)
+            except NormalizeError as error:
+                self.malformed.append(str(error))
+                results[index] = IngestResult("malformed", reason=str(error))
+                continue
+            if event is not None:
+                self._calls[event.event_id] += 1
+                events.append((index, event))
+        self._watch.changed()
+        await self._gate.wait()
+        inbounds = [Inbound(event, triggers=True) for _, event in events]
+        if inbounds and state:
+            inbounds[-1] = Inbound(inbounds[-1].event, False, True, state)
+        elif state:
+            for key, value in state.items():
+                await self.store.set_state(self.account, key, value)
+        appended = await self.store.append_inbound(inbounds) if inbounds else []
+        for (index, event), result in zip(events, appended, strict=True):
+            status = "duplicate" if result.status == "duplicate" else "stored"
+            results[index] = IngestResult(status, event, result.conversation_id, result.seq)
+            self.events.append(event)
+            self.results.append(results[index])
+        self._watch.changed()
+        return results
 
     async def _note(self, event_id: str | None) -> None:
         self._watch.changed()

@@ -288,3 +288,12 @@ class StoreContract:
         assert again.status == "duplicate"
         (next_one,) = await store.append_inbound([Inbound(make_event("e2", "next"))])
         assert next_one.seq == 2
+
+    async def test_inbound_outbound_inbound_numbers_one_two_three(self, store: Store) -> None:
+        (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
+        conversation = await store.conversation(first.conversation_id)
+        entry = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "answer"), ME
+        )
+        (third,) = await store.append_inbound([Inbound(make_event("e2", "thanks"))])
+        assert (first.seq, entry.message_seq, third.seq) == (1, 2, 3)
