@@ -178,7 +178,7 @@ def _serve(config: Config, verbose: bool) -> None:
             _unexpected(error, verbose)
         where = f"{config.server.host}:{config.server.port}"
         raise BackchannelError(
-            f"cannot serve on {where}: {error.strerror or error} (pick another port:"
+            f"cannot serve on {where}: {os.strerror(error.errno) if error.errno else error} (pick another port:"
             " [server] port in the config, or --port for demo)"
         ) from None
     except Exception as error:
