@@ -73,7 +73,7 @@ class SQLiteStore(Store):
                     candidate.chmod(0o600)
         migrate(db)
         #: (account, chat, thread) -> (conversation id, title as last written)
-        self._conversation_ids: dict[tuple[str, str, str], tuple[int, str | None]] = {}
+        self._conversation_ids: dict[tuple[str, str, str], tuple[int, str | None, str]] = {}
         self._batch: Batch | None = None
         #: last_seq, trigger_seq, active_at per conversation as of our last commit; valid
         #: while PRAGMA data_version says no other connection has written since
@@ -472,15 +472,29 @@ class SQLiteStore(Store):
         return AppendResult("applied", conversation_id, seq)
 
     def _conversation_id(
-        self, address: Address, kind: str, title: str | None, at: float | None = None
+        self,
+        address: Address,
+        kind: str,
+        title: str | None,
+        at: float | None = None,
+        *,
+        from_event: bool = True,
     ) -> int:
+        """Return the conversation's id, creating it; events also keep its kind and title current.
+
+        An operator's send to a new chat cannot know its kind; the first event
+        from the platform then says what it is.
+        """
         key = (address.account, address.chat, address.thread or "")
         cached = self._conversation_ids.get(key)
-        if cached is not None and (title is None or title == cached[1]):
+        fresh = cached is not None and (title is None or title == cached[1])
+        if cached is not None and fresh and (not from_event or kind == cached[2]):
             return cached[0]
         db = self.db
         row = db.execute(
-            "SELECT id, title FROM conversations WHERE account = ? AND chat = ? AND thread = ?", key
+            "SELECT id, title, kind FROM conversations WHERE account = ? AND chat = ?"
+            " AND thread = ?",
+            key,
         ).fetchone()
         if row is None:
             stamp = at or now()
@@ -491,16 +505,20 @@ class SQLiteStore(Store):
                     (*key, kind, title, stamp, stamp),
                 )
             )
+            known_title, known_kind = title, kind
         else:
-            conversation_id = row[0]
-            if title is not None and title != row[1]:
+            conversation_id, known_title, known_kind = row
+            if title is not None and title != known_title:
                 db.execute(
                     "UPDATE conversations SET title = ? WHERE id = ?", (title, conversation_id)
                 )
-        self._conversation_ids[key] = (
-            int(conversation_id),
-            title if title is not None else (row[1] if row else None),
-        )
+                known_title = title
+            if from_event and kind != known_kind:
+                db.execute(
+                    "UPDATE conversations SET kind = ? WHERE id = ?", (kind, conversation_id)
+                )
+                known_kind = kind
+        self._conversation_ids[key] = (int(conversation_id), known_title, known_kind)
         return int(conversation_id)
 
     async def is_known(self, account: str, event_id: str) -> bool:
@@ -530,7 +548,7 @@ class SQLiteStore(Store):
         self, address: Address, kind: str = "direct", title: str | None = None
     ) -> Conversation:
         with self._write():
-            conversation_id = self._conversation_id(address, kind, title)
+            conversation_id = self._conversation_id(address, kind, title, from_event=False)
         return await self.conversation(conversation_id)
 
     async def conversations(

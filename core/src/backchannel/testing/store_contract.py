@@ -297,3 +297,20 @@ class StoreContract:
         )
         (third,) = await store.append_inbound([Inbound(make_event("e2", "thanks"))])
         assert (first.seq, entry.message_seq, third.seq) == (1, 2, 3)
+
+    async def test_the_first_event_says_what_kind_an_operators_conversation_is(
+        self, store: Store
+    ) -> None:
+        made = await store.ensure_conversation(Address("acct", "g1"))  # an operator's send
+        assert made.kind == "direct"
+        await store.append_inbound(
+            [
+                Inbound(
+                    make_event("e1", chat="g1", conversation_kind="group", conversation_title="Ops")
+                )
+            ]
+        )
+        conversation = await store.conversation(made.id)
+        assert (conversation.kind, conversation.title) == ("group", "Ops")
+        again = await store.ensure_conversation(Address("acct", "g1"))
+        assert again.kind == "group"  # asking for it again does not undo what the event said
