@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,28 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 
 
-@pytest.fixture
-def platform() -> FakePlatform:
-    return FakePlatform()
-
-
-@pytest.fixture(autouse=True)
-def fake_channel_plugin(platform: FakePlatform) -> Iterator[None]:
-    """Register channel "fake" on the plugin manager for one test, unregister after."""
-
-    class FakePlugin:
-        @hookimpl
-        def register_channels(self, register: Any) -> None:
-            def make(account: str, settings: Any) -> FakeChannelAdapter:
-                settings.get("token")  # like a real channel, "fake" takes a token (secret tests)
-                return FakeChannelAdapter(account, settings, platform)
-
-            register("fake", make)
-
-    pm = get_plugin_manager()
-    pm.register(FakePlugin(), name="test-fake-channel")
-    yield
-    pm.unregister(name="test-fake-channel")
+pytestmark = pytest.mark.usefixtures("fake_channel_plugin")
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> Result:

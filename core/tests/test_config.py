@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,7 @@ from backchannel.config import (
     load_config,
 )
 from backchannel.errors import ConfigError
-from backchannel.hookspecs import hookimpl
-from backchannel.plugins import get_plugin_manager
-from backchannel.testing.fake_channel import FakeChannelAdapter, FakePlatform
+from backchannel.testing.fake_channel import FakePlatform
 
 FULL = """
 [store]
@@ -59,28 +56,7 @@ TOKEN = "fake-token-7f3a9c1e5b"
 API_KEY = "sk-test-0123456789abcdef"
 
 
-@pytest.fixture
-def platform() -> FakePlatform:
-    return FakePlatform()
-
-
-@pytest.fixture(autouse=True)
-def fake_channel_plugin(platform: FakePlatform) -> Iterator[None]:
-    """Register channel "fake" for one test (datasette style), unregister after."""
-
-    class FakePlugin:
-        @hookimpl
-        def register_channels(self, register: Any) -> None:
-            def make(account: str, settings: Any) -> FakeChannelAdapter:
-                settings.get("token")  # like a real channel, "fake" takes a token (secret tests)
-                return FakeChannelAdapter(account, settings, platform)
-
-            register("fake", make)
-
-    pm = get_plugin_manager()
-    pm.register(FakePlugin(), name="test-fake-channel")
-    yield
-    pm.unregister(name="test-fake-channel")
+pytestmark = pytest.mark.usefixtures("fake_channel_plugin")
 
 
 def write(tmp_path: Path, text: str, name: str = "bot.toml") -> Path:

@@ -64,35 +64,9 @@ class FakePlatform:
     fetches: int = 0
 
     # users' side -------------------------------------------------------------
-    def user_says(
-        self,
-        text: str,
-        *,
-        chat: str = "c1",
-        chat_type: str = "direct",
-        title: str | None = None,
-        thread: str | None = None,
-        sender: str = "alice",
-        name: str | None = None,
-        is_bot: bool = False,
-        reply_to: str | None = None,
-        mention: bool = False,
-    ) -> dict[str, Any]:
-        """Queue a user's message for the bot; return the raw update."""
-        return self.push(
-            self.make_message(
-                text,
-                chat=chat,
-                chat_type=chat_type,
-                title=title,
-                thread=thread,
-                sender=sender,
-                name=name,
-                is_bot=is_bot,
-                reply_to=reply_to,
-                mention=mention,
-            )
-        )
+    def user_says(self, text: str, **details: Any) -> dict[str, Any]:
+        """Queue a user's message for the bot; return the raw update (details: see make_message)."""
+        return self.push(self.make_message(text, **details))
 
     def make_message(
         self,
