@@ -55,6 +55,8 @@ class _Slot:
     """Scheduling state of one conversation (memory only; the store has the truth)."""
 
     running: bool = False
+    #: when the armed timer should really start the run (later messages push it back)
+    due: float = 0.0
     #: consecutive runs the store could not record (drives the retry backoff)
     failures: int = 0
     timer: asyncio.TimerHandle | None = None
@@ -130,16 +132,20 @@ class Scheduler:
         now = loop.time()
         if slot.first_poke is None:
             slot.first_poke = now
-        if slot.timer is not None:
-            slot.timer.cancel()
-        else:
-            self.busy.enter()
         delay = min(binding.debounce, max(slot.first_poke + binding.max_wait - now, 0.0))
-        delay = max(delay, pause)
-        slot.timer = loop.call_later(delay, self._fire, conversation_id)
+        slot.due = now + max(delay, pause)
+        if slot.timer is None:
+            self.busy.enter()
+            slot.timer = loop.call_at(slot.due, self._fire, conversation_id)
+        # else: the armed timer fires at its old time and re-arms itself for `due` (one
+        # timer per quiet period instead of a cancel and a new timer per message)
 
     def _fire(self, conversation_id: int) -> None:
         slot = self._slot(conversation_id)
+        loop = asyncio.get_running_loop()
+        if not self._stopping and slot.due > loop.time():
+            slot.timer = loop.call_at(slot.due, self._fire, conversation_id)
+            return
         slot.timer = None
         slot.first_poke = None
         if self._stopping:
