@@ -65,6 +65,15 @@ async def bubbles(page: Page) -> list[tuple[str, str]]:
     return [(who, text) for who, text in rows]
 
 
+async def open_chat(browser: Browser, adapter: WebchatAdapter) -> Page:
+    """Open the chat page in a new tab and wait until it is connected."""
+    page = await browser.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    await page.goto(adapter.url or "")
+    await expect(page.get_by_role("status")).to_have_text("Online")
+    return page
+
+
 async def snap(page: Page, name: str) -> None:
     folder = os.environ.get("WEBCHAT_SCREENSHOT")
     if folder:
@@ -75,11 +84,8 @@ async def test_page_sends_shows_the_demo_reply_and_reload_keeps_the_transcript(
     browser: Browser, board: tuple[Switchboard, WebchatAdapter]
 ) -> None:
     switchboard, adapter = board
-    page = await browser.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    await page.goto(adapter.url or "")
+    page = await open_chat(browser, adapter)
     await expect(page).to_have_title("Backchannel demo")
-    await expect(page.get_by_role("status")).to_have_text("Online")
 
     box = page.get_by_label("Your message")
     await box.fill("Hello from the browser")
@@ -105,10 +111,7 @@ async def test_markup_in_messages_renders_as_text(
     browser: Browser, board: tuple[Switchboard, WebchatAdapter]
 ) -> None:
     switchboard, adapter = board
-    page = await browser.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    await page.goto(adapter.url or "")
-    await expect(page.get_by_role("status")).to_have_text("Online")
+    page = await open_chat(browser, adapter)
     evil = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2"><b>bold</b>'
     box = page.get_by_label("Your message")
     await box.fill(evil)
@@ -128,10 +131,7 @@ async def test_too_long_message_is_refused_on_the_page(
     browser: Browser, board: tuple[Switchboard, WebchatAdapter]
 ) -> None:
     _, adapter = board
-    page = await browser.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    await page.goto(adapter.url or "")
-    await expect(page.get_by_role("status")).to_have_text("Online")
+    page = await open_chat(browser, adapter)
     # bypass the textarea's maxlength, as a hostile script could
     await page.evaluate(
         "() => { const t = document.getElementById('text'); t.removeAttribute('maxlength');"
@@ -164,10 +164,7 @@ async def test_edit_shows_live_and_the_page_recovers_after_a_server_restart(
 
     switchboard, adapter = await start(0)
     try:
-        page = await browser.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        await page.goto(adapter.url or "")
-        await expect(page.get_by_role("status")).to_have_text("Online")
+        page = await open_chat(browser, adapter)
         await page.get_by_label("Your message").fill("please answer")
         await page.get_by_label("Your message").press("Enter")
         agent = page.get_by_role("log").locator("li.agent")
@@ -207,10 +204,7 @@ async def test_typing_shows_while_the_agent_works_and_clears_on_its_reply(
     switchboard.add_account(adapter, Binding(agent=slow_agent))
     await switchboard.start()
     try:
-        page = await browser.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        await page.goto(adapter.url or "")
-        await expect(page.get_by_role("status")).to_have_text("Online")
+        page = await open_chat(browser, adapter)
         await page.get_by_label("Your message").fill("take your time")
         await page.get_by_label("Your message").press("Enter")
         await asyncio.wait_for(thinking.wait(), TIMEOUT_MS / 1000)
@@ -232,10 +226,7 @@ async def test_rate_limited_message_is_resent_by_the_page_after_the_wait(
     switchboard.add_account(adapter, Binding(agent=demo_agent))
     await switchboard.start()
     try:
-        page = await browser.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        await page.goto(adapter.url or "")
-        await expect(page.get_by_role("status")).to_have_text("Online")
+        page = await open_chat(browser, adapter)
         box = page.get_by_label("Your message")
         await box.fill("first")
         await box.press("Enter")
