@@ -138,6 +138,10 @@ class RouteTable:
     def __contains__(self, key: tuple[str, str]) -> bool:
         return key in self._routes
 
+    def serves(self, path: str) -> bool:
+        """Return True when some method is routed at `path`."""
+        return any(known == path for _, known in self._routes)
+
 
 class AdapterContext:
     """What an adapter is given at `start`: ingest, durable state, routes, a safe logger.

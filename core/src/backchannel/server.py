@@ -56,7 +56,7 @@ class HttpServer:
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         handler = self.routes.find(request.method, request.path)
         if handler is None:
-            if any(path == request.path for _, path in self.routes._routes):
+            if self.routes.serves(request.path):
                 raise web.HTTPMethodNotAllowed(request.method, [])
             raise web.HTTPNotFound(text=f"no route for {request.path}\n")
         return await handler(request)

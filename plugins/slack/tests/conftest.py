@@ -7,9 +7,8 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from aiohttp import web
 from backchannel.adapter import RouteTable
-from backchannel.testing.loopback import serve_loopback
+from backchannel.server import HttpServer
 from backchannel_slack.testing import FakeSlack
 
 
@@ -30,28 +29,15 @@ async def slack() -> AsyncIterator[FakeSlack]:
         yield fake
 
 
-class RouteServer:
-    """Serves a RouteTable on 127.0.0.1 the way the switchboard's server does."""
+class RouteServer(HttpServer):
+    """Serves a RouteTable on 127.0.0.1 with the switchboard's own HttpServer."""
 
     def __init__(self, routes: RouteTable):
-        self.routes = routes
-        self._runner: web.AppRunner | None = None
+        super().__init__(routes, port=0)
 
     async def start(self) -> str:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        self._runner, self.routes.public_url = await serve_loopback(app, access_log=None)
+        self.routes.public_url = await super().start()
         return self.routes.public_url
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        handler = self.routes.find(request.method, request.path)
-        if handler is None:
-            raise web.HTTPNotFound()
-        return await handler(request)
 
 
 @pytest.fixture

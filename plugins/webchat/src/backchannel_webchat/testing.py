@@ -25,10 +25,9 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 from backchannel.adapter import RouteTable
 from backchannel.model import Address
-from backchannel.testing.loopback import serve_loopback
+from backchannel.server import HttpServer
 
 from .normalize import conversation_chat, visitor_id
 
@@ -38,30 +37,20 @@ Frame = dict[str, Any]
 
 
 class RouteServer:
-    """An aiohttp server on 127.0.0.1 (port 0) that serves a RouteTable, as the switchboard does."""
+    """Serves a RouteTable on 127.0.0.1 (port 0) with the switchboard's own HttpServer."""
 
     def __init__(self, routes: RouteTable):
         self.routes = routes
         self.url = ""
-        self._runner: web.AppRunner | None = None
+        self._server = HttpServer(routes, port=0)
 
     async def __aenter__(self) -> RouteServer:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        self._runner, self.url = await serve_loopback(app, access_log=None)
+        self.url = await self._server.start()
         self.routes.public_url = self.url
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        handler = self.routes.find(request.method, request.path)
-        if handler is None:
-            raise web.HTTPNotFound()
-        return await handler(request)
+        await self._server.stop()
 
 
 class FakeBrowser:
