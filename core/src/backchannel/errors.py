@@ -71,9 +71,6 @@ class StoreError(BackchannelError):
 class DeliveryError(BackchannelError):
     """An outbound operation did not complete as asked."""
 
-    #: the outbox status this error leads to: "failed" or "uncertain" (or "retry")
-    status: str = "failed"
-
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
@@ -81,8 +78,6 @@ class DeliveryError(BackchannelError):
 
 class RateLimited(DeliveryError):
     """The platform refused for now; nothing was delivered. Retry after `retry_after` seconds."""
-
-    status = "retry"
 
     def __init__(self, retry_after: float, reason: str = "rate limited"):
         super().__init__(f"{reason} (retry after {retry_after:g}s)")
@@ -92,10 +87,6 @@ class RateLimited(DeliveryError):
 class Rejected(DeliveryError):
     """The platform said no: the message was not delivered and retrying will not help."""
 
-    status = "failed"
-
 
 class Uncertain(DeliveryError):
     """The outcome is unknown: the message may have arrived. Never retried automatically."""
-
-    status = "uncertain"

@@ -27,7 +27,10 @@ __all__ = [
     "Receipt",
     "Sender",
     "converter",
+    "evolve",
+    "from_json",
     "now",
+    "to_json",
 ]
 
 EventKind = Literal["message", "edit", "delete", "reaction"]
@@ -135,10 +138,6 @@ class Conversation:
     held_count: int = 0
     created_at: float = 0.0
     meta: Mapping[str, Any] = field(factory=dict)
-
-    @property
-    def channel_account(self) -> str:
-        return self.address.account
 
 
 @frozen

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from attrs import field, frozen
+from attrs import frozen
 
 from ..model import Address, Conversation, Event, Message, Outbound, Receipt, Sender
 
@@ -79,7 +79,6 @@ class RunRecord:
     finished_at: float | None = None
     status: str = "running"
     error: str | None = None
-    meta: Mapping[str, Any] = field(factory=dict)
 
 
 class Store(ABC):
