@@ -39,6 +39,8 @@ __all__ = ["Binding", "Switchboard"]
 log = logging.getLogger("backchannel.switchboard")
 
 _IGNORED = IngestResult("ignored")
+#: characters of a dead letter's reason kept (normalizers quote the offending value)
+MAX_REASON = 300
 
 RESTART_NOTE = (
     "backchannel restarted since your last turn in this conversation. Nothing was lost:"
@@ -441,6 +443,8 @@ class Switchboard:
             for key, value in state.items():
                 await self.store.set_state(account, key, value)
         reason = repair_text(reason)
+        if len(reason) > MAX_REASON:  # a reason may quote the payload: one readable line
+            reason = reason[:MAX_REASON] + "…"
         log.warning("account %s: malformed payload dropped: %s", account, reason)
         adapter = self.accounts[account].adapter
         payload = dump_for_dead_letter(raw, getattr(adapter, "secret_fields", ()))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import zlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Mapping
@@ -28,6 +27,7 @@ import yarl
 from backchannel.adapter import AdapterContext, Capabilities, split_text
 from backchannel.errors import BackchannelError, RateLimited, Rejected, Uncertain
 from backchannel.model import Address, Event, Outbound, Receipt, Sender
+from backchannel.wire import BadPayload, parse_json
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
@@ -193,8 +193,10 @@ class DiscordAdapter:
 
     async def _handle_raw(self, text: str) -> None:
         try:
-            payload = json.loads(text)
-        except ValueError:
+            payload = parse_json(text)
+        except BadPayload as error:
+            if self._ctx is not None:
+                self._ctx.log.warning("skipped a Discord Gateway payload: %s", error)
             return
         kind = payload.get("t") if isinstance(payload, dict) else None
         if kind == "READY":
