@@ -41,6 +41,8 @@ from ..switchboard import Switchboard
 __all__ = ["IngressCheck", "mangled", "nested", "odd_text", "odd_values", "store_leaks"]
 
 T = TypeVar("T")
+#: an adapter's own entry point for one payload (Slack's `receive`, a webhook's handler)
+Receive = Callable[[Any], Awaitable[IngestResult]]
 
 #: the statuses an ingest may end in; anything else (or an exception) is a failure
 SETTLED = frozenset({"stored", "duplicate", "ignored", "held", "malformed"})
@@ -240,11 +242,23 @@ class IngressCheck:
             raws, lambda: self.board.ingest_many(self.account, raws, **kwargs)
         )
 
-    async def stored_once(self, raw: Mapping[str, Any]) -> IngestResult:
+    async def received(self, raw: Any, receive: Receive) -> IngestResult:
+        """Hand one payload to an adapter's own entry point (`receive(raw)`); check as `ingest`."""
+
+        async def one() -> list[IngestResult]:
+            return [await receive(raw)]
+
+        (result,) = await self._checked([raw], one)
+        return result
+
+    async def stored_once(
+        self, raw: Mapping[str, Any], receive: Receive | None = None
+    ) -> IngestResult:
         """Assert a legitimate payload is stored, and its redelivery adds no row."""
-        first = await self.board.ingest(self.account, raw)
+        receive = receive or (lambda payload: self.board.ingest(self.account, payload))
+        first = await receive(raw)
         assert first.status in {"stored", "held"}, (first.status, first.reason)
-        again = await self.board.ingest(self.account, raw)
+        again = await receive(raw)
         assert again.status == "duplicate", (again.status, again.reason)
         return first
 

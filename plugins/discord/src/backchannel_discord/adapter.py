@@ -46,6 +46,8 @@ class DiscordAdapter:
     """One Discord bot account. Settings: see docs/channels/discord.md."""
 
     channel = "discord"
+    #: payload fields that carry a secret: an interaction's reply token
+    secret_fields = frozenset({"token"})
 
     def __init__(self, account: str, settings: Mapping[str, Any]):
         self.account = account

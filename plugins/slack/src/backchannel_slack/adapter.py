@@ -111,6 +111,8 @@ class SlackAdapter:
     """A Slack app: Socket Mode or Events API in, Web API out."""
 
     channel = "slack"
+    #: payload fields that carry a secret: the Events API envelope's legacy verification token
+    secret_fields = frozenset({"token"})
 
     def __init__(self, account: str, settings: Mapping[str, Any]):
         self.account = account
