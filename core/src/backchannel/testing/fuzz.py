@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import random
 import re
 import sqlite3
@@ -188,6 +189,19 @@ _ODD_SCALARS: tuple[Any, ...] = (
 _CODE_POINTS = ((0, 0x7F), (0x80, 0xFFFF), (0xD800, 0xDFFF), (0x10000, 0x10FFFF))
 
 
+class _ErrorCatcher(logging.Handler):
+    """Keeps a line for each ERROR record, or any record carrying a traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.found: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        traceback = record.exc_info or "Traceback (most recent call last)" in str(record.msg)
+        if record.levelno >= logging.ERROR or traceback:
+            self.found.append(f"{record.name}: {record.getMessage()[:300]}")
+
+
 def _paths(node: Any, max_depth: int = 12) -> list[tuple[Any, ...]]:
     """The path of every value nested in `node`, not descending below `max_depth`."""
     found: list[tuple[Any, ...]] = []
@@ -216,9 +230,24 @@ class IngressCheck:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def explore(self, test: Callable[[], None]) -> None:
-        """Run a hypothesis test (sync, `@given`) in a thread; its examples `call` this loop."""
+        """Run a hypothesis test (sync, `@given`) in a thread; its examples `call` this loop.
+
+        Afterwards, assert no ERROR record (nor any traceback) was logged meanwhile:
+        bad input earns one WARNING line, never an error report.
+        """
         self._loop = asyncio.get_running_loop()
-        await asyncio.to_thread(test)
+        catcher = _ErrorCatcher()
+        root = logging.getLogger()
+        root.addHandler(catcher)
+        try:
+            await asyncio.to_thread(test)
+        finally:
+            root.removeHandler(catcher)
+        assert catcher.found == [], catcher.found[:5]
+
+    async def handled(self, work: Awaitable[Any]) -> None:
+        """Await an entry point that returns nothing (a gateway frame handler); it must not raise."""
+        await work
 
     def call(self, work: Awaitable[T]) -> T:
         """Run `work` on the test's loop from the hypothesis thread; return its result."""

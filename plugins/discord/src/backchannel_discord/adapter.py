@@ -171,7 +171,7 @@ class DiscordAdapter:
         return event_id in self._committed
 
     def _on_raw(self, text: str | bytes) -> None:
-        self._inbox.put_nowait(text if isinstance(text, str) else text.decode())
+        self._inbox.put_nowait(text if isinstance(text, str) else text.decode("utf-8", "replace"))
 
     def _on_ready(self, client: discord.Client) -> None:
         user = client.user
@@ -201,9 +201,12 @@ class DiscordAdapter:
                 self._ctx.log.warning("skipped a Discord Gateway payload: %s", error)
             return
         kind = payload.get("t") if isinstance(payload, dict) else None
+        if not isinstance(kind, str):
+            return  # not a dispatch (heartbeat acks, hello) or not one we can read
         if kind == "READY":
-            user = (payload.get("d") or {}).get("user") or {}
-            if user.get("id"):
+            ready = payload.get("d")
+            user = ready.get("user") if isinstance(ready, dict) else None
+            if isinstance(user, dict) and user.get("id"):
                 name = user.get("global_name") or user.get("username") or ""
                 self.me = Sender(str(user["id"]), name, user.get("username"), is_bot=True)
             if self.settings.catch_up:
@@ -211,8 +214,13 @@ class DiscordAdapter:
         elif kind in _MESSAGE_EVENTS:
             await self._ingest(payload)
         elif kind == "MESSAGE_DELETE_BULK":
-            data = payload.get("d") or {}
-            for message_id in data.get("ids") or ():
+            data = payload.get("d")
+            ids = data.get("ids") if isinstance(data, dict) else None
+            if not isinstance(data, dict) or not isinstance(ids, list):
+                if self._ctx is not None:
+                    self._ctx.log.warning("skipped a MESSAGE_DELETE_BULK without a list of ids")
+                return
+            for message_id in ids:
                 single = {k: v for k, v in data.items() if k != "ids"}
                 await self._ingest(
                     {"op": 0, "t": "MESSAGE_DELETE", "d": {**single, "id": message_id}}
@@ -241,7 +249,9 @@ class DiscordAdapter:
 
     async def _ingest(self, payload: dict[str, Any]) -> None:
         assert self._ctx is not None
-        data = payload.get("d") or {}
+        data = payload.get("d")
+        if not isinstance(data, dict):
+            data = {}  # normalize says what is wrong with the payload
         context = self._context_for(data)
         if context:
             payload[CONTEXT_KEY] = context
@@ -272,7 +282,7 @@ class DiscordAdapter:
             return {}  # normalize says what is wrong with it
         try:
             channel_id = int(data.get("channel_id", ""))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return {}
         channel = client.get_channel(channel_id) if client is not None else None
         if channel is None:
