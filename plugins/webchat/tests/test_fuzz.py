@@ -68,8 +68,9 @@ async def test_fuzzed_websocket_frames_never_close_the_socket_or_stall_the_next_
     board.add_account(adapter, Binding(RecordingAgent(answer_final), debounce=0.2, max_wait=1.0))
     await board.start()
     assert adapter.url is not None
+    page_url = adapter.url
     check = IngressCheck(board, ACCOUNT)
-    async with FakeBrowser(adapter.url) as page, aiohttp.ClientSession() as session:
+    async with FakeBrowser(page_url) as page, aiohttp.ClientSession() as session:
 
         frame_limit = adapter.settings.max_message_chars * 6 + 4096
 
@@ -92,7 +93,7 @@ async def test_fuzzed_websocket_frames_never_close_the_socket_or_stall_the_next_
                 lambda f: f["type"] == "ack" and f.get("client_id") == legit, after=before
             )
             assert again["seq"] == seq
-            async with session.get(adapter.url + path) as response:
+            async with session.get(page_url + path) as response:
                 assert response.status < 500, (path, response.status)
 
         @given(socket_texts(), st.builds(lambda r: random_odd_text(r)[:50], st.randoms()))
