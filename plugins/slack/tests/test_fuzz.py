@@ -171,3 +171,23 @@ async def test_fuzzed_signed_events_api_requests_never_get_a_500(
     await answered_after_fuzz(slack, board)
     await board.stop()
     assert_nothing_secret_kept(slack, store)
+
+
+async def test_a_signed_malformed_event_is_a_dead_letter_without_the_verification_token(
+    slack: FakeSlack, store: SQLiteStore
+) -> None:
+    board, adapter = await started(slack, store, "events")
+    assert adapter.events_url is not None
+    broken = slack.message("C0GENERAL", "U0ALICE", "hi")
+    broken["event"]["ts"] = {"not": "a ts"}
+    body = json.dumps(broken).encode()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(adapter.events_url, data=body, headers=slack.sign(body)) as response,
+    ):
+        assert response.status == 200  # acked: a redelivery would be as malformed
+    (letter,) = await store.dead_letters(ACCOUNT)
+    assert letter["reason"] and '"token": "***"' in letter["payload"]
+    assert slack.verification_token not in letter["payload"]
+    await board.stop()
+    assert_nothing_secret_kept(slack, store)

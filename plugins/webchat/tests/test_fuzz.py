@@ -71,7 +71,6 @@ async def test_fuzzed_websocket_frames_never_close_the_socket_or_stall_the_next_
     page_url = adapter.url
     check = IngressCheck(board, ACCOUNT)
     async with FakeBrowser(page_url) as page, aiohttp.ClientSession() as session:
-
         frame_limit = adapter.settings.max_message_chars * 6 + 4096
 
         async def exchange(sent: str | bytes, path: str) -> None:
