@@ -25,6 +25,8 @@ from .adapter import Adapter
 from .config import AccountConfig, AgentConfig, BindingConfig, Config
 from .errors import ConfigError, StoreError
 from .model import Event
+from .orchestration import attach as attach_orchestration
+from .orchestration import orchestrator_of
 from .plugins import agents as agent_registry
 from .plugins import channels as channel_registry
 from .policy import Policy
@@ -135,6 +137,7 @@ async def build_switchboard(
             secrets=account.secrets,
             config=account.settings,
         )
+    attach_orchestration(board, config)
     return board
 
 
@@ -153,6 +156,9 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signum, _on_signal, stop, loop, signum)
             installed.append(signum)
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
+        loop.add_signal_handler(signal.SIGHUP, reload_config, board, config)
+        installed.append(signal.SIGHUP)
     try:
         await board.start()
         if on_ready is not None:
@@ -165,6 +171,26 @@ async def serve(
         await board.stop()
         for signum in installed:
             loop.remove_signal_handler(signum)
+
+
+def reload_config(board: Switchboard, config: Config) -> bool:
+    """Re-read the config file and apply what a running serve can change (SIGHUP).
+
+    Today that is the `[orchestration]` kill switch. A file that no longer
+    parses is reported in one line and the running settings stay.
+    """
+    from .config import load_config
+
+    orchestrator = orchestrator_of(board)
+    if config.source is None or orchestrator is None:
+        return False
+    try:
+        fresh = load_config(config.source, check_plugins=False)
+    except ConfigError as error:
+        log.error("config not reloaded, the running settings stay: %s", error)
+        return False
+    orchestrator.reload(fresh)
+    return True
 
 
 def _on_signal(stop: asyncio.Event, loop: asyncio.AbstractEventLoop, signum: int) -> None:

@@ -25,6 +25,7 @@ from .app import build_adapter, build_agent, build_switchboard, open_config_stor
 from .config import Config, default_config, load_config
 from .errors import BackchannelError, ConfigError, StoreError
 from .model import Address, Conversation, Message, to_json
+from .orchestration.cli import messaging_command
 from .plugins import get_plugin_manager, plugin_summary
 from .render import (
     conversation_json,
@@ -448,6 +449,9 @@ async def _send(config: Config, address: Address, text: str) -> dict[str, Any]:
         }
     finally:
         await board.stop()
+
+
+main.add_command(messaging_command)
 
 
 # helpers --------------------------------------------------------------------------------
