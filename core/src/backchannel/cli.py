@@ -21,6 +21,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 from attrs import evolve
 
+from . import control
 from .app import build_adapter, build_agent, build_switchboard, open_config_store, serve
 from .config import Config, default_config, load_config
 from .errors import BackchannelError, ConfigError, StoreError
@@ -418,34 +419,45 @@ def send_command(
         raise ConfigError(
             f"no account called {account!r} (configured: {known})", path=config.source
         )
-    _echo_err(f"sending through {config.accounts[account].channel} account {account!r}...")
+    channel = config.accounts[account].channel
     outcome = _run(_send(config, Address(account, chat, thread), text))
     if as_json:
         _echo_json(outcome)
     else:
         click.echo(f"{outcome['conversation']}: {outcome['result']}")
+        if outcome["via"] == "direct":
+            _echo_err(_DIRECT_NOTES.get(channel, _DIRECT_NOTES[""]))
     if outcome["status"] != "sent":
         sys.exit(1)
 
 
+_DIRECT_NOTES = {
+    "webchat": "no serve is running on this store: the message is stored, and an open page"
+    " shows it when it next loads",
+    "": "sent directly: no serve is running on this store",
+}
+
+
 async def _send(config: Config, address: Address, text: str) -> dict[str, Any]:
+    """Hand the send to the serve that owns the account, or send directly when none runs."""
+    address_args = {"account": address.account, "chat": address.chat, "thread": address.thread}
+    try:
+        outcome = await control.call(config, "send", address=address_args, text=text)
+        via = "serve"
+    except control.ControlUnavailable:
+        outcome = await _send_directly(config, address, text)
+        via = "direct"
+    return {**outcome, "status": outcome["state"], "via": via}
+
+
+async def _send_directly(config: Config, address: Address, text: str) -> dict[str, Any]:
     board = await build_switchboard(
         config, accounts=[address.account], agents=_idle_agents(config), serve_http=False
     )
     try:
         # start only the adapter: starting the board would also recover and run agents
         await board.start_accounts([address.account])
-        result = await board.send(address, text)
-        conversation = await board.store.ensure_conversation(address)
-        latest = await board.store.outbox(conversation_id=conversation.id, limit=1)
-        status = latest[0].status if latest else "unknown"
-        return {
-            "conversation": address.key,
-            "conversation_id": conversation.id,
-            "status": status,
-            "result": result,
-            "seq": latest[0].message_seq if latest else None,
-        }
+        return await board.send_outcome(await board.conversation_for(address), text)
     finally:
         await board.stop()
 
