@@ -19,7 +19,7 @@ from typing import Any
 from attrs import define, field
 
 from .adapter import Adapter, AdapterContext, IngestResult, RouteTable
-from .errors import ConfigError, NormalizeError
+from .errors import ConfigError, NormalizeError, Rejected
 from .ingest import GroupCommit
 from .model import Address, Conversation, Event, Message, Sender, from_json, to_json
 from .outbound import Deliverer, channel_tools
@@ -430,7 +430,19 @@ class Switchboard:
         account = self.accounts.get(address.account)
         if account is None:
             raise ConfigError(f"unknown account {address.account!r}")
-        conversation = await self.store.ensure_conversation(address)
+        conversation = await self.store.find_conversation(address)
+        if conversation is None:
+            # a conversation is never created for an address the channel rejects
+            check_address = getattr(account.adapter, "check_address", None)
+            if check_address is not None:
+                try:
+                    await check_address(address)
+                except Rejected as error:
+                    raise Rejected(
+                        f"cannot send to {address.key}: {error.reason}"
+                        " (see `backchannel conversations` for the keys of existing ones)"
+                    ) from None
+            conversation = await self.store.ensure_conversation(address)
         result = await account.deliverer.deliver(conversation, Outbound(address, text))
         return result.describe()
 
