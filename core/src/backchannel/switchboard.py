@@ -19,7 +19,7 @@ from typing import Any
 from attrs import define, field
 
 from .adapter import Adapter, AdapterContext, IngestResult, RouteTable
-from .errors import ConfigError, NormalizeError, StoreError
+from .errors import ConfigError, NormalizeError, Rejected, StoreError
 from .ingest import GroupCommit
 from .model import Address, Conversation, Event, Message, Sender, from_json, to_json
 from .outbound import Deliverer, DeliveryResult, channel_tools
@@ -429,10 +429,28 @@ class Switchboard:
         return str(outcome["result"])
 
     async def conversation_for(self, address: Address) -> Conversation:
-        """Return the conversation at `address` of an account this board serves (made if new)."""
-        if address.account not in self.accounts:
+        """Return the conversation at `address` of an account this board serves.
+
+        A new one is made only for an address the channel accepts (adapters
+        may offer ``check_address``): a mistyped chat never becomes a
+        conversation that stays listed forever.
+        """
+        account = self.accounts.get(address.account)
+        if account is None:
             known = ", ".join(sorted(self.accounts)) or "none"
             raise ConfigError(f"no account called {address.account!r} (serving: {known})")
+        conversation = await self.store.find_conversation(address)
+        if conversation is not None:
+            return conversation
+        check_address = getattr(account.adapter, "check_address", None)
+        if check_address is not None:
+            try:
+                await check_address(address)
+            except Rejected as error:
+                raise Rejected(
+                    f"cannot send to {address.key}: {error.reason}"
+                    " (see `backchannel conversations` for the keys of existing ones)"
+                ) from None
         return await self.store.ensure_conversation(address)
 
     async def send_outcome(
