@@ -67,6 +67,8 @@ class OutboxEntry:
     platform_ids: tuple[str, ...] = ()
     created_at: float = 0.0
     updated_at: float = 0.0
+    #: the run whose tool call made this request (None: an operator's send)
+    run_id: int | None = None
 
 
 @frozen

@@ -24,7 +24,7 @@ CONVERSATION_COLUMNS = (
 )
 OUTBOX_COLUMNS = (
     "id, conversation_id, kind, text, status, reason, reply_to, target, message_seq,"
-    " platform_ids, created_at, updated_at"
+    " platform_ids, created_at, updated_at, run_id"
 )
 
 
@@ -138,4 +138,5 @@ def outbox_row(row: Sequence[Any]) -> OutboxEntry:
         platform_ids=tuple(json.loads(row[9])) if row[9] else (),
         created_at=row[10],
         updated_at=row[11],
+        run_id=row[12],
     )
