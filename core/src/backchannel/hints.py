@@ -66,13 +66,15 @@ def program(environ: dict[str, str] | None = None) -> tuple[str, ...]:
     Under ``uv run`` the virtualenv's `backchannel` is on PATH only inside uv,
     so people must type ``uv run backchannel`` (``python3 -m uv run ...`` when
     uv itself is not on PATH). Otherwise plain `backchannel` when PATH finds
-    this same script, else its full path.
+    this same script, else its full path (or ``python -m backchannel``).
     """
     env = os.environ if environ is None else environ
     if env.get("UV_RUN_RECURSION_DEPTH"):
         uv = ("uv",) if shutil.which("uv", path=env.get("PATH")) else ("python3", "-m", "uv")
         return (*uv, "run", "backchannel")
     script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if script is not None and script.name == "__main__.py":  # python -m backchannel
+        return (sys.executable, "-m", "backchannel")
     if script is None or script.name != "backchannel":
         return ("backchannel",)
     found = shutil.which("backchannel", path=env.get("PATH"))
