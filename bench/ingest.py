@@ -59,7 +59,8 @@ async def shape_seconds(
         board = Switchboard(store)
         await board.start()
         # runs wait out a debounce longer than the window: they are measured on their own
-        board.add_account(make_adapter(), Binding(_noop, debounce=3600, max_wait=3600))
+        adapter = make_adapter()
+        board.add_account(adapter, Binding(_noop, debounce=3600, max_wait=3600))
         context = board.accounts[ACCOUNT].context
         stream = updates(events, conversations, shapes=shapes)
         started = time.perf_counter()
@@ -71,6 +72,7 @@ async def shape_seconds(
         elapsed = time.perf_counter() - started
         stats = await store.stats()
         await board.stop()
+        await adapter.stop()
     if stats["messages"] != events:
         raise SystemExit(f"{shape}: stored {stats['messages']} messages, not {events}")
     return elapsed
