@@ -45,20 +45,27 @@ def main() -> None:
         return statistics.median(values)
 
     ingest = run("ingest.py", *(("--events", "2000", "--rounds", "1") if quick else ()))
-    rows.append(("ingest, ratio to the SQLite ceiling", "min", "median", "target"))
+    rows.append(("ingest, ratio to the SQLite ceiling (best, cpu)", "min", "median", "target"))
     targets = {"poller": "≥ 0.75", "webhook": "≥ 0.60", "in-flight": "≥ 0.70"}
     for shape, label in (
         ("poller", "  poller (ingest_many of 100)"),
         ("webhook", "  webhook (40 in flight)"),
         ("in-flight", "  1,000 in flight"),
     ):
-        ratios = ingest[f"{shape}_ratio"]
-        rows.append((label, f"{min(ratios):.2f}", f"{median(ratios):.2f}", targets[shape]))
+        one = ingest[shape]
+        rows.append(
+            (
+                f"{label} ({one['best']:.2f}, {one['cpu']:.2f})",
+                f"{one['min']:.2f}",
+                f"{one['median']:.2f}",
+                targets[shape],
+            )
+        )
     rows.append(
         (
             "  (ceiling events/s, for scale)",
-            f"{min(ingest['ceiling']):,.0f}",
-            f"{median(ingest['ceiling']):,.0f}",
+            f"{ingest['events'] / max(ingest['ceiling']['wall']):,.0f}",
+            f"{ingest['ceiling']['events_per_second']:,.0f}",
             "",
         )
     )

@@ -107,7 +107,7 @@ def measure(events: int, conversations: int, rounds: int) -> dict[str, Any]:
     for _ in range(rounds):
         figures["normalize"].append(normalize_ratio(events, conversations, shapes))
         for shape in SHAPES:
-            ours = asyncio.run(shape_seconds(shape, events, conversations, shapes))
+            ours, _ = asyncio.run(shape_seconds(shape, events, conversations, shapes))
             theirs = asyncio.run(aiogram_seconds(shape, events, conversations, shapes))
             figures[shape].append(theirs / ours)
     figures["load"] = os.getloadavg()[0]
