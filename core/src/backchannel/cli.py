@@ -134,7 +134,7 @@ def serve_command(config_path: Path | None, verbose: bool) -> None:
     """Run the switchboard until Ctrl-C (in-flight runs and sends finish first)."""
     config = _load(config_path)
     _setup_logging(verbose)
-    _echo_err(f"config: {config.source or 'embedded defaults'}; store: {config.store.path}")
+    _echo_err(f"config: {config.source or 'embedded defaults'}; store: {config.store.location}")
     _serve(config, verbose)
 
 
@@ -603,6 +603,8 @@ def _load(
 
 
 def _require_store(config: Config) -> None:
+    if config.store.url:
+        return  # a database server: opening it says whether it is there
     if config.store.path != ":memory:" and not Path(config.store.path).exists():
         raise StoreError(
             f"there is no store at {config.store.path} yet (run `{hints.command('serve')}`"
@@ -611,7 +613,7 @@ def _require_store(config: Config) -> None:
 
 
 def _with_store(config: Config, read: Any, **kwargs: Any) -> Any:
-    if "missing" in kwargs and not Path(config.store.path).exists():
+    if "missing" in kwargs and not config.store.url and not Path(config.store.path).exists():
         return kwargs["missing"]
     _require_store(config)
 

@@ -2,7 +2,7 @@
 
 ::
 
-    [store]          path, synchronous
+    [store]          path, synchronous; or url = "postgresql://..." (several workers)
     [server]         host, port, public_url
     [accounts.NAME]  channel = "telegram"; every other key is the adapter's settings
     [agents.NAME]    kind = "openai"; every other key is the agent's settings
@@ -45,6 +45,7 @@ __all__ = [
     "StoreConfig",
     "default_config",
     "default_store_path",
+    "display_url",
     "load_config",
     "parse_config",
 ]
@@ -72,12 +73,24 @@ def default_store_path() -> str:
     return os.path.join(state, "backchannel", "backchannel.db")
 
 
+def display_url(url: str) -> str:
+    """Return a database URL with any password replaced by *** (for messages and logs)."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
 @frozen
 class StoreConfig:
-    """Where the transcript lives."""
+    """Where the transcript lives: a SQLite file (`path`), or PostgreSQL when `url` is set."""
 
     path: str = field(factory=default_store_path)
     synchronous: Synchronous = "NORMAL"
+    #: postgresql://user:${PASSWORD}@host/db: the shared store of several `serve --worker`s
+    url: str | None = None
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for people: the file, or the URL without its password."""
+        return display_url(self.url) if self.url else self.path
 
 
 @frozen
@@ -169,7 +182,8 @@ class Config:
         """Return the config as plain data with every value that came from ${VAR} as ***."""
         data = {
             "source": self.source or "(embedded defaults)",
-            "store": {"path": self.store.path, "synchronous": self.store.synchronous},
+            "store": {"path": self.store.path, "synchronous": self.store.synchronous}
+            | ({"url": display_url(self.store.url)} if self.store.url else {}),
             "server": {
                 "host": self.server.host,
                 "port": self.server.port,
@@ -316,7 +330,15 @@ class _Parser:
                 raise self.error(key, f"unknown section (expected one of {', '.join(known)})")
         data = self.interpolate(data, "")
         store = self.structure(data.get("store", {}), StoreConfig, "store")
-        store = StoreConfig(path=_resolve_path(store.path, base_dir), synchronous=store.synchronous)
+        if store.url is not None and not store.url.startswith(("postgresql://", "postgres://")):
+            raise self.error(
+                "store.url",
+                f"expected a postgresql://user@host:port/database URL, got {display_url(store.url)!r}"
+                " (leave it out to use the SQLite file at [store] path)",
+            )
+        store = StoreConfig(
+            path=_resolve_path(store.path, base_dir), synchronous=store.synchronous, url=store.url
+        )
         server = self.structure(data.get("server", {}), ServerConfig, "server")
         if not 0 <= server.port <= 65535:
             raise self.error("server.port", f"expected a port number 0-65535, got {server.port}")
