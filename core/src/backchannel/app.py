@@ -27,6 +27,7 @@ from .errors import ConfigError, StoreError
 from .model import Event
 from .plugins import agents as agent_registry
 from .plugins import channels as channel_registry
+from .plugins import get_plugin_manager as _plugin_manager
 from .policy import Policy
 from .runs import Agent, Run, WindowSettings
 from .store import SQLiteStore
@@ -135,6 +136,7 @@ async def build_switchboard(
             secrets=account.secrets,
             config=account.settings,
         )
+    _plugin_manager().hook.configure_switchboard(board=board, config=config)
     return board
 
 
