@@ -118,3 +118,7 @@ def _tell_owner_parked(item: object, stderr: IO[str]) -> None:
             f"backchannel-owner-hook: message #{getattr(item, 'id', '?')} was parked, but the"
             f" owner could not be told: {error}\n"
         )
+
+
+if __name__ == "__main__":
+    main()
