@@ -7,6 +7,7 @@
     [accounts.NAME]  channel = "telegram"; every other key is the adapter's settings
     [agents.NAME]    kind = "openai"; every other key is the agent's settings
     [[bindings]]     agent, accounts, chats, respond, access, allow, owner, window, ...
+    [mcp]            token, owner_account, owner_chat, owner_user (`backchannel mcp serve`)
 
 Every mistake raises one `ConfigError` whose text names the file, the key path
 and what was expected (``bot.toml: bindings[0].respond: expected one of always,
@@ -39,6 +40,7 @@ __all__ = [
     "AgentConfig",
     "BindingConfig",
     "Config",
+    "McpConfig",
     "ServerConfig",
     "StoreConfig",
     "default_config",
@@ -130,6 +132,19 @@ class BindingConfig:
 
 
 @frozen
+class McpConfig:
+    """`[mcp]`: the MCP server (`backchannel mcp serve`, plugin backchannel-mcp)."""
+
+    #: bearer token streamable HTTP clients must send (write it as ${BACKCHANNEL_MCP_TOKEN})
+    token: str | None = None
+    #: whose messages a Claude Code channel may push and who answers permission prompts:
+    #: the owner's account, chat with the bot, and user id on that channel
+    owner_account: str | None = None
+    owner_chat: str | None = None
+    owner_user: str | None = None
+
+
+@frozen
 class Config:
     """A whole configuration. `source` is the file it came from (None: embedded defaults)."""
 
@@ -138,6 +153,7 @@ class Config:
     accounts: Mapping[str, AccountConfig] = field(factory=dict)
     agents: Mapping[str, AgentConfig] = field(factory=dict)
     bindings: tuple[BindingConfig, ...] = ()
+    mcp: McpConfig = field(factory=McpConfig)
     source: str | None = None
     #: key paths whose value came from ${VAR}
     secret_keys: frozenset[str] = field(factory=frozenset, repr=False)
@@ -295,7 +311,7 @@ class _Parser:
 
     # the whole file ------------------------------------------------------------
     def parse(self, data: Mapping[str, Any], base_dir: Path, check_plugins: bool) -> Config:
-        known = ("store", "server", "accounts", "agents", "bindings")
+        known = ("store", "server", "accounts", "agents", "bindings", "mcp")
         for key in data:
             if key not in known:
                 raise self.error(key, f"unknown section (expected one of {', '.join(known)})")
@@ -322,6 +338,7 @@ class _Parser:
         accounts = accounts or dict(defaults.accounts)
         agents = agents or dict(defaults.agents)
         bindings = self.bindings(data.get("bindings"), accounts, agents)
+        mcp = self.structure(data.get("mcp", {}), McpConfig, "mcp")
         for secret in self.secret_values():
             register_secret(secret)
         config = Config(
@@ -330,6 +347,7 @@ class _Parser:
             accounts=accounts,
             agents=agents,
             bindings=bindings,
+            mcp=mcp,
             source=self.source,
             secret_keys=frozenset(self.secret_keys),
             secret_values=self.secret_values(),
