@@ -23,10 +23,12 @@ from attrs import field, frozen
 
 from .adapter import Adapter
 from .config import AccountConfig, AgentConfig, BindingConfig, Config
+from .control import ControlServer, socket_path
 from .errors import ConfigError, StoreError
 from .model import Event
 from .plugins import agents as agent_registry
 from .plugins import channels as channel_registry
+from .plugins import get_plugin_manager
 from .policy import Policy
 from .runs import Agent, Run, WindowSettings
 from .store import SQLiteStore
@@ -153,8 +155,11 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signum, _on_signal, stop, loop, signum)
             installed.append(signum)
+    control = _control_server(config, board)
     try:
         await board.start()
+        if control is not None and not await control.start():
+            control = None
         if on_ready is not None:
             maybe = on_ready(board)
             if maybe is not None:
@@ -162,9 +167,21 @@ async def serve(
         await stop.wait()
         log.info("stopping: finishing in-flight runs and sends")
     finally:
+        if control is not None:
+            await control.stop()
         await board.stop()
         for signum in installed:
             loop.remove_signal_handler(signum)
+
+
+def _control_server(config: Config, board: Switchboard) -> ControlServer | None:
+    """The control socket for this store, with the operations plugins add (None: in memory)."""
+    path = socket_path(config.store.path)
+    if path is None:
+        return None
+    server = ControlServer(board, path)
+    get_plugin_manager().hook.register_control_ops(register=server.register)
+    return server
 
 
 def _on_signal(stop: asyncio.Event, loop: asyncio.AbstractEventLoop, signum: int) -> None:

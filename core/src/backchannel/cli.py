@@ -21,6 +21,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 from attrs import evolve
 
+from . import control
 from .app import build_adapter, build_agent, build_switchboard, open_config_store, serve
 from .config import Config, default_config, load_config
 from .errors import BackchannelError, ConfigError, StoreError
@@ -392,60 +393,120 @@ async def _preview(config: Config, reference: str) -> Run:
 
 
 @main.command("send")
-@click.argument("account")
-@click.argument("chat")
-@click.argument("text")
+@click.argument("target", nargs=-1, required=True)
 @click.option("--thread", help="Thread (topic) id within the chat.")
 @config_option
 @store_option
 @json_option
 def send_command(
-    account: str,
-    chat: str,
-    text: str,
+    target: tuple[str, ...],
     thread: str | None,
     config_path: Path | None,
     store_path: Path | None,
     as_json: bool,
 ) -> None:
-    """Send TEXT as the operator through ACCOUNT to CHAT; it is recorded in the transcript.
+    """Send TEXT as the operator; it is recorded in the transcript.
 
-    This starts that account's adapter for the duration of the send.
+    \b
+    backchannel send CONVERSATION TEXT     a key or id from `backchannel conversations`
+    backchannel send ACCOUNT CHAT TEXT     an address, also one no one has written from yet
+
+    A running `serve` on the same store does the sending (open web pages show
+    it at once); without one, this starts that account's adapter for the send.
     """
     config = _load(config_path, store_path)
-    if account not in config.accounts:
-        known = ", ".join(sorted(config.accounts)) or "none"
-        raise ConfigError(
-            f"no account called {account!r} (configured: {known})", path=config.source
+    if len(target) not in (2, 3):
+        raise click.UsageError(
+            f"send takes CONVERSATION TEXT or ACCOUNT CHAT TEXT, got {len(target)} arguments"
+            " (quote the text)"
         )
-    _echo_err(f"sending through {config.accounts[account].channel} account {account!r}...")
-    outcome = _run(_send(config, Address(account, chat, thread), text))
+    *where, text = target
+    outcome = _run(_send(config, where, thread, text))
     if as_json:
         _echo_json(outcome)
     else:
         click.echo(f"{outcome['conversation']}: {outcome['result']}")
+        if outcome["via"] == "direct":
+            _echo_err(_DIRECT_NOTES.get(outcome["channel"], _DIRECT_NOTES[""]))
     if outcome["status"] != "sent":
         sys.exit(1)
 
 
-async def _send(config: Config, address: Address, text: str) -> dict[str, Any]:
+_DIRECT_NOTES = {
+    "webchat": "no serve is running on this store: the message is stored, and an open page"
+    " shows it when it next loads",
+    "": "sent directly: no serve is running on this store",
+}
+
+
+async def _send(config: Config, where: list[str], thread: str | None, text: str) -> dict[str, Any]:
+    """Hand the send to the serve that owns the account, or send directly when none runs."""
+    address = await _resolve_send_address(config, where, thread)
+    address_args = {"account": address.account, "chat": address.chat, "thread": address.thread}
+    try:
+        outcome = await control.call(config, "send", address=address_args, text=text)
+        via = "serve"
+    except control.ControlUnavailable:
+        outcome = await _send_directly(config, address, text)
+        via = "direct"
+    channel = config.accounts[address.account].channel
+    return {**outcome, "status": outcome["state"], "via": via, "channel": channel}
+
+
+async def _send_address(
+    config: Config, store: Store, where: list[str], thread: str | None
+) -> Address:
+    """Return the address `send` was given: a stored conversation's key or id, or ACCOUNT CHAT."""
+    if len(where) == 2:
+        account, chat = where
+        if account not in config.accounts:
+            known = ", ".join(sorted(config.accounts)) or "none"
+            raise ConfigError(
+                f"no account called {account!r} (configured: {known})", path=config.source
+            )
+        if chat.startswith(f"{account}/"):
+            raise StoreError(
+                f"{chat!r} is a conversation key, not a chat id: run"
+                f" `backchannel send {chat} TEXT` (without the account)"
+            )
+        return Address(account, chat, thread)
+    (reference,) = where
+    try:
+        found = await _find(store, reference)
+    except StoreError:
+        account, _, rest = reference.partition("/")
+        if reference.isdigit() or account not in config.accounts or not rest:
+            raise
+        chat, _, key_thread = rest.partition("/")
+        return Address(account, chat, thread or key_thread or None)
+    if thread is not None:
+        return Address(found.address.account, found.address.chat, thread)
+    return found.address
+
+
+async def _resolve_send_address(config: Config, where: list[str], thread: str | None) -> Address:
+    store = open_config_store(config)
+    try:
+        address = await _send_address(config, store, where, thread)
+    finally:
+        await store.close()
+    if address.account not in config.accounts:
+        raise ConfigError(
+            f"conversation {address.key} belongs to account {address.account!r},"
+            " which this config does not have",
+            path=config.source,
+        )
+    return address
+
+
+async def _send_directly(config: Config, address: Address, text: str) -> dict[str, Any]:
     board = await build_switchboard(
         config, accounts=[address.account], agents=_idle_agents(config), serve_http=False
     )
     try:
         # start only the adapter: starting the board would also recover and run agents
         await board.start_accounts([address.account])
-        result = await board.send(address, text)
-        conversation = await board.store.ensure_conversation(address)
-        latest = await board.store.outbox(conversation_id=conversation.id, limit=1)
-        status = latest[0].status if latest else "unknown"
-        return {
-            "conversation": address.key,
-            "conversation_id": conversation.id,
-            "status": status,
-            "result": result,
-            "seq": latest[0].message_seq if latest else None,
-        }
+        return await board.send_outcome(await board.conversation_for(address), text)
     finally:
         await board.stop()
 

@@ -19,10 +19,10 @@ from typing import Any
 from attrs import define, field
 
 from .adapter import Adapter, AdapterContext, IngestResult, RouteTable
-from .errors import ConfigError, NormalizeError
+from .errors import ConfigError, NormalizeError, Rejected, StoreError
 from .ingest import GroupCommit
 from .model import Address, Conversation, Event, Message, Sender, from_json, to_json
-from .outbound import Deliverer, channel_tools
+from .outbound import Deliverer, DeliveryResult, channel_tools
 from .plugins import get_plugin_manager
 from .policy import Policy
 from .runs import Agent, Run, RunBuilder, RunSession, WindowSettings
@@ -425,17 +425,105 @@ class Switchboard:
 
     async def send(self, address: Address, text: str) -> str:
         """Send `text` as an operator, recorded in the transcript; return the outcome."""
-        from .model import Outbound
+        outcome = await self.send_outcome(await self.conversation_for(address), text)
+        return str(outcome["result"])
 
+    async def conversation_for(self, address: Address) -> Conversation:
+        """Return the conversation at `address` of an account this board serves.
+
+        A new one is made only for an address the channel accepts (adapters
+        may offer ``check_address``): a mistyped chat never becomes a
+        conversation that stays listed forever.
+        """
         account = self.accounts.get(address.account)
         if account is None:
-            raise ConfigError(f"unknown account {address.account!r}")
-        conversation = await self.store.ensure_conversation(address)
-        result = await account.deliverer.deliver(conversation, Outbound(address, text))
-        return result.describe()
+            known = ", ".join(sorted(self.accounts)) or "none"
+            raise ConfigError(f"no account called {address.account!r} (serving: {known})")
+        conversation = await self.store.find_conversation(address)
+        if conversation is not None:
+            return conversation
+        check_address = getattr(account.adapter, "check_address", None)
+        if check_address is not None:
+            try:
+                await check_address(address)
+            except Rejected as error:
+                raise Rejected(
+                    f"cannot send to {address.key}: {error.reason}"
+                    " (see `backchannel conversations` for the keys of existing ones)"
+                ) from None
+        return await self.store.ensure_conversation(address)
+
+    async def send_outcome(
+        self,
+        conversation: Conversation,
+        text: str,
+        *,
+        reply_to_seq: int | None = None,
+        quiet: bool = False,
+    ) -> dict[str, Any]:
+        """Send `text` as an operator into a stored conversation; return the recorded outcome.
+
+        The outcome is what the outbox recorded: ``state`` sent / failed /
+        uncertain, the transcript ``seq``, the ``platform_message_id``, a
+        ``reason`` when not sent, and ``result``, the sentence a model reads.
+        """
+        from .model import Outbound
+
+        account = self._account_of(conversation)
+        reply_to = None
+        if reply_to_seq is not None:
+            reply_to = await self._platform_id(conversation, reply_to_seq)
+        result = await account.deliverer.deliver(
+            conversation, Outbound(conversation.address, text, reply_to=reply_to, quiet=quiet)
+        )
+        return _outcome(conversation, result)
+
+    async def edit_outcome(self, conversation: Conversation, seq: int, text: str) -> dict[str, Any]:
+        """Edit our own message `seq` of a stored conversation; return the recorded outcome."""
+        from .model import Outbound
+
+        account = self._account_of(conversation)
+        message = await self.store.message(conversation.id, seq)
+        if message is None or message.direction != "out":
+            raise StoreError(f"#{seq} of {conversation.address.key} is not a message we sent")
+        target = await self._platform_id(conversation, seq)
+        result = await account.deliverer.deliver(
+            conversation, Outbound(conversation.address, text, kind="edit", target=target)
+        )
+        outcome = _outcome(conversation, result)
+        outcome["seq"] = seq
+        outcome["platform_message_id"] = target
+        return outcome
+
+    def _account_of(self, conversation: Conversation) -> _Account:
+        account = self.accounts.get(conversation.address.account)
+        if account is None:
+            raise ConfigError(f"unknown account {conversation.address.account!r}")
+        return account
+
+    async def _platform_id(self, conversation: Conversation, seq: int) -> str:
+        message = await self.store.message(conversation.id, seq)
+        if message is None:
+            raise StoreError(f"there is no message #{seq} in {conversation.address.key}")
+        if message.platform_message_id is None:
+            raise StoreError(f"message #{seq} has no platform id (it was not delivered)")
+        return message.platform_message_id
 
     async def health(self) -> dict[str, Any]:
         return {"accounts": sorted(self.accounts), "counters": dict(self.counters)}
+
+
+def _outcome(conversation: Conversation, result: DeliveryResult) -> dict[str, Any]:
+    entry = result.entry
+    return {
+        "conversation": conversation.address.key,
+        "conversation_id": conversation.id,
+        "state": entry.status,
+        "seq": entry.message_seq,
+        "platform_message_id": entry.platform_ids[0] if entry.platform_ids else None,
+        "reason": entry.reason,
+        "result": result.describe(),
+    }
 
 
 def _unstorable(event: Event, account: str) -> str | None:

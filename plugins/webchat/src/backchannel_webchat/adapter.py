@@ -184,6 +184,10 @@ class WebchatAdapter:
         finally:
             self.hub.forget(token)
 
+    async def check_address(self, address: Address) -> None:
+        """Raise Rejected unless `address` is a conversation a visitor opened (see Adapter)."""
+        await self._check_target(address)
+
     async def _check_target(self, address: Address) -> str:
         if address.account != self.account:
             raise Rejected(f"address belongs to account {address.account!r}, not {self.account!r}")
