@@ -10,7 +10,7 @@ from typing import Any
 
 from backchannel.hookspecs import hookimpl
 
-__all__ = ["register_commands"]
+__all__ = ["register_commands", "register_control_ops"]
 
 
 @hookimpl
@@ -19,3 +19,11 @@ def register_commands(cli: Any) -> None:
     from .cli import mcp_group
 
     cli.add_command(mcp_group)
+
+
+@hookimpl
+def register_control_ops(register: Any) -> None:
+    """Let `serve` do the MCP server's reactions (`mcp.react`), as it does its sends."""
+    from .sending import REACT_OP, react_op
+
+    register(REACT_OP, react_op)

@@ -11,15 +11,21 @@ goes out and the outcome is one of sent / failed / uncertain.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from attrs import frozen
 from backchannel.config import Config
 from backchannel.model import Conversation, Outbound
 
-__all__ = ["SendOutcome", "send_to_conversation"]
+__all__ = ["REACT_OP", "SendOutcome", "react_op", "send_to_conversation"]
 
 log = logging.getLogger("backchannel.mcp")
+
+#: the control operation this plugin adds to `serve` for reactions
+REACT_OP = "mcp.react"
+#: how long a send handed to `serve` may take before it is reported uncertain
+SEND_TIMEOUT = 60.0
 
 
 @frozen
@@ -59,41 +65,80 @@ async def send_to_conversation(
     react_to: int | None = None,
 ) -> SendOutcome:
     """Send `text` (or, with `react_to`, the emoji `text`) to `conversation`."""
-    if react_to is None:
-        handed = await _hand_to_serve(config, conversation, text, reply_to)
-        if handed is not None:
-            return handed
+    handed = await _hand_to_serve(config, conversation, text, reply_to, react_to)
+    if handed is not None:
+        return handed
     return await _send_directly(config, conversation, text, reply_to, react_to)
 
 
 async def _hand_to_serve(
-    config: Config, conversation: Conversation, text: str, reply_to: int | None
+    config: Config,
+    conversation: Conversation,
+    text: str,
+    reply_to: int | None,
+    react_to: int | None,
 ) -> SendOutcome | None:
-    """Return the outcome from a running `serve`, or None when none answers (or none can)."""
+    """Return the outcome from a running `serve`, or None when none answers."""
+    from backchannel import control
+
+    key = conversation.address.key
+    args: dict[str, Any] = {"conversation": key, "text": text}
+    if react_to is not None:
+        op, args["seq"] = REACT_OP, react_to
+    else:
+        op = "send"
+        if reply_to is not None:
+            args["reply_to"] = reply_to
     try:
-        from backchannel import control  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    args: dict[str, Any] = {
-        "conversation": conversation.address.key,
-        "text": text,
-        "origin": "mcp",
-    }
-    if reply_to is not None:
-        args["reply_to"] = reply_to
-    try:
-        answer = await control.call(config, "send", **args)
+        answer = await control.call(config, op, timeout=SEND_TIMEOUT, **args)
     except control.ControlUnavailable:
-        log.info("no running serve answers: sending to %s directly", conversation.address.key)
+        log.info("no running serve answers: sending to %s directly", key)
         return None
+    except control.ControlError as error:
+        return SendOutcome("failed", key, reason=str(error), via="serve", kind=_kind(react_to))
+    except TimeoutError:
+        return SendOutcome(
+            "uncertain",
+            key,
+            reason=f"serve did not answer within {SEND_TIMEOUT:g}s",
+            via="serve",
+            kind=_kind(react_to),
+        )
     return SendOutcome(
         state=str(answer.get("state", "uncertain")),
-        conversation=conversation.address.key,
+        conversation=key,
         seq=answer.get("seq"),
         platform_message_id=answer.get("platform_message_id"),
         reason=answer.get("reason"),
         via="serve",
+        kind=_kind(react_to),
     )
+
+
+async def react_op(board: Any, args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Control op `mcp.react` {conversation, seq, text}: react inside `serve`; return the outcome."""
+    from backchannel.control import resolve_conversation
+
+    conversation = await resolve_conversation(board, str(args["conversation"]))
+    seq = int(args["seq"])
+    target = await board.store.message(conversation.id, seq)
+    if target is None or target.platform_message_id is None:
+        return {"state": "failed", "seq": seq, "reason": f"#{seq} has no platform id"}
+    account = board.accounts[conversation.address.account]
+    result = await account.deliverer.deliver(
+        conversation,
+        Outbound(
+            conversation.address,
+            str(args["text"]),
+            kind="reaction",
+            target=target.platform_message_id,
+        ),
+    )
+    return {"state": result.entry.status, "seq": seq, "reason": result.entry.reason}
+
+
+def _kind(react_to: int | None) -> str:
+    return "message" if react_to is None else "reaction"
 
 
 async def _send_directly(
