@@ -38,6 +38,7 @@ from backchannel.framing import format_message
 from backchannel.model import Address, Conversation, Message
 from backchannel.store import Store
 from mcp_types import NotificationParams
+from pydantic import Field
 
 from .owner import OwnerApi, OwnerGate
 from .reading import find_conversation
@@ -71,10 +72,11 @@ Send = Callable[..., Awaitable[SendOutcome]]
 class PermissionRequest(NotificationParams):
     """Params of `notifications/claude/channel/permission_request`."""
 
-    request_id: str
-    tool_name: str
-    description: str = ""
-    input_preview: str = ""
+    # Claude Code's extension uses snake_case on the wire, unlike MCP's camelCase
+    request_id: str = Field(alias="request_id")
+    tool_name: str = Field(alias="tool_name")
+    description: str = Field(default="", alias="description")
+    input_preview: str = Field(default="", alias="input_preview")
 
 
 class Channel:
