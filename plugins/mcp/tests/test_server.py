@@ -121,3 +121,35 @@ async def test_each_conversation_is_a_resource_with_its_flattened_transcript(wor
             )
     finally:
         await store.close()
+
+
+async def test_an_uncertain_send_is_reported_as_such_and_not_retried(world: World) -> None:
+    await world.seed()
+    config = world.config()
+    store = open_store(config)
+    world.fake.fail_next("sendMessage", "500")
+    world.fake.fail_next("setMessageReaction", "forbidden")
+    try:
+        async with connected(BackchannelMcp(ToolBox(config, store))) as client:
+            result = text_of(
+                await client.call_tool(
+                    "send_message", {"conversation": world.group_key, "text": "did it arrive?"}
+                )
+            )
+            assert result.startswith(f"delivery to {world.group_key} uncertain")
+            assert "read the conversation before trying again" in result
+            reacted = text_of(
+                await client.call_tool(
+                    "react", {"conversation": world.group_key, "message": 1, "emoji": "👍"}
+                )
+            )
+            assert reacted.startswith(f"reaction to {world.group_key} NOT delivered")
+        assert len(world.fake.calls_to("sendMessage")) == 1  # never retried
+        conversation = await store.find_conversation(Address("tg", str(world.group["id"])))
+        assert conversation is not None
+        statuses = [
+            m.status for m in await store.window(conversation.id, 10) if m.direction == "out"
+        ]
+        assert statuses == ["uncertain"]
+    finally:
+        await store.close()

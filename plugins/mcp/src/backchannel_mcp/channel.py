@@ -33,6 +33,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+import anyio
 from backchannel.config import Config
 from backchannel.framing import format_message
 from backchannel.model import Address, Conversation, Message
@@ -119,18 +120,29 @@ class Channel:
     # the push loop -------------------------------------------------------------------
     async def run(self, write: Write) -> None:
         """Push until cancelled; `write` sends one notification to the client."""
-        self._write = write
-        watched = [await find_conversation(self.store, key) for key in self.watch_keys]
-        self._watched_ids = {c.id for c in watched}
-        for conversation in watched:
-            await self._start_cursor(conversation)
+        watched = await self.attach(write)
         while True:
-            await self.poll_once(watched)
+            try:
+                await self.poll_once(watched)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                log.info("the client went away: channel stopped")
+                return
+            except Exception as error:  # the store was busy, a send failed: try again next poll
+                log.warning("channel poll failed (%s: %s); retrying", type(error).__name__, error)
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), self.poll_interval)
             except TimeoutError:
                 pass
+
+    async def attach(self, write: Write) -> list[Conversation]:
+        """Start writing to a client; return the watched conversations (cursors start at their end)."""
+        self._write = write
+        watched = [await find_conversation(self.store, key) for key in self.watch_keys]
+        self._watched_ids = {c.id for c in watched}
+        for conversation in watched:
+            await self._start_cursor(conversation)
+        return watched
 
     async def poll_once(self, watched: Sequence[Conversation]) -> None:
         """Push what is new: routed owner messages, watched messages, permission verdicts."""
