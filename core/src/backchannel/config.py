@@ -10,6 +10,7 @@
     [orchestration]  enabled (the kill switch for cross-conversation sends)
     [<plugin>]       a plugin's own table, named after its entry point (``[owner]``):
                      kept as-is in `Config.sections` for the plugin to validate
+    [mcp]            token, owner_account, owner_chat, owner_user (`backchannel mcp serve`)
 
 Every mistake raises one `ConfigError` whose text names the file, the key path
 and what was expected (``bot.toml: bindings[0].respond: expected one of always,
@@ -42,6 +43,7 @@ __all__ = [
     "AgentConfig",
     "BindingConfig",
     "Config",
+    "McpConfig",
     "OrchestrationConfig",
     "ServerConfig",
     "StoreConfig",
@@ -157,6 +159,19 @@ class OrchestrationConfig:
 
 
 @frozen
+class McpConfig:
+    """`[mcp]`: the MCP server (`backchannel mcp serve`, plugin backchannel-mcp)."""
+
+    #: bearer token streamable HTTP clients must send (write it as ${BACKCHANNEL_MCP_TOKEN})
+    token: str | None = None
+    #: whose messages a Claude Code channel may push and who answers permission prompts:
+    #: the owner's account, chat with the bot, and user id on that channel
+    owner_account: str | None = None
+    owner_chat: str | None = None
+    owner_user: str | None = None
+
+
+@frozen
 class Config:
     """A whole configuration. `source` is the file it came from (None: embedded defaults)."""
 
@@ -166,6 +181,7 @@ class Config:
     agents: Mapping[str, AgentConfig] = field(factory=dict)
     bindings: tuple[BindingConfig, ...] = ()
     orchestration: OrchestrationConfig = field(factory=OrchestrationConfig)
+    mcp: McpConfig = field(factory=McpConfig)
     source: str | None = None
     #: key paths whose value came from ${VAR}
     secret_keys: frozenset[str] = field(factory=frozenset, repr=False)
@@ -329,7 +345,7 @@ class _Parser:
 
     # the whole file ------------------------------------------------------------
     def parse(self, data: Mapping[str, Any], base_dir: Path, check_plugins: bool) -> Config:
-        known = ("store", "server", "accounts", "agents", "bindings", "orchestration")
+        known = ("store", "server", "accounts", "agents", "bindings", "orchestration", "mcp")
         plugin_sections = _plugin_names()
         for key in data:
             if key not in known and key not in plugin_sections:
@@ -371,6 +387,7 @@ class _Parser:
         orchestration = self.structure(
             data.get("orchestration", {}), OrchestrationConfig, "orchestration"
         )
+        mcp = self.structure(data.get("mcp", {}), McpConfig, "mcp")
         for secret in self.secret_values():
             register_secret(secret)
         config = Config(
@@ -380,6 +397,7 @@ class _Parser:
             agents=agents,
             bindings=bindings,
             orchestration=orchestration,
+            mcp=mcp,
             source=self.source,
             secret_keys=frozenset(self.secret_keys),
             secret_values=self.secret_values(),
