@@ -61,8 +61,8 @@ PERMISSION_REQUEST = "notifications/claude/channel/permission_request"
 PERMISSION_VERDICT = "notifications/claude/channel/permission"
 
 #: the owner's exact verdict: yes|no and an id of five letters a-z without l (Claude Code's alphabet)
-VERDICT = re.compile(r"^\s*(yes|no)\s+([a-km-z]{5})\s*$", re.IGNORECASE)
-_REQUEST_ID = re.compile(r"^[a-km-z]{5}$")
+VERDICT = re.compile(r"\A\s*(yes|no)\s+([a-km-z]{5})\s*\Z", re.IGNORECASE)
+_REQUEST_ID = re.compile(r"\A[a-km-z]{5}\Z")
 #: store state lives under this pseudo-account
 _STATE = "mcp"
 
