@@ -172,6 +172,12 @@ class RunBuilder:
         trigger = next((m for m in reversed(rows) if m.seq == trigger_seq), None)
         if trigger is None and trigger_seq:
             trigger = await self.store.message(conversation_id, trigger_seq)
+        answer = _answer_after(rows, trigger)
+        if trigger is not None and answer is not None:
+            # answered already (a crash came before the run was recorded as finished):
+            # offering it as unanswered would make the agent answer it twice
+            notes = (*notes, _already_answered_note(trigger, answer))
+            trigger = None
         participants = _participants_in(rows, me)
         hidden = max(conversation.visible_count - len(rows) - _visible_after(conversation, upto), 0)
         session = RunSession(conversation_id, upto, self.store.messages_after, me, trigger=trigger)
@@ -200,6 +206,38 @@ class RunBuilder:
             channel_name=self.channel_name,
             participants=tuple(participants),
         )
+
+
+def _answer_after(rows: Sequence[Message], trigger: Message | None) -> Message | None:
+    """Return our message sent (or perhaps sent) after `trigger`, if there is one.
+
+    A failed send does not count: it definitely did not arrive.
+    """
+    if trigger is None:
+        return None
+    return next(
+        (
+            m
+            for m in rows
+            if m.direction == "out"
+            and m.seq > trigger.seq
+            and m.status in {"sent", "uncertain", "pending"}
+        ),
+        None,
+    )
+
+
+def _already_answered_note(trigger: Message, answer: Message) -> str:
+    delivery = (
+        "it was delivered"
+        if answer.status == "sent"
+        else "its delivery is uncertain: it may have arrived"
+    )
+    return (
+        f"Message #{trigger.seq} already has your reply #{answer.seq} ({delivery}), so this"
+        f" run has no new message to answer. Do not answer #{trigger.seq} again; send"
+        " something only if the conversation needs it."
+    )
 
 
 def _trim_to_chars(rows: list[Message], limit: int) -> list[Message]:

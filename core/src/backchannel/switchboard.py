@@ -60,7 +60,9 @@ class Service(Protocol):
 
 RESTART_NOTE = (
     "backchannel restarted since your last turn in this conversation. Nothing was lost:"
-    " every message you have not answered yet is shown below."
+    " every message you have not answered yet is shown below. A reply of yours marked"
+    " 'delivery uncertain' was cut short by the restart and may have arrived: do not send"
+    " it again unless the conversation shows it is missing."
 )
 
 
