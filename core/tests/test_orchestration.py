@@ -363,7 +363,7 @@ async def test_kill_switch_holds_after_a_config_reload_and_after_a_restart(
         await again.board.stop()
 
 
-async def test_messaging_cli_reaches_a_running_board_and_survives_restart(
+async def test_messaging_cli_in_another_process_reaches_a_running_board(
     store: SQLiteStore, rig: Any
 ) -> None:
     results: list[str] = []
