@@ -132,6 +132,10 @@ async def test_owner_asks_in_web_chat_and_the_agent_answers_from_telegram_then_p
     assert shown.exit_code == 0, shown.output
     assert "send_to_conversation(conversation: string, text: string)" in shown.output
     assert "list_conversations(" in shown.output and "read_conversation(" in shown.output
+    transcript = await asyncio.to_thread(
+        CliRunner().invoke, main, ["show", tg_key, "-c", str(path)]
+    )
+    assert f"(sent; from conversation {web_key})" in transcript.output
 
 
 async def test_a_telegram_send_that_times_out_is_uncertain_and_not_retried(
