@@ -160,7 +160,12 @@ async def pg001_initial(connection: Any) -> None:
     )
 
 
-PG_MIGRATIONS: list[Migration] = [pg001_initial]
+async def pg002_orchestration(connection: Any) -> None:
+    # which conversation a cross-conversation send came from (NULL: its own run)
+    await connection.execute("ALTER TABLE outbox ADD COLUMN origin TEXT")
+
+
+PG_MIGRATIONS: list[Migration] = [pg001_initial, pg002_orchestration]
 
 
 async def migrate(connection: Any) -> list[str]:
