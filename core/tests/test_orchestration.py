@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -423,3 +424,40 @@ def _cli(*args: str) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+async def test_deliver_cross_with_a_config_goes_through_the_running_serve_with_its_origin(
+    tmp_path: Path, fake_channel_plugin: None, platform: Any
+) -> None:
+    from backchannel import control
+    from backchannel.app import serve
+    from backchannel.config import load_config
+    from backchannel.orchestration import deliver_cross, send_refusal
+
+    path = tmp_path / "bot.toml"
+    path.write_text(
+        f'[store]\npath = "{tmp_path / "state" / "bc.db"}"\n'
+        '[accounts.ops]\nchannel = "fake"\n[agents.demo]\nkind = "demo"\n'
+    )
+    config = load_config(path)
+    stop = asyncio.Event()
+    ready: asyncio.Future[Switchboard] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve(config, on_ready=ready.set_result, stop=stop))
+    try:
+        board = await asyncio.wait_for(asyncio.shield(ready), 15)
+        target = await board.store.ensure_conversation(Address("ops", "c9"))
+        assert await send_refusal(config, target, store=board.store) is None
+        outcome = await deliver_cross(config, target, "relayed", origin_key="web/tab")
+        assert (outcome.state, outcome.seq) == ("sent", 1)
+        assert platform.texts("c9") == ["relayed"]
+        (entry,) = await board.store.outbox(conversation_id=target.id)
+        assert entry.origin == "web/tab"
+        await set_messaging(board.store, False)
+        refusal = await send_refusal(config, target, store=board.store)
+        assert refusal is not None and "switched off" in refusal and "ops/c9" in refusal
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 15)
+    with pytest.raises(control.ControlUnavailable):
+        await deliver_cross(config, target, "nobody serves", origin_key="web/tab")
+    assert await send_refusal(config, target) is not None  # opens the store itself
