@@ -235,6 +235,8 @@ async def test_refused_send_writes_nothing_and_sends_nothing(rig: Any, case: str
             results.append(
                 await run.call("send_to_conversation", {"conversation": target, "text": "hi"})
             )
+            read = await run.call("read_conversation", {"conversation": "work/alice-dm"})
+            assert "[#1] Alice: the invoice" in read  # the controls never stop reading
 
     config = make_config(enabled=case != "disabled")
     built = await rig(script, config)
@@ -461,3 +463,35 @@ async def test_deliver_cross_with_a_config_goes_through_the_running_serve_with_i
     with pytest.raises(control.ControlUnavailable):
         await deliver_cross(config, target, "nobody serves", origin_key="web/tab")
     assert await send_refusal(config, target) is not None  # opens the store itself
+
+
+async def test_a_send_already_under_way_finishes_when_messaging_is_turned_off(rig: Any) -> None:
+    results: list[str] = []
+
+    async def script(run: Run) -> None:
+        if run.trigger is not None and run.trigger.sender.id == OWNER:
+            results.append(
+                await run.call(
+                    "send_to_conversation", {"conversation": "work/alice-dm", "text": "on its way"}
+                )
+            )
+
+    built = await rig(script)
+    await seed(built)
+    adapter = built.board.accounts["work"].adapter
+    original = adapter.send
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def held_at_the_platform(outbound: Any) -> Any:
+        entered.set()
+        await release.wait()
+        return await original(outbound)
+
+    adapter.send = held_at_the_platform
+    built.platform("home").user_says("tell Alice", chat="home-dm", sender=OWNER)
+    await asyncio.wait_for(entered.wait(), 10)
+    await set_messaging(built.store, False)
+    release.set()
+    await built.agent.wait_runs(4)
+    assert results[-1].startswith("sent to work/alice-dm")
+    assert [m.text.splitlines()[-1] for m in built.platform("work").sent] == ["on its way"]
