@@ -26,6 +26,8 @@ from .config import AccountConfig, AgentConfig, BindingConfig, Config
 from .control import ControlServer, socket_path
 from .errors import ConfigError, StoreError
 from .model import Event
+from .orchestration import attach as attach_orchestration
+from .orchestration import orchestrator_of
 from .plugins import agents as agent_registry
 from .plugins import channels as channel_registry
 from .plugins import get_plugin_manager
@@ -137,6 +139,7 @@ async def build_switchboard(
             secrets=account.secrets,
             config=account.settings,
         )
+    attach_orchestration(board, config)
     return board
 
 
@@ -156,6 +159,9 @@ async def serve(
             loop.add_signal_handler(signum, _on_signal, stop, loop, signum)
             installed.append(signum)
     control = _control_server(config, board)
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
+        loop.add_signal_handler(signal.SIGHUP, reload_config, board, config)
+        installed.append(signal.SIGHUP)
     try:
         await board.start()
         if control is not None and not await control.start():
@@ -182,6 +188,26 @@ def _control_server(config: Config, board: Switchboard) -> ControlServer | None:
     server = ControlServer(board, path)
     get_plugin_manager().hook.register_control_ops(register=server.register)
     return server
+
+
+def reload_config(board: Switchboard, config: Config) -> bool:
+    """Re-read the config file and apply what a running serve can change (SIGHUP).
+
+    Today that is the `[orchestration]` kill switch. A file that no longer
+    parses is reported in one line and the running settings stay.
+    """
+    from .config import load_config
+
+    orchestrator = orchestrator_of(board)
+    if config.source is None or orchestrator is None:
+        return False
+    try:
+        fresh = load_config(config.source, check_plugins=False)
+    except ConfigError as error:
+        log.error("config not reloaded, the running settings stay: %s", error)
+        return False
+    orchestrator.reload(fresh)
+    return True
 
 
 def _on_signal(stop: asyncio.Event, loop: asyncio.AbstractEventLoop, signum: int) -> None:

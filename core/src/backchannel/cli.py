@@ -26,6 +26,7 @@ from .app import build_adapter, build_agent, build_switchboard, open_config_stor
 from .config import Config, default_config, load_config
 from .errors import BackchannelError, ConfigError, StoreError
 from .model import Address, Conversation, Message, to_json
+from .orchestration.cli import messaging_command
 from .plugins import get_plugin_manager, plugin_summary
 from .render import (
     conversation_json,
@@ -509,6 +510,9 @@ async def _send_directly(config: Config, address: Address, text: str) -> dict[st
         return await board.send_outcome(await board.conversation_for(address), text)
     finally:
         await board.stop()
+
+
+main.add_command(messaging_command)
 
 
 # helpers --------------------------------------------------------------------------------

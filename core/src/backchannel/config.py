@@ -7,6 +7,7 @@
     [accounts.NAME]  channel = "telegram"; every other key is the adapter's settings
     [agents.NAME]    kind = "openai"; every other key is the agent's settings
     [[bindings]]     agent, accounts, chats, respond, access, allow, owner, window, ...
+    [orchestration]  enabled (the kill switch for cross-conversation sends)
 
 Every mistake raises one `ConfigError` whose text names the file, the key path
 and what was expected (``bot.toml: bindings[0].respond: expected one of always,
@@ -39,6 +40,7 @@ __all__ = [
     "AgentConfig",
     "BindingConfig",
     "Config",
+    "OrchestrationConfig",
     "ServerConfig",
     "StoreConfig",
     "default_config",
@@ -127,6 +129,16 @@ class BindingConfig:
     debounce: float = 0.0
     max_wait: float = 3.0
     run_timeout: float = 300.0
+    #: runs of this binding get the cross-conversation tools (docs/orchestration.md)
+    orchestrate: bool = False
+
+
+@frozen
+class OrchestrationConfig:
+    """`[orchestration]`: the operator's kill switch for cross-conversation sends."""
+
+    #: false refuses every new cross-conversation send (reads keep working)
+    enabled: bool = True
 
 
 @frozen
@@ -138,6 +150,7 @@ class Config:
     accounts: Mapping[str, AccountConfig] = field(factory=dict)
     agents: Mapping[str, AgentConfig] = field(factory=dict)
     bindings: tuple[BindingConfig, ...] = ()
+    orchestration: OrchestrationConfig = field(factory=OrchestrationConfig)
     source: str | None = None
     #: key paths whose value came from ${VAR}
     secret_keys: frozenset[str] = field(factory=frozenset, repr=False)
@@ -183,9 +196,11 @@ class Config:
                     "debounce": b.debounce,
                     "max_wait": b.max_wait,
                     "run_timeout": b.run_timeout,
+                    "orchestrate": b.orchestrate,
                 }
                 for b in self.bindings
             ],
+            "orchestration": {"enabled": self.orchestration.enabled},
         }
         return {key: self._masked(value, key) for key, value in data.items()}
 
@@ -295,7 +310,7 @@ class _Parser:
 
     # the whole file ------------------------------------------------------------
     def parse(self, data: Mapping[str, Any], base_dir: Path, check_plugins: bool) -> Config:
-        known = ("store", "server", "accounts", "agents", "bindings")
+        known = ("store", "server", "accounts", "agents", "bindings", "orchestration")
         for key in data:
             if key not in known:
                 raise self.error(key, f"unknown section (expected one of {', '.join(known)})")
@@ -322,6 +337,9 @@ class _Parser:
         accounts = accounts or dict(defaults.accounts)
         agents = agents or dict(defaults.agents)
         bindings = self.bindings(data.get("bindings"), accounts, agents)
+        orchestration = self.structure(
+            data.get("orchestration", {}), OrchestrationConfig, "orchestration"
+        )
         for secret in self.secret_values():
             register_secret(secret)
         config = Config(
@@ -330,6 +348,7 @@ class _Parser:
             accounts=accounts,
             agents=agents,
             bindings=bindings,
+            orchestration=orchestration,
             source=self.source,
             secret_keys=frozenset(self.secret_keys),
             secret_values=self.secret_values(),
@@ -605,6 +624,11 @@ def _make_converter() -> cattrs.Converter:
             return value
         raise _Expected(f"expected an integer, got {_describe(value)}")
 
+    def structure_bool(value: Any, _: type) -> bool:
+        if isinstance(value, bool):
+            return value
+        raise _Expected(f"expected true or false, got {_describe(value)}")
+
     def structure_float(value: Any, _: type) -> float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
@@ -639,6 +663,7 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook(str, structure_str)
     converter.register_structure_hook(int, structure_int)
     converter.register_structure_hook(float, structure_float)
+    converter.register_structure_hook(bool, structure_bool)
     exact: dict[Any, Callable[[Any, Any], Any]] = {
         tuple[str, ...]: structure_ids,
         tuple[str, ...] | None: structure_optional_ids,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from attrs import define, field
@@ -140,6 +140,8 @@ class Switchboard:
         self._stopping = False
         #: who the agent was on each account when it last started (for previews without start)
         self._known_me: dict[str, Sender] = {}
+        #: more tools for runs: provider(account, session, conversation) -> tools (orchestration)
+        self.run_tools: list[Callable[[str, RunSession, Conversation], Sequence[Tool]]] = []
 
     # setup -----------------------------------------------------------------
     def add_account(
@@ -171,6 +173,8 @@ class Switchboard:
                 extra.append(tool if isinstance(tool, Tool) else Tool.from_function(tool))
 
             pm.hook.register_tools(register=register, conversation=conversation)
+            for provide in self.run_tools:
+                extra.extend(provide(account, session, conversation))
             return offered + extra
 
         def framing(conversation: Conversation, channel: str, default: str) -> str | None:
