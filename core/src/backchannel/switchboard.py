@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from attrs import define, field
 
@@ -32,7 +32,7 @@ from .server import HttpServer
 from .store import AppendResult, Inbound, Store
 from .tools import Tool
 
-__all__ = ["Binding", "Switchboard"]
+__all__ = ["Binding", "Service", "Switchboard"]
 
 log = logging.getLogger("backchannel.switchboard")
 
@@ -42,6 +42,14 @@ RESTART_NOTE = (
     "backchannel restarted since your last turn in this conversation. Nothing was lost:"
     " every message you have not answered yet is shown below."
 )
+
+
+class Service(Protocol):
+    """Something that runs beside the switchboard (started after its adapters, stopped first)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self, timeout: float) -> None: ...
 
 
 @define(init=False)
@@ -142,6 +150,11 @@ class Switchboard:
         self._known_me: dict[str, Sender] = {}
         #: more tools for runs: provider(account, session, conversation) -> tools (orchestration)
         self.run_tools: list[Callable[[str, RunSession, Conversation], Sequence[Tool]]] = []
+        #: conversations whose every new message is looked at (a session with an open ask:
+        #: its answer may not call for a run itself), not only triggering ones
+        self.watched: set[int] = set()
+        #: started after the adapters, stopped before them (the asks coordinator)
+        self.services: list[Service] = []
 
     # setup -----------------------------------------------------------------
     def add_account(
@@ -224,6 +237,8 @@ class Switchboard:
         for conversation in owed:
             self.scheduler.add_note(conversation.id, RESTART_NOTE)
             self.scheduler.poke(conversation.id, conversation.address.account)
+        for service in self.services:
+            await service.start()
 
     async def start_accounts(self, names: Iterable[str]) -> None:
         """Start only these accounts' adapters: no recovery, no scheduling, no HTTP server.
@@ -252,6 +267,11 @@ class Switchboard:
             return
         self._stopping = True
         timeout = self._stop_timeout if timeout is None else timeout
+        for service in reversed(self.services):
+            try:
+                await service.stop(timeout)
+            except Exception:
+                log.exception("%r failed to stop cleanly", service)
         for account in self.accounts.values():
             if account.started:
                 try:
@@ -380,7 +400,9 @@ class Switchboard:
             self.counters["duplicate"] += 1
             return
         self.counters["held" if inbound.held else "stored"] += 1
-        if appended.triggers:
+        if appended.triggers or (
+            appended.conversation_id in self.watched and appended.status == "stored"
+        ):
             self.scheduler.poke(appended.conversation_id, inbound.event.address.account)
 
     @staticmethod
