@@ -226,14 +226,19 @@ class AskCoordinator:
     async def sweep(self) -> float | None:
         """Expire due asks, post their notices, report answers left over; return the next deadline."""
         store = self.board.store
-        for ask in await store.expire_asks(now()):
-            try:
-                origin = await store.conversation(ask.origin_conversation_id)
-                session = await store.conversation(ask.peer_conversation_id)
-                await self.board.send_outcome(origin, expiry_notice(ask, session))
-                await store.mark_expiry_reported(ask.id)
-            except Exception:
-                log.exception("could not post the expiry notice of ask %s", ask.id)
+        busy = self.board._busy
+        busy.enter()  # wait_idle waits for notices being posted
+        try:
+            for ask in await store.expire_asks(now()):
+                try:
+                    origin = await store.conversation(ask.origin_conversation_id)
+                    session = await store.conversation(ask.peer_conversation_id)
+                    await self.board.send_outcome(origin, expiry_notice(ask, session))
+                    await store.mark_expiry_reported(ask.id)
+                except Exception:
+                    log.exception("could not post the expiry notice of ask %s", ask.id)
+        finally:
+            busy.leave()
         for ask in await store.asks(awaiting_report=True, limit=1_000):
             self._report_soon(ask)
         pending = await store.asks(states=("pending",), limit=1_000_000)
