@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from backchannel.asks import REPORT_NOTE
 from backchannel.config import OrchestrationConfig
 from backchannel.model import Address
 from backchannel.orchestration import orchestrator_of, scope_for_agent, set_messaging
+from backchannel.store import SQLiteStore
 from backchannel.switchboard import Switchboard
 from backchannel_tinyplace.testing import FakeRelay
 from backchannel_webchat.testing import FakeBrowser
@@ -306,3 +309,77 @@ async def test_refusals_and_a_cold_ask_store_nothing_and_send_nothing(
     assert [c.id for c in await a.store.peer_conversations("tp", linked)] == [session.id]
     assert relay.sent_by(a.agent_id) == []
     assert await a.store.outbox() == []
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def start_child(relay: FakeRelay, db: Path, seed: bytes, port: int) -> tuple[Any, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(CHILD),
+        relay.url,
+        str(db),
+        seed.hex(),
+        str(port),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    line = await asyncio.wait_for(process.stdout.readline(), 60)
+    if not line.startswith(b"READY "):
+        _, err = await process.communicate()
+        raise AssertionError(f"deployment A did not start: {line!r} {err.decode()[-2000:]}")
+    return process, line.decode().split()[1]
+
+
+async def test_sigkill_between_the_ask_and_the_answer_still_reports_it_once_after_restart(
+    relay: FakeRelay, tmp_path: Path
+) -> None:
+    seed, port = os.urandom(32), free_port()
+    a_id, db = agent_id_of(seed), tmp_path / "a" / "backchannel.db"
+    hold = asyncio.Event()
+    b_agent = PeerAgent("B", hold=hold)
+    b_board, b_adapter = await start_peer(relay.url, tmp_path, "b", b_agent)
+    relay.make_contacts(a_id, b_adapter.agent_id)
+    process, url = await start_child(relay, db, seed, port)
+    try:
+        async with FakeBrowser(url, visitor=OWNER_VISITOR, conversation=OWNER_TAB) as page:
+            await page.say(f"ask {b_adapter.agent_id} will you survive a crash?")
+            assert process.stdout is not None
+            told = await asyncio.wait_for(process.stdout.readline(), 30)
+            assert told.startswith(b"ASKED asked ")
+            await asyncio.wait_for(b_agent.got_question.wait(), 30)
+            process.send_signal(signal.SIGKILL)
+            assert await asyncio.wait_for(process.wait(), 30) == -signal.SIGKILL
+            await page.wait_closed()
+        hold.set()  # B answers while A is down: the answer waits in A's mailbox
+        await relay.wait_for(lambda: bool(relay.mailbox(a_id)), 30, "B's answer")
+        process, url = await start_child(relay, db, seed, port)
+        async with FakeBrowser(url, visitor=OWNER_VISITOR, conversation=OWNER_TAB) as page:
+            await page.wait_for(agent_says("Answer received"), 30)
+            process.send_signal(signal.SIGTERM)  # a graceful stop: everything is recorded
+            assert await asyncio.wait_for(process.wait(), 30) == 0
+            assert agent_texts(page, "Answer received") == [
+                "Answer received: B answers: WILL YOU SURVIVE A CRASH?"
+            ]
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        await b_board.stop()
+    store = SQLiteStore(db)
+    try:
+        [ask] = await store.asks()
+        assert ask.state == "answered"
+        web = await store.find_conversation(Address("web", OWNER_CHAT))
+        assert web is not None
+        texts = [m.text for m in await store.window(web.id, 20) if m.direction == "out"]
+        assert texts == ["Answer received: B answers: WILL YOU SURVIVE A CRASH?"]
+        session = await store.conversation(ask.peer_conversation_id)
+        assert await store.runs(conversation_id=session.id) == []
+    finally:
+        await store.close()
