@@ -158,10 +158,10 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signum, _on_signal, stop, loop, signum)
             installed.append(signum)
-    control = _control_server(config, board)
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
         loop.add_signal_handler(signal.SIGHUP, reload_config, board, config)
         installed.append(signal.SIGHUP)
+    control = _control_server(config, board)
     try:
         await board.start()
         if control is not None and not await control.start():
@@ -178,16 +178,6 @@ async def serve(
         await board.stop()
         for signum in installed:
             loop.remove_signal_handler(signum)
-
-
-def _control_server(config: Config, board: Switchboard) -> ControlServer | None:
-    """The control socket for this store, with the operations plugins add (None: in memory)."""
-    path = socket_path(config.store.path)
-    if path is None:
-        return None
-    server = ControlServer(board, path)
-    get_plugin_manager().hook.register_control_ops(register=server.register)
-    return server
 
 
 def reload_config(board: Switchboard, config: Config) -> bool:
@@ -208,6 +198,16 @@ def reload_config(board: Switchboard, config: Config) -> bool:
         return False
     orchestrator.reload(fresh)
     return True
+
+
+def _control_server(config: Config, board: Switchboard) -> ControlServer | None:
+    """The control socket for this store, with the operations plugins add (None: in memory)."""
+    path = socket_path(config.store.path)
+    if path is None:
+        return None
+    server = ControlServer(board, path)
+    get_plugin_manager().hook.register_control_ops(register=server.register)
+    return server
 
 
 def _on_signal(stop: asyncio.Event, loop: asyncio.AbstractEventLoop, signum: int) -> None:

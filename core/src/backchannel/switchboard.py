@@ -486,12 +486,15 @@ class Switchboard:
         *,
         reply_to_seq: int | None = None,
         quiet: bool = False,
+        origin: str | None = None,
     ) -> dict[str, Any]:
         """Send `text` as an operator into a stored conversation; return the recorded outcome.
 
         The outcome is what the outbox recorded: ``state`` sent / failed /
         uncertain, the transcript ``seq``, the ``platform_message_id``, a
         ``reason`` when not sent, and ``result``, the sentence a model reads.
+        `origin` is the key of the conversation a cross-conversation send came
+        from (recorded on the outbox and transcript rows).
         """
         from .model import Outbound
 
@@ -500,7 +503,8 @@ class Switchboard:
         if reply_to_seq is not None:
             reply_to = await self._platform_id(conversation, reply_to_seq)
         result = await account.deliverer.deliver(
-            conversation, Outbound(conversation.address, text, reply_to=reply_to, quiet=quiet)
+            conversation,
+            Outbound(conversation.address, text, reply_to=reply_to, quiet=quiet, origin=origin),
         )
         return _outcome(conversation, result)
 

@@ -65,7 +65,7 @@ class SendOutcome:
 
 
 async def deliver_cross(
-    board: Switchboard,
+    via: Switchboard | Config,
     target: Conversation,
     text: str,
     *,
@@ -74,12 +74,20 @@ async def deliver_cross(
 ) -> SendOutcome:
     """Send `text` into `target` through the account that owns it, recorded with its origin.
 
-    The one hand-off point for sends: inside `serve` the board's deliverer
-    owns the connection. (A process without the board would hand the send to
-    `serve` over the control socket instead.)
+    The one hand-off point for sends. `via` a Switchboard (inside `serve`):
+    the board's deliverer records, sends and records the outcome. `via` a
+    Config (a CLI or MCP process): the `serve` on that store does it over the
+    control socket; `backchannel.control.ControlUnavailable` means no serve
+    answers, and the caller says so (it must not send on its own: the
+    connection belongs to serve).
     """
-    account = board.accounts.get(target.address.account)
     key = target.address.key
+    if isinstance(via, Config):
+        from ..control import call
+
+        answer = await call(via, "send", conversation=str(target.id), text=text, origin=origin_key)
+        return SendOutcome(str(answer.get("state")), key, answer.get("seq"), answer.get("reason"))
+    account = via.accounts.get(target.address.account)
     if account is None:
         raise Refused(
             "unknown",

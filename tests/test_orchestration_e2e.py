@@ -1,0 +1,166 @@
+"""Orchestration end to end: the web chat and FakeTelegram behind one serve-built switchboard.
+
+The owner asks in the web chat what Alice said on Telegram, then has a message
+passed on to her; the agent is the scripted examples/orchestrator_agent.py and
+the config is examples/orchestrator.toml pointed at the fakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from backchannel.app import build_switchboard
+from backchannel.cli import main
+from backchannel.config import Config, load_config
+from backchannel.model import Address
+from backchannel.render import render_preview
+from backchannel.switchboard import Switchboard
+from backchannel_telegram.testing import FakeTelegram
+from backchannel_webchat import WebchatAdapter
+from backchannel_webchat.testing import FakeBrowser
+from click.testing import CliRunner
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+CROSS_TOOLS = ("list_conversations", "read_conversation", "send_to_conversation")
+
+
+def fake_config(tmp_path: Path, fake: FakeTelegram) -> Path:
+    """examples/orchestrator.toml with the store in tmp_path and Telegram at the fake."""
+    text = (EXAMPLES / "orchestrator.toml").read_text()
+    settings = fake.settings(request_timeout=1.0, retry_max=0.2)
+    tg = "\n".join(f"{key} = {_toml(value)}" for key, value in settings.items())
+    assert 'token = "${TELEGRAM_TOKEN}"' in text
+    text = text.replace('token = "${TELEGRAM_TOKEN}"', tg)
+    path = tmp_path / "orchestrator.toml"
+    path.write_text(f'[store]\npath = "{tmp_path / "state" / "bc.db"}"\n[server]\nport = 0\n{text}')
+    return path
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        yield server
+
+
+@pytest.fixture
+async def served(
+    tmp_path: Path, fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Switchboard, Config, Path]]:
+    monkeypatch.syspath_prepend(str(EXAMPLES))  # the agent module sits next to the example
+    path = fake_config(tmp_path, fake)
+    config = load_config(path)
+    board = await build_switchboard(config)
+    await board.start()
+    yield board, config, path
+    await board.stop()
+
+
+async def alice_writes(fake: FakeTelegram, board: Switchboard, text: str) -> dict[str, Any]:
+    """Alice writes to the bot on Telegram; return her private chat once the message is stored."""
+    alice = fake.user("Alice", "Liddell", username="alice")
+    chat = fake.private_chat(alice)
+    update = fake.inject_message(chat, alice, text)
+    # the poller acks an update only after its commit
+    await fake.wait_for(lambda: fake.is_acked(update["update_id"]), what="Alice's update acked")
+    await board.wait_idle()
+    return chat
+
+
+async def test_owner_asks_in_web_chat_and_the_agent_answers_from_telegram_then_passes_a_message(
+    served: tuple[Switchboard, Config, Path], fake: FakeTelegram
+) -> None:
+    board, _, path = served
+    chat = await alice_writes(fake, board, "Here is the invoice for March: 1200 EUR, due Friday")
+    tg_key = f"tg/{chat['id']}"
+    web = board.accounts["web"].adapter
+    assert isinstance(web, WebchatAdapter) and web.url is not None
+    async with FakeBrowser(web.url, name="Olivia") as page:
+        await page.say("what did Alice say on Telegram about the invoice?")
+        answer = await page.wait_for(
+            lambda f: f["type"] == "message" and f["role"] == "agent" and "said" in f["text"]
+        )
+        assert answer["text"] == (
+            f'In {tg_key}, Alice said: "Here is the invoice for March: 1200 EUR, due Friday"'
+        )
+        await page.say("tell Alice I'll pay on Friday")
+        told = await page.wait_for(
+            lambda f: f["type"] == "message" and f["role"] == "agent" and "To Alice" in f["text"]
+        )
+        await board.wait_idle()
+        web_key = page.address("web").key
+    assert told["text"].startswith(f"To Alice ({tg_key}): sent to {tg_key} as #2")
+    (sent,) = fake.sent
+    assert sent.chat_id == chat["id"]
+    assert sent.text == f"[Message from conversation {web_key}]\nI'll pay on Friday"
+    conversation = await board.store.find_conversation(Address("tg", str(chat["id"])))
+    assert conversation is not None
+    rows = await board.store.window(conversation.id, 10)
+    assert [(m.direction, m.status, m.meta.get("origin")) for m in rows] == [
+        ("in", "received", None),
+        ("out", "sent", web_key),
+    ]
+    assert len(await board.store.outbox(conversation_id=conversation.id)) == 1
+    # the owner's web chat run carries the tools; Alice's Telegram run does not
+    web_conversation = await board.store.find_conversation(Address("web", web_key.split("/")[1]))
+    assert web_conversation is not None
+    preview = render_preview(await board.build_run(web_conversation.id))
+    for name in CROSS_TOOLS:
+        assert f"{name}(" in preview
+    assert "send_to_conversation(conversation: string, text: string)" in preview
+    tg_run = await board.build_run(conversation.id)
+    assert not set(CROSS_TOOLS) & set(tg_run.tool_names)
+    assert "sent on request of conversation " + web_key in tg_run.messages[-1]["content"]
+    # `backchannel preview` shows the same tools from the stored state
+    await board.stop()
+    preview_args = ["preview", web_key, "-c", str(path)]
+    shown = await asyncio.to_thread(CliRunner().invoke, main, preview_args)
+    assert shown.exit_code == 0, shown.output
+    assert "send_to_conversation(conversation: string, text: string)" in shown.output
+    assert "list_conversations(" in shown.output and "read_conversation(" in shown.output
+
+
+async def test_a_telegram_send_that_times_out_is_uncertain_and_not_retried(
+    served: tuple[Switchboard, Config, Path], fake: FakeTelegram
+) -> None:
+    board, _, _ = served
+    chat = await alice_writes(fake, board, "send me the invoice")
+    calls_before = len(fake.calls_to("sendMessage"))
+    fake.fail_next("sendMessage", "hang")
+    web = board.accounts["web"].adapter
+    assert isinstance(web, WebchatAdapter) and web.url is not None
+    async with FakeBrowser(web.url, name="Olivia") as page:
+        await page.say("tell Alice it is on its way")
+        told = await page.wait_for(
+            lambda f: f["type"] == "message" and f["role"] == "agent" and "To Alice" in f["text"],
+            timeout=20,
+        )
+        await board.wait_idle()
+    assert "UNCERTAIN" in told["text"] and "will not be retried" in told["text"]
+    assert f"read_conversation on tg/{chat['id']}" in told["text"]
+    assert len(fake.calls_to("sendMessage")) == calls_before + 1  # one attempt, no retry
+    conversation = await board.store.find_conversation(Address("tg", str(chat["id"])))
+    assert conversation is not None
+    (entry,) = await board.store.outbox(conversation_id=conversation.id)
+    assert entry.status == "uncertain" and entry.origin is not None
+
+
+def test_the_example_checks_and_shows_orchestrate() -> None:
+    result = CliRunner().invoke(
+        main,
+        ["check", "-c", str(EXAMPLES / "orchestrator.toml")],
+        env={"TELEGRAM_TOKEN": "123456:example-token-unused"},
+    )
+    assert result.exit_code == 0, result.output
+    assert re.search(r"\[0\] assistant <- web: .*orchestrate", result.output)
+    assert not re.search(r"\[1\] assistant <- tg: .*orchestrate", result.output)
