@@ -33,7 +33,7 @@ from .plugins import channels as channel_registry
 from .plugins import get_plugin_manager
 from .policy import Policy
 from .runs import Agent, Run, WindowSettings
-from .store import SQLiteStore
+from .store import SQLiteStore, Store
 from .switchboard import Binding, Switchboard
 
 __all__ = [
@@ -50,8 +50,16 @@ __all__ = [
 log = logging.getLogger("backchannel.app")
 
 
-def open_config_store(config: Config) -> SQLiteStore:
-    """Open the store the config names (creating it, and its 0700 directory, when new)."""
+def open_config_store(config: Config, *, worker: str | None = None) -> Store:
+    """Open the store the config names (creating it, and its 0700 directory, when new).
+
+    With `[store] url` that is PostgreSQL (psycopg is imported only then); `worker`
+    names this process among several sharing it.
+    """
+    if config.store.url:
+        from .store.postgres import PostgresStore
+
+        return PostgresStore(config.store.url, worker=worker)
     try:
         return SQLiteStore(config.store.path, synchronous=config.store.synchronous)
     except OSError as error:
@@ -140,6 +148,7 @@ async def build_switchboard(
             config=account.settings,
         )
     attach_orchestration(board, config)
+    get_plugin_manager().hook.configure_switchboard(board=board, config=config)
     return board
 
 

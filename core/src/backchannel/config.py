@@ -2,12 +2,15 @@
 
 ::
 
-    [store]          path, synchronous
+    [store]          path, synchronous; or url = "postgresql://..." (several workers)
     [server]         host, port, public_url
     [accounts.NAME]  channel = "telegram"; every other key is the adapter's settings
     [agents.NAME]    kind = "openai"; every other key is the agent's settings
     [[bindings]]     agent, accounts, chats, respond, access, allow, owner, window, ...
     [orchestration]  enabled (the kill switch), ask_timeout, session_live, report
+    [<plugin>]       a plugin's own table, named after its entry point (``[owner]``):
+                     kept as-is in `Config.sections` for the plugin to validate
+    [mcp]            token, owner_account, owner_chat, owner_user (`backchannel mcp serve`)
 
 Every mistake raises one `ConfigError` whose text names the file, the key path
 and what was expected (``bot.toml: bindings[0].respond: expected one of always,
@@ -40,11 +43,13 @@ __all__ = [
     "AgentConfig",
     "BindingConfig",
     "Config",
+    "McpConfig",
     "OrchestrationConfig",
     "ServerConfig",
     "StoreConfig",
     "default_config",
     "default_store_path",
+    "display_url",
     "load_config",
     "parse_config",
 ]
@@ -72,12 +77,24 @@ def default_store_path() -> str:
     return os.path.join(state, "backchannel", "backchannel.db")
 
 
+def display_url(url: str) -> str:
+    """Return a database URL with any password replaced by *** (for messages and logs)."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
 @frozen
 class StoreConfig:
-    """Where the transcript lives."""
+    """Where the transcript lives: a SQLite file (`path`), or PostgreSQL when `url` is set."""
 
     path: str = field(factory=default_store_path)
     synchronous: Synchronous = "NORMAL"
+    #: postgresql://user:${PASSWORD}@host/db: the shared store of several `serve --worker`s
+    url: str | None = None
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for people: the file, or the URL without its password."""
+        return display_url(self.url) if self.url else self.path
 
 
 @frozen
@@ -151,6 +168,19 @@ class OrchestrationConfig:
 
 
 @frozen
+class McpConfig:
+    """`[mcp]`: the MCP server (`backchannel mcp serve`, plugin backchannel-mcp)."""
+
+    #: bearer token streamable HTTP clients must send (write it as ${BACKCHANNEL_MCP_TOKEN})
+    token: str | None = None
+    #: whose messages a Claude Code channel may push and who answers permission prompts:
+    #: the owner's account, chat with the bot, and user id on that channel
+    owner_account: str | None = None
+    owner_chat: str | None = None
+    owner_user: str | None = None
+
+
+@frozen
 class Config:
     """A whole configuration. `source` is the file it came from (None: embedded defaults)."""
 
@@ -160,11 +190,14 @@ class Config:
     agents: Mapping[str, AgentConfig] = field(factory=dict)
     bindings: tuple[BindingConfig, ...] = ()
     orchestration: OrchestrationConfig = field(factory=OrchestrationConfig)
+    mcp: McpConfig = field(factory=McpConfig)
     source: str | None = None
     #: key paths whose value came from ${VAR}
     secret_keys: frozenset[str] = field(factory=frozenset, repr=False)
     #: every value that came from ${VAR}
     secret_values: frozenset[str] = field(factory=frozenset, repr=False)
+    #: plugins' own top-level tables by entry point name (``[owner]`` -> "owner")
+    sections: Mapping[str, Mapping[str, Any]] = field(factory=dict)
 
     def bindings_for(self, account: str) -> list[tuple[int, BindingConfig]]:
         """Return (index, binding) for each binding that covers `account`."""
@@ -178,7 +211,8 @@ class Config:
         """Return the config as plain data with every value that came from ${VAR} as ***."""
         data = {
             "source": self.source or "(embedded defaults)",
-            "store": {"path": self.store.path, "synchronous": self.store.synchronous},
+            "store": {"path": self.store.path, "synchronous": self.store.synchronous}
+            | ({"url": display_url(self.store.url)} if self.store.url else {}),
             "server": {
                 "host": self.server.host,
                 "port": self.server.port,
@@ -217,6 +251,7 @@ class Config:
                 "report": self.orchestration.report,
             },
         }
+        data.update({name: dict(table) for name, table in self.sections.items()})
         return {key: self._masked(value, key) for key, value in data.items()}
 
     def _masked(self, value: Any, key: str) -> Any:
@@ -325,13 +360,25 @@ class _Parser:
 
     # the whole file ------------------------------------------------------------
     def parse(self, data: Mapping[str, Any], base_dir: Path, check_plugins: bool) -> Config:
-        known = ("store", "server", "accounts", "agents", "bindings", "orchestration")
+        known = ("store", "server", "accounts", "agents", "bindings", "orchestration", "mcp")
+        plugin_sections = _plugin_names()
         for key in data:
-            if key not in known:
-                raise self.error(key, f"unknown section (expected one of {', '.join(known)})")
+            if key not in known and key not in plugin_sections:
+                expected = ", ".join([*known, *sorted(plugin_sections)])
+                raise self.error(key, f"unknown section (expected one of {expected})")
+            if key in plugin_sections and not isinstance(data[key], Mapping):
+                raise self.error(key, f"expected a table, got {_describe(data[key])}")
         data = self.interpolate(data, "")
         store = self.structure(data.get("store", {}), StoreConfig, "store")
-        store = StoreConfig(path=_resolve_path(store.path, base_dir), synchronous=store.synchronous)
+        if store.url is not None and not store.url.startswith(("postgresql://", "postgres://")):
+            raise self.error(
+                "store.url",
+                f"expected a postgresql://user@host:port/database URL, got {display_url(store.url)!r}"
+                " (leave it out to use the SQLite file at [store] path)",
+            )
+        store = StoreConfig(
+            path=_resolve_path(store.path, base_dir), synchronous=store.synchronous, url=store.url
+        )
         server = self.structure(data.get("server", {}), ServerConfig, "server")
         if not 0 <= server.port <= 65535:
             raise self.error("server.port", f"expected a port number 0-65535, got {server.port}")
@@ -361,6 +408,7 @@ class _Parser:
                     f"orchestration.{name}",
                     f"expected seconds > 0, got {getattr(orchestration, name)}",
                 )
+        mcp = self.structure(data.get("mcp", {}), McpConfig, "mcp")
         for secret in self.secret_values():
             register_secret(secret)
         config = Config(
@@ -370,9 +418,11 @@ class _Parser:
             agents=agents,
             bindings=bindings,
             orchestration=orchestration,
+            mcp=mcp,
             source=self.source,
             secret_keys=frozenset(self.secret_keys),
             secret_values=self.secret_values(),
+            sections={key: dict(data[key]) for key in data if key in plugin_sections},
         )
         if check_plugins:
             self.check_plugins(config)
@@ -602,6 +652,13 @@ class _Parser:
 
 #: binding keys that configure the account (window, scheduling) rather than one chat
 _PER_ACCOUNT = ("window", "window_chars", "debounce", "max_wait", "run_timeout")
+
+
+def _plugin_names() -> set[str]:
+    """Return the loaded plugins' entry point names (each may own a top-level table)."""
+    from .plugins import get_plugin_manager
+
+    return {name for name, _ in get_plugin_manager().list_name_plugin() if "." not in name}
 
 
 def _installed(registry: Callable[[], Any]) -> set[str]:

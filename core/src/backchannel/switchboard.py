@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, Protocol
 
 from attrs import define, field
 
 from .adapter import Adapter, AdapterContext, IngestResult, RouteTable
 from .errors import ConfigError, NormalizeError, Rejected, StoreError
-from .ingest import GroupCommit
+from .ingest import GroupCommit, RefusedData
 from .model import Address, Conversation, Event, Message, Sender, from_json, to_json
 from .outbound import Deliverer, DeliveryResult, channel_tools
 from .plugins import get_plugin_manager
@@ -29,27 +29,37 @@ from .runs import Agent, Run, RunBuilder, RunSession, WindowSettings
 from .scheduler import Busy, Scheduler
 from .secrets import register_secret
 from .server import HttpServer
+from .storable import storable_event
 from .store import AppendResult, Inbound, Store
 from .tools import Tool
+from .wire import BadPayload, dump_for_dead_letter, parse_json, repair_text
 
-__all__ = ["Binding", "Service", "Switchboard"]
+__all__ = ["Binding", "InboundRouter", "RouteVerdict", "Service", "Switchboard"]
 
 log = logging.getLogger("backchannel.switchboard")
 
 _IGNORED = IngestResult("ignored")
 
+#: what an inbound router decided: None (ordinary message: bindings apply), "routed" (the
+#: plugin took it: stored, never starts a run), "held" (refused: stored held, never shown)
+RouteVerdict = Literal["routed", "held"] | None
+#: sees each new inbound message of its account before the policy, inside ingest (before the
+#: ack); it must be idempotent: a redelivered event is offered again
+InboundRouter = Callable[[Event], Awaitable[RouteVerdict]]
+
+
+class Service(Protocol):
+    """Plugin work that lives as long as a started switchboard (timers, caches)."""
+
+    async def start(self, board: Switchboard) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 RESTART_NOTE = (
     "backchannel restarted since your last turn in this conversation. Nothing was lost:"
     " every message you have not answered yet is shown below."
 )
-
-
-class Service(Protocol):
-    """Something that runs beside the switchboard (started after its adapters, stopped first)."""
-
-    async def start(self) -> None: ...
-
-    async def stop(self, timeout: float) -> None: ...
 
 
 @define(init=False)
@@ -153,8 +163,19 @@ class Switchboard:
         #: conversations whose every new message is looked at (a session with an open ask:
         #: its answer may not call for a run itself), not only triggering ones
         self.watched: set[int] = set()
-        #: started after the adapters, stopped before them (the asks coordinator)
-        self.services: list[Service] = []
+        self._routers: dict[str, list[InboundRouter]] = {}
+        self._services: list[Service] = []
+        self._started_services: list[Service] = []
+
+    def add_inbound_router(self, account: str, router: InboundRouter) -> None:
+        """Let `router` see `account`'s new messages before the binding's policy (see RouteVerdict)."""
+        if account not in self.accounts:
+            raise ConfigError(f"unknown account {account!r}")
+        self._routers.setdefault(account, []).append(router)
+
+    def add_service(self, service: Service) -> None:
+        """Start `service` after the adapters (in `start`), stop it before them (in `stop`)."""
+        self._services.append(service)
 
     # setup -----------------------------------------------------------------
     def add_account(
@@ -237,8 +258,9 @@ class Switchboard:
         for conversation in owed:
             self.scheduler.add_note(conversation.id, RESTART_NOTE)
             self.scheduler.poke(conversation.id, conversation.address.account)
-        for service in self.services:
-            await service.start()
+        for service in self._services:
+            await service.start(self)
+            self._started_services.append(service)
 
     async def start_accounts(self, names: Iterable[str]) -> None:
         """Start only these accounts' adapters: no recovery, no scheduling, no HTTP server.
@@ -267,11 +289,12 @@ class Switchboard:
             return
         self._stopping = True
         timeout = self._stop_timeout if timeout is None else timeout
-        for service in reversed(self.services):
+        while self._started_services:
+            service = self._started_services.pop()
             try:
-                await service.stop(timeout)
+                await service.stop()
             except Exception:
-                log.exception("%r failed to stop cleanly", service)
+                log.exception("service %r failed to stop cleanly", service)
         for account in self.accounts.values():
             if account.started:
                 try:
@@ -326,12 +349,20 @@ class Switchboard:
                 for key, value in state.items():
                     await self.store.set_state(account, key, value)
             return _IGNORED
-        problem = _unstorable(event, account)
-        if problem is not None:
-            return await self._malformed(account, raw, problem, state)
+        checked = storable_event(event, account)
+        if isinstance(checked, str):
+            return await self._malformed(account, raw, checked, state)
+        event = checked
         policy = entry.binding.policy
-        held = not policy.may_reach(event)
-        (appended,) = await self._commit([Inbound(event, held, policy.triggers(event), state)])
+        verdict = await self._route(account, event)
+        if verdict is None:
+            held, triggers = not policy.may_reach(event), policy.triggers(event)
+        else:
+            held, triggers = verdict == "held", False
+        try:
+            (appended,) = await self._commit([Inbound(event, held, triggers, state)])
+        except RefusedData as error:
+            return await self._malformed(account, raw, str(error), state)
         return self._settle(account, event, held, appended)
 
     async def ingest_many(
@@ -366,13 +397,18 @@ class Switchboard:
             if event is None:
                 self.counters["ignored"] += 1
                 continue
-            problem = _unstorable(event, account)
-            if problem is not None:
-                results[index] = await self._malformed(account, raw, problem)
+            checked = storable_event(event, account)
+            if isinstance(checked, str):
+                results[index] = await self._malformed(account, raw, checked)
                 continue
-            held = not policy.may_reach(event)
+            event = checked
+            verdict = await self._route(account, event)
+            if verdict is None:
+                held, triggers = not policy.may_reach(event), policy.triggers(event)
+            else:
+                held, triggers = verdict == "held", False
             waiting.append((index, event, held))
-            inbounds.append(Inbound(event, held=held, triggers=policy.triggers(event)))
+            inbounds.append(Inbound(event, held=held, triggers=triggers))
         if state:
             if inbounds:
                 last = inbounds[-1]
@@ -382,10 +418,59 @@ class Switchboard:
                     await self.store.set_state(account, key, value)
         if not inbounds:
             return results
-        appended_all = await self._commit(inbounds)
+        try:
+            appended_all = await self._commit(inbounds)
+        except RefusedData:
+            if len(inbounds) == 1:
+                (index, _event, _held) = waiting[0]
+                results[index] = await self._malformed(
+                    account, raws[index], "the store cannot hold this event", state
+                )
+                return results
+            return await self._commit_one_by_one(account, raws, results, waiting, inbounds, state)
         for (index, event, held), appended in zip(waiting, appended_all, strict=True):
             results[index] = self._settle(account, event, held, appended)
         return results
+
+    async def _commit_one_by_one(
+        self,
+        account: str,
+        raws: Sequence[Mapping[str, Any]],
+        results: list[IngestResult],
+        waiting: list[tuple[int, Event, bool]],
+        inbounds: list[Inbound],
+        state: Mapping[str, str | None] | None,
+    ) -> list[IngestResult]:
+        """Commit a refused batch event by event: the ones the store cannot hold become
+        dead letters, the others are stored, and the batch's state moves on either way."""
+        log.warning("account %s: the store refused a batch; committing it event by event", account)
+        for (index, event, held), inbound in zip(waiting, inbounds, strict=True):
+            inbound = Inbound(inbound.event, inbound.held, inbound.triggers)
+            try:
+                (appended,) = await self._commit([inbound])
+            except RefusedData as error:
+                results[index] = await self._malformed(account, raws[index], str(error))
+                continue
+            results[index] = self._settle(account, event, held, appended)
+        if state:
+            for key, value in state.items():
+                await self.store.set_state(account, key, value)
+        return results
+
+    async def _route(self, account: str, event: Event) -> RouteVerdict:
+        """Ask the account's inbound routers about a new message; the first verdict wins."""
+        routers = self._routers.get(account)
+        if not routers or event.kind != "message":
+            return None
+        for router in routers:
+            try:
+                verdict = await router(event)
+            except Exception:  # a plugin bug must not stop the pipeline: bindings apply
+                log.exception("account %s: inbound router %r failed", account, router)
+                continue
+            if verdict is not None:
+                return verdict
+        return None
 
     async def _commit(self, inbounds: list[Inbound]) -> list[AppendResult]:
         self._busy.enter()
@@ -425,11 +510,10 @@ class Switchboard:
         if state:  # adapter state moves on whatever became of the payload
             for key, value in state.items():
                 await self.store.set_state(account, key, value)
+        reason = repair_text(reason)
         log.warning("account %s: malformed payload dropped: %s", account, reason)
-        try:
-            payload = json.dumps(raw, default=str)[:65536]
-        except (TypeError, ValueError):
-            payload = repr(raw)[:65536]
+        adapter = self.accounts[account].adapter
+        payload = dump_for_dead_letter(raw, getattr(adapter, "secret_fields", ()))
         await self.store.add_dead_letter(account, "malformed", reason, payload)
         return IngestResult("malformed", reason=reason)
 
@@ -556,25 +640,6 @@ def _outcome(conversation: Conversation, result: DeliveryResult) -> dict[str, An
     }
 
 
-def _unstorable(event: Event, account: str) -> str | None:
-    """Say why an adapter's Event cannot be stored, or None when it can.
-
-    Checked before the event joins a shared transaction: one bad event must
-    become a dead letter, not fail the batch it would have been committed with.
-    """
-    if event.address.account != account:
-        return f"event address names account {event.address.account!r}"
-    sent_at = event.sent_at
-    if isinstance(sent_at, bool) or not isinstance(sent_at, int | float) or sent_at != sent_at:
-        return f"sent_at must be a number of seconds, not {sent_at!r}"
-    if event.meta:
-        try:
-            json.dumps(dict(event.meta))
-        except (TypeError, ValueError) as error:
-            return f"meta cannot be stored as JSON: {error}"
-    return None
-
-
 class AccountContext(AdapterContext):
     """The AdapterContext the switchboard gives each account."""
 
@@ -604,7 +669,16 @@ class AccountContext(AdapterContext):
         return await self.board.store.is_known(self.account, event_id)
 
     async def dead_letter(self, ref: str, reason: str, payload: str) -> None:
-        await self.board.store.add_dead_letter(self.account, ref, reason, payload)
+        adapter = self.board.accounts[self.account].adapter
+        kept = repair_text(payload)
+        if kept[:1] in ("{", "["):
+            try:
+                kept = dump_for_dead_letter(parse_json(kept), getattr(adapter, "secret_fields", ()))
+            except BadPayload:
+                pass  # not JSON after all: kept as text (registered secrets are still redacted)
+        await self.board.store.add_dead_letter(
+            self.account, repair_text(ref), repair_text(reason), kept
+        )
 
     async def get_state(self, key: str) -> str | None:
         return await self.board.store.get_state(self.account, key)

@@ -67,7 +67,7 @@ class AskCoordinator:
     def attach(self) -> AskCoordinator:
         """Install the gate and the service on the board; return self."""
         self.board.scheduler.gates.append(self.gate)
-        self.board.services.append(self)
+        self.board.add_service(self)
         return self
 
     def wake(self) -> None:
@@ -75,7 +75,7 @@ class AskCoordinator:
         self._wake.set()
 
     # service ---------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, board: Switchboard) -> None:
         """Watch every session with an open ask, look at what arrived meanwhile, start expiry."""
         store = self.board.store
         for ask in await store.asks(states=ASK_OPEN_STATES, limit=1_000_000):
@@ -87,9 +87,10 @@ class AskCoordinator:
                 self.board.scheduler.poke(conversation_id, conversation.address.account)
         self._loop_task = asyncio.create_task(self._sweep_forever(), name="backchannel-asks")
 
-    async def stop(self, timeout: float) -> None:
-        """Stop expiring; let reports in flight finish within `timeout`, then cancel them."""
+    async def stop(self) -> None:
+        """Stop expiring; let reports in flight finish (bounded by the board's stop timeout)."""
         self._stopping = True
+        timeout = self.board._stop_timeout
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)

@@ -79,6 +79,8 @@ class OutboxEntry:
     updated_at: float = 0.0
     #: the conversation key a cross-conversation send came from (Outbound.origin)
     origin: str | None = None
+    #: the run whose tool call made this request (None: an operator's send)
+    run_id: int | None = None
 
 
 @frozen

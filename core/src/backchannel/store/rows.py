@@ -24,7 +24,7 @@ CONVERSATION_COLUMNS = (
 )
 OUTBOX_COLUMNS = (
     "id, conversation_id, kind, text, status, reason, reply_to, target, message_seq,"
-    " platform_ids, created_at, updated_at, origin"
+    " platform_ids, created_at, updated_at, origin, run_id"
 )
 
 
@@ -140,4 +140,5 @@ def outbox_row(row: Sequence[Any]) -> OutboxEntry:
         created_at=row[10],
         updated_at=row[11],
         origin=row[12],
+        run_id=row[13],
     )

@@ -207,6 +207,19 @@ class StoreContract(AskStoreContract):
         assert (run.status, run.error) == ("error", "ValueError: boom")
         assert run.finished_at is not None
 
+    async def test_outbox_rows_name_the_run_that_made_them(self, store: Store) -> None:
+        conversation = await store.ensure_conversation(Address("acct", "c1"))
+        run_id = await store.begin_run(conversation.id, 1, 1)
+        await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "from the run"), ME, run_id=run_id
+        )
+        await store.record_outbound(conversation.id, Outbound(conversation.address, "operator"), ME)
+        rows = await store.outbox(conversation_id=conversation.id)
+        assert [(row.text, row.run_id) for row in rows] == [
+            ("operator", None),
+            ("from the run", run_id),
+        ]
+
     async def test_state_is_committed_with_the_event(self, store: Store) -> None:
         await store.append_inbound([Inbound(make_event("e1"), state={"offset": "41"})])
         assert await store.get_state("acct", "offset") == "41"
