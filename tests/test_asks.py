@@ -9,6 +9,7 @@ frame on the page, a run, a relay request); none sleeps to hope.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -311,6 +312,17 @@ async def test_refusals_and_a_cold_ask_store_nothing_and_send_nothing(
     assert await a.store.outbox() == []
 
 
+@contextlib.asynccontextmanager
+async def owner_page(url: str) -> AsyncIterator[FakeBrowser]:
+    """The owner's tab on a freshly started process (which may be slow to answer a hello)."""
+    page = FakeBrowser(url, visitor=OWNER_VISITOR, conversation=OWNER_TAB)
+    await page.open(timeout=60)
+    try:
+        yield page
+    finally:
+        await page.close()
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -347,7 +359,7 @@ async def test_sigkill_between_the_ask_and_the_answer_still_reports_it_once_afte
     relay.make_contacts(a_id, b_adapter.agent_id)
     process, url = await start_child(relay, db, seed, port)
     try:
-        async with FakeBrowser(url, visitor=OWNER_VISITOR, conversation=OWNER_TAB) as page:
+        async with owner_page(url) as page:
             await page.say(f"ask {b_adapter.agent_id} will you survive a crash?")
             assert process.stdout is not None
             told = await asyncio.wait_for(process.stdout.readline(), 30)
@@ -359,7 +371,7 @@ async def test_sigkill_between_the_ask_and_the_answer_still_reports_it_once_afte
         hold.set()  # B answers while A is down: the answer waits in A's mailbox
         await relay.wait_for(lambda: bool(relay.mailbox(a_id)), 30, "B's answer")
         process, url = await start_child(relay, db, seed, port)
-        async with FakeBrowser(url, visitor=OWNER_VISITOR, conversation=OWNER_TAB) as page:
+        async with owner_page(url) as page:
             await page.wait_for(agent_says("Answer received"), 30)
             process.send_signal(signal.SIGTERM)  # a graceful stop: everything is recorded
             assert await asyncio.wait_for(process.wait(), 30) == 0
