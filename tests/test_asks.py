@@ -22,13 +22,17 @@ import pytest
 from attrs import evolve
 from backchannel.app import build_switchboard
 from backchannel.asks import REPORT_NOTE
-from backchannel.config import OrchestrationConfig
-from backchannel.model import Address
+from backchannel.cli import main
+from backchannel.config import OrchestrationConfig, parse_config
+from backchannel.errors import ConfigError
+from backchannel.model import Address, Sender
 from backchannel.orchestration import orchestrator_of, scope_for_agent, set_messaging
-from backchannel.store import SQLiteStore
+from backchannel.store import Inbound, SQLiteStore
 from backchannel.switchboard import Switchboard
+from backchannel.testing.store_contract import make_event
 from backchannel_tinyplace.testing import FakeRelay
 from backchannel_webchat.testing import FakeBrowser
+from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 from ask_rig import (
@@ -395,3 +399,75 @@ async def test_sigkill_between_the_ask_and_the_answer_still_reports_it_once_afte
         assert await store.runs(conversation_id=session.id) == []
     finally:
         await store.close()
+
+
+def test_preview_of_the_master_conversation_shows_the_ask_tool(tmp_path: Path) -> None:
+    db = tmp_path / "a" / "backchannel.db"
+    config = tmp_path / "a.toml"
+    config.write_text(
+        f"""
+[store]
+path = "{db}"
+
+[accounts.web]
+channel = "webchat"
+
+[accounts.tp]
+channel = "tinyplace"
+identity = "{os.urandom(32).hex()}"
+relay_url = "http://127.0.0.1:9"
+
+[agents.assistant]
+kind = "demo"
+
+[[bindings]]
+agent = "assistant"
+accounts = ["web"]
+chats = ["{OWNER_CHAT}"]
+master = true
+respond = "always"
+
+[[bindings]]
+agent = "assistant"
+accounts = ["tp"]
+"""
+    )
+
+    async def seed() -> None:
+        store = SQLiteStore(db)
+        event = make_event(
+            "w1",
+            "ask the billing agent about March",
+            account="web",
+            chat=OWNER_CHAT,
+            sender=Sender("owner-visitor", "Olivia"),
+        )
+        await store.append_inbound([Inbound(event, triggers=True)])
+        await store.close()
+
+    asyncio.run(seed())
+    result = CliRunner().invoke(main, ["preview", f"web/{OWNER_CHAT}", "-c", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "ask_agent" in result.output
+    assert "list_conversations" in result.output and "read_conversation" in result.output
+    # master alone gives the read and ask tools; sends to other conversations need orchestrate
+    assert "send_to_conversation" not in result.output
+
+
+def test_a_master_binding_names_exactly_one_conversation_and_an_account_has_one() -> None:
+    base: dict[str, Any] = {
+        "accounts": {"web": {"channel": "webchat"}},
+        "agents": {"assistant": {"kind": "demo"}},
+    }
+    with pytest.raises(ConfigError, match=r"bindings\[0\]\.master: a master binding names"):
+        parse_config(
+            {**base, "bindings": [{"agent": "assistant", "master": True}]}, check_plugins=False
+        )
+    two = [
+        {"agent": "assistant", "chats": ["a"], "master": True},
+        {"agent": "assistant", "chats": ["b"], "master": True},
+    ]
+    with pytest.raises(ConfigError, match=r"bindings\[1\]\.master: account 'web' already has"):
+        parse_config({**base, "bindings": two}, check_plugins=False)
+    with pytest.raises(ConfigError, match=r"orchestration\.ask_timeout: expected seconds > 0"):
+        parse_config({**base, "orchestration": {"ask_timeout": 0}}, check_plugins=False)
