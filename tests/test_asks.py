@@ -155,6 +155,13 @@ async def test_the_owner_asks_in_the_web_chat_and_the_peers_answer_is_reported_t
         ("answered", 1, 1, 2),
         ("answered", 3, 3, 4),
     ]
+    # list_conversations and `backchannel show` say which conversation's ask started the session
+    web = await a.store.find_conversation(Address("web", OWNER_CHAT))
+    assert web is not None
+    listing = await (await a.board.build_run(web.id)).call("list_conversations", {})
+    [line] = [line for line in listing.splitlines() if session.address.key in line]
+    assert f"started by an ask from web/{OWNER_CHAT}" in line
+    assert "an ask is pending" not in line
     # the reporter run had one tool, and the answer only as a message, framed as untrusted
     reporter = a.owner.reporter_runs[0]
     assert reporter.tool_names == ["send_message"]
@@ -231,6 +238,10 @@ async def test_an_ask_whose_send_times_out_is_uncertain_not_retried_and_the_agen
     [entry] = await a.store.outbox(conversation_id=session.id)
     assert entry.status == "uncertain"
     assert relay.sent_by(a.agent_id) == []  # the hung request stored nothing, and none followed
+    listing = await (await a.board.build_run(ask.origin_conversation_id)).call(
+        "list_conversations", {}
+    )
+    assert listing.count("an ask is pending") == 2  # the asking conversation and the session
 
 
 async def test_an_unanswered_ask_expires_once_and_a_late_answer_is_still_reported(
@@ -399,6 +410,12 @@ async def test_sigkill_between_the_ask_and_the_answer_still_reports_it_once_afte
         assert await store.runs(conversation_id=session.id) == []
     finally:
         await store.close()
+    # the command runs its own event loop: off this one, in a thread
+    shown = await asyncio.to_thread(
+        CliRunner().invoke, main, ["show", session.address.key, "--store", str(db)]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert f"started by an ask from web/{OWNER_CHAT}" in shown.output
 
 
 def test_preview_of_the_master_conversation_shows_the_ask_tool(tmp_path: Path) -> None:
