@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..model import now
+from .postgres_asks import pg006_asks
 
 __all__ = ["MIGRATION_LOCK", "PG_MIGRATIONS", "migrate"]
 
@@ -160,7 +161,7 @@ async def pg001_initial(connection: Any) -> None:
     )
 
 
-PG_MIGRATIONS: list[Migration] = [pg001_initial]
+PG_MIGRATIONS: list[Migration] = [pg001_initial, pg006_asks]
 
 
 async def migrate(connection: Any) -> list[str]:
