@@ -353,6 +353,8 @@ def show_command(
             else ""
         )
     )
+    if isinstance(found.meta.get("created_by"), str):
+        click.echo(f"started by an ask from {found.meta['created_by']}")
     if len(messages) < found.visible_count:
         click.echo(f"(showing the last {len(messages)}; use --limit for more)")
     if failures:

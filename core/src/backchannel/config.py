@@ -7,7 +7,7 @@
     [accounts.NAME]  channel = "telegram"; every other key is the adapter's settings
     [agents.NAME]    kind = "openai"; every other key is the agent's settings
     [[bindings]]     agent, accounts, chats, respond, access, allow, owner, window, ...
-    [orchestration]  enabled (the kill switch for cross-conversation sends)
+    [orchestration]  enabled (the kill switch), ask_timeout, session_live, report
     [<plugin>]       a plugin's own table, named after its entry point (``[owner]``):
                      kept as-is in `Config.sections` for the plugin to validate
     [mcp]            token, owner_account, owner_chat, owner_user (`backchannel mcp serve`)
@@ -148,6 +148,9 @@ class BindingConfig:
     run_timeout: float = 300.0
     #: runs of this binding get the cross-conversation tools (docs/orchestration.md)
     orchestrate: bool = False
+    #: its one chat is the account's master conversation: runs there get the read and
+    #: ask tools (list_conversations, read_conversation, ask_agent) without orchestrate
+    master: bool = False
 
 
 @frozen
@@ -156,6 +159,12 @@ class OrchestrationConfig:
 
     #: false refuses every new cross-conversation send (reads keep working)
     enabled: bool = True
+    #: seconds before an unanswered ask to another agent is reported as "no answer yet"
+    ask_timeout: float = 86_400.0
+    #: an ask without a session reuses a session with activity this recent (seconds)
+    session_live: float = 7 * 86_400.0
+    #: how an answer is reported: "run" (a reporter run) or "verbatim" (posted as is)
+    report: Literal["run", "verbatim"] = "run"
 
 
 @frozen
@@ -231,10 +240,16 @@ class Config:
                     "max_wait": b.max_wait,
                     "run_timeout": b.run_timeout,
                     "orchestrate": b.orchestrate,
+                    "master": b.master,
                 }
                 for b in self.bindings
             ],
-            "orchestration": {"enabled": self.orchestration.enabled},
+            "orchestration": {
+                "enabled": self.orchestration.enabled,
+                "ask_timeout": self.orchestration.ask_timeout,
+                "session_live": self.orchestration.session_live,
+                "report": self.orchestration.report,
+            },
         }
         data.update({name: dict(table) for name, table in self.sections.items()})
         return {key: self._masked(value, key) for key, value in data.items()}
@@ -387,6 +402,12 @@ class _Parser:
         orchestration = self.structure(
             data.get("orchestration", {}), OrchestrationConfig, "orchestration"
         )
+        for name in ("ask_timeout", "session_live"):
+            if getattr(orchestration, name) <= 0:
+                raise self.error(
+                    f"orchestration.{name}",
+                    f"expected seconds > 0, got {getattr(orchestration, name)}",
+                )
         mcp = self.structure(data.get("mcp", {}), McpConfig, "mcp")
         for secret in self.secret_values():
             register_secret(secret)
@@ -546,6 +567,12 @@ class _Parser:
             raise self.error(
                 f"{key}.owner", 'missing: access = "owner" needs owner = "<sender id>"'
             )
+        if binding.master and (binding.chats is None or len(binding.chats) != 1):
+            raise self.error(
+                f"{key}.master",
+                'a master binding names its one conversation: add chats = ["<chat>"]'
+                " (`backchannel conversations` shows the chat of each conversation)",
+            )
         if binding.access == "allowlist" and not binding.allow and binding.owner is None:
             raise self.error(
                 f"{key}.allow", 'missing: access = "allowlist" needs allow = ["<sender id>", ...]'
@@ -572,6 +599,13 @@ class _Parser:
                     f"bindings[{general[1]}]",
                     f"account {account!r} is already bound to every chat by bindings[{general[0]}];"
                     " give one of them chats = [...]",
+                )
+            masters = [i for i, b in covering if b.master]
+            if len(masters) > 1:
+                raise self.error(
+                    f"bindings[{masters[1]}].master",
+                    f"account {account!r} already has its master conversation in"
+                    f" bindings[{masters[0]}]; an account has at most one",
                 )
             claimed: dict[str, int] = {}
             for i, b in covering:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from attrs import define, field
 
-from .model import Address
+from .model import Address, Conversation
 from .store import Store
 
 __all__ = ["Busy", "Scheduler"]
@@ -91,6 +91,9 @@ class Scheduler:
         self._conversation_account: dict[int, str] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
+        #: checked before each run: a gate that returns True took the conversation's new
+        #: messages itself (an ask's correlated answer), so no agent run happens for them
+        self.gates: list[Callable[[Conversation], Awaitable[bool]]] = []
 
     def add_note(self, conversation_id: int, note: str) -> None:
         """Add a line to the framing of this conversation's next run."""
@@ -193,6 +196,10 @@ class Scheduler:
     async def _run_once(self, account: Any, conversation_id: int, slot: _Slot) -> None:
         conversation = await self.store.conversation(conversation_id)
         upto = conversation.last_seq
+        for gate in self.gates:
+            if await gate(conversation):
+                await self.store.mark_handled(conversation_id, upto)
+                return
         notes, slot.notes = slot.notes, []
         try:
             run = await account.builder.build(

@@ -160,6 +160,9 @@ class Switchboard:
         self._known_me: dict[str, Sender] = {}
         #: more tools for runs: provider(account, session, conversation) -> tools (orchestration)
         self.run_tools: list[Callable[[str, RunSession, Conversation], Sequence[Tool]]] = []
+        #: conversations whose every new message is looked at (a session with an open ask:
+        #: its answer may not call for a run itself), not only triggering ones
+        self.watched: set[int] = set()
         self._routers: dict[str, list[InboundRouter]] = {}
         self._services: list[Service] = []
         self._started_services: list[Service] = []
@@ -482,7 +485,9 @@ class Switchboard:
             self.counters["duplicate"] += 1
             return
         self.counters["held" if inbound.held else "stored"] += 1
-        if appended.triggers:
+        if appended.triggers or (
+            appended.conversation_id in self.watched and appended.status == "stored"
+        ):
             self.scheduler.poke(appended.conversation_id, inbound.event.address.account)
 
     @staticmethod

@@ -37,6 +37,7 @@ from ..errors import StoreError
 from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, now
 from ..secrets import redact
 from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, Store
+from .postgres_asks import PostgresAsks
 from .postgres_migrations import migrate
 from .rows import (
     CONVERSATION_COLUMNS,
@@ -63,7 +64,7 @@ RETRYABLE = (
 RETRIES = 8
 
 
-class PostgresStore(Store):
+class PostgresStore(PostgresAsks, Store):
     """The psycopg implementation of `Store`: a connection pool, opened on first use."""
 
     def __init__(self, url: str, *, worker: str | None = None, pool_size: int = 8):

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..model import now
+from .postgres_asks import pg006_asks
 
 __all__ = ["MIGRATION_LOCK", "PG_MIGRATIONS", "migrate"]
 
@@ -165,7 +166,7 @@ async def pg002_orchestration(connection: Any) -> None:
     await connection.execute("ALTER TABLE outbox ADD COLUMN origin TEXT")
 
 
-PG_MIGRATIONS: list[Migration] = [pg001_initial, pg002_orchestration]
+PG_MIGRATIONS: list[Migration] = [pg001_initial, pg002_orchestration, pg006_asks]
 
 
 async def migrate(connection: Any) -> list[str]:

@@ -37,6 +37,7 @@ from .rows import (
     message_row,
     outbox_row,
 )
+from .sqlite_asks import SQLiteAsks
 
 __all__ = ["SQLiteStore", "open_store"]
 
@@ -46,7 +47,7 @@ def open_store(path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> 
     return SQLiteStore(path, synchronous=synchronous)
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteAsks, Store):
     """The apsw implementation of `Store`. One connection, used from one event loop."""
 
     def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL"):
