@@ -60,13 +60,13 @@ DEFAULT_AGENT = "demo"
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 MASK = "***"
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_NAME = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 _SECRET_KEY = re.compile(
     r"(token|secret|password|passwd|api_?key|private_?key|identity|seed|credential)",
     re.IGNORECASE,
 )
 _VAR = re.compile(r"\$\$\{|\$\{([^}]*)\}")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def default_store_path() -> str:

@@ -39,6 +39,8 @@ __all__ = ["Binding", "InboundRouter", "RouteVerdict", "Service", "Switchboard"]
 log = logging.getLogger("backchannel.switchboard")
 
 _IGNORED = IngestResult("ignored")
+#: characters of a dead letter's reason kept (normalizers quote the offending value)
+MAX_REASON = 300
 
 #: what an inbound router decided: None (ordinary message: bindings apply), "routed" (the
 #: plugin took it: stored, never starts a run), "held" (refused: stored held, never shown)
@@ -334,6 +336,7 @@ class Switchboard:
         entry = self.accounts.get(account)
         if entry is None:
             raise ConfigError(f"unknown account {account!r}")
+        state = _storable_state(state)
         counters = self.counters
         counters["ingested"] += 1
         try:
@@ -379,6 +382,7 @@ class Switchboard:
         entry = self.accounts.get(account)
         if entry is None:
             raise ConfigError(f"unknown account {account!r}")
+        state = _storable_state(state)
         policy = entry.binding.policy
         results: list[IngestResult] = [_IGNORED] * len(raws)
         waiting: list[tuple[int, Event, bool]] = []
@@ -511,6 +515,8 @@ class Switchboard:
             for key, value in state.items():
                 await self.store.set_state(account, key, value)
         reason = repair_text(reason)
+        if len(reason) > MAX_REASON:  # a reason may quote the payload: one readable line
+            reason = reason[:MAX_REASON] + "…"
         log.warning("account %s: malformed payload dropped: %s", account, reason)
         adapter = self.accounts[account].adapter
         payload = dump_for_dead_letter(raw, getattr(adapter, "secret_fields", ()))
@@ -666,6 +672,8 @@ class AccountContext(AdapterContext):
         return await self.board.ingest_many(self.account, raws, state=state)
 
     async def is_known(self, event_id: str) -> bool:
+        if not _encodable(event_id):
+            return False  # an id the store cannot hold was never stored
         return await self.board.store.is_known(self.account, event_id)
 
     async def dead_letter(self, ref: str, reason: str, payload: str) -> None:
@@ -681,13 +689,40 @@ class AccountContext(AdapterContext):
         )
 
     async def get_state(self, key: str) -> str | None:
+        if not _encodable(key):
+            return None
         return await self.board.store.get_state(self.account, key)
 
     async def set_state(self, key: str, value: str | None) -> None:
-        await self.board.store.set_state(self.account, key, value)
+        kept = _storable_state({key: value}) or {}
+        for kept_key, kept_value in kept.items():
+            await self.board.store.set_state(self.account, kept_key, kept_value)
 
     async def transcript(self, address: Address, limit: int = 200) -> list[Message]:
+        if not all(_encodable(part) for part in (address.chat, address.thread or "")):
+            return []
         conversation = await self.board.store.find_conversation(address)
         if conversation is None:
             return []
         return await self.board.store.window(conversation.id, limit)
+
+
+def _encodable(text: str) -> bool:
+    """Say whether the store can hold `text` as it is (no lone surrogates)."""
+    return text.isascii() or repair_text(text) is text
+
+
+def _storable_state(state: Mapping[str, str | None] | None) -> Mapping[str, str | None] | None:
+    """Return adapter state without entries the store cannot hold (each logged once here)."""
+    if not state:
+        return state
+    kept: dict[str, str | None] = {}
+    for key, value in state.items():
+        if _encodable(str(key)) and (value is None or _encodable(str(value))):
+            kept[key] = value
+        else:
+            log.warning(
+                "adapter state %s cannot be stored (half a surrogate pair): skipped",
+                ascii(key)[:80],
+            )
+    return kept
