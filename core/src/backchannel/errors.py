@@ -18,6 +18,9 @@ Adapters raise only the three `DeliveryError` leaves from `send`, and only
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 __all__ = [
     "BackchannelError",
     "ConfigError",
@@ -28,6 +31,7 @@ __all__ = [
     "Rejected",
     "StoreError",
     "Uncertain",
+    "log_failure",
 ]
 
 
@@ -90,3 +94,17 @@ class Rejected(DeliveryError):
 
 class Uncertain(DeliveryError):
     """The outcome is unknown: the message may have arrived. Never retried automatically."""
+
+
+def log_failure(logger: logging.Logger, error: BaseException, message: str, *args: Any) -> None:
+    """Log `message: error` at ERROR; the traceback only when it is a bug.
+
+    A `BackchannelError` already says what failed in one line, so its traceback
+    (and the chain of library errors under it) is logged at DEBUG only, which
+    `-v` shows. Anything else is unexpected and is logged with its traceback.
+    """
+    if isinstance(error, BackchannelError):
+        logger.error(f"{message}: %s", *args, error)
+        logger.debug("traceback of the error above", exc_info=error)
+    else:
+        logger.error(f"{message}: %s: %s", *args, type(error).__name__, error, exc_info=error)
