@@ -21,11 +21,12 @@ from typing import Any, NoReturn, TypeVar
 import click
 from attrs import evolve
 
-from . import hints
+from . import control, hints
 from .app import build_adapter, build_agent, build_switchboard, open_config_store, serve
 from .config import Config, default_config, load_config
 from .errors import BackchannelError, ConfigError, StoreError
 from .model import Address, Conversation, Message, to_json
+from .orchestration.cli import messaging_command
 from .plugins import get_plugin_manager, plugin_summary
 from .render import (
     conversation_json,
@@ -133,7 +134,7 @@ def serve_command(config_path: Path | None, verbose: bool) -> None:
     """Run the switchboard until Ctrl-C (in-flight runs and sends finish first)."""
     config = _load(config_path)
     _setup_logging(verbose)
-    _echo_err(f"config: {config.source or 'embedded defaults'}; store: {config.store.path}")
+    _echo_err(f"config: {config.source or 'embedded defaults'}; store: {config.store.location}")
     _serve(config, verbose)
 
 
@@ -484,7 +485,8 @@ def send_command(
     backchannel send CONVERSATION TEXT     a key or id from `backchannel conversations`
     backchannel send ACCOUNT CHAT TEXT     an address, also one no one has written from yet
 
-    This starts that account's adapter for the duration of the send.
+    A running `serve` on the same store does the sending (open web pages show
+    it at once); without one, this starts that account's adapter for the send.
     """
     config = _load(config_path, store_path)
     if len(target) not in (2, 3):
@@ -498,8 +500,31 @@ def send_command(
         _echo_json(outcome)
     else:
         click.echo(f"{outcome['conversation']}: {outcome['result']}")
+        if outcome["via"] == "direct":
+            _echo_err(_DIRECT_NOTES.get(outcome["channel"], _DIRECT_NOTES[""]))
     if outcome["status"] != "sent":
         sys.exit(1)
+
+
+_DIRECT_NOTES = {
+    "webchat": "no serve is running on this store: the message is stored, and an open page"
+    " shows it when it next loads",
+    "": "sent directly: no serve is running on this store",
+}
+
+
+async def _send(config: Config, where: list[str], thread: str | None, text: str) -> dict[str, Any]:
+    """Hand the send to the serve that owns the account, or send directly when none runs."""
+    address = await _resolve_send_address(config, where, thread)
+    address_args = {"account": address.account, "chat": address.chat, "thread": address.thread}
+    try:
+        outcome = await control.call(config, "send", address=address_args, text=text)
+        via = "serve"
+    except control.ControlUnavailable:
+        outcome = await _send_directly(config, address, text)
+        via = "direct"
+    channel = config.accounts[address.account].channel
+    return {**outcome, "status": outcome["state"], "via": via, "channel": channel}
 
 
 async def _send_address(
@@ -533,7 +558,7 @@ async def _send_address(
     return found.address
 
 
-async def _send(config: Config, where: list[str], thread: str | None, text: str) -> dict[str, Any]:
+async def _resolve_send_address(config: Config, where: list[str], thread: str | None) -> Address:
     store = open_config_store(config)
     try:
         address = await _send_address(config, store, where, thread)
@@ -545,28 +570,22 @@ async def _send(config: Config, where: list[str], thread: str | None, text: str)
             " which this config does not have",
             path=config.source,
         )
-    _echo_err(
-        f"sending through {config.accounts[address.account].channel} account {address.account!r}..."
-    )
+    return address
+
+
+async def _send_directly(config: Config, address: Address, text: str) -> dict[str, Any]:
     board = await build_switchboard(
         config, accounts=[address.account], agents=_idle_agents(config), serve_http=False
     )
     try:
         # start only the adapter: starting the board would also recover and run agents
         await board.start_accounts([address.account])
-        result = await board.send(address, text)
-        conversation = await board.store.ensure_conversation(address)
-        latest = await board.store.outbox(conversation_id=conversation.id, limit=1)
-        status = latest[0].status if latest else "unknown"
-        return {
-            "conversation": address.key,
-            "conversation_id": conversation.id,
-            "status": status,
-            "result": result,
-            "seq": latest[0].message_seq if latest else None,
-        }
+        return await board.send_outcome(await board.conversation_for(address), text)
     finally:
         await board.stop()
+
+
+main.add_command(messaging_command)
 
 
 # helpers --------------------------------------------------------------------------------
@@ -584,6 +603,8 @@ def _load(
 
 
 def _require_store(config: Config) -> None:
+    if config.store.url:
+        return  # a database server: opening it says whether it is there
     if config.store.path != ":memory:" and not Path(config.store.path).exists():
         raise StoreError(
             f"there is no store at {config.store.path} yet (run `{hints.command('serve')}`"
@@ -592,7 +613,7 @@ def _require_store(config: Config) -> None:
 
 
 def _with_store(config: Config, read: Any, **kwargs: Any) -> Any:
-    if "missing" in kwargs and not Path(config.store.path).exists():
+    if "missing" in kwargs and not config.store.url and not Path(config.store.path).exists():
         return kwargs["missing"]
     _require_store(config)
 

@@ -49,3 +49,14 @@ def framing(conversation: Any, channel: str, default: str) -> str | None:
 @hookspec
 def register_commands(cli: Any) -> None:
     """Add click commands or groups to the ``backchannel`` command: ``cli.add_command(group)``."""
+
+
+@hookspec
+def register_control_ops(register: Any) -> None:
+    """Add operations to the control socket of a running ``serve``.
+
+    Called once when ``serve`` starts listening on the control socket.
+    ``register(name, handler)`` adds one; ``handler`` is
+    ``async def handler(board, args) -> dict`` and runs inside ``serve`` with
+    its `Switchboard`. Clients call it with ``backchannel.control.call``.
+    """
