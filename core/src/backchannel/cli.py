@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import json
 import logging
 import os
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -24,7 +25,7 @@ from attrs import evolve
 from . import control, hints
 from .app import build_adapter, build_agent, build_switchboard, open_config_store, serve
 from .config import Config, default_config, load_config
-from .errors import BackchannelError, ConfigError, StoreError
+from .errors import BackchannelError, ConfigError, PluginError, StoreError, combine
 from .model import Address, Conversation, Message, to_json
 from .orchestration.cli import messaging_command
 from .plugins import get_plugin_manager, plugin_summary
@@ -89,7 +90,8 @@ class BackchannelGroup(click.Group):
         try:
             return super().invoke(ctx)
         except BackchannelError as error:
-            click.echo(f"error: {redact(str(error))}", err=True)
+            for line in redact(str(error)).splitlines() or [""]:
+                click.echo(f"error: {line}", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
@@ -231,12 +233,33 @@ def _announce(board: Any) -> None:
 )
 @json_option
 def check_command(config_path: Path, as_json: bool) -> None:
-    """Validate a config without starting anything; print it with secrets masked."""
-    config = _load(config_path)
-    for account in config.accounts.values():
-        build_adapter(config, account)
-    for agent in config.agents.values():
-        build_agent(config, agent)
+    """Validate a config without starting anything; print it with secrets masked.
+
+    Every mistake in the file is reported, one line each (exit 1).
+    """
+    problems: list[ConfigError] = []
+    try:
+        config = _load(config_path)
+    except ConfigError as error:
+        if error.partial is None:
+            raise
+        problems.append(error)
+        config = error.partial
+    # the adapters and agents check their own settings: ask each, even after a mistake
+    builds: list[Callable[[], object]] = [
+        functools.partial(build_adapter, config, a) for a in config.accounts.values()
+    ]
+    builds += [functools.partial(build_agent, config, a) for a in config.agents.values()]
+    for build in builds:
+        try:
+            build()
+        except ConfigError as error:
+            problems.append(error)
+        except PluginError:
+            if not problems:  # an uninstalled channel or kind is already a problem
+                raise
+    if problems:
+        raise combine(problems)
     summary = config.summary()
     if as_json:
         _echo_json({"ok": True, **summary})
