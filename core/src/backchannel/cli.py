@@ -136,7 +136,10 @@ def serve_command(config_path: Path | None, verbose: bool) -> None:
     """Run the switchboard until Ctrl-C (in-flight runs and sends finish first)."""
     config = _load(config_path)
     _setup_logging(verbose)
-    _echo_err(f"config: {config.source or 'embedded defaults'}; store: {config.store.location}")
+    _echo_err(
+        f"config: {config.source or 'embedded defaults'}; store: {config.store.location}"
+        + (" (this config's own, chosen by its path)" if config.store_defaulted else "")
+    )
     _serve(config, verbose)
 
 

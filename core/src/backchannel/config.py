@@ -19,6 +19,7 @@ environment and are secrets: they are registered for log redaction, masked as
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import tomllib
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import cattrs
-from attrs import field, fields, frozen
+from attrs import evolve, field, fields, frozen
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
 from .errors import ConfigError, PluginError, combine, unknown_key
@@ -49,6 +50,7 @@ __all__ = [
     "display_url",
     "load_config",
     "parse_config",
+    "store_path_for",
 ]
 
 #: the account and agent names of the embedded defaults
@@ -68,10 +70,26 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def default_store_path() -> str:
     """Return $XDG_STATE_HOME/backchannel/backchannel.db (~/.local/state/... when unset)."""
+    return os.path.join(_state_dir(), "backchannel.db")
+
+
+def store_path_for(config_file: str | os.PathLike[str]) -> str:
+    """Return the store of a config file that names none: its own, keyed by the file's path.
+
+    ``$XDG_STATE_HOME/backchannel/<file stem>-<8 hex digits of its absolute path>.db``:
+    two configs never share a transcript by accident, the same file always finds
+    its store again, and no database lands beside a checked-in config.
+    """
+    resolved = Path(config_file).resolve()
+    digest = hashlib.sha256(str(resolved).encode("utf-8")).hexdigest()[:8]
+    return os.path.join(_state_dir(), f"{resolved.stem}-{digest}.db")
+
+
+def _state_dir() -> str:
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(
         os.path.expanduser("~"), ".local", "state"
     )
-    return os.path.join(state, "backchannel", "backchannel.db")
+    return os.path.join(state, "backchannel")
 
 
 def display_url(url: str) -> str:
@@ -166,6 +184,8 @@ class Config:
     bindings: tuple[BindingConfig, ...] = ()
     orchestration: OrchestrationConfig = field(factory=OrchestrationConfig)
     source: str | None = None
+    #: the file named no [store] path, so the store is the one `store_path_for` gives it
+    store_defaulted: bool = False
     #: key paths whose value came from ${VAR}
     secret_keys: frozenset[str] = field(factory=frozenset, repr=False)
     #: every value that came from ${VAR}
@@ -184,7 +204,8 @@ class Config:
         data = {
             "source": self.source or "(embedded defaults)",
             "store": {"path": self.store.path, "synchronous": self.store.synchronous}
-            | ({"url": display_url(self.store.url)} if self.store.url else {}),
+            | ({"url": display_url(self.store.url)} if self.store.url else {})
+            | ({"default": True} if self.store_defaulted else {}),
             "server": {
                 "host": self.server.host,
                 "port": self.server.port,
@@ -273,7 +294,7 @@ def load_config(
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"not valid TOML: {error}", path=where) from None
     base = Path(path).resolve().parent
-    return parse_config(
+    config = parse_config(
         data,
         source=where,
         base_dir=base,
@@ -281,6 +302,11 @@ def load_config(
         check_plugins=check_plugins,
         strict_env=strict_env,
     )
+    store = data.get("store")
+    if not (isinstance(store, Mapping) and ("path" in store or "url" in store)):
+        own = evolve(config.store, path=store_path_for(path))
+        config = evolve(config, store=own, store_defaulted=True)
+    return config
 
 
 def parse_config(
