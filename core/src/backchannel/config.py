@@ -8,6 +8,9 @@
     [agents.NAME]    kind = "openai"; every other key is the agent's settings
     [[bindings]]     agent, accounts, chats, respond, access, allow, owner, window, ...
     [orchestration]  enabled (the kill switch for cross-conversation sends)
+    [<plugin>]       a plugin's own table, named after its entry point (``[owner]``):
+                     kept as-is in `Config.sections` for the plugin to validate
+    [mcp]            token, owner_account, owner_chat, owner_user (`backchannel mcp serve`)
 
 Every mistake raises one `ConfigError` whose text names the file, the key path
 and what was expected (``bot.toml: bindings[0].respond: expected one of always,
@@ -42,6 +45,7 @@ __all__ = [
     "AgentConfig",
     "BindingConfig",
     "Config",
+    "McpConfig",
     "OrchestrationConfig",
     "ServerConfig",
     "StoreConfig",
@@ -174,6 +178,19 @@ class OrchestrationConfig:
 
 
 @frozen
+class McpConfig:
+    """`[mcp]`: the MCP server (`backchannel mcp serve`, plugin backchannel-mcp)."""
+
+    #: bearer token streamable HTTP clients must send (write it as ${BACKCHANNEL_MCP_TOKEN})
+    token: str | None = None
+    #: whose messages a Claude Code channel may push and who answers permission prompts:
+    #: the owner's account, chat with the bot, and user id on that channel
+    owner_account: str | None = None
+    owner_chat: str | None = None
+    owner_user: str | None = None
+
+
+@frozen
 class Config:
     """A whole configuration. `source` is the file it came from (None: embedded defaults)."""
 
@@ -183,6 +200,7 @@ class Config:
     agents: Mapping[str, AgentConfig] = field(factory=dict)
     bindings: tuple[BindingConfig, ...] = ()
     orchestration: OrchestrationConfig = field(factory=OrchestrationConfig)
+    mcp: McpConfig = field(factory=McpConfig)
     source: str | None = None
     #: the file named no [store] path, so the store is the one `store_path_for` gives it
     store_defaulted: bool = False
@@ -190,6 +208,8 @@ class Config:
     secret_keys: frozenset[str] = field(factory=frozenset, repr=False)
     #: every value that came from ${VAR}
     secret_values: frozenset[str] = field(factory=frozenset, repr=False)
+    #: plugins' own top-level tables by entry point name (``[owner]`` -> "owner")
+    sections: Mapping[str, Mapping[str, Any]] = field(factory=dict)
 
     def bindings_for(self, account: str) -> list[tuple[int, BindingConfig]]:
         """Return (index, binding) for each binding that covers `account`."""
@@ -238,6 +258,7 @@ class Config:
             ],
             "orchestration": {"enabled": self.orchestration.enabled},
         }
+        data.update({name: dict(table) for name, table in self.sections.items()})
         return {key: self._masked(value, key) for key, value in data.items()}
 
     def _masked(self, value: Any, key: str) -> Any:
@@ -361,10 +382,17 @@ class _Parser:
 
     # the whole file ------------------------------------------------------------
     def parse(self, data: Mapping[str, Any], base_dir: Path, check_plugins: bool) -> Config:
-        known = ("store", "server", "accounts", "agents", "bindings", "orchestration")
+        known = ("store", "server", "accounts", "agents", "bindings", "orchestration", "mcp")
+        plugin_sections = _plugin_names()
         for key in data:
-            if key not in known:
-                self.problems.append(self.error(key, unknown_key(key, known, "section")))
+            if key not in known and key not in plugin_sections:
+                self.problems.append(
+                    self.error(key, unknown_key(key, [*known, *plugin_sections], "section"))
+                )
+            elif key in plugin_sections and not isinstance(data[key], Mapping):
+                self.problems.append(
+                    self.error(key, f"expected a table, got {_describe(data[key])}")
+                )
         data = self.interpolate(data, "")
         store = StoreConfig()
         with self.collecting():
@@ -414,6 +442,9 @@ class _Parser:
             orchestration = self.structure(
                 data.get("orchestration", {}), OrchestrationConfig, "orchestration"
             )
+        mcp = McpConfig()
+        with self.collecting():
+            mcp = self.structure(data.get("mcp", {}), McpConfig, "mcp")
         for secret in self.secret_values():
             register_secret(secret)
         config = Config(
@@ -423,9 +454,11 @@ class _Parser:
             agents=agents,
             bindings=bindings,
             orchestration=orchestration,
+            mcp=mcp,
             source=self.source,
             secret_keys=frozenset(self.secret_keys),
             secret_values=self.secret_values(),
+            sections={key: dict(data[key]) for key in data if key in plugin_sections},
         )
         if check_plugins:
             self.check_plugins(config)
@@ -674,6 +707,13 @@ class _Parser:
 
 #: binding keys that configure the account (window, scheduling) rather than one chat
 _PER_ACCOUNT = ("window", "window_chars", "debounce", "max_wait", "run_timeout")
+
+
+def _plugin_names() -> set[str]:
+    """Return the loaded plugins' entry point names (each may own a top-level table)."""
+    from .plugins import get_plugin_manager
+
+    return {name for name, _ in get_plugin_manager().list_name_plugin() if "." not in name}
 
 
 def _installed(registry: Callable[[], Any]) -> set[str]:
