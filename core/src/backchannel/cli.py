@@ -8,7 +8,6 @@ exit 1; usage mistakes exit 2. Plugins add commands through the
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import functools
 import json
@@ -17,29 +16,50 @@ import os
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 from attrs import evolve
 
-from . import control, hints
-from .app import build_adapter, build_agent, build_switchboard, open_config_store, serve
+from . import hints
 from .config import Config, default_config, load_config
 from .errors import BackchannelError, ConfigError, PluginError, StoreError, combine
+from .lazy import LazyCommand, LazyModule, deferred
 from .model import Address, Conversation, Message, to_json
-from .orchestration.cli import messaging_command
 from .plugins import get_plugin_manager, plugin_summary
-from .render import (
-    conversation_json,
-    conversation_title,
-    render_preview,
-    render_summary,
-    transcript_line,
-)
-from .runlog import failed, failure_line, render_runs, run_reports
-from .runs import Run
 from .secrets import redact
-from .store import Store
+
+if TYPE_CHECKING:
+    from . import control
+    from .app import build_adapter, build_agent, build_switchboard, open_config_store, serve
+    from .render import (
+        conversation_json,
+        conversation_title,
+        render_preview,
+        render_summary,
+        transcript_line,
+    )
+    from .runlog import failed, failure_line, render_runs, run_reports
+    from .runs import Run
+    from .store import Store
+else:
+    # imported when a command uses them: `backchannel --help` (and every command that does
+    # not serve) skips the switchboard, the store and asyncio (bench/startup.py)
+    control = LazyModule("backchannel.control")
+    build_adapter = deferred("backchannel.app:build_adapter")
+    build_agent = deferred("backchannel.app:build_agent")
+    build_switchboard = deferred("backchannel.app:build_switchboard")
+    open_config_store = deferred("backchannel.app:open_config_store")
+    serve = deferred("backchannel.app:serve")
+    conversation_json = deferred("backchannel.render:conversation_json")
+    conversation_title = deferred("backchannel.render:conversation_title")
+    render_preview = deferred("backchannel.render:render_preview")
+    render_summary = deferred("backchannel.render:render_summary")
+    transcript_line = deferred("backchannel.render:transcript_line")
+    failed = deferred("backchannel.runlog:failed")
+    failure_line = deferred("backchannel.runlog:failure_line")
+    render_runs = deferred("backchannel.runlog:render_runs")
+    run_reports = deferred("backchannel.runlog:run_reports")
 
 __all__ = ["main", "render_preview"]
 
@@ -187,8 +207,8 @@ def _serve(config: Config, verbose: bool) -> None:
             _unexpected(error, verbose)
         where = f"{config.server.host}:{config.server.port}"
         raise BackchannelError(
-            f"cannot serve on {where}: {os.strerror(error.errno) if error.errno else error} (pick another port:"
-            " [server] port in the config, or --port for demo)"
+            f"cannot serve on {where}: {os.strerror(error.errno) if error.errno else error}"
+            f" (pick another port: {_port_hint(config)})"
         ) from None
     except Exception as error:
         _unexpected(error, verbose)
@@ -196,6 +216,15 @@ def _serve(config: Config, verbose: bool) -> None:
 
 
 _ADDRESS_ERRORS = {errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES}
+
+
+def _port_hint(config: Config) -> str:
+    """How to choose another port, as the person started this process."""
+    if config.source is not None:
+        return "[server] port in the config"
+    if os.environ.get("MAKELEVEL"):  # started by `make demo`, which passes PORT on
+        return "make demo PORT=9000 (0 picks a free one)"
+    return f"`{hints.command('demo', '--port', '9000')}` (0 picks a free one)"
 
 
 def _unexpected(error: Exception, verbose: bool) -> NoReturn:
@@ -611,7 +640,13 @@ async def _send_directly(config: Config, address: Address, text: str) -> dict[st
         await board.stop()
 
 
-main.add_command(messaging_command)
+main.add_command(
+    LazyCommand(
+        "messaging",
+        "backchannel.orchestration.cli:messaging_command",
+        "Turn cross-conversation sends off or on, or say what holds them.",
+    )
+)
 
 
 # helpers --------------------------------------------------------------------------------
@@ -684,6 +719,8 @@ def _idle_agents(config: Config) -> dict[str, Any]:
 
 
 def _run(coroutine: Coroutine[Any, Any, T]) -> T:
+    import asyncio
+
     return asyncio.run(coroutine)
 
 

@@ -28,15 +28,16 @@ import re
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
-import cattrs
 from attrs import evolve, field, fields, frozen
-from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
 from .errors import ConfigError, PluginError, combine, unknown_key
 from .policy import Access, Respond
 from .secrets import register_secret
+
+if TYPE_CHECKING:
+    import cattrs
 
 __all__ = [
     "DEFAULT_ACCOUNT",
@@ -758,6 +759,8 @@ class _Expected(ValueError):
 
 
 def _make_converter() -> cattrs.Converter:
+    import cattrs  # here, not at the top: CLI calls that load no config file skip it
+
     converter = cattrs.Converter(forbid_extra_keys=True)
 
     def structure_str(value: Any, _: type) -> str:
@@ -830,6 +833,12 @@ def _is(hint: Any) -> Callable[[Any], bool]:
 
 def _explain(error: BaseException, key: str, cls: type[Any]) -> list[tuple[str, str]]:
     """Return (key path, message) for every problem inside a cattrs error."""
+    from cattrs.errors import (
+        ClassValidationError,
+        ForbiddenExtraKeysError,
+        IterableValidationError,
+    )
+
     if isinstance(error, ForbiddenExtraKeysError):
         known = [a.name for a in fields(cls)]
         return [(f"{key}.{name}", unknown_key(name, known)) for name in sorted(error.extra_fields)]
