@@ -642,6 +642,13 @@ async def _send_directly(config: Config, address: Address, text: str) -> dict[st
 
 main.add_command(
     LazyCommand(
+        "fake-model",
+        "backchannel.fake_model:fake_model_command",
+        "Serve a fake OpenAI-compatible model on 127.0.0.1 (no key, no network).",
+    )
+)
+main.add_command(
+    LazyCommand(
         "messaging",
         "backchannel.orchestration.cli:messaging_command",
         "Turn cross-conversation sends off or on, or say what holds them.",

@@ -485,7 +485,9 @@ class _Parser:
         def replace(match: re.Match[str]) -> str:
             if match.group(0) == "$${":
                 return "${"
-            name = match.group(1)
+            name, has_default, default = match.group(1).partition(":-")
+            if has_default and _ENV_NAME.match(name) and not self.environ.get(name):
+                return default  # written in the file itself: not a secret from the environment
             if not _ENV_NAME.match(name):
                 self.problems.append(
                     self.error(key, f"${{{name}}} is not a valid environment variable name")
