@@ -24,7 +24,7 @@ from attrs import field, frozen
 from .adapter import Adapter
 from .config import AccountConfig, AgentConfig, BindingConfig, Config
 from .control import ControlServer, socket_path
-from .errors import ConfigError, StoreError
+from .errors import ConfigError, ConfigErrors, StoreError, combine, unknown_key
 from .model import Event
 from .orchestration import attach as attach_orchestration
 from .orchestration import orchestrator_of
@@ -76,7 +76,7 @@ def build_adapter(config: Config, account: AccountConfig) -> Adapter:
     settings = ReadTracker(account.settings)
     with _config_errors(config, key):
         adapter: Adapter = factory(account.name, settings)
-        settings.reject_unread(f"channel {account.channel!r}")
+        settings.reject_unread()
     return adapter
 
 
@@ -346,14 +346,15 @@ class ReadTracker(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._settings)
 
-    def reject_unread(self, owner: str) -> None:
-        """Raise ConfigError naming the first key the plugin never asked for."""
+    def reject_unread(self) -> None:
+        """Raise a ConfigError for every key the plugin never asked for, naming each."""
         if self._listed:
             return
         unknown = sorted(set(self._settings) - self._asked)
         if unknown:
-            known = ", ".join(sorted(self._asked)) or "none"
-            raise ConfigError(f"unknown setting for {owner} (it reads: {known})", key=unknown[0])
+            raise combine(
+                [ConfigError(unknown_key(name, self._asked), key=name) for name in unknown]
+            )
 
 
 @contextlib.contextmanager
@@ -364,17 +365,23 @@ def _config_errors(config: Config, key: str) -> Any:
     except ConfigError as error:
         if error.path is not None:
             raise
-        inner = error.key or ""
-        message = str(error)
-        if inner and message.startswith(inner + ": "):
-            message = message[len(inner) + 2 :]
-        if inner.startswith(("accounts.", "agents.")):
-            where = inner
-        else:
-            where = f"{key}.{inner}" if inner else key
-        raise _located(config, where, message) from error
+        errors = error.errors if isinstance(error, ConfigErrors) else (error,)
+        raise combine([_relocated(config, key, e) for e in errors]) from error
     except Exception as error:
         raise _located(config, key, f"{type(error).__name__}: {error}") from error
+
+
+def _relocated(config: Config, key: str, error: ConfigError) -> ConfigError:
+    """Place a plugin's ConfigError (keyed inside its table) under `key` of the config file."""
+    inner = error.key or ""
+    message = str(error)
+    if inner and message.startswith(inner + ": "):
+        message = message[len(inner) + 2 :]
+    if inner.startswith(("accounts.", "agents.")):
+        where = inner
+    else:
+        where = f"{key}.{inner}" if inner else key
+    return _located(config, where, message)
 
 
 def _located(config: Config, key: str, message: str) -> ConfigError:

@@ -16,6 +16,7 @@ from typing import Any
 
 from attrs import define, field
 
+from .errors import log_failure
 from .model import Address, Conversation
 from .store import Store
 
@@ -212,7 +213,7 @@ class Scheduler:
         except Exception as failure:
             # e.g. a plugin's framing or register_tools hook raised: record it and count the
             # messages as handled, or the follow-up check would retry the same failure forever
-            log.exception("could not build a run for %s", conversation.address.key)
+            log_failure(log, failure, "could not build a run for %s", conversation.address.key)
             self.counters["run_errors"] += 1
             run_id = await self.store.begin_run(conversation_id, conversation.trigger_seq, upto)
             await self.store.finish_run(
@@ -237,7 +238,7 @@ class Scheduler:
             raise
         except Exception as failure:
             status, error = "error", f"{type(failure).__name__}: {failure}"
-            log.exception("agent failed in conversation %s", conversation.address.key)
+            log_failure(log, failure, "agent failed in conversation %s", conversation.address.key)
         finally:
             if typing is not None:
                 typing.cancel()

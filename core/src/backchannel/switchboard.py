@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from attrs import define, field
 
@@ -28,11 +28,13 @@ from .policy import Policy
 from .runs import Agent, Run, RunBuilder, RunSession, WindowSettings
 from .scheduler import Busy, Scheduler
 from .secrets import register_secret
-from .server import HttpServer
 from .storable import storable_event
 from .store import AppendResult, Inbound, Store
 from .tools import Tool
 from .wire import BadPayload, dump_for_dead_letter, parse_json, repair_text
+
+if TYPE_CHECKING:
+    from .server import HttpServer
 
 __all__ = ["Binding", "InboundRouter", "RouteVerdict", "Service", "Switchboard"]
 
@@ -133,11 +135,11 @@ class Switchboard:
         self.store = store
         self.routes = RouteTable(public_url or f"http://{host}:{port or 0}")
         self._explicit_public_url = public_url is not None
-        self.server = (
-            HttpServer(self.routes, host=host, port=port, health=self.health)
-            if port is not None
-            else None
-        )
+        self.server: HttpServer | None = None
+        if port is not None:
+            from .server import HttpServer  # aiohttp's server: only a board that serves pays
+
+            self.server = HttpServer(self.routes, host=host, port=port, health=self.health)
         self.url: str | None = None
         self.accounts: dict[str, _Account] = {}
         self.counters: dict[str, int] = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from backchannel import hookimpl
+from backchannel.lazy import LazyCommand
 
 from .schema import MIGRATIONS
 
@@ -19,10 +20,21 @@ def register_migrations(register: Any) -> None:
 
 @hookimpl
 def register_commands(cli: Any) -> None:
-    from .cli import notify_command, owner_group
-
-    cli.add_command(notify_command)
-    cli.add_command(owner_group)
+    # imported when run: every `backchannel` call lists these, few run them
+    cli.add_command(
+        LazyCommand(
+            "notify",
+            "backchannel_owner.cli:notify_command",
+            "Send your owner TEXT from this session; print the id they can answer.",
+        )
+    )
+    cli.add_command(
+        LazyCommand(
+            "owner",
+            "backchannel_owner.cli:owner_group",
+            "The owner duplex: hooks that hand a session its owner's replies mid-turn.",
+        )
+    )
 
 
 @hookimpl
