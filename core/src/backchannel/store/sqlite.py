@@ -22,6 +22,7 @@ from ..errors import StoreError
 from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, now
 from ..secrets import redact
 from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, Store
+from .checkpoint import Checkpointer
 from .migrations import migrate
 from .rows import (
     CONVERSATION_COLUMNS,
@@ -66,12 +67,14 @@ class SQLiteStore(Store):
         db.execute(f"PRAGMA synchronous={synchronous.upper()}")
         db.execute("PRAGMA foreign_keys=ON")
         db.execute("PRAGMA cache_size=-65536")  # 64 MiB: a batch touches many conversations
+        db.execute("PRAGMA journal_size_limit=16777216")  # a reset WAL shrinks back to 16 MiB
         if str(path) != ":memory:":
             for suffix in ("", "-wal", "-shm"):
                 candidate = Path(f"{self.path}{suffix}")
                 if candidate.exists():
                     candidate.chmod(0o600)
         migrate(db)
+        self._checkpointer = Checkpointer(db, str(path)) if str(path) != ":memory:" else None
         #: (account, chat, thread) -> (conversation id, title as last written)
         self._conversation_ids: dict[tuple[str, str, str], tuple[int, str | None, str]] = {}
         self._batch: Batch | None = None
@@ -110,6 +113,9 @@ class SQLiteStore(Store):
         return self._db
 
     async def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+            self._checkpointer = None
         if self._db is not None:
             self._db.close()
             self._db = None
