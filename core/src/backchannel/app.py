@@ -29,6 +29,7 @@ from .plugins import agents as agent_registry
 from .plugins import channels as channel_registry
 from .policy import Policy
 from .runs import Agent, Run, WindowSettings
+from .runtime import tune_gc
 from .store import SQLiteStore
 from .switchboard import Binding, Switchboard
 
@@ -153,8 +154,10 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signum, _on_signal, stop, loop, signum)
             installed.append(signum)
+    restore_gc = None
     try:
         await board.start()
+        restore_gc = tune_gc()  # what start-up loaded lives as long as the process
         if on_ready is not None:
             maybe = on_ready(board)
             if maybe is not None:
@@ -165,6 +168,8 @@ async def serve(
         await board.stop()
         for signum in installed:
             loop.remove_signal_handler(signum)
+        if restore_gc is not None:
+            restore_gc()
 
 
 def _on_signal(stop: asyncio.Event, loop: asyncio.AbstractEventLoop, signum: int) -> None:
