@@ -40,6 +40,20 @@ def test_commits_leave_checkpoints_to_the_background_thread(tmp_path: Path) -> N
         db.close()
 
 
+def test_the_thread_is_woken_once_per_wake_pages_of_growth_not_per_commit(
+    tmp_path: Path,
+) -> None:
+    db = _wal_database(tmp_path / "w.db")
+    checkpointer = Checkpointer(db, str(tmp_path / "w.db"), wake_pages=20, limit_pages=10**9)
+    try:
+        _write_pages(db, 200)  # 200 commits of one or two WAL pages each
+        # once per 20 pages of growth (about 20 times), not on every commit past the mark
+        assert 1 <= checkpointer.wakes <= 50
+    finally:
+        checkpointer.stop()
+        db.close()
+
+
 def test_a_wal_past_its_limit_is_checkpointed_by_the_commit(tmp_path: Path) -> None:
     db = _wal_database(tmp_path / "b.db")
     # the thread is never woken: only the limit keeps the WAL from growing

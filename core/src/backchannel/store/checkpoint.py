@@ -49,9 +49,12 @@ class Checkpointer:
         #: checkpoints run by the thread / inline by a commit (for tests and benches)
         self.background_checkpoints = 0
         self.inline_checkpoints = 0
+        self.wakes = 0
         #: set after each background checkpoint
         self.checkpointed = threading.Event()
         self._wake = threading.Event()
+        #: WAL size that wakes the thread next: `wake_pages` more than at the last wake
+        self._wake_at = wake_pages
         self._stopping = False
         self._thread = threading.Thread(
             target=self._loop, name=f"backchannel-checkpoint {path}", daemon=True
@@ -65,8 +68,14 @@ class Checkpointer:
         if pages >= self.limit_pages:
             self.inline_checkpoints += 1
             db.wal_checkpoint(name)
-        elif pages >= self.wake_pages:
+            self._wake_at = self.wake_pages
+        elif pages >= self._wake_at:
+            # once per `wake_pages` of growth, not on every commit until the WAL restarts
+            self._wake_at = pages + self.wake_pages
+            self.wakes += 1
             self._wake.set()
+        elif pages < self._wake_at - self.wake_pages:
+            self._wake_at = self.wake_pages  # the WAL restarted from its beginning
         return apsw.SQLITE_OK
 
     def _loop(self) -> None:
