@@ -33,6 +33,7 @@ from .plugins import channels as channel_registry
 from .plugins import get_plugin_manager
 from .policy import Policy
 from .runs import Agent, Run, WindowSettings
+from .runtime import tune_gc
 from .store import SQLiteStore, Store
 from .switchboard import Binding, Switchboard
 
@@ -171,10 +172,12 @@ async def serve(
         loop.add_signal_handler(signal.SIGHUP, reload_config, board, config)
         installed.append(signal.SIGHUP)
     control = _control_server(config, board)
+    restore_gc = None
     try:
         await board.start()
         if control is not None and not await control.start():
             control = None
+        restore_gc = tune_gc()  # what start-up loaded lives as long as the process
         if on_ready is not None:
             maybe = on_ready(board)
             if maybe is not None:
@@ -187,6 +190,8 @@ async def serve(
         await board.stop()
         for signum in installed:
             loop.remove_signal_handler(signum)
+        if restore_gc is not None:
+            restore_gc()
 
 
 def reload_config(board: Switchboard, config: Config) -> bool:

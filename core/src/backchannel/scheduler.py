@@ -55,7 +55,11 @@ class Busy:
 class _Slot:
     """Scheduling state of one conversation (memory only; the store has the truth)."""
 
+    #: the account the conversation belongs to (set by poke)
+    account: str = ""
     running: bool = False
+    #: asked for again while running: only then can a follow-up run be owed
+    poked_while_running: bool = False
     #: when the armed timer should really start the run (later messages push it back)
     due: float = 0.0
     #: consecutive runs the store could not record (drives the retry backoff)
@@ -89,7 +93,8 @@ class Scheduler:
         self.counters = counters
         self._run_limit = asyncio.Semaphore(max_concurrent_runs)
         self._slots: dict[int, _Slot] = {}
-        self._conversation_account: dict[int, str] = {}
+        #: the most slots held at once since `_slots` was last copied (see _forget)
+        self._slots_peak = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
         #: checked before each run: a gate that returns True took the conversation's new
@@ -127,9 +132,10 @@ class Scheduler:
         """
         if self._stopping:
             return
-        self._conversation_account[conversation_id] = account
         slot = self._slot(conversation_id)
+        slot.account = account
         if slot.running:
+            slot.poked_while_running = True
             return
         binding = self.accounts[account].binding
         loop = asyncio.get_running_loop()
@@ -162,7 +168,7 @@ class Scheduler:
 
     async def _run_conversation(self, conversation_id: int) -> None:
         slot = self._slot(conversation_id)
-        account_name = self._conversation_account[conversation_id]
+        account_name = slot.account
         account = self.accounts[account_name]
         failed = False
         try:
@@ -177,8 +183,16 @@ class Scheduler:
         finally:
             slot.running = False
             slot.failures = slot.failures + 1 if failed else 0
+            poked, slot.poked_while_running = slot.poked_while_running, False
             try:
-                if not self._stopping:
+                if self._stopping:
+                    pass
+                elif not poked and not failed:
+                    # the run covered every trigger it was started for and none came since:
+                    # nothing can be owed, no need to read the conversation back
+                    if slot.timer is None and not slot.notes:
+                        self._forget(conversation_id)
+                else:
                     conversation = await self.store.conversation(conversation_id)
                     if conversation.trigger_seq > conversation.handled_seq:
                         self.poke(conversation_id, account_name, pause=_backoff(slot.failures))
@@ -192,7 +206,11 @@ class Scheduler:
     def _forget(self, conversation_id: int) -> None:
         """Drop an idle conversation's slot: memory stays bounded by active conversations."""
         self._slots.pop(conversation_id, None)
-        self._conversation_account.pop(conversation_id, None)
+        # a dict keeps the table of its peak size: after a burst over many conversations,
+        # copy it once most of them are idle again
+        if self._slots_peak > 256 and len(self._slots) * 4 < self._slots_peak:
+            self._slots = dict(self._slots)
+            self._slots_peak = len(self._slots)
 
     async def _run_once(self, account: Any, conversation_id: int, slot: _Slot) -> None:
         conversation = await self.store.conversation(conversation_id)
@@ -282,4 +300,6 @@ class Scheduler:
         slot = self._slots.get(conversation_id)
         if slot is None:
             slot = self._slots[conversation_id] = _Slot()
+            if len(self._slots) > self._slots_peak:
+                self._slots_peak = len(self._slots)
         return slot
