@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attrs import define, field
 
@@ -31,6 +31,9 @@ from .secrets import register_secret
 from .server import HttpServer
 from .store import AppendResult, Inbound, Store
 from .tools import Tool
+
+if TYPE_CHECKING:
+    from .workers import WorkerCoordinator
 
 __all__ = ["Binding", "Switchboard"]
 
@@ -140,6 +143,8 @@ class Switchboard:
         self._stopping = False
         #: who the agent was on each account when it last started (for previews without start)
         self._known_me: dict[str, Sender] = {}
+        #: set (before start) when this is one of several workers sharing a PostgreSQL store
+        self.workers: WorkerCoordinator | None = None
 
     # setup -----------------------------------------------------------------
     def add_account(
@@ -204,11 +209,18 @@ class Switchboard:
         # what was owed before this start: asked now, so messages that arrive while the
         # adapters start are not mistaken for ones a restart interrupted
         owed = [c for c in await self.store.unhandled() if c.address.account in self.accounts]
+        workers = self.workers
+        if workers is not None:
+            # leased accounts start when their lease is taken, and only their holder runs them
+            self.scheduler.claims = workers
+            owed = [c for c in owed if workers.may_run(c.address.account)]
         if self.server is not None:
             self.url = await self.server.start()
             if not self._explicit_public_url:
                 self.routes.public_url = self.url
         for account in self.accounts.values():
+            if workers is not None and not workers.may_run(account.name):
+                continue
             try:
                 await account.adapter.start(account.context)
             except Exception:
@@ -220,6 +232,8 @@ class Switchboard:
         for conversation in owed:
             self.scheduler.add_note(conversation.id, RESTART_NOTE)
             self.scheduler.poke(conversation.id, conversation.address.account)
+        if workers is not None:
+            await workers.start()
 
     async def start_accounts(self, names: Iterable[str]) -> None:
         """Start only these accounts' adapters: no recovery, no scheduling, no HTTP server.
@@ -248,6 +262,8 @@ class Switchboard:
             return
         self._stopping = True
         timeout = self._stop_timeout if timeout is None else timeout
+        if self.workers is not None:
+            self.workers.stopping = True  # take no new lease while stopping
         for account in self.accounts.values():
             if account.started:
                 try:
@@ -259,6 +275,8 @@ class Switchboard:
         await self.scheduler.drain(timeout)
         if self.server is not None:
             await self.server.stop()
+        if self.workers is not None:
+            await self.workers.stop()
         await self.store.close()
 
     async def __aenter__(self) -> Switchboard:
