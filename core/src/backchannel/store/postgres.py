@@ -342,6 +342,8 @@ class PostgresStore(Store):
         stamp = now()
 
         async def work(connection: Any) -> int:
+            if self.worker is not None and run_id is not None:
+                await self._check_claim(connection, conversation_id)
             seq = None
             if outbound.kind == "message":
                 # the row lock this UPDATE takes is what keeps seqs gapless across writers
@@ -420,6 +422,25 @@ class PostgresStore(Store):
 
         outbox_id = await self._write(work)
         return await self._outbox_entry_now(outbox_id)
+
+    async def _check_claim(self, connection: Any, conversation_id: int) -> None:
+        """Fence a run's send: only the worker holding the conversation's claim may record it.
+
+        A worker that stalled past its claim's ttl may find another worker running the
+        conversation; its send is refused (locking the claim row, so the other run's
+        window, built after it claims, shows every send recorded before).
+        """
+        cursor = await connection.execute(
+            "SELECT worker FROM run_claims WHERE conversation_id = %s FOR UPDATE",
+            (conversation_id,),
+        )
+        row = await cursor.fetchone()
+        if row is not None and row[0] != self.worker:
+            raise StoreError(
+                f"worker {self.worker} no longer holds conversation {conversation_id}: worker"
+                f" {row[0]} took it over after this worker's claim lapsed (missed heartbeats);"
+                " this send was not made, that worker's run answers instead"
+            )
 
     async def mark_sent(self, outbox_id: int, receipt: Receipt) -> OutboxEntry:
         ids = receipt.part_ids or (
