@@ -5,7 +5,8 @@ Slack (Events API behind the same balancer) come from the loopback fakes; the
 workers run the real adapters. A worker is SIGKILLed five times while updates
 flow, and restarted; then: every update stored once, seqs gapless, every
 conversation answered, no answer sent twice, the polling account taken over
-within the lease bound. Then a rolling restart (SIGTERM one by one) under load.
+within the lease bound. Then a rolling restart (new worker up, old one SIGTERMed, one
+by one) under load, checked the same way.
 
 The issue asks for 5,000 events; this 2-core machine runs BACKCHANNEL_KILL_EVENTS
 (default 600) to stay within the suite's time budget. Set it to 5000 to run the
@@ -287,29 +288,37 @@ async def settle_and_check(setup: Setup, store: PostgresStore) -> None:
     assert len(last_triggers) == len(setup.last_text)
 
 
-async def test_sigkill_five_times_loses_nothing_doubles_nothing_and_fails_over(
+async def test_sigkill_five_times_then_a_rolling_restart_loses_and_doubles_nothing(
     setup: tuple[Setup, list[Worker]],
 ) -> None:
+    """One cluster of workers for both phases (starting processes is what costs here)."""
     users, workers = setup
     store = PostgresStore(users.url)
     chooser = random.Random(17)
     takeovers: list[float] = []
+
+    # phase 1: SIGKILL five times at random moments while updates flow -------------------
     chunk = EVENTS // 6
+    starting: list[asyncio.Task[None]] = []
     for kill in range(5):
         users.inject(chunk)
         await asyncio.sleep(chooser.uniform(0.0, 0.3))  # a random moment while they flow
         owner = await lease_holder(store, "tgpoll")
         by_name = {worker.name: worker for worker in workers}
         # every other kill takes the polling account's holder, the rest are random
-        victim = by_name[owner] if owner and kill % 2 == 0 else chooser.choice(workers)
+        victim = by_name[owner] if owner in by_name and kill % 2 == 0 else chooser.choice(workers)
         killed_at = time.monotonic()
         await victim.kill()
-        # restarted at once, as a supervisor would, under a new name (a new pod): the
-        # lease passes to whichever live worker's heartbeat sees it lapse first
+        workers.remove(victim)
+        # restarted at once, as a supervisor would, under a new name (a new pod); it joins
+        # the candidates for the next kill once it is up. The lease passes to whichever
+        # live worker's heartbeat sees it lapse first.
         replacement = Worker(
             f"{victim.name}.{kill}", victim.url, victim.settings_file, victim.balancer
         )
-        starting = asyncio.create_task(replacement.start())
+        task = asyncio.create_task(replacement.start())
+        task.add_done_callback(lambda _, joining=replacement: workers.append(joining))
+        starting.append(task)
         if owner == victim.name:
 
             async def taken_over(dead: str = victim.name) -> bool:
@@ -318,33 +327,28 @@ async def test_sigkill_five_times_loses_nothing_doubles_nothing_and_fails_over(
 
             await until(taken_over, TAKEOVER_LIMIT + 10, "takeover of tgpoll")
             takeovers.append(time.monotonic() - killed_at)
-        await starting
-        workers[workers.index(victim)] = replacement
+        if len(workers) < 2:  # keep two alive to kill from
+            await asyncio.wait(starting, return_when=asyncio.FIRST_COMPLETED)
+            starting = [t for t in starting if not t.done()]
+    await asyncio.gather(*starting)
     users.inject(EVENTS - 5 * chunk)
     await settle_and_check(users, store)
     assert takeovers, "the polling account's holder was never killed"
     assert max(takeovers) <= TAKEOVER_LIMIT, takeovers
     print(f"takeovers of tgpoll after SIGKILL: {[round(t, 2) for t in takeovers]} s")
-    await store.close()
 
-
-async def test_a_rolling_restart_under_load_loses_nothing(
-    setup: tuple[Setup, list[Worker]],
-) -> None:
-    users, workers = setup
-    store = PostgresStore(users.url)
-    per_step = max(EVENTS // 8, 10)
+    # phase 2: a rolling deploy, worker by worker, under load ------------------------------
+    per_step = max(EVENTS // 6, 10)
     for step, worker in enumerate(list(workers)):
         users.inject(per_step)
-        # a rolling deploy: the new version starts while the old one stops cleanly
-        replacement = Worker(f"{worker.name}.v2", worker.url, worker.settings_file, worker.balancer)
+        # the new version starts while the old one stops cleanly (handing its leases over)
+        replacement = Worker(f"v2.{step}", worker.url, worker.settings_file, worker.balancer)
         await asyncio.gather(replacement.start(), worker.terminate())
         workers[step] = replacement
-        users.inject(per_step)
     users.inject(per_step)
     await settle_and_check(users, store)
     report = await store.workers_report()
     alive = sorted(w["name"] for w in report if w["stopped_at"] is None)
-    assert alive == ["w0.v2", "w1.v2", "w2.v2"]
+    assert alive == ["v2.0", "v2.1", "v2.2"]
     assert (await store.leases())["tgpoll"][0] in alive
     await store.close()
