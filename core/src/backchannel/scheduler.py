@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from attrs import define, field
 
@@ -20,9 +20,17 @@ from .errors import log_failure
 from .model import Address, Conversation
 from .store import Store
 
-__all__ = ["Busy", "Scheduler"]
+__all__ = ["Busy", "RunClaims", "Scheduler"]
 
 log = logging.getLogger("backchannel.scheduler")
+
+
+class RunClaims(Protocol):
+    """Claims of conversations in a store shared by several workers (one run at a time)."""
+
+    async def claim(self, conversation_id: int) -> bool: ...
+
+    async def release(self, conversation_id: int) -> None: ...
 
 
 class Busy:
@@ -100,6 +108,8 @@ class Scheduler:
         #: checked before each run: a gate that returns True took the conversation's new
         #: messages itself (an ask's correlated answer), so no agent run happens for them
         self.gates: list[Callable[[Conversation], Awaitable[bool]]] = []
+        #: with several workers on one store: a conversation runs where it is claimed
+        self.claims: RunClaims | None = None
 
     def add_note(self, conversation_id: int, note: str) -> None:
         """Add a line to the framing of this conversation's next run."""
@@ -171,9 +181,13 @@ class Scheduler:
         account_name = slot.account
         account = self.accounts[account_name]
         failed = False
+        claimed = False
         try:
             async with self._run_limit:
-                await self._run_once(account, conversation_id, slot)
+                # another worker running it will do the follow-up run itself
+                claimed = self.claims is None or await self.claims.claim(conversation_id)
+                if claimed:
+                    await self._run_once(account, conversation_id, slot)
         except Exception:
             # the store refused to record the run (disk full, locked): count it, and retry
             # after a growing pause rather than at once, or this loop would spin
@@ -185,19 +199,24 @@ class Scheduler:
             slot.failures = slot.failures + 1 if failed else 0
             poked, slot.poked_while_running = slot.poked_while_running, False
             try:
+                if claimed and self.claims is not None:
+                    await self.claims.release(conversation_id)
                 if self._stopping:
                     pass
-                elif not poked and not failed:
+                elif not poked and not failed and self.claims is None:
                     # the run covered every trigger it was started for and none came since:
-                    # nothing can be owed, no need to read the conversation back
+                    # nothing can be owed, no need to read the conversation back (with
+                    # several workers another one may have taken triggers meanwhile)
                     if slot.timer is None and not slot.notes:
                         self._forget(conversation_id)
-                else:
+                elif claimed or failed:
                     conversation = await self.store.conversation(conversation_id)
                     if conversation.trigger_seq > conversation.handled_seq:
                         self.poke(conversation_id, account_name, pause=_backoff(slot.failures))
                     elif slot.timer is None and not slot.notes:
                         self._forget(conversation_id)
+                elif slot.timer is None and not slot.notes:
+                    self._forget(conversation_id)
             except Exception:
                 log.exception("could not check conversation %s for follow-up", conversation_id)
             finally:
@@ -214,6 +233,8 @@ class Scheduler:
 
     async def _run_once(self, account: Any, conversation_id: int, slot: _Slot) -> None:
         conversation = await self.store.conversation(conversation_id)
+        if self.claims is not None and conversation.trigger_seq <= conversation.handled_seq:
+            return  # another worker's run answered it while this one waited for the claim
         upto = conversation.last_seq
         for gate in self.gates:
             if await gate(conversation):

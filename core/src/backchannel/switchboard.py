@@ -35,6 +35,7 @@ from .wire import BadPayload, dump_for_dead_letter, parse_json, repair_text
 
 if TYPE_CHECKING:
     from .server import HttpServer
+    from .workers import WorkerCoordinator
 
 __all__ = ["Binding", "InboundRouter", "RouteVerdict", "Service", "Switchboard"]
 
@@ -180,6 +181,8 @@ class Switchboard:
     def add_service(self, service: Service) -> None:
         """Start `service` after the adapters (in `start`), stop it before them (in `stop`)."""
         self._services.append(service)
+        #: set (before start) when this is one of several workers sharing a PostgreSQL store
+        self.workers: WorkerCoordinator | None = None
 
     # setup -----------------------------------------------------------------
     def add_account(
@@ -246,11 +249,18 @@ class Switchboard:
         # what was owed before this start: asked now, so messages that arrive while the
         # adapters start are not mistaken for ones a restart interrupted
         owed = [c for c in await self.store.unhandled() if c.address.account in self.accounts]
+        workers = self.workers
+        if workers is not None:
+            # leased accounts start when their lease is taken, and only their holder runs them
+            self.scheduler.claims = workers
+            owed = [c for c in owed if workers.may_run(c.address.account)]
         if self.server is not None:
             self.url = await self.server.start()
             if not self._explicit_public_url:
                 self.routes.public_url = self.url
         for account in self.accounts.values():
+            if workers is not None and not workers.may_run(account.name):
+                continue
             try:
                 await account.adapter.start(account.context)
             except Exception:
@@ -265,6 +275,8 @@ class Switchboard:
         for service in self._services:
             await service.start(self)
             self._started_services.append(service)
+        if workers is not None:
+            await workers.start()
 
     async def start_accounts(self, names: Iterable[str]) -> None:
         """Start only these accounts' adapters: no recovery, no scheduling, no HTTP server.
@@ -293,6 +305,8 @@ class Switchboard:
             return
         self._stopping = True
         timeout = self._stop_timeout if timeout is None else timeout
+        if self.workers is not None:
+            self.workers.stopping = True  # take no new lease while stopping
         while self._started_services:
             service = self._started_services.pop()
             try:
@@ -310,6 +324,8 @@ class Switchboard:
         await self.scheduler.drain(timeout)
         if self.server is not None:
             await self.server.stop()
+        if self.workers is not None:
+            await self.workers.stop()
         await self.store.close()
 
     async def __aenter__(self) -> Switchboard:
