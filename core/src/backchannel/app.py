@@ -23,14 +23,17 @@ from attrs import field, frozen
 
 from .adapter import Adapter
 from .config import AccountConfig, AgentConfig, BindingConfig, Config
+from .control import ControlServer, socket_path
 from .errors import ConfigError, StoreError
 from .model import Event
+from .orchestration import attach as attach_orchestration
+from .orchestration import orchestrator_of
 from .plugins import agents as agent_registry
 from .plugins import channels as channel_registry
-from .plugins import get_plugin_manager as _plugin_manager
+from .plugins import get_plugin_manager
 from .policy import Policy
 from .runs import Agent, Run, WindowSettings
-from .store import SQLiteStore
+from .store import SQLiteStore, Store
 from .switchboard import Binding, Switchboard
 
 __all__ = [
@@ -47,8 +50,16 @@ __all__ = [
 log = logging.getLogger("backchannel.app")
 
 
-def open_config_store(config: Config) -> SQLiteStore:
-    """Open the store the config names (creating it, and its 0700 directory, when new)."""
+def open_config_store(config: Config, *, worker: str | None = None) -> Store:
+    """Open the store the config names (creating it, and its 0700 directory, when new).
+
+    With `[store] url` that is PostgreSQL (psycopg is imported only then); `worker`
+    names this process among several sharing it.
+    """
+    if config.store.url:
+        from .store.postgres import PostgresStore
+
+        return PostgresStore(config.store.url, worker=worker)
     try:
         return SQLiteStore(config.store.path, synchronous=config.store.synchronous)
     except OSError as error:
@@ -136,7 +147,8 @@ async def build_switchboard(
             secrets=account.secrets,
             config=account.settings,
         )
-    _plugin_manager().hook.configure_switchboard(board=board, config=config)
+    attach_orchestration(board, config)
+    get_plugin_manager().hook.configure_switchboard(board=board, config=config)
     return board
 
 
@@ -155,8 +167,14 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signum, _on_signal, stop, loop, signum)
             installed.append(signum)
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
+        loop.add_signal_handler(signal.SIGHUP, reload_config, board, config)
+        installed.append(signal.SIGHUP)
+    control = _control_server(config, board)
     try:
         await board.start()
+        if control is not None and not await control.start():
+            control = None
         if on_ready is not None:
             maybe = on_ready(board)
             if maybe is not None:
@@ -164,9 +182,41 @@ async def serve(
         await stop.wait()
         log.info("stopping: finishing in-flight runs and sends")
     finally:
+        if control is not None:
+            await control.stop()
         await board.stop()
         for signum in installed:
             loop.remove_signal_handler(signum)
+
+
+def reload_config(board: Switchboard, config: Config) -> bool:
+    """Re-read the config file and apply what a running serve can change (SIGHUP).
+
+    Today that is the `[orchestration]` kill switch. A file that no longer
+    parses is reported in one line and the running settings stay.
+    """
+    from .config import load_config
+
+    orchestrator = orchestrator_of(board)
+    if config.source is None or orchestrator is None:
+        return False
+    try:
+        fresh = load_config(config.source, check_plugins=False)
+    except ConfigError as error:
+        log.error("config not reloaded, the running settings stay: %s", error)
+        return False
+    orchestrator.reload(fresh)
+    return True
+
+
+def _control_server(config: Config, board: Switchboard) -> ControlServer | None:
+    """The control socket for this store, with the operations plugins add (None: in memory)."""
+    path = socket_path(config.store.path)
+    if path is None:
+        return None
+    server = ControlServer(board, path)
+    get_plugin_manager().hook.register_control_ops(register=server.register)
+    return server
 
 
 def _on_signal(stop: asyncio.Event, loop: asyncio.AbstractEventLoop, signum: int) -> None:

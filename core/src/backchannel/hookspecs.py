@@ -52,6 +52,17 @@ def register_commands(cli: Any) -> None:
 
 
 @hookspec
+def register_control_ops(register: Any) -> None:
+    """Add operations to the control socket of a running ``serve``.
+
+    Called once when ``serve`` starts listening on the control socket.
+    ``register(name, handler)`` adds one; ``handler`` is
+    ``async def handler(board, args) -> dict`` and runs inside ``serve`` with
+    its `Switchboard`. Clients call it with ``backchannel.control.call``.
+    """
+
+
+@hookspec
 def register_migrations(register: Any) -> None:
     """Add a plugin's own SQLite migrations: ``register(owner_m001_tables)``.
 

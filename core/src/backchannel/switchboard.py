@@ -19,18 +19,20 @@ from typing import Any, Literal, Protocol
 from attrs import define, field
 
 from .adapter import Adapter, AdapterContext, IngestResult, RouteTable
-from .errors import ConfigError, NormalizeError
-from .ingest import GroupCommit
+from .errors import ConfigError, NormalizeError, Rejected, StoreError
+from .ingest import GroupCommit, RefusedData
 from .model import Address, Conversation, Event, Message, Sender, from_json, to_json
-from .outbound import Deliverer, channel_tools
+from .outbound import Deliverer, DeliveryResult, channel_tools
 from .plugins import get_plugin_manager
 from .policy import Policy
 from .runs import Agent, Run, RunBuilder, RunSession, WindowSettings
 from .scheduler import Busy, Scheduler
 from .secrets import register_secret
 from .server import HttpServer
+from .storable import storable_event
 from .store import AppendResult, Inbound, Store
 from .tools import Tool
+from .wire import BadPayload, dump_for_dead_letter, parse_json, repair_text
 
 __all__ = ["Binding", "InboundRouter", "RouteVerdict", "Service", "Switchboard"]
 
@@ -156,6 +158,8 @@ class Switchboard:
         self._stopping = False
         #: who the agent was on each account when it last started (for previews without start)
         self._known_me: dict[str, Sender] = {}
+        #: more tools for runs: provider(account, session, conversation) -> tools (orchestration)
+        self.run_tools: list[Callable[[str, RunSession, Conversation], Sequence[Tool]]] = []
         self._routers: dict[str, list[InboundRouter]] = {}
         self._services: list[Service] = []
         self._started_services: list[Service] = []
@@ -200,6 +204,8 @@ class Switchboard:
                 extra.append(tool if isinstance(tool, Tool) else Tool.from_function(tool))
 
             pm.hook.register_tools(register=register, conversation=conversation)
+            for provide in self.run_tools:
+                extra.extend(provide(account, session, conversation))
             return offered + extra
 
         def framing(conversation: Conversation, channel: str, default: str) -> str | None:
@@ -340,16 +346,20 @@ class Switchboard:
                 for key, value in state.items():
                     await self.store.set_state(account, key, value)
             return _IGNORED
-        problem = _unstorable(event, account)
-        if problem is not None:
-            return await self._malformed(account, raw, problem, state)
+        checked = storable_event(event, account)
+        if isinstance(checked, str):
+            return await self._malformed(account, raw, checked, state)
+        event = checked
         policy = entry.binding.policy
         verdict = await self._route(account, event)
         if verdict is None:
             held, triggers = not policy.may_reach(event), policy.triggers(event)
         else:
             held, triggers = verdict == "held", False
-        (appended,) = await self._commit([Inbound(event, held, triggers, state)])
+        try:
+            (appended,) = await self._commit([Inbound(event, held, triggers, state)])
+        except RefusedData as error:
+            return await self._malformed(account, raw, str(error), state)
         return self._settle(account, event, held, appended)
 
     async def ingest_many(
@@ -384,10 +394,11 @@ class Switchboard:
             if event is None:
                 self.counters["ignored"] += 1
                 continue
-            problem = _unstorable(event, account)
-            if problem is not None:
-                results[index] = await self._malformed(account, raw, problem)
+            checked = storable_event(event, account)
+            if isinstance(checked, str):
+                results[index] = await self._malformed(account, raw, checked)
                 continue
+            event = checked
             verdict = await self._route(account, event)
             if verdict is None:
                 held, triggers = not policy.may_reach(event), policy.triggers(event)
@@ -404,9 +415,43 @@ class Switchboard:
                     await self.store.set_state(account, key, value)
         if not inbounds:
             return results
-        appended_all = await self._commit(inbounds)
+        try:
+            appended_all = await self._commit(inbounds)
+        except RefusedData:
+            if len(inbounds) == 1:
+                (index, _event, _held) = waiting[0]
+                results[index] = await self._malformed(
+                    account, raws[index], "the store cannot hold this event", state
+                )
+                return results
+            return await self._commit_one_by_one(account, raws, results, waiting, inbounds, state)
         for (index, event, held), appended in zip(waiting, appended_all, strict=True):
             results[index] = self._settle(account, event, held, appended)
+        return results
+
+    async def _commit_one_by_one(
+        self,
+        account: str,
+        raws: Sequence[Mapping[str, Any]],
+        results: list[IngestResult],
+        waiting: list[tuple[int, Event, bool]],
+        inbounds: list[Inbound],
+        state: Mapping[str, str | None] | None,
+    ) -> list[IngestResult]:
+        """Commit a refused batch event by event: the ones the store cannot hold become
+        dead letters, the others are stored, and the batch's state moves on either way."""
+        log.warning("account %s: the store refused a batch; committing it event by event", account)
+        for (index, event, held), inbound in zip(waiting, inbounds, strict=True):
+            inbound = Inbound(inbound.event, inbound.held, inbound.triggers)
+            try:
+                (appended,) = await self._commit([inbound])
+            except RefusedData as error:
+                results[index] = await self._malformed(account, raws[index], str(error))
+                continue
+            results[index] = self._settle(account, event, held, appended)
+        if state:
+            for key, value in state.items():
+                await self.store.set_state(account, key, value)
         return results
 
     async def _route(self, account: str, event: Event) -> RouteVerdict:
@@ -459,11 +504,10 @@ class Switchboard:
         if state:  # adapter state moves on whatever became of the payload
             for key, value in state.items():
                 await self.store.set_state(account, key, value)
+        reason = repair_text(reason)
         log.warning("account %s: malformed payload dropped: %s", account, reason)
-        try:
-            payload = json.dumps(raw, default=str)[:65536]
-        except (TypeError, ValueError):
-            payload = repr(raw)[:65536]
+        adapter = self.accounts[account].adapter
+        payload = dump_for_dead_letter(raw, getattr(adapter, "secret_fields", ()))
         await self.store.add_dead_letter(account, "malformed", reason, payload)
         return IngestResult("malformed", reason=reason)
 
@@ -485,36 +529,109 @@ class Switchboard:
 
     async def send(self, address: Address, text: str) -> str:
         """Send `text` as an operator, recorded in the transcript; return the outcome."""
-        from .model import Outbound
+        outcome = await self.send_outcome(await self.conversation_for(address), text)
+        return str(outcome["result"])
 
+    async def conversation_for(self, address: Address) -> Conversation:
+        """Return the conversation at `address` of an account this board serves.
+
+        A new one is made only for an address the channel accepts (adapters
+        may offer ``check_address``): a mistyped chat never becomes a
+        conversation that stays listed forever.
+        """
         account = self.accounts.get(address.account)
         if account is None:
-            raise ConfigError(f"unknown account {address.account!r}")
-        conversation = await self.store.ensure_conversation(address)
-        result = await account.deliverer.deliver(conversation, Outbound(address, text))
-        return result.describe()
+            known = ", ".join(sorted(self.accounts)) or "none"
+            raise ConfigError(f"no account called {address.account!r} (serving: {known})")
+        conversation = await self.store.find_conversation(address)
+        if conversation is not None:
+            return conversation
+        check_address = getattr(account.adapter, "check_address", None)
+        if check_address is not None:
+            try:
+                await check_address(address)
+            except Rejected as error:
+                raise Rejected(
+                    f"cannot send to {address.key}: {error.reason}"
+                    " (see `backchannel conversations` for the keys of existing ones)"
+                ) from None
+        return await self.store.ensure_conversation(address)
+
+    async def send_outcome(
+        self,
+        conversation: Conversation,
+        text: str,
+        *,
+        reply_to_seq: int | None = None,
+        quiet: bool = False,
+        origin: str | None = None,
+    ) -> dict[str, Any]:
+        """Send `text` as an operator into a stored conversation; return the recorded outcome.
+
+        The outcome is what the outbox recorded: ``state`` sent / failed /
+        uncertain, the transcript ``seq``, the ``platform_message_id``, a
+        ``reason`` when not sent, and ``result``, the sentence a model reads.
+        `origin` is the key of the conversation a cross-conversation send came
+        from (recorded on the outbox and transcript rows).
+        """
+        from .model import Outbound
+
+        account = self._account_of(conversation)
+        reply_to = None
+        if reply_to_seq is not None:
+            reply_to = await self._platform_id(conversation, reply_to_seq)
+        result = await account.deliverer.deliver(
+            conversation,
+            Outbound(conversation.address, text, reply_to=reply_to, quiet=quiet, origin=origin),
+        )
+        return _outcome(conversation, result)
+
+    async def edit_outcome(self, conversation: Conversation, seq: int, text: str) -> dict[str, Any]:
+        """Edit our own message `seq` of a stored conversation; return the recorded outcome."""
+        from .model import Outbound
+
+        account = self._account_of(conversation)
+        message = await self.store.message(conversation.id, seq)
+        if message is None or message.direction != "out":
+            raise StoreError(f"#{seq} of {conversation.address.key} is not a message we sent")
+        target = await self._platform_id(conversation, seq)
+        result = await account.deliverer.deliver(
+            conversation, Outbound(conversation.address, text, kind="edit", target=target)
+        )
+        outcome = _outcome(conversation, result)
+        outcome["seq"] = seq
+        outcome["platform_message_id"] = target
+        return outcome
+
+    def _account_of(self, conversation: Conversation) -> _Account:
+        account = self.accounts.get(conversation.address.account)
+        if account is None:
+            raise ConfigError(f"unknown account {conversation.address.account!r}")
+        return account
+
+    async def _platform_id(self, conversation: Conversation, seq: int) -> str:
+        message = await self.store.message(conversation.id, seq)
+        if message is None:
+            raise StoreError(f"there is no message #{seq} in {conversation.address.key}")
+        if message.platform_message_id is None:
+            raise StoreError(f"message #{seq} has no platform id (it was not delivered)")
+        return message.platform_message_id
 
     async def health(self) -> dict[str, Any]:
         return {"accounts": sorted(self.accounts), "counters": dict(self.counters)}
 
 
-def _unstorable(event: Event, account: str) -> str | None:
-    """Say why an adapter's Event cannot be stored, or None when it can.
-
-    Checked before the event joins a shared transaction: one bad event must
-    become a dead letter, not fail the batch it would have been committed with.
-    """
-    if event.address.account != account:
-        return f"event address names account {event.address.account!r}"
-    sent_at = event.sent_at
-    if isinstance(sent_at, bool) or not isinstance(sent_at, int | float) or sent_at != sent_at:
-        return f"sent_at must be a number of seconds, not {sent_at!r}"
-    if event.meta:
-        try:
-            json.dumps(dict(event.meta))
-        except (TypeError, ValueError) as error:
-            return f"meta cannot be stored as JSON: {error}"
-    return None
+def _outcome(conversation: Conversation, result: DeliveryResult) -> dict[str, Any]:
+    entry = result.entry
+    return {
+        "conversation": conversation.address.key,
+        "conversation_id": conversation.id,
+        "state": entry.status,
+        "seq": entry.message_seq,
+        "platform_message_id": entry.platform_ids[0] if entry.platform_ids else None,
+        "reason": entry.reason,
+        "result": result.describe(),
+    }
 
 
 class AccountContext(AdapterContext):
@@ -546,7 +663,16 @@ class AccountContext(AdapterContext):
         return await self.board.store.is_known(self.account, event_id)
 
     async def dead_letter(self, ref: str, reason: str, payload: str) -> None:
-        await self.board.store.add_dead_letter(self.account, ref, reason, payload)
+        adapter = self.board.accounts[self.account].adapter
+        kept = repair_text(payload)
+        if kept[:1] in ("{", "["):
+            try:
+                kept = dump_for_dead_letter(parse_json(kept), getattr(adapter, "secret_fields", ()))
+            except BadPayload:
+                pass  # not JSON after all: kept as text (registered secrets are still redacted)
+        await self.board.store.add_dead_letter(
+            self.account, repair_text(ref), repair_text(reason), kept
+        )
 
     async def get_state(self, key: str) -> str | None:
         return await self.board.store.get_state(self.account, key)

@@ -109,10 +109,15 @@ async def run(env: dict[str, str], *args: str, stdin: str | None = None) -> tupl
     return process.returncode, out.decode(), err.decode()
 
 
-async def notify(env: dict[str, str], text: str, *options: str) -> str:
-    status, out, err = await run(env, sys.executable, "-m", "backchannel", "notify", *options, text)
+async def notify(env: dict[str, str], text: str, *options: str, via: str = "serve") -> str:
+    """Run `backchannel notify --json`; check it went through `via`; return the id."""
+    status, out, err = await run(
+        env, sys.executable, "-m", "backchannel", "notify", "--json", *options, text
+    )
     assert status == 0, err
-    return out.strip()
+    result = json.loads(out)
+    assert (result["status"], result["via"]) == ("sent", via)
+    return str(result["id"])
 
 
 async def hook(env: dict[str, str], session_id: str) -> str:
@@ -166,6 +171,14 @@ async def test_notify_reply_and_the_hook_across_processes(
     reply_id = await notify(env, "switching now", "--reply", context.split("#")[1][:5])
     assert world.fake.sent[-1].text.endswith(f"→ #{reply_id}: switching now")
 
+    world.fake.fail_next("sendMessage", "forbidden")
+    status, out, err = await run(
+        env, sys.executable, "-m", "backchannel", "notify", "--needs-answer", "are you there?"
+    )
+    assert status == 1 and len(out.split()) == 1  # the id is printed, the failure said once
+    assert err.count("\n") == 1 and err.startswith(f"error: message #{out.strip()} is failed")
+    assert world.fake.token not in err
+
 
 async def test_sigkill_of_serve_before_the_reply_commits_loses_nothing(
     world: OwnerWorld, env: dict[str, str]
@@ -196,6 +209,8 @@ async def test_sigkill_of_serve_before_the_reply_commits_loses_nothing(
         lock.close()
     assert not world.fake.is_acked(update["update_id"])
     assert list_markers(SESSION_A) == []
+    # no serve answers (its socket file is left behind): notify sends directly
+    await notify(env, "serve is down, still here", via="direct")
 
     second = Serve(world, env)
     await second.start()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from ..store import SQLiteStore
 from ..switchboard import Switchboard
 from .context import ContractContext
 from .fake_channel import FakeChannel
+from .postgres import PostgresCluster, PostgresUnavailable, throwaway_cluster
 
 
 @pytest.fixture
@@ -39,3 +41,25 @@ async def switchboard(store: SQLiteStore) -> AsyncIterator[Switchboard]:
     board = Switchboard(store)
     yield board
     await board.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """A throwaway PostgreSQL cluster for the whole session (removed after).
+
+    Skips with the reason when the server binaries are missing, unless
+    BACKCHANNEL_REQUIRE_POSTGRES=1 (set by `make test`), where that is a failure.
+    """
+    try:
+        with throwaway_cluster() as cluster:
+            yield cluster
+    except PostgresUnavailable as missing:
+        if os.environ.get("BACKCHANNEL_REQUIRE_POSTGRES") == "1":
+            pytest.fail(str(missing))
+        pytest.skip(str(missing))
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster: PostgresCluster) -> str:
+    """The URL of a new, empty database on the session's throwaway cluster."""
+    return postgres_cluster.fresh_database()

@@ -1,0 +1,224 @@
+"""The control socket: other processes hand work to the running `serve`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import stat
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from backchannel import control
+from backchannel.app import serve
+from backchannel.cli import main
+from backchannel.config import Config, load_config
+from backchannel.hookspecs import hookimpl
+from backchannel.plugins import get_plugin_manager
+from backchannel.switchboard import Switchboard
+from backchannel.testing.fake_channel import FakePlatform
+from backchannel_webchat.testing import FakeBrowser
+from click.testing import CliRunner
+
+pytestmark = pytest.mark.usefixtures("fake_channel_plugin")
+
+FAKE = """
+[accounts.ops]
+channel = "fake"
+[agents.demo]
+kind = "demo"
+"""
+
+WEBCHAT = """
+[server]
+port = 0
+[accounts.web]
+channel = "webchat"
+[agents.demo]
+kind = "demo"
+"""
+
+
+def write_config(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "bot.toml"
+    path.write_text(f'[store]\npath = "{tmp_path / "state" / "bc.db"}"\n{body}', encoding="utf-8")
+    return path
+
+
+async def running(config: Config) -> AsyncIterator[Switchboard]:
+    stop = asyncio.Event()
+    ready: asyncio.Future[Switchboard] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve(config, on_ready=ready.set_result, stop=stop))
+    try:
+        yield await asyncio.wait_for(asyncio.shield(ready), 15)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 15)
+
+
+async def test_send_through_the_socket_is_delivered_by_serve_and_recorded(
+    tmp_path: Path, platform: FakePlatform
+) -> None:
+    config = load_config(write_config(tmp_path, FAKE))
+    async for board in running(config):
+        path = control.socket_path(config.store.path)
+        assert path is not None and path.exists()
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+        pong = await control.call(config, "ping")
+        assert pong == {"pid": os.getpid(), "accounts": ["ops"]}
+
+        address = {"account": "ops", "chat": "c1", "thread": None}
+        sent = await control.call(config, "send", address=address, text="maintenance at 5")
+        assert sent["state"] == "sent" and sent["seq"] == 1
+        assert sent["result"] == "sent as #1"
+        assert platform.texts("c1") == ["maintenance at 5"]
+
+        edited = await control.call(config, "edit", conversation="ops/c1", seq=1, text="at 6")
+        assert edited["state"] == "sent"
+        stored = await board.store.outbox(conversation_id=sent["conversation_id"])
+        assert [entry.status for entry in stored] == ["sent", "sent"]
+    # serve removed its socket on the way out; nothing answers now
+    assert path is not None and not path.exists()
+    with pytest.raises(control.ControlUnavailable):
+        await control.call(config, "ping")
+
+
+async def test_bad_requests_get_one_line_answers_and_serve_keeps_serving(
+    tmp_path: Path, platform: FakePlatform
+) -> None:
+    config = load_config(write_config(tmp_path, FAKE))
+    async for _board in running(config):
+        with pytest.raises(control.ControlError, match=r"unknown operation 'nope' \(known: "):
+            await control.call(config, "nope")
+        with pytest.raises(control.ControlError, match="no conversation ops/never"):
+            await control.call(config, "send", conversation="ops/never", text="x")
+        with pytest.raises(control.ControlError, match="no account called 'elsewhere'"):
+            await control.call(
+                config, "send", address={"account": "elsewhere", "chat": "c"}, text="x"
+            )
+        with pytest.raises(control.ControlError, match="send: bad arguments"):
+            await control.call(config, "send", conversation="ops/c1")
+        path = control.socket_path(config.store.path)
+        assert path is not None
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        writer.write(b"[[[[not json\n" + b'"just a string"\n')
+        await writer.drain()
+        first = json.loads(await reader.readline())
+        second = json.loads(await reader.readline())
+        writer.close()
+        await writer.wait_closed()
+        assert first == {"ok": False, "error": "not a JSON request line"}
+        assert second["ok"] is False and "op" in second["error"]
+        assert (await control.call(config, "ping"))["accounts"] == ["ops"]
+    assert platform.texts("c1") == []
+
+
+async def test_a_socket_left_by_a_killed_serve_is_replaced_and_a_live_one_is_not_taken(
+    tmp_path: Path,
+) -> None:
+    config = load_config(write_config(tmp_path, FAKE))
+    path = control.socket_path(config.store.path)
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(path))  # bound, never listening: what a SIGKILLed serve leaves
+    stale.close()
+    with pytest.raises(control.ControlUnavailable):
+        await control.call(config, "ping")
+    async for board in running(config):
+        assert (await control.call(config, "ping"))["pid"] == os.getpid()
+        second = control.ControlServer(board, path)
+        assert await second.start() is False  # the first serve keeps its socket
+        assert (await control.call(config, "ping"))["accounts"] == ["ops"]
+
+
+async def test_plugins_add_operations(tmp_path: Path) -> None:
+    class Plugin:
+        @hookimpl
+        def register_control_ops(self, register: Any) -> None:
+            async def accounts(board: Switchboard, args: Any) -> dict[str, Any]:
+                return {"accounts": sorted(board.accounts), "echo": args.get("word")}
+
+            register("test.accounts", accounts)
+
+    pm = get_plugin_manager()
+    pm.register(Plugin(), name="test-control-op")
+    try:
+        config = load_config(write_config(tmp_path, FAKE))
+        async for _board in running(config):
+            got = await control.call(config, "test.accounts", word="hi")
+            assert got == {"accounts": ["ops"], "echo": "hi"}
+    finally:
+        pm.unregister(name="test-control-op")
+
+
+def test_a_long_store_path_gets_a_socket_in_the_temp_dir(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 120) / "bc.db"
+    path = control.socket_path(str(deep))
+    assert path is not None and len(str(path)) < 108
+    assert path == control.socket_path(str(deep))  # stable: client and serve agree
+    assert control.socket_path(":memory:") is None
+
+
+async def test_cli_send_in_another_process_reaches_an_open_web_page_live(tmp_path: Path) -> None:
+    config_path = write_config(tmp_path, WEBCHAT)
+    config = load_config(config_path)
+    async for board in running(config):
+        url = _page_url(board)
+        async with FakeBrowser(url, name="Ada") as page:
+            await page.say("hello")
+            await page.wait_for(lambda f: f["type"] == "message" and f["role"] == "agent", 15)
+            agent_messages = len(page.agent_texts())
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "backchannel",
+                "send",
+                "web",
+                page.chat,
+                "an operator says hi",
+                "-c",
+                str(config_path),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            out, err = await asyncio.wait_for(process.communicate(), 60)
+            assert process.returncode == 0, err.decode()
+            assert out.decode().startswith(f"web/{page.chat}: sent as #")
+            assert "no serve is running" not in err.decode()
+            # the page shows it without a reload: pushed by the serve that owns the socket
+            await page.wait_for(
+                lambda f: f["type"] == "message" and f.get("text") == "an operator says hi", 15
+            )
+            assert len(page.agent_texts()) == agent_messages + 1
+
+
+def test_cli_send_without_a_serve_says_the_page_shows_it_on_next_load(tmp_path: Path) -> None:
+    config_path = write_config(tmp_path, WEBCHAT)
+    chat = asyncio.run(_open_chat(load_config(config_path)))
+    result = CliRunner().invoke(
+        main, ["send", "web", chat, "after hours", "-c", str(config_path)], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"web/{chat}: sent as #")
+    assert "no serve is running on this store" in result.stderr
+    assert "when it next loads" in result.stderr
+
+
+def _page_url(board: Switchboard) -> str:
+    url: str = getattr(board.accounts["web"].adapter, "url")  # noqa: B009 (webchat-only attribute)
+    return url
+
+
+async def _open_chat(config: Config) -> str:
+    async for board in running(config):
+        async with FakeBrowser(_page_url(board)) as page:
+            await page.say("hello")
+            await page.wait_for(lambda f: f["type"] == "message" and f["role"] == "agent", 15)
+            return page.chat
+    raise AssertionError("serve did not start")
