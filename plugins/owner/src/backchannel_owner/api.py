@@ -185,9 +185,12 @@ async def _notify(
                 and previous.platform_message_id is not None
                 and now - previous.updated_at < settings.burst_window
             ):
-                return await _append_to_burst(
+                appended = await _append_to_burst(
                     config, settings, store, records, previous, mark, identity, text, now
                 )
+                if appended.status != "failed":
+                    return appended
+                # the platform refused the edit (too old, too long): send a new message
         kind = "reply" if parent is not None else "needs_answer" if needs_answer else "fyi"
         row = records.insert_message(
             now,

@@ -179,9 +179,10 @@ class OwnerDuplex:
             and not prompt.meta.get("answered")
             and float(prompt.meta.get("expires_at", 0)) > time.time()
         )
-        if not from_owner:
+        if not from_owner or (prompt is not None and prompt.chat != event.address.chat):
+            # nobody but the owner, in the prompt's chat, answers a permission prompt
             return "held" if pending else None
-        if prompt is None or not pending or prompt.chat != event.address.chat:
+        if prompt is None or not pending:
             self._correct(event, prompt_id, expired=prompt is not None)
             return None
         now = time.time()
