@@ -171,6 +171,10 @@ async def test_notify_reply_and_the_hook_across_processes(
     reply_id = await notify(env, "switching now", "--reply", context.split("#")[1][:5])
     assert world.fake.sent[-1].text.endswith(f"→ #{reply_id}: switching now")
 
+    # an agent's shell without the bot token: the running serve sends with its own
+    without_token = {k: v for k, v in env.items() if k != "OWNER_TEST_TOKEN"}
+    await notify(without_token, "no token here", "--needs-answer")
+
     world.fake.fail_next("sendMessage", "forbidden")
     status, out, err = await run(
         env, sys.executable, "-m", "backchannel", "notify", "--needs-answer", "are you there?"

@@ -115,3 +115,19 @@ async def test_a_refused_burst_edit_becomes_a_new_message(world: OwnerWorld) -> 
     second = await notify(world.config, "step 2", identity=identity())
     assert second.id != first.id and not second.collapsed and second.status == "sent"
     assert [s.text.rsplit(": ", 1)[1] for s in world.fake.sent] == ["step 1", "step 2"]
+
+
+async def test_no_serve_and_no_token_here_is_one_line_naming_both(
+    world: OwnerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from backchannel.config import load_config
+
+    from .conftest import TOKEN_ENV
+
+    monkeypatch.delenv(TOKEN_ENV)
+    config = load_config(world.config_path, strict_env=False)
+    with pytest.raises(OwnerError) as caught:
+        await notify(config, "hello", identity=identity())
+    message = str(caught.value)
+    assert "no serve answers on the store" in message and "start `backchannel serve`" in message
+    assert "\n" not in message and world.fake.sent == []

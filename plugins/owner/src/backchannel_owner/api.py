@@ -21,7 +21,7 @@ from typing import Any
 from attrs import frozen
 from backchannel.app import build_adapter, open_config_store
 from backchannel.config import Config
-from backchannel.errors import BackchannelError
+from backchannel.errors import BackchannelError, ConfigError
 from backchannel.model import Address, Outbound
 from backchannel.outbound import Deliverer
 from backchannel.secrets import register_secret
@@ -431,7 +431,15 @@ async def _deliver_directly(
     account = config.accounts[settings.account]
     for secret in account.secrets:
         register_secret(secret)
-    adapter = build_adapter(config, account)
+    try:
+        adapter = build_adapter(config, account)
+    except ConfigError as error:
+        # typically a ${VAR} this environment (an agent's shell) does not have: serve has it
+        raise OwnerError(
+            f"no serve answers on the store {config.store.path}, and account"
+            f" {settings.account!r} cannot send from here: {error}"
+            " (start `backchannel serve`, or export the account's secrets)"
+        ) from None
     try:
         conversation = await store.ensure_conversation(outbound.address)
         result = await Deliverer(store, adapter).deliver(conversation, outbound)
@@ -450,7 +458,7 @@ def tell_owner_parked(item: InboxItem) -> None:
     """Tell the owner that `item` was offered 3 times and never confirmed (bounded)."""
     from backchannel.config import load_config
 
-    config = load_config(item.config)
+    config = load_config(item.config, strict_env=False)  # serve has the secrets
     settings = OwnerSettings.from_config(config)
 
     async def send() -> Delivery:

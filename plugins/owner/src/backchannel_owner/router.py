@@ -226,7 +226,16 @@ class OwnerDuplex:
         self._send_later(event.address, text, reply_to=event.platform_message_id)
 
     def _send_later(self, address: Address, text: str, reply_to: str | None = None) -> None:
-        task = asyncio.get_running_loop().create_task(self._send(address, text, reply_to))
+        self._spawn(self._send(address, text, reply_to))
+
+    def _spawn(self, work: Any) -> None:
+        async def logged() -> None:
+            try:
+                await work
+            except Exception:  # a notice is best effort: say so, keep serving
+                log.exception("owner: a notice to the owner failed")
+
+        task = asyncio.get_running_loop().create_task(logged())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -260,9 +269,7 @@ class OwnerDuplex:
 
     def _due(self, message_id: str, edge: str) -> None:
         self._timers.pop((message_id, edge), None)
-        task = asyncio.get_running_loop().create_task(self._escalate(message_id, edge))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._escalate(message_id, edge))
 
     async def _escalate(self, message_id: str, edge: str) -> None:
         message = self.records.get(message_id)
