@@ -78,6 +78,8 @@ def env(world: OwnerWorld, inbox_root: Path) -> dict[str, str]:
         "HOME": str(home),
         "BACKCHANNEL_CONFIG": str(world.config_path),
         "DISPLAY": "",
+        # the children need only these two plugins: not importing the others halves start-up
+        "BACKCHANNEL_LOAD_PLUGINS": "backchannel-telegram,backchannel-owner",
     }
 
 
