@@ -291,3 +291,22 @@ async def test_serve_start_rebuilds_markers_from_the_store_and_prunes_old_rows(
     board = await start()
     assert [m.id for m in list_markers(identity().session_id, inbox_root)] == [marker.id]
     assert OwnerRecords(board.store.db).get(old.id) is None  # type: ignore[attr-defined]
+
+
+async def test_the_owner_is_told_when_a_message_is_parked(
+    world: OwnerWorld, start: Start, inbox_root: Path
+) -> None:
+    from backchannel_owner.api import tell_owner_parked
+
+    await start()
+    sent = await notify(world.config, "fyi", identity=identity())
+    await say(world, world.owner_chat, world.owner, f"#{sent.id} did you get this?")
+    (marker,) = list_markers(identity().session_id, inbox_root)
+    assert marker.config == str(world.config_path.resolve())
+    # the hook is a separate, synchronous process: it runs its own event loop
+    await asyncio.to_thread(tell_owner_parked, marker)
+    assert world.fake.sent[-1].text == (
+        f'{sent.mark} "ci-cd-incremental-2": your message #{marker.id} could not be delivered'
+        " to that session (offered 3 times without confirmation); send it again when the"
+        " session is back"
+    )
