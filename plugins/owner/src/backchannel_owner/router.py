@@ -64,6 +64,7 @@ class OwnerDuplex:
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._records: OwnerRecords | None = None
+        self._pruned_at = 0.0
 
     @property
     def records(self) -> OwnerRecords:
@@ -80,15 +81,20 @@ class OwnerDuplex:
                 " %s user id to let replies reach sessions)",
                 board.accounts[self.settings.account].adapter.channel,
             )
+        self._prune()
+        self.rebuild_markers()
+        for message in self.records.waiting():
+            self._arm(message)
+
+    def _prune(self) -> None:
+        """Delete rows older than keep_days (at start, then at most hourly as replies arrive)."""
         now = time.time()
+        self._pruned_at = now
         pruned = self.records.prune(now - self.settings.keep_days * 86400)
         if pruned:
             log.info(
                 "owner: pruned %d message(s) older than %g days", pruned, self.settings.keep_days
             )
-        self.rebuild_markers()
-        for message in self.records.waiting():
-            self._arm(message)
 
     async def stop(self) -> None:
         for timer in self._timers.values():
@@ -164,6 +170,8 @@ class OwnerDuplex:
         )
         write_marker(self._item(row))
         self._arm(row)
+        if row.created_at - self._pruned_at > 3600:
+            self._prune()
         log.info(
             "owner: reply #%s routed to session %s (re #%s)", row.id, row.session_id, parent.id
         )
