@@ -197,3 +197,25 @@ def test_install_hooks_covers_the_four_events_and_merges_idempotently() -> None:
         "backchannel-owner-hook",
     ]
     assert merge_hooks(merged, wanted) == merged
+
+
+def test_install_hooks_prints_or_writes_the_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from backchannel.cli import main
+    from click.testing import CliRunner
+
+    monkeypatch.chdir(tmp_path)
+    printed = CliRunner().invoke(main, ["owner", "install-hooks"])
+    assert printed.exit_code == 0 and json.loads(printed.output) == hook_settings()
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{"permissions": {"allow": ["Bash(ls)"]}}')
+    written = CliRunner().invoke(main, ["owner", "install-hooks", "--write"])
+    assert written.exit_code == 0, written.output
+    merged = json.loads(settings.read_text())
+    assert merged["permissions"] == {"allow": ["Bash(ls)"]}
+    assert merged["hooks"] == hook_settings()["hooks"]
+    settings.write_text("{broken")
+    refused = CliRunner().invoke(main, ["owner", "install-hooks", "--write"])
+    assert refused.exit_code == 1 and "is not valid JSON" in refused.output
