@@ -485,11 +485,10 @@ class Switchboard:
         if not routers or event.kind != "message":
             return None
         for router in routers:
-            try:
-                verdict = await router(event)
-            except Exception:  # a plugin bug must not stop the pipeline: bindings apply
-                log.exception("account %s: inbound router %r failed", account, router)
-                continue
+            # a router that raises fails the ingest like a store error: nothing is acked, the
+            # adapter reads the event again; falling back to the bindings could hand a
+            # message meant for the plugin (an owner's reply) to the wrong reader
+            verdict = await router(event)
             if verdict is not None:
                 return verdict
         return None
