@@ -37,7 +37,7 @@ pytest: bootstrap chromium postgres
 
 test: lint typecheck pytest
 
+# one table of every figure; aiogram (for the side-by-side) is fetched for this run only
 bench: bootstrap
-	$(UV) run --frozen python bench/ingest.py
-	$(UV) run --frozen python bench/ingest.py --batch 100
+	$(UV) run --frozen --with 'aiogram>=3,<4' python bench/all.py
 	$(UV) run --frozen python bench/window.py

@@ -207,11 +207,11 @@ def test_an_unknown_conversation_is_one_line_on_stderr_and_exit_1(
 ) -> None:
     path, _ = webchat_conversation
     for command in ("show", "preview"):
-        result = invoke(command, "web/nobody", "-c", str(path))
+        result = invoke(command, "web/nobody", "-c", str(path), env={"UV_RUN_RECURSION_DEPTH": ""})
         assert result.exit_code == 1
         assert result.stdout == ""
-        assert (
-            result.stderr == "error: no conversation web/nobody (see `backchannel conversations`)\n"
+        assert result.stderr == (
+            f"error: no conversation web/nobody (see `backchannel conversations -c {path}`)\n"
         )
 
 

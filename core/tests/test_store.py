@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-from backchannel.store import Inbound, SQLiteStore
+import pytest
+from backchannel.store import Inbound, SQLiteStore, Store
 from backchannel.testing import StoreContract
 from backchannel.testing.store_contract import make_event
 
@@ -92,3 +94,15 @@ async def test_windows_skip_held_rows_through_an_index(tmp_path: Path) -> None:
     )
     assert "messages_visible" in plan, plan
     await store.close()
+
+
+class TestPostgresStoreContract(StoreContract):
+    """The same contract on PostgreSQL (a fresh database per test on a throwaway cluster)."""
+
+    @pytest.fixture
+    async def store(self, postgres_url: str) -> AsyncIterator[Store]:
+        from backchannel.store.postgres import PostgresStore
+
+        opened = PostgresStore(postgres_url)
+        yield opened
+        await opened.close()

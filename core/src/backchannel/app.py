@@ -26,12 +26,14 @@ from .config import AccountConfig, AgentConfig, BindingConfig, Config
 from .control import ControlServer, socket_path
 from .errors import ConfigError, StoreError
 from .model import Event
+from .orchestration import attach as attach_orchestration
+from .orchestration import orchestrator_of
 from .plugins import agents as agent_registry
 from .plugins import channels as channel_registry
 from .plugins import get_plugin_manager
 from .policy import Policy
 from .runs import Agent, Run, WindowSettings
-from .store import SQLiteStore
+from .store import SQLiteStore, Store
 from .switchboard import Binding, Switchboard
 
 __all__ = [
@@ -48,8 +50,16 @@ __all__ = [
 log = logging.getLogger("backchannel.app")
 
 
-def open_config_store(config: Config) -> SQLiteStore:
-    """Open the store the config names (creating it, and its 0700 directory, when new)."""
+def open_config_store(config: Config, *, worker: str | None = None) -> Store:
+    """Open the store the config names (creating it, and its 0700 directory, when new).
+
+    With `[store] url` that is PostgreSQL (psycopg is imported only then); `worker`
+    names this process among several sharing it.
+    """
+    if config.store.url:
+        from .store.postgres import PostgresStore
+
+        return PostgresStore(config.store.url, worker=worker)
     try:
         return SQLiteStore(config.store.path, synchronous=config.store.synchronous)
     except OSError as error:
@@ -137,6 +147,7 @@ async def build_switchboard(
             secrets=account.secrets,
             config=account.settings,
         )
+    attach_orchestration(board, config)
     return board
 
 
@@ -155,6 +166,9 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signum, _on_signal, stop, loop, signum)
             installed.append(signum)
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
+        loop.add_signal_handler(signal.SIGHUP, reload_config, board, config)
+        installed.append(signal.SIGHUP)
     control = _control_server(config, board)
     try:
         await board.start()
@@ -172,6 +186,26 @@ async def serve(
         await board.stop()
         for signum in installed:
             loop.remove_signal_handler(signum)
+
+
+def reload_config(board: Switchboard, config: Config) -> bool:
+    """Re-read the config file and apply what a running serve can change (SIGHUP).
+
+    Today that is the `[orchestration]` kill switch. A file that no longer
+    parses is reported in one line and the running settings stay.
+    """
+    from .config import load_config
+
+    orchestrator = orchestrator_of(board)
+    if config.source is None or orchestrator is None:
+        return False
+    try:
+        fresh = load_config(config.source, check_plugins=False)
+    except ConfigError as error:
+        log.error("config not reloaded, the running settings stay: %s", error)
+        return False
+    orchestrator.reload(fresh)
+    return True
 
 
 def _control_server(config: Config, board: Switchboard) -> ControlServer | None:

@@ -21,11 +21,12 @@ from typing import Any, NoReturn, TypeVar
 import click
 from attrs import evolve
 
-from . import control
+from . import control, hints
 from .app import build_adapter, build_agent, build_switchboard, open_config_store, serve
 from .config import Config, default_config, load_config
 from .errors import BackchannelError, ConfigError, StoreError
 from .model import Address, Conversation, Message, to_json
+from .orchestration.cli import messaging_command
 from .plugins import get_plugin_manager, plugin_summary
 from .render import (
     conversation_json,
@@ -34,6 +35,7 @@ from .render import (
     render_summary,
     transcript_line,
 )
+from .runlog import failed, failure_line, render_runs, run_reports
 from .runs import Run
 from .secrets import redact
 from .store import Store
@@ -132,7 +134,7 @@ def serve_command(config_path: Path | None, verbose: bool) -> None:
     """Run the switchboard until Ctrl-C (in-flight runs and sends finish first)."""
     config = _load(config_path)
     _setup_logging(verbose)
-    _echo_err(f"config: {config.source or 'embedded defaults'}; store: {config.store.path}")
+    _echo_err(f"config: {config.source or 'embedded defaults'}; store: {config.store.location}")
     _serve(config, verbose)
 
 
@@ -150,6 +152,7 @@ def serve_command(config_path: Path | None, verbose: bool) -> None:
 def demo_command(host: str, port: int, store_path: Path | None, verbose: bool) -> None:
     """Serve the web chat with the demo agent (or an OpenAI-compatible model if configured)."""
     config = default_config(store_path=str(store_path) if store_path else None, port=port)
+    hints.use(None, store_path)
     config = evolve(config, server=evolve(config.server, host=host))
     if os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY"):
         agent = evolve(config.agents["demo"], kind="openai")
@@ -206,6 +209,10 @@ def _announce(board: Any) -> None:
             click.echo(f"{name}: open {url}")
     if board.url:
         _echo_err(f"serving on {board.url} (health: {board.url}/healthz); press Ctrl-C to stop")
+    _echo_err(
+        f"in another terminal: `{hints.command('conversations')}` lists conversations,"
+        f" `{hints.command('runs', '--failed')}` the runs that failed"
+    )
     sys.stdout.flush()
 
 
@@ -320,14 +327,21 @@ def show_command(
     """Print a conversation's transcript (CONVERSATION: an id or a key like webchat/abc)."""
     config = _load(config_path, store_path, secrets=False)
 
-    async def read(store: Store) -> tuple[Conversation, list[Message]]:
+    async def read(store: Store) -> tuple[Conversation, list[Message], list[Any]]:
         found = await _find(store, conversation)
-        return found, await store.window(found.id, limit)
+        window = await store.window(found.id, limit)
+        oldest = window[0].seq if window else found.last_seq + 1
+        failures = await run_reports(store, found, only_failed=True, limit=limit)
+        return found, window, [r for r in failures if r.run.upto_seq >= oldest]
 
-    found, messages = _with_store(config, read)
+    found, messages, failures = _with_store(config, read)
     if as_json:
         _echo_json(
-            {"conversation": conversation_json(found), "messages": [to_json(m) for m in messages]}
+            {
+                "conversation": conversation_json(found),
+                "messages": [to_json(m) for m in messages],
+                "failed_runs": [r.to_json() for r in failures],
+            }
         )
         return
     click.echo(click.style(conversation_title(found), bold=True))
@@ -341,9 +355,69 @@ def show_command(
     )
     if len(messages) < found.visible_count:
         click.echo(f"(showing the last {len(messages)}; use --limit for more)")
+    if failures:
+        click.echo(
+            f"{len(failures)} failed run{'s' if len(failures) != 1 else ''} (marked !!;"
+            f" details: `{hints.command('runs', found.address.key, '--failed')}`)"
+        )
     click.echo("")
+    # a failed run is marked after the last message it saw or sent before it ended
+    marks: dict[int, list[Any]] = {}
+    for report in sorted(failures, key=lambda r: r.run.id):
+        ended = report.run.finished_at or report.run.started_at
+        after = max(
+            (
+                m.seq
+                for m in messages
+                if m.seq <= report.run.upto_seq or (m.direction == "out" and m.sent_at <= ended)
+            ),
+            default=0,
+        )
+        marks.setdefault(after, []).append(report)
+    for report in marks.pop(0, []):
+        click.echo(click.style(failure_line(report), fg="red"))
     for message in messages:
         click.echo(transcript_line(message))
+        for report in marks.get(message.seq, []):
+            click.echo(click.style(failure_line(report), fg="red"))
+
+
+@main.command("runs")
+@click.argument("conversation", required=False)
+@config_option
+@store_option
+@click.option("--failed", "only_failed", is_flag=True, help="Only runs that did not end ok.")
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
+@json_option
+def runs_command(
+    conversation: str | None,
+    config_path: Path | None,
+    store_path: Path | None,
+    only_failed: bool,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List agent runs, newest first: trigger, duration, tools called, outcome, error.
+
+    CONVERSATION (an id or key) limits the list to one conversation.
+    """
+    config = _load(config_path, store_path, secrets=False)
+
+    async def read(store: Store) -> list[Any]:
+        found = await _find(store, conversation) if conversation else None
+        return await run_reports(store, found, only_failed=only_failed, limit=limit)
+
+    reports = _with_store(config, read, missing=[])
+    if as_json:
+        _echo_json([report.to_json() for report in reports])
+        return
+    if not reports:
+        what = "failed runs" if only_failed else "runs"
+        click.echo(f"no {what} yet (store: {config.store.path})")
+        return
+    click.echo(render_runs(reports))
+    if not only_failed and any(failed(r.run) for r in reports):
+        click.echo(f"(only the failed ones: `{hints.command('runs', '--failed')}`)")
 
 
 @main.command("preview")
@@ -467,7 +541,7 @@ async def _send_address(
         if chat.startswith(f"{account}/"):
             raise StoreError(
                 f"{chat!r} is a conversation key, not a chat id: run"
-                f" `backchannel send {chat} TEXT` (without the account)"
+                f" `{hints.command('send', chat, 'TEXT')}` (without the account)"
             )
         return Address(account, chat, thread)
     (reference,) = where
@@ -511,6 +585,9 @@ async def _send_directly(config: Config, address: Address, text: str) -> dict[st
         await board.stop()
 
 
+main.add_command(messaging_command)
+
+
 # helpers --------------------------------------------------------------------------------
 
 
@@ -519,21 +596,24 @@ def _load(
 ) -> Config:
     """Load the config; with `secrets` False, unset ${VAR}s are tolerated (store reading only)."""
     config = load_config(config_path, strict_env=secrets)
+    hints.use(config_path, store_path)
     if store_path is not None:
         config = evolve(config, store=evolve(config.store, path=str(store_path)))
     return config
 
 
 def _require_store(config: Config) -> None:
+    if config.store.url:
+        return  # a database server: opening it says whether it is there
     if config.store.path != ":memory:" and not Path(config.store.path).exists():
         raise StoreError(
-            f"there is no store at {config.store.path} yet (run `backchannel serve` first,"
-            " or pass -c/--store)"
+            f"there is no store at {config.store.path} yet (run `{hints.command('serve')}`"
+            " first, or pass -c/--store)"
         )
 
 
 def _with_store(config: Config, read: Any, **kwargs: Any) -> Any:
-    if "missing" in kwargs and not Path(config.store.path).exists():
+    if "missing" in kwargs and not config.store.url and not Path(config.store.path).exists():
         return kwargs["missing"]
     _require_store(config)
 
@@ -557,7 +637,8 @@ async def _find(store: Store, reference: str) -> Conversation:
     account, _, rest = reference.partition("/")
     if not account or not rest:
         raise StoreError(
-            f"{reference!r} is not a conversation: give its id (see `backchannel conversations`)"
+            f"{reference!r} is not a conversation: give its id (see"
+            f" `{hints.command('conversations')}`)"
             " or its key, like webchat/v1a2b3c.tab1"
         )
     found = await store.find_conversation(Address(account, rest))
@@ -565,7 +646,7 @@ async def _find(store: Store, reference: str) -> Conversation:
         chat, _, thread = rest.rpartition("/")
         found = await store.find_conversation(Address(account, chat, thread))
     if found is None:
-        raise StoreError(f"no conversation {reference} (see `backchannel conversations`)")
+        raise StoreError(f"no conversation {reference} (see `{hints.command('conversations')}`)")
     return found
 
 

@@ -2,11 +2,12 @@
 
 ::
 
-    [store]          path, synchronous
+    [store]          path, synchronous; or url = "postgresql://..." (several workers)
     [server]         host, port, public_url
     [accounts.NAME]  channel = "telegram"; every other key is the adapter's settings
     [agents.NAME]    kind = "openai"; every other key is the agent's settings
     [[bindings]]     agent, accounts, chats, respond, access, allow, owner, window, ...
+    [orchestration]  enabled (the kill switch for cross-conversation sends)
     [mcp]            token, owner_account, owner_chat, owner_user (`backchannel mcp serve`)
 
 Every mistake raises one `ConfigError` whose text names the file, the key path
@@ -40,11 +41,13 @@ __all__ = [
     "AgentConfig",
     "BindingConfig",
     "Config",
+    "OrchestrationConfig",
     "McpConfig",
     "ServerConfig",
     "StoreConfig",
     "default_config",
     "default_store_path",
+    "display_url",
     "load_config",
     "parse_config",
 ]
@@ -72,12 +75,24 @@ def default_store_path() -> str:
     return os.path.join(state, "backchannel", "backchannel.db")
 
 
+def display_url(url: str) -> str:
+    """Return a database URL with any password replaced by *** (for messages and logs)."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
 @frozen
 class StoreConfig:
-    """Where the transcript lives."""
+    """Where the transcript lives: a SQLite file (`path`), or PostgreSQL when `url` is set."""
 
     path: str = field(factory=default_store_path)
     synchronous: Synchronous = "NORMAL"
+    #: postgresql://user:${PASSWORD}@host/db: the shared store of several `serve --worker`s
+    url: str | None = None
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for people: the file, or the URL without its password."""
+        return display_url(self.url) if self.url else self.path
 
 
 @frozen
@@ -129,6 +144,16 @@ class BindingConfig:
     debounce: float = 0.0
     max_wait: float = 3.0
     run_timeout: float = 300.0
+    #: runs of this binding get the cross-conversation tools (docs/orchestration.md)
+    orchestrate: bool = False
+
+
+@frozen
+class OrchestrationConfig:
+    """`[orchestration]`: the operator's kill switch for cross-conversation sends."""
+
+    #: false refuses every new cross-conversation send (reads keep working)
+    enabled: bool = True
 
 
 @frozen
@@ -153,6 +178,7 @@ class Config:
     accounts: Mapping[str, AccountConfig] = field(factory=dict)
     agents: Mapping[str, AgentConfig] = field(factory=dict)
     bindings: tuple[BindingConfig, ...] = ()
+    orchestration: OrchestrationConfig = field(factory=OrchestrationConfig)
     mcp: McpConfig = field(factory=McpConfig)
     source: str | None = None
     #: key paths whose value came from ${VAR}
@@ -172,7 +198,8 @@ class Config:
         """Return the config as plain data with every value that came from ${VAR} as ***."""
         data = {
             "source": self.source or "(embedded defaults)",
-            "store": {"path": self.store.path, "synchronous": self.store.synchronous},
+            "store": {"path": self.store.path, "synchronous": self.store.synchronous}
+            | ({"url": display_url(self.store.url)} if self.store.url else {}),
             "server": {
                 "host": self.server.host,
                 "port": self.server.port,
@@ -199,9 +226,11 @@ class Config:
                     "debounce": b.debounce,
                     "max_wait": b.max_wait,
                     "run_timeout": b.run_timeout,
+                    "orchestrate": b.orchestrate,
                 }
                 for b in self.bindings
             ],
+            "orchestration": {"enabled": self.orchestration.enabled},
         }
         return {key: self._masked(value, key) for key, value in data.items()}
 
@@ -311,13 +340,21 @@ class _Parser:
 
     # the whole file ------------------------------------------------------------
     def parse(self, data: Mapping[str, Any], base_dir: Path, check_plugins: bool) -> Config:
-        known = ("store", "server", "accounts", "agents", "bindings", "mcp")
+        known = ("store", "server", "accounts", "agents", "bindings", "orchestration", "mcp")
         for key in data:
             if key not in known:
                 raise self.error(key, f"unknown section (expected one of {', '.join(known)})")
         data = self.interpolate(data, "")
         store = self.structure(data.get("store", {}), StoreConfig, "store")
-        store = StoreConfig(path=_resolve_path(store.path, base_dir), synchronous=store.synchronous)
+        if store.url is not None and not store.url.startswith(("postgresql://", "postgres://")):
+            raise self.error(
+                "store.url",
+                f"expected a postgresql://user@host:port/database URL, got {display_url(store.url)!r}"
+                " (leave it out to use the SQLite file at [store] path)",
+            )
+        store = StoreConfig(
+            path=_resolve_path(store.path, base_dir), synchronous=store.synchronous, url=store.url
+        )
         server = self.structure(data.get("server", {}), ServerConfig, "server")
         if not 0 <= server.port <= 65535:
             raise self.error("server.port", f"expected a port number 0-65535, got {server.port}")
@@ -338,6 +375,9 @@ class _Parser:
         accounts = accounts or dict(defaults.accounts)
         agents = agents or dict(defaults.agents)
         bindings = self.bindings(data.get("bindings"), accounts, agents)
+        orchestration = self.structure(
+            data.get("orchestration", {}), OrchestrationConfig, "orchestration"
+        )
         mcp = self.structure(data.get("mcp", {}), McpConfig, "mcp")
         for secret in self.secret_values():
             register_secret(secret)
@@ -347,6 +387,7 @@ class _Parser:
             accounts=accounts,
             agents=agents,
             bindings=bindings,
+            orchestration=orchestration,
             mcp=mcp,
             source=self.source,
             secret_keys=frozenset(self.secret_keys),
@@ -623,6 +664,11 @@ def _make_converter() -> cattrs.Converter:
             return value
         raise _Expected(f"expected an integer, got {_describe(value)}")
 
+    def structure_bool(value: Any, _: type) -> bool:
+        if isinstance(value, bool):
+            return value
+        raise _Expected(f"expected true or false, got {_describe(value)}")
+
     def structure_float(value: Any, _: type) -> float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
@@ -657,6 +703,7 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook(str, structure_str)
     converter.register_structure_hook(int, structure_int)
     converter.register_structure_hook(float, structure_float)
+    converter.register_structure_hook(bool, structure_bool)
     exact: dict[Any, Callable[[Any, Any], Any]] = {
         tuple[str, ...]: structure_ids,
         tuple[str, ...] | None: structure_optional_ids,

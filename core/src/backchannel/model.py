@@ -138,6 +138,8 @@ class Conversation:
     held_count: int = 0
     created_at: float = 0.0
     meta: Mapping[str, Any] = field(factory=dict)
+    #: when the last message (in or out) was written, Unix seconds
+    active_at: float = 0.0
 
 
 @frozen
@@ -185,6 +187,9 @@ class Outbound:
     #: the store's outbox id: stable across retries, usable as an idempotency key
     outbox_id: int | None = None
     meta: Mapping[str, Any] = field(factory=dict)
+    #: the key of the conversation whose run asked for this send (a cross-conversation
+    #: send); None when the conversation's own run or an operator sent it
+    origin: str | None = None
 
 
 @frozen

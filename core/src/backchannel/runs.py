@@ -44,6 +44,8 @@ class RunSession:
     fetch_after: Callable[[int, int], Awaitable[list[Message]]]
     me: Sender | None = None
     run_id: int | None = None
+    #: the message that asked for this run (tools that depend on who asked read it)
+    trigger: Message | None = None
 
 
 @frozen
@@ -172,7 +174,7 @@ class RunBuilder:
             trigger = await self.store.message(conversation_id, trigger_seq)
         participants = _participants_in(rows, me)
         hidden = max(conversation.visible_count - len(rows) - _visible_after(conversation, upto), 0)
-        session = RunSession(conversation_id, upto, self.store.messages_after, me)
+        session = RunSession(conversation_id, upto, self.store.messages_after, me, trigger=trigger)
         tools = tuple(self.tools(session, conversation))
         instruction = default_framing(
             conversation,

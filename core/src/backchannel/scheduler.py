@@ -240,6 +240,18 @@ class Scheduler:
             await self.store.finish_run(
                 run_id, status, error, seen, handled_seq=None if status == "cancelled" else seen
             )
+            if status in ("error", "timeout"):
+                await self._tell_run_failed(account, conversation.address, error or status)
+
+    async def _tell_run_failed(self, account: Any, address: Address, reason: str) -> None:
+        """Let a channel that can show it say the agent could not answer (adapter.run_failed)."""
+        run_failed = getattr(account.adapter, "run_failed", None)
+        if run_failed is None:
+            return
+        try:
+            await run_failed(address, reason)
+        except Exception as failure:  # a notice must never turn into a second failure
+            log.warning("could not tell %s that its run failed: %s", address.key, failure)
 
     def _start_typing(self, account: Any, address: Address) -> asyncio.Task[None] | None:
         adapter = account.adapter

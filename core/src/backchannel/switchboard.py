@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from attrs import define, field
 
 from .adapter import Adapter, AdapterContext, IngestResult, RouteTable
 from .errors import ConfigError, NormalizeError, Rejected, StoreError
-from .ingest import GroupCommit
+from .ingest import GroupCommit, RefusedData
 from .model import Address, Conversation, Event, Message, Sender, from_json, to_json
 from .outbound import Deliverer, DeliveryResult, channel_tools
 from .plugins import get_plugin_manager
@@ -29,8 +29,10 @@ from .runs import Agent, Run, RunBuilder, RunSession, WindowSettings
 from .scheduler import Busy, Scheduler
 from .secrets import register_secret
 from .server import HttpServer
+from .storable import storable_event
 from .store import AppendResult, Inbound, Store
 from .tools import Tool
+from .wire import BadPayload, dump_for_dead_letter, parse_json, repair_text
 
 __all__ = ["Binding", "Switchboard"]
 
@@ -140,6 +142,8 @@ class Switchboard:
         self._stopping = False
         #: who the agent was on each account when it last started (for previews without start)
         self._known_me: dict[str, Sender] = {}
+        #: more tools for runs: provider(account, session, conversation) -> tools (orchestration)
+        self.run_tools: list[Callable[[str, RunSession, Conversation], Sequence[Tool]]] = []
 
     # setup -----------------------------------------------------------------
     def add_account(
@@ -171,6 +175,8 @@ class Switchboard:
                 extra.append(tool if isinstance(tool, Tool) else Tool.from_function(tool))
 
             pm.hook.register_tools(register=register, conversation=conversation)
+            for provide in self.run_tools:
+                extra.extend(provide(account, session, conversation))
             return offered + extra
 
         def framing(conversation: Conversation, channel: str, default: str) -> str | None:
@@ -302,12 +308,16 @@ class Switchboard:
                 for key, value in state.items():
                     await self.store.set_state(account, key, value)
             return _IGNORED
-        problem = _unstorable(event, account)
-        if problem is not None:
-            return await self._malformed(account, raw, problem, state)
+        checked = storable_event(event, account)
+        if isinstance(checked, str):
+            return await self._malformed(account, raw, checked, state)
+        event = checked
         policy = entry.binding.policy
         held = not policy.may_reach(event)
-        (appended,) = await self._commit([Inbound(event, held, policy.triggers(event), state)])
+        try:
+            (appended,) = await self._commit([Inbound(event, held, policy.triggers(event), state)])
+        except RefusedData as error:
+            return await self._malformed(account, raw, str(error), state)
         return self._settle(account, event, held, appended)
 
     async def ingest_many(
@@ -342,10 +352,11 @@ class Switchboard:
             if event is None:
                 self.counters["ignored"] += 1
                 continue
-            problem = _unstorable(event, account)
-            if problem is not None:
-                results[index] = await self._malformed(account, raw, problem)
+            checked = storable_event(event, account)
+            if isinstance(checked, str):
+                results[index] = await self._malformed(account, raw, checked)
                 continue
+            event = checked
             held = not policy.may_reach(event)
             waiting.append((index, event, held))
             inbounds.append(Inbound(event, held=held, triggers=policy.triggers(event)))
@@ -358,9 +369,43 @@ class Switchboard:
                     await self.store.set_state(account, key, value)
         if not inbounds:
             return results
-        appended_all = await self._commit(inbounds)
+        try:
+            appended_all = await self._commit(inbounds)
+        except RefusedData:
+            if len(inbounds) == 1:
+                (index, _event, _held) = waiting[0]
+                results[index] = await self._malformed(
+                    account, raws[index], "the store cannot hold this event", state
+                )
+                return results
+            return await self._commit_one_by_one(account, raws, results, waiting, inbounds, state)
         for (index, event, held), appended in zip(waiting, appended_all, strict=True):
             results[index] = self._settle(account, event, held, appended)
+        return results
+
+    async def _commit_one_by_one(
+        self,
+        account: str,
+        raws: Sequence[Mapping[str, Any]],
+        results: list[IngestResult],
+        waiting: list[tuple[int, Event, bool]],
+        inbounds: list[Inbound],
+        state: Mapping[str, str | None] | None,
+    ) -> list[IngestResult]:
+        """Commit a refused batch event by event: the ones the store cannot hold become
+        dead letters, the others are stored, and the batch's state moves on either way."""
+        log.warning("account %s: the store refused a batch; committing it event by event", account)
+        for (index, event, held), inbound in zip(waiting, inbounds, strict=True):
+            inbound = Inbound(inbound.event, inbound.held, inbound.triggers)
+            try:
+                (appended,) = await self._commit([inbound])
+            except RefusedData as error:
+                results[index] = await self._malformed(account, raws[index], str(error))
+                continue
+            results[index] = self._settle(account, event, held, appended)
+        if state:
+            for key, value in state.items():
+                await self.store.set_state(account, key, value)
         return results
 
     async def _commit(self, inbounds: list[Inbound]) -> list[AppendResult]:
@@ -399,11 +444,10 @@ class Switchboard:
         if state:  # adapter state moves on whatever became of the payload
             for key, value in state.items():
                 await self.store.set_state(account, key, value)
+        reason = repair_text(reason)
         log.warning("account %s: malformed payload dropped: %s", account, reason)
-        try:
-            payload = json.dumps(raw, default=str)[:65536]
-        except (TypeError, ValueError):
-            payload = repr(raw)[:65536]
+        adapter = self.accounts[account].adapter
+        payload = dump_for_dead_letter(raw, getattr(adapter, "secret_fields", ()))
         await self.store.add_dead_letter(account, "malformed", reason, payload)
         return IngestResult("malformed", reason=reason)
 
@@ -460,12 +504,15 @@ class Switchboard:
         *,
         reply_to_seq: int | None = None,
         quiet: bool = False,
+        origin: str | None = None,
     ) -> dict[str, Any]:
         """Send `text` as an operator into a stored conversation; return the recorded outcome.
 
         The outcome is what the outbox recorded: ``state`` sent / failed /
         uncertain, the transcript ``seq``, the ``platform_message_id``, a
         ``reason`` when not sent, and ``result``, the sentence a model reads.
+        `origin` is the key of the conversation a cross-conversation send came
+        from (recorded on the outbox and transcript rows).
         """
         from .model import Outbound
 
@@ -474,7 +521,8 @@ class Switchboard:
         if reply_to_seq is not None:
             reply_to = await self._platform_id(conversation, reply_to_seq)
         result = await account.deliverer.deliver(
-            conversation, Outbound(conversation.address, text, reply_to=reply_to, quiet=quiet)
+            conversation,
+            Outbound(conversation.address, text, reply_to=reply_to, quiet=quiet, origin=origin),
         )
         return _outcome(conversation, result)
 
@@ -526,25 +574,6 @@ def _outcome(conversation: Conversation, result: DeliveryResult) -> dict[str, An
     }
 
 
-def _unstorable(event: Event, account: str) -> str | None:
-    """Say why an adapter's Event cannot be stored, or None when it can.
-
-    Checked before the event joins a shared transaction: one bad event must
-    become a dead letter, not fail the batch it would have been committed with.
-    """
-    if event.address.account != account:
-        return f"event address names account {event.address.account!r}"
-    sent_at = event.sent_at
-    if isinstance(sent_at, bool) or not isinstance(sent_at, int | float) or sent_at != sent_at:
-        return f"sent_at must be a number of seconds, not {sent_at!r}"
-    if event.meta:
-        try:
-            json.dumps(dict(event.meta))
-        except (TypeError, ValueError) as error:
-            return f"meta cannot be stored as JSON: {error}"
-    return None
-
-
 class AccountContext(AdapterContext):
     """The AdapterContext the switchboard gives each account."""
 
@@ -574,7 +603,16 @@ class AccountContext(AdapterContext):
         return await self.board.store.is_known(self.account, event_id)
 
     async def dead_letter(self, ref: str, reason: str, payload: str) -> None:
-        await self.board.store.add_dead_letter(self.account, ref, reason, payload)
+        adapter = self.board.accounts[self.account].adapter
+        kept = repair_text(payload)
+        if kept[:1] in ("{", "["):
+            try:
+                kept = dump_for_dead_letter(parse_json(kept), getattr(adapter, "secret_fields", ()))
+            except BadPayload:
+                pass  # not JSON after all: kept as text (registered secrets are still redacted)
+        await self.board.store.add_dead_letter(
+            self.account, repair_text(ref), repair_text(reason), kept
+        )
 
     async def get_state(self, key: str) -> str | None:
         return await self.board.store.get_state(self.account, key)

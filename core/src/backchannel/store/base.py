@@ -8,7 +8,7 @@ together, and async so a networked backend fits the same shape.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from attrs import frozen
@@ -67,6 +67,10 @@ class OutboxEntry:
     platform_ids: tuple[str, ...] = ()
     created_at: float = 0.0
     updated_at: float = 0.0
+    #: the conversation key a cross-conversation send came from (Outbound.origin)
+    origin: str | None = None
+    #: the run whose tool call made this request (None: an operator's send)
+    run_id: int | None = None
 
 
 @frozen
@@ -124,6 +128,23 @@ class Store(ABC):
         """Return conversations, most recently active first."""
 
     @abstractmethod
+    async def search_conversations(
+        self,
+        *,
+        accounts: Collection[str] | None = None,
+        query: str | None = None,
+        limit: int = 20,
+    ) -> list[Conversation]:
+        """Return conversations of `accounts` (None: every account), most recently active first.
+
+        With `query`, only conversations in which every word of it (as a word
+        prefix, case and accents ignored; at most the first 8 words) appears
+        somewhere: the title, a participant's name or handle, or the text of a
+        visible message (in or out; held messages never match). A query with no
+        words matches nothing. Must not raise for any text.
+        """
+
+    @abstractmethod
     async def participants(self, conversation_id: int) -> list[Participant]:
         """Return the people seen in a conversation, most active first."""
 
@@ -152,6 +173,10 @@ class Store(ABC):
         """Return visible messages with seq > after_seq, oldest first."""
 
     @abstractmethod
+    async def count_visible(self, conversation_id: int, before_seq: int | None = None) -> int:
+        """Return how many visible (not held) messages have seq < `before_seq` (None: all)."""
+
+    @abstractmethod
     async def message(self, conversation_id: int, seq: int) -> Message | None:
         """Return one message by seq, or None."""
 
@@ -173,6 +198,8 @@ class Store(ABC):
         """Write an outbound request as `pending` before it is sent.
 
         For kind "message" this also appends the transcript row (seq assigned).
+        `outbound.origin` is kept on the outbox row and, for a message, in the
+        transcript row's meta as ``{"origin": key}``.
         """
 
     @abstractmethod

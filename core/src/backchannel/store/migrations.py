@@ -160,7 +160,73 @@ def m002_visible_index_and_orphan_edits(db: apsw.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Migration] = [m001_initial, m002_visible_index_and_orphan_edits]
+def m003_orchestration(db: apsw.Connection) -> None:
+    db.execute(
+        """
+        -- full-text search for list_conversations(query=...): visible message text (held rows
+        -- are never indexed: a held sender must not be findable through the agent) ...
+        CREATE VIRTUAL TABLE messages_fts USING fts5(
+            text, content = 'messages', content_rowid = 'rowid',
+            tokenize = 'unicode61 remove_diacritics 2'
+        );
+        INSERT INTO messages_fts (rowid, text) SELECT rowid, text FROM messages WHERE held = 0;
+        CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages WHEN new.held = 0 BEGIN
+            INSERT INTO messages_fts (rowid, text) VALUES (new.rowid, new.text);
+        END;
+        CREATE TRIGGER messages_fts_update AFTER UPDATE OF text ON messages
+        WHEN old.held = 0 AND old.text IS NOT new.text BEGIN
+            INSERT INTO messages_fts (messages_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+            INSERT INTO messages_fts (rowid, text) VALUES (new.rowid, new.text);
+        END;
+
+        -- ... and conversation titles and participant names (a title row has rowid
+        -- -conversation_id, so a rename replaces it; a renamed participant's new name is
+        -- added and the old one stays findable)
+        CREATE VIRTUAL TABLE names_fts USING fts5(
+            text, conversation_id UNINDEXED, tokenize = 'unicode61 remove_diacritics 2'
+        );
+        INSERT INTO names_fts (rowid, text, conversation_id)
+            SELECT -id, title, id FROM conversations WHERE title IS NOT NULL;
+        INSERT INTO names_fts (text, conversation_id)
+            SELECT p.name || ' ' || COALESCE(p.handle, ''), p.conversation_id FROM participants p
+            WHERE EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = p.conversation_id
+                          AND m.sender_id = p.sender_id AND m.held = 0);
+        CREATE TRIGGER names_fts_title_insert AFTER INSERT ON conversations
+        WHEN new.title IS NOT NULL BEGIN
+            INSERT INTO names_fts (rowid, text, conversation_id)
+                VALUES (-new.id, new.title, new.id);
+        END;
+        CREATE TRIGGER names_fts_title_update AFTER UPDATE OF title ON conversations
+        WHEN old.title IS NOT new.title BEGIN
+            DELETE FROM names_fts WHERE rowid = -old.id;
+            INSERT INTO names_fts (rowid, text, conversation_id)
+                SELECT -new.id, new.title, new.id WHERE new.title IS NOT NULL;
+        END;
+        -- a participant whose first message was held is not indexed (the write path inserts
+        -- messages before participants, so the row is there to look at)
+        CREATE TRIGGER names_fts_participant_insert AFTER INSERT ON participants
+        WHEN EXISTS (SELECT 1 FROM messages WHERE conversation_id = new.conversation_id
+                     AND seq = new.first_seq AND held = 0) BEGIN
+            INSERT INTO names_fts (text, conversation_id)
+                VALUES (new.name || ' ' || COALESCE(new.handle, ''), new.conversation_id);
+        END;
+        CREATE TRIGGER names_fts_participant_rename AFTER UPDATE OF name, handle ON participants
+        WHEN (old.name IS NOT new.name OR old.handle IS NOT new.handle) BEGIN
+            INSERT INTO names_fts (text, conversation_id)
+                VALUES (new.name || ' ' || COALESCE(new.handle, ''), new.conversation_id);
+        END;
+
+        -- which conversation a cross-conversation send came from (NULL: its own run)
+        ALTER TABLE outbox ADD COLUMN origin TEXT;
+        """
+    )
+
+
+MIGRATIONS: list[Migration] = [
+    m001_initial,
+    m002_visible_index_and_orphan_edits,
+    m003_orchestration,
+]
 
 
 def migrate(db: apsw.Connection) -> list[str]:

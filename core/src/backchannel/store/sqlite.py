@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+import re
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -568,6 +569,41 @@ class SQLiteStore(Store):
             )
         return [conversation_row(row) for row in rows]
 
+    async def search_conversations(
+        self,
+        *,
+        accounts: Collection[str] | None = None,
+        query: str | None = None,
+        limit: int = 20,
+    ) -> list[Conversation]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if accounts is not None:
+            names = sorted(set(accounts))
+            if not names:
+                return []
+            clauses.append(f"account IN ({','.join('?' * len(names))})")
+            params.extend(names)
+        if query is not None:
+            words = _query_words(query)
+            if not words:
+                return []
+            for word in words:
+                # one word may match anywhere in the conversation: names, title or messages
+                clauses.append(
+                    "id IN (SELECT conversation_id FROM names_fts WHERE names_fts MATCH ?"
+                    " UNION SELECT m.conversation_id FROM messages_fts f"
+                    " JOIN messages m ON m.rowid = f.rowid WHERE messages_fts MATCH ?)"
+                )
+                params.extend([word, word])
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self.db.execute(
+            f"SELECT {CONVERSATION_COLUMNS} FROM conversations {where}"
+            " ORDER BY active_at DESC, id DESC LIMIT ?",
+            (*params, max(limit, 0)),
+        ).fetchall()
+        return [conversation_row(row) for row in rows]
+
     async def participants(self, conversation_id: int) -> list[Participant]:
         rows = self.db.execute(
             "SELECT p.sender_id, p.name, p.handle, p.is_bot, COUNT(m.seq), MIN(m.seq), MAX(m.seq)"
@@ -617,6 +653,22 @@ class SQLiteStore(Store):
             (conversation_id, after_seq, limit),
         )
         return [message_row(row) for row in rows]
+
+    async def count_visible(self, conversation_id: int, before_seq: int | None = None) -> int:
+        if before_seq is None:
+            row = self.db.execute(
+                "SELECT visible_count FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+            return int(row[0]) if row else 0
+        return int(
+            first(
+                self.db.execute(
+                    "SELECT COUNT(*) FROM messages WHERE conversation_id = ? AND seq < ?"
+                    " AND held = 0",
+                    (conversation_id, before_seq),
+                )
+            )
+        )
 
     async def message(self, conversation_id: int, seq: int) -> Message | None:
         row = self.db.execute(
@@ -696,7 +748,7 @@ class SQLiteStore(Store):
                         "pending",
                         None,
                         None,
-                        None,
+                        json.dumps({"origin": outbound.origin}) if outbound.origin else None,
                     ),
                 )
             elif not db.execute(
@@ -706,8 +758,8 @@ class SQLiteStore(Store):
             outbox_id = first(
                 db.execute(
                     "INSERT INTO outbox (conversation_id, run_id, kind, text, reply_to, target,"
-                    " message_seq, status, created_at, updated_at)"
-                    " VALUES (?,?,?,?,?,?,?,'pending',?,?) RETURNING id",
+                    " message_seq, status, created_at, updated_at, origin)"
+                    " VALUES (?,?,?,?,?,?,?,'pending',?,?,?) RETURNING id",
                     (
                         conversation_id,
                         run_id,
@@ -718,6 +770,7 @@ class SQLiteStore(Store):
                         seq,
                         stamp,
                         stamp,
+                        outbound.origin,
                     ),
                 )
             )
@@ -736,12 +789,15 @@ class SQLiteStore(Store):
                 (json.dumps(list(ids)), now(), outbox_id),
             )
             if entry.message_seq is not None:
+                meta: dict[str, Any] = {"part_ids": list(ids)} if len(ids) > 1 else {}
+                if entry.origin:
+                    meta["origin"] = entry.origin
                 db.execute(
                     "UPDATE messages SET status = 'sent', status_reason = NULL,"
                     " platform_message_id = ?, meta = ? WHERE conversation_id = ? AND seq = ?",
                     (
                         receipt.platform_message_id,
-                        json.dumps({"part_ids": list(ids)}) if len(ids) > 1 else None,
+                        json.dumps(meta) if meta else None,
                         entry.conversation_id,
                         entry.message_seq,
                     ),
@@ -939,3 +995,11 @@ class SQLiteStore(Store):
         for status, number in db.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status"):
             figures[f"outbox_{status}"] = int(number)
         return figures
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _query_words(query: str) -> list[str]:
+    """Return FTS5 prefix terms for the words of `query`: each quoted, so no syntax gets through."""
+    return [f'"{word}"*' for word in _WORD.findall(query)[:8]]

@@ -132,6 +132,15 @@ class WebchatAdapter:
         if connections:
             await self.hub.push(connections, {"type": "typing", "sender": self._agent_name})
 
+    async def run_failed(self, address: Address, reason: str) -> None:
+        """Show `failure_notice` on the conversation's pages (the reason stays in the logs)."""
+        notice = self.settings.failure_notice
+        connections = self.hub.connections(address.chat)
+        if notice and connections:
+            await self.hub.push(
+                connections, {"type": "error", "code": "agent_failed", "message": notice}
+            )
+
     async def _send_message(self, chat: str, outbound: Outbound) -> Receipt:
         parts = split_text(outbound.text, self.capabilities.max_text_len)
         ids = [AGENT_ID_PREFIX + uuid.uuid4().hex[:24] for _ in parts]

@@ -8,7 +8,9 @@ from typing import Any
 from attrs import frozen
 from backchannel.errors import ConfigError
 
-__all__ = ["WebchatSettings"]
+__all__ = ["DEFAULT_FAILURE_NOTICE", "WebchatSettings"]
+
+DEFAULT_FAILURE_NOTICE = "The agent could not answer this time. Please try again in a moment."
 
 
 @frozen
@@ -39,6 +41,8 @@ class WebchatSettings:
     agent_burst: int = 20
     #: longest agent message part; longer sends are split
     max_text_len: int = 20000
+    #: shown on the page when a run fails (error or timeout); "" shows nothing
+    failure_notice: str = DEFAULT_FAILURE_NOTICE
 
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any], where: str = "webchat") -> WebchatSettings:
@@ -88,6 +92,8 @@ def _check(key: str, value: Any, where: str) -> Any:
         if isinstance(value, str) or not all(isinstance(v, str) for v in value):
             raise ConfigError("expected a list of origins like 'https://example.com'", key=name)
         return tuple(v.rstrip("/") for v in value)
+    if key == "failure_notice" and isinstance(value, str):
+        return value.strip()
     if not isinstance(value, str) or (key != "path" and not value.strip()):
         raise ConfigError(f"expected a non-empty string, got {value!r}", key=name)
     return value

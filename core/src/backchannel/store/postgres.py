@@ -1,0 +1,1004 @@
+"""The networked store: PostgreSQL through psycopg 3 (async) and psycopg-pool.
+
+Selected with ``[store] url = "postgresql://..."``; several `serve` workers can
+share one database. Installed with the ``backchannel[postgres]`` extra; this
+module (and psycopg) is imported only when such a URL is configured.
+
+How the guarantees hold with several writers:
+
+- one row per ``(account, event_id)``: the ``events`` primary key; a batch that
+  races another writer for the same event rolls back and is retried, and then
+  sees the event as a duplicate;
+- gapless per-conversation seq: every writer locks the conversation rows it
+  touches (``SELECT ... FOR UPDATE``, in one order) before numbering, and
+  ``record_outbound`` numbers with ``UPDATE ... RETURNING`` on the same row, so
+  two transactions never number one conversation at once;
+- group commit: `append_inbound` writes a whole batch in one transaction;
+- recovery is per worker: with a worker name, `recover()` touches only the
+  pending sends and running runs that worker recorded (`recover_worker` does it
+  for a dead one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg_pool import AsyncConnectionPool
+
+from ..config import display_url
+from ..errors import StoreError
+from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, now
+from ..secrets import redact
+from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, Store
+from .postgres_migrations import migrate
+from .rows import (
+    CONVERSATION_COLUMNS,
+    MESSAGE_COLUMNS,
+    OUTBOX_COLUMNS,
+    Batch,
+    ConversationCounters,
+    SeenSender,
+    conversation_row,
+    dump_attachments,
+    message_row,
+    outbox_row,
+)
+
+__all__ = ["PostgresStore"]
+
+MESSAGE_MARKS = ", ".join(["%s"] * 23)
+#: errors after which a whole write transaction is simply run again
+RETRYABLE = (
+    pg_errors.DeadlockDetected,
+    pg_errors.SerializationFailure,
+    pg_errors.UniqueViolation,
+)
+RETRIES = 8
+
+
+class PostgresStore(Store):
+    """The psycopg implementation of `Store`: a connection pool, opened on first use."""
+
+    def __init__(self, url: str, *, worker: str | None = None, pool_size: int = 8):
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise StoreError(f"[store] url must start with postgresql://, got {display_url(url)!r}")
+        self.url = url
+        self.worker = worker
+        self._pool_size = pool_size
+        self._pool: AsyncConnectionPool | None = None
+        self._opening: asyncio.Lock | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({display_url(self.url)!r}, worker={self.worker!r})"
+
+    # lifecycle -------------------------------------------------------------
+    async def pool(self) -> AsyncConnectionPool:
+        """Return the open pool, connecting and migrating on first use."""
+        if self._pool is not None:
+            return self._pool
+        if self._closed:
+            raise StoreError("the store is closed")
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._pool is not None:
+                return self._pool
+            try:
+                # one plain connection first: a wrong URL or a stopped server fails at once
+                # (a pool would keep retrying until its timeout), and it migrates
+                async with await psycopg.AsyncConnection.connect(
+                    self.url, autocommit=True, connect_timeout=10
+                ) as connection:
+                    await migrate(connection)
+                pool = AsyncConnectionPool(
+                    self.url,
+                    min_size=1,
+                    max_size=self._pool_size,
+                    open=False,
+                    kwargs={"autocommit": True},
+                    name="backchannel-store",
+                )
+                await pool.open(wait=True, timeout=15)
+            except Exception as error:
+                reason = redact(str(error).strip().splitlines()[0] if str(error) else repr(error))
+                raise StoreError(
+                    f"cannot use the PostgreSQL store at {display_url(self.url)}: {reason}"
+                    " (check [store] url, and that the server is running and reachable)"
+                ) from error
+            self._pool = pool
+            return pool
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+    async def _fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        pool = await self.pool()
+        async with pool.connection() as connection:
+            cursor = await connection.execute(sql, params)
+            return await cursor.fetchall()
+
+    async def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        rows = await self._fetchall(sql, params)
+        return rows[0] if rows else None
+
+    async def _write(self, work: Any) -> Any:
+        """Run `work(connection)` in one transaction, again from the start when it races."""
+        pool = await self.pool()
+        for attempt in range(RETRIES):
+            try:
+                async with pool.connection() as connection, connection.transaction():
+                    return await work(connection)
+            except RETRYABLE:
+                if attempt == RETRIES - 1:
+                    raise
+                await asyncio.sleep(0.005 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    async def recover(self) -> list[OutboxEntry]:
+        return await self.recover_worker(self.worker)
+
+    async def recover_worker(self, worker: str | None) -> list[OutboxEntry]:
+        """Mark a worker's pending sends uncertain and its running runs interrupted.
+
+        None means every worker's (a single process that owns the whole database).
+        """
+        mine = "" if worker is None else " AND worker = %s"
+        params: tuple[Any, ...] = () if worker is None else (worker,)
+
+        async def work(connection: Any) -> list[int]:
+            cursor = await connection.execute(
+                f"SELECT id FROM outbox WHERE status = 'pending'{mine} ORDER BY id FOR UPDATE",
+                params,
+            )
+            pending = [row[0] for row in await cursor.fetchall()]
+            for outbox_id in pending:
+                await self._set_outbox_status(
+                    connection,
+                    outbox_id,
+                    "uncertain",
+                    "interrupted by a restart before the platform answered",
+                )
+            await connection.execute(
+                "UPDATE runs SET status = 'interrupted', error = 'the process stopped during the run',"
+                f" finished_at = %s WHERE status = 'running'{mine}",
+                (now(), *params),
+            )
+            return pending
+
+        pending = await self._write(work)
+        return [await self._outbox_entry_now(outbox_id) for outbox_id in pending]
+
+    # inbound ---------------------------------------------------------------
+    async def append_inbound(self, items: Sequence[Inbound]) -> list[AppendResult]:
+        if not items:
+            return []
+
+        async def work(connection: Any) -> list[AppendResult]:
+            return await _Append(connection, items).run()
+
+        result: list[AppendResult] = await self._write(work)
+        return result
+
+    async def is_known(self, account: str, event_id: str) -> bool:
+        row = await self._fetchone(
+            "SELECT 1 FROM events WHERE account = %s AND event_id = %s", (account, str(event_id))
+        )
+        return row is not None
+
+    # conversations ---------------------------------------------------------
+    async def conversation(self, conversation_id: int) -> Conversation:
+        row = await self._fetchone(
+            f"SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE id = %s", (conversation_id,)
+        )
+        if row is None:
+            raise StoreError(f"no conversation with id {conversation_id}")
+        return conversation_row(row)
+
+    async def find_conversation(self, address: Address) -> Conversation | None:
+        row = await self._fetchone(
+            f"SELECT {CONVERSATION_COLUMNS} FROM conversations"
+            " WHERE account = %s AND chat = %s AND thread = %s",
+            (address.account, address.chat, address.thread or ""),
+        )
+        return conversation_row(row) if row else None
+
+    async def ensure_conversation(
+        self, address: Address, kind: str = "direct", title: str | None = None
+    ) -> Conversation:
+        key = (address.account, address.chat, address.thread or "")
+        stamp = now()
+
+        async def work(connection: Any) -> None:
+            await connection.execute(
+                "INSERT INTO conversations (account, chat, thread, kind, title, created_at,"
+                " active_at) VALUES (%s,%s,%s,%s,%s,%s,%s)"
+                " ON CONFLICT (account, chat, thread) DO NOTHING",
+                (*key, kind, title, stamp, stamp),
+            )
+            if title is not None:
+                await connection.execute(
+                    "UPDATE conversations SET title = %s WHERE account = %s AND chat = %s"
+                    " AND thread = %s AND title IS DISTINCT FROM %s",
+                    (title, *key, title),
+                )
+
+        await self._write(work)
+        found = await self.find_conversation(address)
+        assert found is not None
+        return found
+
+    async def conversations(
+        self, account: str | None = None, limit: int = 100
+    ) -> list[Conversation]:
+        if account is None:
+            rows = await self._fetchall(
+                f"SELECT {CONVERSATION_COLUMNS} FROM conversations"
+                " ORDER BY active_at DESC, id DESC LIMIT %s",
+                (limit,),
+            )
+        else:
+            rows = await self._fetchall(
+                f"SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE account = %s"
+                " ORDER BY active_at DESC, id DESC LIMIT %s",
+                (account, limit),
+            )
+        return [conversation_row(row) for row in rows]
+
+    async def participants(self, conversation_id: int) -> list[Participant]:
+        rows = await self._fetchall(
+            "SELECT p.sender_id, p.name, p.handle, p.is_bot, COUNT(m.seq), MIN(m.seq), MAX(m.seq)"
+            " FROM participants p JOIN messages m ON m.conversation_id = p.conversation_id"
+            " AND m.sender_id = p.sender_id AND m.direction = 'in' AND m.held = 0"
+            " WHERE p.conversation_id = %s GROUP BY p.sender_id, p.name, p.handle, p.is_bot"
+            " ORDER BY COUNT(m.seq) DESC, MIN(m.seq)",
+            (conversation_id,),
+        )
+        return [Participant(Sender(r[0], r[1], r[2], bool(r[3])), r[4], r[5], r[6]) for r in rows]
+
+    async def set_conversation_meta(self, conversation_id: int, meta: Mapping[str, Any]) -> None:
+        async def work(connection: Any) -> None:
+            cursor = await connection.execute(
+                "SELECT meta FROM conversations WHERE id = %s FOR UPDATE", (conversation_id,)
+            )
+            row = await cursor.fetchone()
+            if row is None:
+                raise StoreError(f"no conversation with id {conversation_id}")
+            merged = {**json.loads(row[0] or "{}"), **meta}
+            await connection.execute(
+                "UPDATE conversations SET meta = %s WHERE id = %s",
+                (json.dumps(merged), conversation_id),
+            )
+
+        await self._write(work)
+
+    # transcript ------------------------------------------------------------
+    async def window(
+        self, conversation_id: int, limit: int, upto_seq: int | None = None
+    ) -> list[Message]:
+        rows = await self._fetchall(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = %s AND seq <= %s"
+            " AND held = 0 ORDER BY seq DESC LIMIT %s",
+            (conversation_id, upto_seq if upto_seq is not None else 2**62, limit),
+        )
+        rows.reverse()
+        return [message_row(row) for row in rows]
+
+    async def history(self, conversation_id: int, before_seq: int, limit: int) -> list[Message]:
+        return await self.window(conversation_id, limit, before_seq - 1)
+
+    async def messages_after(
+        self, conversation_id: int, after_seq: int, limit: int = 1000
+    ) -> list[Message]:
+        rows = await self._fetchall(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = %s AND seq > %s"
+            " AND held = 0 ORDER BY seq LIMIT %s",
+            (conversation_id, after_seq, limit),
+        )
+        return [message_row(row) for row in rows]
+
+    async def message(self, conversation_id: int, seq: int) -> Message | None:
+        row = await self._fetchone(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = %s AND seq = %s",
+            (conversation_id, seq),
+        )
+        return message_row(row) if row else None
+
+    async def message_by_platform_id(
+        self, conversation_id: int, platform_message_id: str
+    ) -> Message | None:
+        row = await self._fetchone(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages"
+            " WHERE conversation_id = %s AND platform_message_id = %s ORDER BY seq LIMIT 1",
+            (conversation_id, str(platform_message_id)),
+        )
+        return message_row(row) if row else None
+
+    async def revisions(self, conversation_id: int, seq: int) -> list[tuple[str, str, float]]:
+        rows = await self._fetchall(
+            "SELECT kind, text, at FROM revisions WHERE conversation_id = %s AND seq = %s"
+            " ORDER BY id",
+            (conversation_id, seq),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    # outbound --------------------------------------------------------------
+    async def record_outbound(
+        self, conversation_id: int, outbound: Outbound, sender: Sender, run_id: int | None = None
+    ) -> OutboxEntry:
+        stamp = now()
+
+        async def work(connection: Any) -> int:
+            seq = None
+            if outbound.kind == "message":
+                # the row lock this UPDATE takes is what keeps seqs gapless across writers
+                cursor = await connection.execute(
+                    "UPDATE conversations SET last_seq = last_seq + 1,"
+                    " visible_count = visible_count + 1, active_at = GREATEST(active_at, %s)"
+                    " WHERE id = %s RETURNING last_seq",
+                    (stamp, conversation_id),
+                )
+                row = await cursor.fetchone()
+                if row is None:
+                    raise StoreError(f"no conversation with id {conversation_id}")
+                seq = row[0]
+                reply_to_seq = None
+                if outbound.reply_to is not None:
+                    cursor = await connection.execute(
+                        "SELECT seq FROM messages WHERE conversation_id = %s"
+                        " AND platform_message_id = %s ORDER BY seq LIMIT 1",
+                        (conversation_id, outbound.reply_to),
+                    )
+                    found = await cursor.fetchone()
+                    reply_to_seq = found[0] if found else None
+                await connection.execute(
+                    f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES ({MESSAGE_MARKS})",
+                    (
+                        conversation_id,
+                        seq,
+                        "out",
+                        None,
+                        sender.id,
+                        sender.name,
+                        sender.handle,
+                        int(sender.is_bot),
+                        outbound.text,
+                        None,
+                        outbound.reply_to,
+                        reply_to_seq,
+                        0,
+                        None,
+                        stamp,
+                        None,
+                        None,
+                        0,
+                        0,
+                        "pending",
+                        None,
+                        None,
+                        None,
+                    ),
+                )
+            else:
+                cursor = await connection.execute(
+                    "SELECT 1 FROM conversations WHERE id = %s", (conversation_id,)
+                )
+                if await cursor.fetchone() is None:
+                    raise StoreError(f"no conversation with id {conversation_id}")
+            cursor = await connection.execute(
+                "INSERT INTO outbox (conversation_id, run_id, kind, text, reply_to, target,"
+                " message_seq, status, worker, created_at, updated_at)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,'pending',%s,%s,%s) RETURNING id",
+                (
+                    conversation_id,
+                    run_id,
+                    outbound.kind,
+                    outbound.text,
+                    outbound.reply_to,
+                    outbound.target,
+                    seq,
+                    self.worker,
+                    stamp,
+                    stamp,
+                ),
+            )
+            row = await cursor.fetchone()
+            return int(row[0])
+
+        outbox_id = await self._write(work)
+        return await self._outbox_entry_now(outbox_id)
+
+    async def mark_sent(self, outbox_id: int, receipt: Receipt) -> OutboxEntry:
+        ids = receipt.part_ids or (
+            (receipt.platform_message_id,) if receipt.platform_message_id else ()
+        )
+
+        async def work(connection: Any) -> None:
+            entry = await self._outbox_entry(connection, outbox_id)
+            await connection.execute(
+                "UPDATE outbox SET status = 'sent', reason = NULL, platform_ids = %s,"
+                " updated_at = %s WHERE id = %s",
+                (json.dumps(list(ids)), now(), outbox_id),
+            )
+            if entry.message_seq is not None:
+                await connection.execute(
+                    "UPDATE messages SET status = 'sent', status_reason = NULL,"
+                    " platform_message_id = %s, meta = %s WHERE conversation_id = %s AND seq = %s",
+                    (
+                        receipt.platform_message_id,
+                        json.dumps({"part_ids": list(ids)}) if len(ids) > 1 else None,
+                        entry.conversation_id,
+                        entry.message_seq,
+                    ),
+                )
+            elif entry.kind == "edit" and entry.target is not None:
+                cursor = await connection.execute(
+                    "SELECT seq, text FROM messages WHERE conversation_id = %s"
+                    " AND platform_message_id = %s ORDER BY seq LIMIT 1",
+                    (entry.conversation_id, entry.target),
+                )
+                row = await cursor.fetchone()
+                if row is not None:
+                    stamp = now()
+                    await connection.execute(
+                        "INSERT INTO revisions (conversation_id, seq, kind, text, at)"
+                        " VALUES (%s,%s,%s,%s,%s)",
+                        (entry.conversation_id, row[0], "edit", row[1], stamp),
+                    )
+                    await connection.execute(
+                        "UPDATE messages SET text = %s, edited_at = %s"
+                        " WHERE conversation_id = %s AND seq = %s",
+                        (entry.text, stamp, entry.conversation_id, row[0]),
+                    )
+
+        await self._write(work)
+        return await self._outbox_entry_now(outbox_id)
+
+    async def mark_failed(self, outbox_id: int, reason: str) -> OutboxEntry:
+        async def work(connection: Any) -> None:
+            await self._set_outbox_status(connection, outbox_id, "failed", reason)
+
+        await self._write(work)
+        return await self._outbox_entry_now(outbox_id)
+
+    async def mark_uncertain(self, outbox_id: int, reason: str) -> OutboxEntry:
+        async def work(connection: Any) -> None:
+            await self._set_outbox_status(connection, outbox_id, "uncertain", reason)
+
+        await self._write(work)
+        return await self._outbox_entry_now(outbox_id)
+
+    async def _set_outbox_status(
+        self, connection: Any, outbox_id: int, status: str, reason: str
+    ) -> None:
+        reason = redact(reason)  # adapters' reasons may quote what a library said
+        entry = await self._outbox_entry(connection, outbox_id)
+        await connection.execute(
+            "UPDATE outbox SET status = %s, reason = %s, updated_at = %s WHERE id = %s",
+            (status, reason, now(), outbox_id),
+        )
+        if entry.message_seq is not None:
+            await connection.execute(
+                "UPDATE messages SET status = %s, status_reason = %s"
+                " WHERE conversation_id = %s AND seq = %s",
+                (status, reason, entry.conversation_id, entry.message_seq),
+            )
+
+    async def _outbox_entry(self, connection: Any, outbox_id: int) -> OutboxEntry:
+        cursor = await connection.execute(
+            f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE id = %s", (outbox_id,)
+        )
+        row = await cursor.fetchone()
+        if row is None:
+            raise StoreError(f"no outbox entry with id {outbox_id}")
+        return outbox_row(row)
+
+    async def _outbox_entry_now(self, outbox_id: int) -> OutboxEntry:
+        pool = await self.pool()
+        async with pool.connection() as connection:
+            return await self._outbox_entry(connection, outbox_id)
+
+    async def outbox(
+        self, status: str | None = None, conversation_id: int | None = None, limit: int = 100
+    ) -> list[OutboxEntry]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if status is not None:
+            clauses.append("status = %s")
+            params.append(status)
+        if conversation_id is not None:
+            clauses.append("conversation_id = %s")
+            params.append(conversation_id)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = await self._fetchall(
+            f"SELECT {OUTBOX_COLUMNS} FROM outbox {where} ORDER BY id DESC LIMIT %s",
+            (*params, limit),
+        )
+        return [outbox_row(row) for row in rows]
+
+    # handling --------------------------------------------------------------
+    async def mark_handled(self, conversation_id: int, seq: int) -> None:
+        async def work(connection: Any) -> None:
+            await connection.execute(
+                "UPDATE conversations SET handled_seq = GREATEST(handled_seq, %s) WHERE id = %s",
+                (seq, conversation_id),
+            )
+
+        await self._write(work)
+
+    async def unhandled(self) -> list[Conversation]:
+        rows = await self._fetchall(
+            f"SELECT {CONVERSATION_COLUMNS} FROM conversations"
+            " WHERE trigger_seq > handled_seq ORDER BY active_at"
+        )
+        return [conversation_row(row) for row in rows]
+
+    async def begin_run(self, conversation_id: int, trigger_seq: int, upto_seq: int) -> int:
+        async def work(connection: Any) -> int:
+            cursor = await connection.execute(
+                "INSERT INTO runs (conversation_id, trigger_seq, upto_seq, started_at, worker)"
+                " VALUES (%s,%s,%s,%s,%s) RETURNING id",
+                (conversation_id, trigger_seq, upto_seq, now(), self.worker),
+            )
+            row = await cursor.fetchone()
+            return int(row[0])
+
+        run_id: int = await self._write(work)
+        return run_id
+
+    async def finish_run(
+        self,
+        run_id: int,
+        status: str,
+        error: str | None = None,
+        upto_seq: int | None = None,
+        *,
+        handled_seq: int | None = None,
+    ) -> None:
+        async def work(connection: Any) -> None:
+            await connection.execute(
+                "UPDATE runs SET status = %s, error = %s, finished_at = %s,"
+                " upto_seq = COALESCE(%s, upto_seq) WHERE id = %s",
+                (status, redact(error) if error else error, now(), upto_seq, run_id),
+            )
+            if handled_seq is not None:
+                await connection.execute(
+                    "UPDATE conversations SET handled_seq = GREATEST(handled_seq, %s)"
+                    " WHERE id = (SELECT conversation_id FROM runs WHERE id = %s)",
+                    (handled_seq, run_id),
+                )
+
+        await self._write(work)
+
+    async def runs(self, conversation_id: int | None = None, limit: int = 50) -> list[RunRecord]:
+        sql = (
+            "SELECT id, conversation_id, trigger_seq, upto_seq, started_at, finished_at,"
+            " status, error FROM runs"
+        )
+        if conversation_id is None:
+            rows = await self._fetchall(sql + " ORDER BY id DESC LIMIT %s", (limit,))
+        else:
+            rows = await self._fetchall(
+                sql + " WHERE conversation_id = %s ORDER BY id DESC LIMIT %s",
+                (conversation_id, limit),
+            )
+        return [RunRecord(*row) for row in rows]
+
+    # adapter state and dead letters ----------------------------------------
+    async def get_state(self, account: str, key: str) -> str | None:
+        row = await self._fetchone(
+            "SELECT value FROM state WHERE account = %s AND key = %s", (account, key)
+        )
+        return None if row is None else str(row[0])
+
+    async def set_state(self, account: str, key: str, value: str | None) -> None:
+        async def work(connection: Any) -> None:
+            await _write_state(connection, account, key, value)
+
+        await self._write(work)
+
+    async def add_dead_letter(self, account: str, ref: str, reason: str, payload: str) -> None:
+        async def work(connection: Any) -> None:
+            await connection.execute(
+                "INSERT INTO dead_letters (account, ref, reason, payload, at)"
+                " VALUES (%s,%s,%s,%s,%s)",
+                (account, ref, redact(reason), redact(payload)[:65536], now()),
+            )
+
+        await self._write(work)
+
+    async def dead_letters(
+        self, account: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        sql = "SELECT id, account, ref, reason, payload, at FROM dead_letters"
+        params: tuple[Any, ...] = (limit,)
+        if account is not None:
+            sql += " WHERE account = %s"
+            params = (account, limit)
+        rows = await self._fetchall(sql + " ORDER BY id DESC LIMIT %s", params)
+        keys = ("id", "account", "ref", "reason", "payload", "at")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    async def stats(self) -> dict[str, int]:
+        async def count(sql: str) -> int:
+            row = await self._fetchone(sql)
+            return int(row[0] or 0) if row else 0
+
+        figures = {
+            "conversations": await count("SELECT COUNT(*) FROM conversations"),
+            "messages": await count("SELECT COALESCE(SUM(last_seq), 0) FROM conversations"),
+            "held": await count("SELECT COALESCE(SUM(held_count), 0) FROM conversations"),
+            "unhandled_conversations": await count(
+                "SELECT COUNT(*) FROM conversations WHERE trigger_seq > handled_seq"
+            ),
+            "runs": await count("SELECT COUNT(*) FROM runs"),
+            "dead_letters": await count("SELECT COUNT(*) FROM dead_letters"),
+        }
+        for status, number in await self._fetchall(
+            "SELECT status, COUNT(*) FROM outbox GROUP BY status"
+        ):
+            figures[f"outbox_{status}"] = int(number)
+        return figures
+
+
+async def _write_state(connection: Any, account: str, key: str, value: str | None) -> None:
+    if value is None:
+        await connection.execute(
+            "DELETE FROM state WHERE account = %s AND key = %s", (account, key)
+        )
+    else:
+        await connection.execute(
+            "INSERT INTO state (account, key, value, updated_at) VALUES (%s,%s,%s,%s)"
+            " ON CONFLICT (account, key) DO UPDATE SET value = excluded.value,"
+            " updated_at = excluded.updated_at",
+            (account, key, str(value), now()),
+        )
+
+
+class _Append:
+    """One append_inbound transaction: lock the conversations, number, write in bulk."""
+
+    def __init__(self, connection: Any, items: Sequence[Inbound]):
+        self.connection = connection
+        self.items = items
+        self.batch = Batch()
+        #: (account, chat, thread) -> conversation id
+        self.ids: dict[tuple[str, str, str], int] = {}
+        #: conversation id -> (kind, title) events said last (written with the counters)
+        self.described: dict[int, tuple[str, str | None]] = {}
+
+    async def run(self) -> list[AppendResult]:
+        await self._lock_conversations()
+        self.batch.existing = await self._known_events()
+        results = []
+        for item in self.items:
+            results.append(await self._append_one(item))
+            if item.state:
+                for key, value in item.state.items():
+                    await _write_state(self.connection, item.event.account, key, value)
+        await self._flush_rows()
+        await self._flush_counters()
+        return results
+
+    async def _lock_conversations(self) -> None:
+        """Create missing conversations, then lock every one the batch touches, in key order."""
+        firsts: dict[tuple[str, str, str], Inbound] = {}
+        for item in self.items:
+            address = item.event.address
+            firsts.setdefault((address.account, address.chat, address.thread or ""), item)
+        keys = sorted(firsts)
+        rows = await self._select_for_update(keys)
+        missing = [key for key in keys if key not in rows]
+        if missing:
+            stamp = now()
+            async with self.connection.cursor() as cursor:
+                await cursor.executemany(
+                    "INSERT INTO conversations (account, chat, thread, kind, title, created_at,"
+                    " active_at) VALUES (%s,%s,%s,%s,%s,%s,%s)"
+                    " ON CONFLICT (account, chat, thread) DO NOTHING",
+                    [
+                        (
+                            *key,
+                            firsts[key].event.conversation_kind,
+                            firsts[key].event.conversation_title,
+                            firsts[key].event.sent_at or stamp,
+                            firsts[key].event.sent_at or stamp,
+                        )
+                        for key in missing
+                    ],
+                )
+            rows.update(await self._select_for_update(missing))
+        for key, row in rows.items():
+            conversation_id, last_seq, trigger_seq, active_at, orphan_edits, kind, title = row
+            self.ids[key] = conversation_id
+            self.batch.conversations[conversation_id] = ConversationCounters(
+                last_seq, trigger_seq, active_at, orphan_edits
+            )
+            self.described[conversation_id] = (kind, title)
+
+    async def _select_for_update(
+        self, keys: list[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], tuple[Any, ...]]:
+        cursor = await self.connection.execute(
+            "SELECT c.account, c.chat, c.thread, c.id, c.last_seq, c.trigger_seq, c.active_at,"
+            " c.orphan_edits, c.kind, c.title FROM conversations c"
+            " JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(account, chat, thread)"
+            " ON c.account = k.account AND c.chat = k.chat AND c.thread = k.thread"
+            " ORDER BY c.account, c.chat, c.thread FOR UPDATE OF c",
+            ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]),
+        )
+        return {(r[0], r[1], r[2]): tuple(r[3:]) for r in await cursor.fetchall()}
+
+    async def _known_events(self) -> dict[tuple[str, str], tuple[int, int]]:
+        accounts = [item.event.account for item in self.items]
+        event_ids = [str(item.event.event_id) for item in self.items]
+        cursor = await self.connection.execute(
+            "SELECT e.account, e.event_id, e.conversation_id, e.seq FROM events e"
+            " JOIN unnest(%s::text[], %s::text[]) AS k(account, event_id)"
+            " ON e.account = k.account AND e.event_id = k.event_id",
+            (accounts, event_ids),
+        )
+        return {(r[0], r[1]): (r[2], r[3]) for r in await cursor.fetchall()}
+
+    def _conversation_id(self, item: Inbound) -> int:
+        event = item.event
+        address = event.address
+        conversation_id = self.ids[(address.account, address.chat, address.thread or "")]
+        title = self.described[conversation_id][1]
+        if event.conversation_title is not None:
+            title = event.conversation_title
+        self.described[conversation_id] = (event.conversation_kind, title)
+        return conversation_id
+
+    async def _flush_rows(self) -> None:
+        batch = self.batch
+        async with self.connection.cursor() as cursor:
+            if batch.message_rows:
+                await cursor.executemany(
+                    f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES ({MESSAGE_MARKS})",
+                    batch.message_rows,
+                )
+                batch.message_rows = []
+            if batch.event_rows:
+                await cursor.executemany(
+                    "INSERT INTO events (account, event_id, conversation_id, seq, kind)"
+                    " VALUES (%s,%s,%s,%s,%s)",
+                    batch.event_rows,
+                )
+                batch.event_rows = []
+        batch.new_message_ids.clear()
+
+    async def _flush_counters(self) -> None:
+        batch = self.batch
+        changed = [
+            (
+                c.last_seq,
+                c.visible,
+                c.held,
+                c.trigger_seq,
+                c.active_at,
+                c.orphan_edits,
+                self.described[conversation_id][0],
+                self.described[conversation_id][1],
+                conversation_id,
+            )
+            for conversation_id, c in batch.conversations.items()
+        ]
+        async with self.connection.cursor() as cursor:
+            await cursor.executemany(
+                "UPDATE conversations SET last_seq = %s, visible_count = visible_count + %s,"
+                " held_count = held_count + %s, trigger_seq = %s,"
+                " active_at = GREATEST(active_at, %s), orphan_edits = %s, kind = %s, title = %s"
+                " WHERE id = %s",
+                changed,
+            )
+            people = [
+                (
+                    conversation_id,
+                    sender_id,
+                    p.name,
+                    p.handle,
+                    p.is_bot,
+                    p.count,
+                    p.first_seq,
+                    p.last_seq,
+                )
+                for (conversation_id, sender_id), p in batch.participants.items()
+            ]
+            if people:
+                await cursor.executemany(
+                    "INSERT INTO participants (conversation_id, sender_id, name, handle, is_bot,"
+                    " message_count, first_seq, last_seq) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)"
+                    " ON CONFLICT (conversation_id, sender_id) DO UPDATE SET"
+                    " name = excluded.name, handle = excluded.handle, is_bot = excluded.is_bot",
+                    people,
+                )
+
+    async def _append_one(self, item: Inbound) -> AppendResult:
+        event = item.event
+        batch = self.batch
+        key = (event.account, str(event.event_id))
+        known_at = batch.claimed.get(key) or batch.existing.get(key)
+        if known_at is not None:
+            return AppendResult("duplicate", known_at[0], known_at[1])
+        if event.kind == "message":
+            conversation_id = self._conversation_id(item)
+            orphan = await self._orphan_edit_row(conversation_id, event.platform_message_id)
+            if orphan is not None:
+                batch.event_rows.append((*key, conversation_id, orphan, "message"))
+                batch.claimed[key] = (conversation_id, orphan)
+                return AppendResult("applied", conversation_id, orphan)
+            result = await self._append_message(conversation_id, item)
+            batch.event_rows.append((*key, conversation_id, result.seq, "message"))
+            batch.claimed[key] = (conversation_id, result.seq or 0)
+            return result
+        # edits, deletes and reactions look rows up: write what is gathered first
+        await self._flush_rows()
+        conversation_id = self._conversation_id(item)
+        result = await self._apply_change(conversation_id, item)
+        batch.event_rows.append((*key, conversation_id, result.seq, event.kind))
+        batch.claimed[key] = (conversation_id, result.seq)  # type: ignore[assignment]
+        return result
+
+    async def _orphan_edit_row(
+        self, conversation_id: int, platform_message_id: str | None
+    ) -> int | None:
+        counters = self.batch.conversations[conversation_id]
+        if not counters.orphan_edits or platform_message_id is None:
+            return None
+        await self._flush_rows()
+        cursor = await self.connection.execute(
+            "SELECT seq FROM messages WHERE conversation_id = %s AND platform_message_id = %s"
+            " AND meta IS NOT NULL AND (meta::jsonb ->> 'orphan_edit') = '1' LIMIT 1",
+            (conversation_id, platform_message_id),
+        )
+        row = await cursor.fetchone()
+        if row is None:
+            return None
+        counters.orphan_edits -= 1
+        await self.connection.execute(
+            "UPDATE messages SET meta = (meta::jsonb - 'orphan_edit')::text"
+            " WHERE conversation_id = %s AND seq = %s",
+            (conversation_id, row[0]),
+        )
+        return int(row[0])
+
+    async def _append_message(self, conversation_id: int, item: Inbound) -> AppendResult:
+        event = item.event
+        held = 1 if item.held else 0
+        triggers = 1 if item.triggers and not item.held else 0
+        batch = self.batch
+        counters = batch.conversations[conversation_id]
+        counters.last_seq += 1
+        seq = counters.last_seq
+        counters.visible += 1 - held
+        counters.held += held
+        if triggers:
+            counters.trigger_seq = seq
+        counters.active_at = max(counters.active_at, event.sent_at)
+        reply_to_seq = None
+        if event.reply_to is not None:
+            reply_to_seq = batch.new_message_ids.get((conversation_id, event.reply_to))
+            if reply_to_seq is None:
+                cursor = await self.connection.execute(
+                    "SELECT seq FROM messages WHERE conversation_id = %s"
+                    " AND platform_message_id = %s ORDER BY seq LIMIT 1",
+                    (conversation_id, event.reply_to),
+                )
+                row = await cursor.fetchone()
+                reply_to_seq = row[0] if row else None
+        if event.platform_message_id is not None:
+            batch.new_message_ids.setdefault((conversation_id, event.platform_message_id), seq)
+        sender = event.sender
+        batch.message_rows.append(
+            (
+                conversation_id,
+                seq,
+                "in",
+                event.event_id,
+                sender.id,
+                sender.name,
+                sender.handle,
+                int(sender.is_bot),
+                event.text,
+                event.platform_message_id,
+                event.reply_to,
+                reply_to_seq,
+                int(event.mentions_me),
+                dump_attachments(event.attachments),
+                event.sent_at,
+                None,
+                None,
+                held,
+                triggers,
+                "received",
+                None,
+                None,
+                json.dumps(dict(event.meta)) if event.meta else None,
+            )
+        )
+        people_key = (conversation_id, sender.id)
+        seen = batch.participants.get(people_key)
+        if seen is None:
+            seen = batch.participants[people_key] = SeenSender(first_seq=seq)
+        seen.name, seen.handle, seen.is_bot = sender.name, sender.handle, int(sender.is_bot)
+        seen.count += 1
+        seen.last_seq = seq
+        return AppendResult("stored", conversation_id, seq, bool(triggers))
+
+    async def _apply_change(self, conversation_id: int, item: Inbound) -> AppendResult:
+        connection = self.connection
+        event = item.event
+        target = event.platform_message_id
+        row = None
+        if target is not None:
+            cursor = await connection.execute(
+                "SELECT seq, text, reactions FROM messages"
+                " WHERE conversation_id = %s AND platform_message_id = %s ORDER BY seq LIMIT 1",
+                (conversation_id, target),
+            )
+            row = await cursor.fetchone()
+        if item.held:
+            # a sender the policy keeps out may not change what the agent sees
+            return AppendResult("recorded", conversation_id, None)
+        if row is None:
+            if event.kind == "edit":
+                # an edit of a message we have not seen (yet): keep its text as the message,
+                # marked so that the original, if it arrives later, lands on this row
+                self.batch.conversations[conversation_id].orphan_edits += 1
+                marked = Inbound(
+                    attrs.evolve(event, meta={**event.meta, "orphan_edit": 1}),
+                    item.held,
+                    item.triggers,
+                    item.state,
+                )
+                result = await self._append_message(conversation_id, marked)
+                await self._flush_rows()
+                return result
+            return AppendResult("recorded", conversation_id, None)
+        seq, old_text, reactions_json = row
+        at = event.sent_at
+        if event.kind == "edit":
+            if event.text != old_text:
+                await connection.execute(
+                    "INSERT INTO revisions (conversation_id, seq, kind, text, at)"
+                    " VALUES (%s,%s,%s,%s,%s)",
+                    (conversation_id, seq, "edit", old_text, at),
+                )
+            await connection.execute(
+                "UPDATE messages SET text = %s, edited_at = %s,"
+                " attachments = COALESCE(%s, attachments)"
+                " WHERE conversation_id = %s AND seq = %s",
+                (event.text, at, dump_attachments(event.attachments), conversation_id, seq),
+            )
+        elif event.kind == "delete":
+            await connection.execute(
+                "INSERT INTO revisions (conversation_id, seq, kind, text, at)"
+                " VALUES (%s,%s,%s,%s,%s)",
+                (conversation_id, seq, "delete", old_text, at),
+            )
+            await connection.execute(
+                "UPDATE messages SET deleted_at = %s WHERE conversation_id = %s AND seq = %s",
+                (at, conversation_id, seq),
+            )
+        elif event.kind == "reaction":
+            reactions = [tuple(pair) for pair in json.loads(reactions_json or "[]")]
+            pair = (event.sender.label, event.text)
+            if event.meta.get("removed"):
+                reactions = [r for r in reactions if r != pair]
+            elif pair not in reactions:
+                reactions.append(pair)
+            await connection.execute(
+                "UPDATE messages SET reactions = %s WHERE conversation_id = %s AND seq = %s",
+                (json.dumps(reactions), conversation_id, seq),
+            )
+        return AppendResult("applied", conversation_id, seq)

@@ -1,0 +1,186 @@
+"""The PostgreSQL store's schema: its own ordered migrations, recorded in `_migrations`.
+
+They run in one transaction under a transaction-scoped advisory lock, so two
+workers starting together migrate once: the second waits, then finds every
+migration recorded. Names are applied in list order and never renamed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..model import now
+
+__all__ = ["MIGRATION_LOCK", "PG_MIGRATIONS", "migrate"]
+
+#: the advisory lock key migrations are serialised under ("backchannel" in ASCII, truncated)
+MIGRATION_LOCK = 0x6261636B6368616E
+
+Migration = Callable[[Any], Awaitable[None]]
+
+
+async def pg001_initial(connection: Any) -> None:
+    await connection.execute(
+        """
+        CREATE TABLE conversations (
+            id BIGSERIAL PRIMARY KEY,
+            account TEXT NOT NULL,
+            chat TEXT NOT NULL,
+            thread TEXT NOT NULL DEFAULT '',
+            kind TEXT NOT NULL DEFAULT 'direct',
+            title TEXT,
+            created_at DOUBLE PRECISION NOT NULL,
+            active_at DOUBLE PRECISION NOT NULL,
+            last_seq BIGINT NOT NULL DEFAULT 0,
+            handled_seq BIGINT NOT NULL DEFAULT 0,
+            trigger_seq BIGINT NOT NULL DEFAULT 0,
+            visible_count BIGINT NOT NULL DEFAULT 0,
+            held_count BIGINT NOT NULL DEFAULT 0,
+            orphan_edits BIGINT NOT NULL DEFAULT 0,
+            meta TEXT NOT NULL DEFAULT '{}',
+            UNIQUE (account, chat, thread)
+        );
+        CREATE INDEX conversations_active ON conversations (active_at DESC);
+        CREATE INDEX conversations_unhandled ON conversations (trigger_seq)
+            WHERE trigger_seq > handled_seq;
+
+        CREATE TABLE messages (
+            conversation_id BIGINT NOT NULL,
+            seq BIGINT NOT NULL,
+            direction TEXT NOT NULL,
+            event_id TEXT,
+            sender_id TEXT NOT NULL,
+            sender_name TEXT NOT NULL DEFAULT '',
+            sender_handle TEXT,
+            sender_is_bot INTEGER NOT NULL DEFAULT 0,
+            text TEXT NOT NULL DEFAULT '',
+            platform_message_id TEXT,
+            reply_to TEXT,
+            reply_to_seq BIGINT,
+            mentions_me INTEGER NOT NULL DEFAULT 0,
+            attachments TEXT,
+            sent_at DOUBLE PRECISION NOT NULL,
+            edited_at DOUBLE PRECISION,
+            deleted_at DOUBLE PRECISION,
+            held INTEGER NOT NULL DEFAULT 0,
+            triggers INTEGER NOT NULL DEFAULT 0,
+            status TEXT NOT NULL DEFAULT 'received',
+            status_reason TEXT,
+            reactions TEXT,
+            meta TEXT,
+            PRIMARY KEY (conversation_id, seq)
+        );
+        CREATE INDEX messages_platform_id ON messages (conversation_id, platform_message_id)
+            WHERE platform_message_id IS NOT NULL;
+        CREATE INDEX messages_visible ON messages (conversation_id, seq) WHERE held = 0;
+
+        CREATE TABLE events (
+            account TEXT NOT NULL,
+            event_id TEXT NOT NULL,
+            conversation_id BIGINT NOT NULL,
+            seq BIGINT,
+            kind TEXT NOT NULL,
+            PRIMARY KEY (account, event_id)
+        );
+
+        CREATE TABLE revisions (
+            id BIGSERIAL PRIMARY KEY,
+            conversation_id BIGINT NOT NULL,
+            seq BIGINT NOT NULL,
+            kind TEXT NOT NULL,
+            text TEXT NOT NULL,
+            at DOUBLE PRECISION NOT NULL
+        );
+        CREATE INDEX revisions_message ON revisions (conversation_id, seq);
+
+        CREATE TABLE participants (
+            conversation_id BIGINT NOT NULL,
+            sender_id TEXT NOT NULL,
+            name TEXT NOT NULL DEFAULT '',
+            handle TEXT,
+            is_bot INTEGER NOT NULL DEFAULT 0,
+            message_count BIGINT NOT NULL DEFAULT 0,
+            first_seq BIGINT NOT NULL,
+            last_seq BIGINT NOT NULL,
+            PRIMARY KEY (conversation_id, sender_id)
+        );
+
+        -- worker: who recorded the send (recovery after a worker dies is per worker)
+        CREATE TABLE outbox (
+            id BIGSERIAL PRIMARY KEY,
+            conversation_id BIGINT NOT NULL,
+            run_id BIGINT,
+            kind TEXT NOT NULL,
+            text TEXT NOT NULL,
+            reply_to TEXT,
+            target TEXT,
+            message_seq BIGINT,
+            status TEXT NOT NULL,
+            reason TEXT,
+            platform_ids TEXT,
+            worker TEXT,
+            created_at DOUBLE PRECISION NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL
+        );
+        CREATE INDEX outbox_status ON outbox (status);
+        CREATE INDEX outbox_conversation ON outbox (conversation_id);
+
+        CREATE TABLE runs (
+            id BIGSERIAL PRIMARY KEY,
+            conversation_id BIGINT NOT NULL,
+            trigger_seq BIGINT NOT NULL,
+            upto_seq BIGINT NOT NULL,
+            started_at DOUBLE PRECISION NOT NULL,
+            finished_at DOUBLE PRECISION,
+            status TEXT NOT NULL DEFAULT 'running',
+            error TEXT,
+            worker TEXT
+        );
+        CREATE INDEX runs_conversation ON runs (conversation_id, id);
+        CREATE INDEX runs_running ON runs (status) WHERE status = 'running';
+
+        CREATE TABLE state (
+            account TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (account, key)
+        );
+
+        CREATE TABLE dead_letters (
+            id BIGSERIAL PRIMARY KEY,
+            account TEXT NOT NULL,
+            ref TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            at DOUBLE PRECISION NOT NULL
+        );
+        """
+    )
+
+
+PG_MIGRATIONS: list[Migration] = [pg001_initial]
+
+
+async def migrate(connection: Any) -> list[str]:
+    """Apply the migrations not yet recorded, in one transaction under the advisory lock."""
+    applied: list[str] = []
+    async with connection.transaction():
+        await connection.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        await connection.execute(
+            "CREATE TABLE IF NOT EXISTS _migrations"
+            " (name TEXT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+        )
+        cursor = await connection.execute("SELECT name FROM _migrations")
+        done = {row[0] for row in await cursor.fetchall()}
+        for migration in PG_MIGRATIONS:
+            if migration.__name__ in done:
+                continue
+            await migration(connection)
+            await connection.execute(
+                "INSERT INTO _migrations (name, applied_at) VALUES (%s, %s)",
+                (migration.__name__, now()),
+            )
+            applied.append(migration.__name__)
+    return applied

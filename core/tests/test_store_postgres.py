@@ -1,0 +1,141 @@
+"""PostgreSQL store promises beyond the shared contract: several processes, migrations once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+from backchannel.errors import StoreError
+from backchannel.store.postgres import PostgresStore
+from backchannel.store.postgres_migrations import PG_MIGRATIONS
+
+CHILD = Path(__file__).with_name("pg_writer_child.py")
+
+
+async def spawn_writer(url: str, *args: str) -> asyncio.subprocess.Process:
+    """Start a writer and return it once it is connected (it then waits for a line)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(CHILD),
+        url,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stdout is not None
+    line = await asyncio.wait_for(process.stdout.readline(), 60)
+    assert line == b"ready\n", line
+    return process
+
+
+async def test_concurrent_writers_in_several_processes_keep_seqs_gapless_and_events_once(
+    postgres_url: str,
+) -> None:
+    # three processes, each 200 events in batches of 10 over 4 chats, each overlapping the
+    # next one's ids by half (a redelivery to another worker), each replying after each batch
+    writers = await asyncio.gather(
+        *(
+            spawn_writer(
+                postgres_url, "--first", str(100 * n), "--count", "200", "--worker", f"w{n}"
+            )
+            for n in range(3)
+        )
+    )
+    for writer in writers:  # all three are connected: start them together
+        assert writer.stdin is not None
+        writer.stdin.write(b"go\n")
+        await writer.stdin.drain()
+    for writer in writers:
+        assert writer.stdout is not None
+        assert await asyncio.wait_for(writer.stdout.readline(), 120) == b"done\n"
+        assert await writer.wait() == 0
+    distinct_events = 100 * 2 + 200  # ids 0..399
+    replies = 3 * 20
+    async with await psycopg.AsyncConnection.connect(postgres_url) as connection:
+        cursor = await connection.execute("SELECT COUNT(*), COUNT(DISTINCT event_id) FROM events")
+        assert await cursor.fetchone() == (distinct_events, distinct_events)
+        cursor = await connection.execute(
+            "SELECT COUNT(*) FILTER (WHERE direction = 'in'),"
+            " COUNT(*) FILTER (WHERE direction = 'out') FROM messages"
+        )
+        assert await cursor.fetchone() == (distinct_events, replies)
+        cursor = await connection.execute(
+            "SELECT c.id, c.last_seq, COUNT(m.seq), MIN(m.seq), MAX(m.seq)"
+            " FROM conversations c JOIN messages m ON m.conversation_id = c.id GROUP BY c.id"
+        )
+        rows = await cursor.fetchall()
+        assert len(rows) == 4
+        for conversation_id, last_seq, count, lowest, highest in rows:
+            assert (count, lowest, highest) == (last_seq, 1, last_seq), conversation_id
+        cursor = await connection.execute("SELECT COUNT(*) FROM outbox WHERE worker IS NOT NULL")
+        assert await cursor.fetchone() == (replies,)
+
+
+async def test_two_stores_starting_together_migrate_once(postgres_url: str) -> None:
+    stores = [PostgresStore(postgres_url) for _ in range(4)]
+    await asyncio.gather(*(store.pool() for store in stores))
+    async with await psycopg.AsyncConnection.connect(postgres_url) as connection:
+        cursor = await connection.execute("SELECT name FROM _migrations ORDER BY name")
+        assert [row[0] for row in await cursor.fetchall()] == [m.__name__ for m in PG_MIGRATIONS]
+    for store in stores:
+        await store.close()
+
+
+async def test_recovery_is_per_worker(postgres_url: str) -> None:
+    from backchannel.model import Address, Outbound, Sender
+
+    me = Sender("agent", "Agent", is_bot=True)
+    alive = PostgresStore(postgres_url, worker="alive")
+    dead = PostgresStore(postgres_url, worker="dead")
+    conversation = await alive.ensure_conversation(Address("acct", "c1"))
+    mine = await alive.record_outbound(conversation.id, Outbound(conversation.address, "a"), me)
+    theirs = await dead.record_outbound(conversation.id, Outbound(conversation.address, "b"), me)
+    await dead.begin_run(conversation.id, 1, 1)
+    recovered = await alive.recover_worker("dead")
+    assert [entry.id for entry in recovered] == [theirs.id]
+    assert [entry.id for entry in await alive.outbox(status="pending")] == [mine.id]
+    assert [run.status for run in await alive.runs()] == ["interrupted"]
+    await alive.close()
+    await dead.close()
+
+
+async def test_an_unreachable_server_is_one_clear_error_without_the_password() -> None:
+    store = PostgresStore("postgresql://bc:hunter2@127.0.0.1:1/nowhere")
+    with pytest.raises(StoreError) as raised:
+        await store.is_known("acct", "e1")
+    message = str(raised.value)
+    assert "hunter2" not in message
+    assert "postgresql://bc:***@127.0.0.1:1/nowhere" in message
+    assert "check [store] url" in message
+    await store.close()
+
+
+def test_store_url_selects_postgres_and_its_password_stays_secret(tmp_path: Path) -> None:
+    from backchannel.app import open_config_store
+    from backchannel.config import load_config
+
+    config_file = tmp_path / "bc.toml"
+    config_file.write_text('[store]\nurl = "postgresql://bc:${PGPASS}@127.0.0.1:5432/bc"\n')
+    config = load_config(config_file, environ={"PGPASS": "s3cret"}, check_plugins=False)
+    assert config.store.url == "postgresql://bc:s3cret@127.0.0.1:5432/bc"
+    assert config.store.location == "postgresql://bc:***@127.0.0.1:5432/bc"
+    assert "s3cret" not in repr(config)
+    store = open_config_store(config, worker="w1")
+    assert isinstance(store, PostgresStore) and store.worker == "w1"
+    assert "s3cret" not in repr(store)
+
+
+def test_a_store_url_that_is_not_postgresql_is_one_clear_error(tmp_path: Path) -> None:
+    from backchannel.config import load_config
+    from backchannel.errors import ConfigError
+
+    config_file = tmp_path / "bc.toml"
+    config_file.write_text('[store]\nurl = "mysql://bc:pw@db/bc"\n')
+    with pytest.raises(ConfigError, match=r"store\.url: expected a postgresql://") as raised:
+        load_config(config_file, check_plugins=False)
+    assert "pw@" not in str(raised.value)
