@@ -12,7 +12,7 @@ import pytest
 from backchannel.app import open_config_store, serve
 from backchannel.config import Config, load_config
 from backchannel.model import Address, Event, Sender
-from backchannel.store import Inbound, SQLiteStore
+from backchannel.store import Inbound, SQLiteStore, Store
 from backchannel_mcp.server import BackchannelMcp, in_memory
 from backchannel_telegram.testing import FakeTelegram
 from mcp import Client
@@ -211,5 +211,5 @@ class _Transport:
         return await self._cm.__aexit__(*exc)
 
 
-def open_store(config: Config) -> SQLiteStore:
+def open_store(config: Config) -> Store:
     return open_config_store(config)

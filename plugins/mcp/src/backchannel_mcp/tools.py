@@ -5,10 +5,9 @@ Each tool is a plain typed async function turned into a `backchannel.Tool`
 server, the docs page and the tests all read one definition. Nothing here
 imports `mcp`.
 
-Reads go through `backchannel.orchestration` when it is installed (issue 10);
-until then a thin reader over the `Store` API stands in (`reading.py`).
-Sends go through a running `serve` when there is one, else directly
-(`sending.py`).
+Reads and refusals are `backchannel.orchestration`'s (the same listing,
+flattened lines, kill switch and messaging control as the run tools); sends go
+through a running `serve` when there is one, else directly (`sending.py`).
 """
 
 from __future__ import annotations
@@ -24,7 +23,12 @@ from backchannel.store import Store
 from backchannel.tools import Tool
 
 from .owner import OwnerApi
-from .reading import find_conversation, list_conversations_text, read_conversation_text
+from .reading import (
+    find_conversation,
+    list_conversations_text,
+    mcp_scope,
+    read_conversation_text,
+)
 from .sending import SendOutcome, send_to_conversation
 
 __all__ = ["TOOL_ORDER", "ToolBox", "build_tools"]
@@ -42,7 +46,7 @@ TOOL_ORDER = (
 )
 
 Sender = Callable[..., Awaitable[SendOutcome]]
-Refusal = Callable[[Conversation], Awaitable[str | None]]
+Refusal = Callable[[str], Awaitable[Conversation | str]]
 
 
 class ToolBox:
@@ -61,7 +65,7 @@ class ToolBox:
         self.store = store
         self.send = send or send_to_conversation
         self.owner = owner
-        self.refusal = refusal or _default_refusal(config)
+        self.refusal = refusal or _default_refusal(config, store)
 
 
 def build_tools(box: ToolBox) -> list[Tool]:
@@ -69,18 +73,9 @@ def build_tools(box: ToolBox) -> list[Tool]:
     store = box.store
 
     async def target(conversation: str) -> tuple[Conversation | None, str | None]:
-        try:
-            found = await find_conversation(store, conversation)
-        except StoreError as error:
-            return None, f"error: {error}"
-        if found.address.account not in box.config.accounts:
-            return None, (
-                f"error: conversation {found.address.key} belongs to account"
-                f" {found.address.account!r}, which this backchannel config does not have"
-            )
-        refused = await box.refusal(found)
-        if refused:
-            return None, f"refused: {refused}"
+        found = await box.refusal(conversation)
+        if isinstance(found, str):
+            return None, found
         return found, None
 
     async def message_seq(found: Conversation, message: int) -> tuple[int | None, str | None]:
@@ -104,12 +99,7 @@ def build_tools(box: ToolBox) -> list[Tool]:
             limit: how many conversations, at most 100
         """
         return await list_conversations_text(
-            store,
-            accounts=sorted(box.config.accounts),
-            channel_of={name: a.channel for name, a in box.config.accounts.items()},
-            query=query,
-            channel=channel,
-            limit=max(1, min(limit, 100)),
+            store, box.config, query=query, channel=channel, limit=max(1, min(limit, 100))
         )
 
     async def read_conversation(
@@ -125,11 +115,11 @@ def build_tools(box: ToolBox) -> list[Tool]:
             limit: how many messages, at most 100
         """
         try:
-            found = await find_conversation(store, conversation)
+            found = await find_conversation(store, conversation, box.config)
         except StoreError as error:
             return f"error: {error}"
         return await read_conversation_text(
-            store, found, before=before, limit=max(1, min(limit, 100))
+            store, box.config, found, before=before, limit=max(1, min(limit, 100))
         )
 
     async def send_message(conversation: str, text: str) -> str:
@@ -228,24 +218,22 @@ def _owner_tools(owner: OwnerApi) -> list[Callable[..., Any]]:
     return [notify_owner, owner_inbox, reply_to_owner]
 
 
-def _default_refusal(config: Config) -> Refusal:
-    """The orchestration refusal check (kill switch, messaging control) when installed; else none."""
+def _default_refusal(config: Config, store: Store) -> Refusal:
+    """Orchestration's send check: kill switch, messaging control, unknown or unbound target."""
+    from backchannel.orchestration import Refused, check_cross_send
 
-    async def no_refusal(conversation: Conversation) -> str | None:
-        return None
-
-    try:
-        from backchannel import orchestration  # type: ignore[attr-defined]
-    except ImportError:
-        return no_refusal
-    check = getattr(orchestration, "send_refusal", None)
-    if check is None:
-        return no_refusal
-
-    async def refusal(conversation: Conversation) -> str | None:
-        result = check(config, conversation)
-        if hasattr(result, "__await__"):
-            result = await result
-        return result if isinstance(result, str) and result else None
+    async def refusal(reference: str) -> Conversation | str:
+        try:
+            target = await check_cross_send(
+                store,
+                config,
+                scope=mcp_scope(config),
+                origin=None,
+                target=reference,
+                trusted=True,  # the MCP client is the operator's own agent, not a chat sender
+            )
+        except Refused as refused:
+            return str(refused)
+        return target.conversation
 
     return refusal
