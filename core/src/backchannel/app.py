@@ -148,6 +148,7 @@ async def build_switchboard(
             config=account.settings,
         )
     attach_orchestration(board, config)
+    get_plugin_manager().hook.configure_switchboard(board=board, config=config)
     return board
 
 

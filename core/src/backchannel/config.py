@@ -8,6 +8,8 @@
     [agents.NAME]    kind = "openai"; every other key is the agent's settings
     [[bindings]]     agent, accounts, chats, respond, access, allow, owner, window, ...
     [orchestration]  enabled (the kill switch for cross-conversation sends)
+    [<plugin>]       a plugin's own table, named after its entry point (``[owner]``):
+                     kept as-is in `Config.sections` for the plugin to validate
     [mcp]            token, owner_account, owner_chat, owner_user (`backchannel mcp serve`)
 
 Every mistake raises one `ConfigError` whose text names the file, the key path
@@ -41,8 +43,8 @@ __all__ = [
     "AgentConfig",
     "BindingConfig",
     "Config",
-    "OrchestrationConfig",
     "McpConfig",
+    "OrchestrationConfig",
     "ServerConfig",
     "StoreConfig",
     "default_config",
@@ -185,6 +187,8 @@ class Config:
     secret_keys: frozenset[str] = field(factory=frozenset, repr=False)
     #: every value that came from ${VAR}
     secret_values: frozenset[str] = field(factory=frozenset, repr=False)
+    #: plugins' own top-level tables by entry point name (``[owner]`` -> "owner")
+    sections: Mapping[str, Mapping[str, Any]] = field(factory=dict)
 
     def bindings_for(self, account: str) -> list[tuple[int, BindingConfig]]:
         """Return (index, binding) for each binding that covers `account`."""
@@ -232,6 +236,7 @@ class Config:
             ],
             "orchestration": {"enabled": self.orchestration.enabled},
         }
+        data.update({name: dict(table) for name, table in self.sections.items()})
         return {key: self._masked(value, key) for key, value in data.items()}
 
     def _masked(self, value: Any, key: str) -> Any:
@@ -341,9 +346,13 @@ class _Parser:
     # the whole file ------------------------------------------------------------
     def parse(self, data: Mapping[str, Any], base_dir: Path, check_plugins: bool) -> Config:
         known = ("store", "server", "accounts", "agents", "bindings", "orchestration", "mcp")
+        plugin_sections = _plugin_names()
         for key in data:
-            if key not in known:
-                raise self.error(key, f"unknown section (expected one of {', '.join(known)})")
+            if key not in known and key not in plugin_sections:
+                expected = ", ".join([*known, *sorted(plugin_sections)])
+                raise self.error(key, f"unknown section (expected one of {expected})")
+            if key in plugin_sections and not isinstance(data[key], Mapping):
+                raise self.error(key, f"expected a table, got {_describe(data[key])}")
         data = self.interpolate(data, "")
         store = self.structure(data.get("store", {}), StoreConfig, "store")
         if store.url is not None and not store.url.startswith(("postgresql://", "postgres://")):
@@ -392,6 +401,7 @@ class _Parser:
             source=self.source,
             secret_keys=frozenset(self.secret_keys),
             secret_values=self.secret_values(),
+            sections={key: dict(data[key]) for key in data if key in plugin_sections},
         )
         if check_plugins:
             self.check_plugins(config)
@@ -608,6 +618,13 @@ class _Parser:
 
 #: binding keys that configure the account (window, scheduling) rather than one chat
 _PER_ACCOUNT = ("window", "window_chars", "debounce", "max_wait", "run_timeout")
+
+
+def _plugin_names() -> set[str]:
+    """Return the loaded plugins' entry point names (each may own a top-level table)."""
+    from .plugins import get_plugin_manager
+
+    return {name for name, _ in get_plugin_manager().list_name_plugin() if "." not in name}
 
 
 def _installed(registry: Callable[[], Any]) -> set[str]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, Protocol
 
 from attrs import define, field
 
@@ -34,11 +34,27 @@ from .store import AppendResult, Inbound, Store
 from .tools import Tool
 from .wire import BadPayload, dump_for_dead_letter, parse_json, repair_text
 
-__all__ = ["Binding", "Switchboard"]
+__all__ = ["Binding", "InboundRouter", "RouteVerdict", "Service", "Switchboard"]
 
 log = logging.getLogger("backchannel.switchboard")
 
 _IGNORED = IngestResult("ignored")
+
+#: what an inbound router decided: None (ordinary message: bindings apply), "routed" (the
+#: plugin took it: stored, never starts a run), "held" (refused: stored held, never shown)
+RouteVerdict = Literal["routed", "held"] | None
+#: sees each new inbound message of its account before the policy, inside ingest (before the
+#: ack); it must be idempotent: a redelivered event is offered again
+InboundRouter = Callable[[Event], Awaitable[RouteVerdict]]
+
+
+class Service(Protocol):
+    """Plugin work that lives as long as a started switchboard (timers, caches)."""
+
+    async def start(self, board: Switchboard) -> None: ...
+
+    async def stop(self) -> None: ...
+
 
 RESTART_NOTE = (
     "backchannel restarted since your last turn in this conversation. Nothing was lost:"
@@ -144,6 +160,19 @@ class Switchboard:
         self._known_me: dict[str, Sender] = {}
         #: more tools for runs: provider(account, session, conversation) -> tools (orchestration)
         self.run_tools: list[Callable[[str, RunSession, Conversation], Sequence[Tool]]] = []
+        self._routers: dict[str, list[InboundRouter]] = {}
+        self._services: list[Service] = []
+        self._started_services: list[Service] = []
+
+    def add_inbound_router(self, account: str, router: InboundRouter) -> None:
+        """Let `router` see `account`'s new messages before the binding's policy (see RouteVerdict)."""
+        if account not in self.accounts:
+            raise ConfigError(f"unknown account {account!r}")
+        self._routers.setdefault(account, []).append(router)
+
+    def add_service(self, service: Service) -> None:
+        """Start `service` after the adapters (in `start`), stop it before them (in `stop`)."""
+        self._services.append(service)
 
     # setup -----------------------------------------------------------------
     def add_account(
@@ -226,6 +255,9 @@ class Switchboard:
         for conversation in owed:
             self.scheduler.add_note(conversation.id, RESTART_NOTE)
             self.scheduler.poke(conversation.id, conversation.address.account)
+        for service in self._services:
+            await service.start(self)
+            self._started_services.append(service)
 
     async def start_accounts(self, names: Iterable[str]) -> None:
         """Start only these accounts' adapters: no recovery, no scheduling, no HTTP server.
@@ -254,6 +286,12 @@ class Switchboard:
             return
         self._stopping = True
         timeout = self._stop_timeout if timeout is None else timeout
+        while self._started_services:
+            service = self._started_services.pop()
+            try:
+                await service.stop()
+            except Exception:
+                log.exception("service %r failed to stop cleanly", service)
         for account in self.accounts.values():
             if account.started:
                 try:
@@ -313,9 +351,13 @@ class Switchboard:
             return await self._malformed(account, raw, checked, state)
         event = checked
         policy = entry.binding.policy
-        held = not policy.may_reach(event)
+        verdict = await self._route(account, event)
+        if verdict is None:
+            held, triggers = not policy.may_reach(event), policy.triggers(event)
+        else:
+            held, triggers = verdict == "held", False
         try:
-            (appended,) = await self._commit([Inbound(event, held, policy.triggers(event), state)])
+            (appended,) = await self._commit([Inbound(event, held, triggers, state)])
         except RefusedData as error:
             return await self._malformed(account, raw, str(error), state)
         return self._settle(account, event, held, appended)
@@ -357,9 +399,13 @@ class Switchboard:
                 results[index] = await self._malformed(account, raw, checked)
                 continue
             event = checked
-            held = not policy.may_reach(event)
+            verdict = await self._route(account, event)
+            if verdict is None:
+                held, triggers = not policy.may_reach(event), policy.triggers(event)
+            else:
+                held, triggers = verdict == "held", False
             waiting.append((index, event, held))
-            inbounds.append(Inbound(event, held=held, triggers=policy.triggers(event)))
+            inbounds.append(Inbound(event, held=held, triggers=triggers))
         if state:
             if inbounds:
                 last = inbounds[-1]
@@ -407,6 +453,21 @@ class Switchboard:
             for key, value in state.items():
                 await self.store.set_state(account, key, value)
         return results
+
+    async def _route(self, account: str, event: Event) -> RouteVerdict:
+        """Ask the account's inbound routers about a new message; the first verdict wins."""
+        routers = self._routers.get(account)
+        if not routers or event.kind != "message":
+            return None
+        for router in routers:
+            try:
+                verdict = await router(event)
+            except Exception:  # a plugin bug must not stop the pipeline: bindings apply
+                log.exception("account %s: inbound router %r failed", account, router)
+                continue
+            if verdict is not None:
+                return verdict
+        return None
 
     async def _commit(self, inbounds: list[Inbound]) -> list[AppendResult]:
         self._busy.enter()

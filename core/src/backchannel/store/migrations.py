@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import apsw
 
@@ -229,12 +229,18 @@ MIGRATIONS: list[Migration] = [
 ]
 
 
-def migrate(db: apsw.Connection) -> list[str]:
-    """Apply the migrations not yet recorded; return the names applied."""
+def migrate(db: apsw.Connection, extra: Sequence[Migration] | None = None) -> list[str]:
+    """Apply the migrations not yet recorded; return the names applied.
+
+    The core's MIGRATIONS come first, then `extra` (default: the ones plugins
+    add through the `register_migrations` hook), each recorded by name.
+    """
     db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL)")
     done = {row[0] for row in db.execute("SELECT name FROM _migrations")}
     applied = []
-    for migration in MIGRATIONS:
+    if extra is None:
+        extra = plugin_migrations()
+    for migration in [*MIGRATIONS, *extra]:
         if migration.__name__ in done:
             continue
         with db:
@@ -245,3 +251,28 @@ def migrate(db: apsw.Connection) -> list[str]:
             )
         applied.append(migration.__name__)
     return applied
+
+
+def plugin_migrations() -> list[Migration]:
+    """Return the migrations plugins register, in registration order; names must be unique."""
+    from ..errors import PluginError
+    from ..plugins import get_plugin_manager
+
+    pm = get_plugin_manager()
+    found: list[Migration] = []
+    core_names = {m.__name__ for m in MIGRATIONS}
+    for impl in reversed(pm.hook.register_migrations.get_hookimpls()):
+        owner = pm.get_name(impl.plugin) or repr(impl.plugin)
+
+        def register(migration: Migration, owner: str = owner) -> None:
+            name = getattr(migration, "__name__", "")
+            if not name or name in core_names or name in {m.__name__ for m in found}:
+                raise PluginError(
+                    f"plugin {owner} registers migration {name!r}, a name already taken:"
+                    " name plugin migrations <plugin>_mNNN_<what>",
+                    plugin=owner,
+                )
+            found.append(migration)
+
+        impl.function(register=register)
+    return found
