@@ -59,9 +59,11 @@ respond = "never"
 
 [mcp]
 token = "${{BACKCHANNEL_MCP_TOKEN}}"
-owner_account = "tg"
-owner_chat = "{self.owner_chat["id"]}"
-owner_user = "{self.owner["id"]}"
+
+[owner]
+account = "tg"
+chat = "{self.owner_chat["id"]}"
+user = "{self.owner["id"]}"
 """
         )
 
@@ -113,6 +115,7 @@ def _toml(value: Any) -> str:
 @pytest.fixture
 def world(fake: FakeTelegram, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     monkeypatch.setenv("BACKCHANNEL_MCP_TOKEN", TOKEN)
+    monkeypatch.setenv("BACKCHANNEL_OWNER_INBOX", str(tmp_path / "inbox"))
     return World(fake, tmp_path)
 
 
