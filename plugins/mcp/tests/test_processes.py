@@ -107,16 +107,17 @@ async def test_http_needs_the_token_and_refuses_a_wrong_one(world: World, http_s
             assert TOKEN not in answer.text
 
 
-async def test_http_on_a_public_address_without_a_token_is_refused(world: World) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "BACKCHANNEL_MCP_TOKEN"}
-    env["BACKCHANNEL_MCP_TOKEN"] = ""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *serve_args(world, "--http", "0.0.0.0:0"),
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
+def test_http_on_a_public_address_without_a_token_is_refused(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from backchannel.cli import main
+    from click.testing import CliRunner
+
+    monkeypatch.setenv("BACKCHANNEL_MCP_TOKEN", "")
+    result = CliRunner().invoke(
+        main, ["mcp", "serve", "-c", str(world.config_path), "--http", "0.0.0.0:0"]
     )
-    _, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 1
-    lines = err.decode().strip().splitlines()
-    assert len(lines) == 1 and "refusing to serve MCP on 0.0.0.0" in lines[0]
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "refusing to serve MCP on 0.0.0.0" in lines[0], result.output
+    assert not world.store_path.exists()  # refused before anything was opened
