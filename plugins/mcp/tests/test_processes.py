@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -17,7 +18,7 @@ from backchannel.model import Address
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from .conftest import TOKEN, World, open_store
+from .conftest import TOKEN, ChannelListener, Received, World, open_store
 
 
 def text_of(result: Any) -> str:
@@ -28,17 +29,23 @@ def serve_args(world: World, *more: str) -> list[str]:
     return ["-m", "backchannel", "mcp", "serve", "-c", str(world.config_path), *more]
 
 
-async def test_stdio_subprocess_reads_and_sends_through_the_running_serve(
+async def test_stdio_subprocess_reads_sends_through_serve_and_pushes_the_owners_reply(
     world: World, running_serve: Callable[[], Awaitable[None]]
 ) -> None:
+    """What Claude Code does: spawn `mcp serve --stdio --channel`, use the tools, get a push."""
     await world.seed()
     await running_serve()
     params = StdioServerParameters(
-        command=sys.executable, args=serve_args(world, "--stdio"), env=dict(os.environ)
+        command=sys.executable,
+        args=serve_args(world, "--stdio", "--channel"),
+        env=dict(os.environ),
     )
-    async with Client(params, mode="legacy") as client:
+    received = Received()
+    fake = world.fake
+    async with Client(params, mode="legacy", extensions=[ChannelListener(received)]) as client:
+        assert "claude/channel" in (client.server_capabilities.experimental or {})
         names = [t.name for t in (await client.list_tools()).tools]
-        assert "read_conversation" in names and "send_message" in names
+        assert "read_conversation" in names and "notify_owner" in names
         read = text_of(
             await client.call_tool("read_conversation", {"conversation": world.group_key})
         )
@@ -47,7 +54,18 @@ async def test_stdio_subprocess_reads_and_sends_through_the_running_serve(
             "send_message", {"conversation": world.group_key, "text": "via serve"}
         )
         assert text_of(sent) == f"sent to {world.group_key} as #3", text_of(sent)
-    assert [m.text for m in world.fake.sent] == ["via serve"]
+        told = text_of(await client.call_tool("notify_owner", {"text": "sent the invoice note"}))
+        found = re.search(r"#(\w{5})", told)
+        assert found is not None, told
+        update = fake.inject_message(
+            world.owner_chat, world.owner, f"#{found.group(1)} thanks, now the tests"
+        )
+        await fake.wait_for(lambda: fake.is_acked(update["update_id"]), what="the owner's reply")
+        (pushed,) = await received.wait_for("notifications/claude/channel", timeout=30)
+        assert pushed["content"].endswith(
+            f"owner (replying to #{found.group(1)}): thanks, now the tests"
+        )
+    assert [m.text for m in fake.sent][:1] == ["via serve"] and len(fake.sent) == 2
     store = open_store(world.config())
     try:
         conversation = await store.find_conversation(Address("tg", str(world.group["id"])))
