@@ -54,6 +54,10 @@ async def test_stdio_subprocess_reads_sends_through_serve_and_pushes_the_owners_
             "send_message", {"conversation": world.group_key, "text": "via serve"}
         )
         assert text_of(sent) == f"sent to {world.group_key} as #3", text_of(sent)
+        reacted = await client.call_tool(
+            "react", {"conversation": world.group_key, "message": 3, "emoji": "👍"}
+        )
+        assert text_of(reacted) == f"reaction done in {world.group_key}", text_of(reacted)
         told = text_of(await client.call_tool("notify_owner", {"text": "sent the invoice note"}))
         found = re.search(r"#(\w{5})", told)
         assert found is not None, told
@@ -66,6 +70,9 @@ async def test_stdio_subprocess_reads_sends_through_serve_and_pushes_the_owners_
             f"owner (replying to #{found.group(1)}): thanks, now the tests"
         )
     assert [m.text for m in fake.sent][:1] == ["via serve"] and len(fake.sent) == 2
+    assert [(chat, message) for chat, message, _ in fake.reactions] == [
+        (world.group["id"], fake.sent[0].message_id)
+    ]
     store = open_store(world.config())
     try:
         conversation = await store.find_conversation(Address("tg", str(world.group["id"])))

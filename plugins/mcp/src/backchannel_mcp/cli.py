@@ -131,6 +131,11 @@ async def _serve(
                 except StoreError as error:
                     raise ConfigError(f"--watch {key}: {error}", path=config.source) from None
             channel = Channel(config, store, gate, owner_api, watch=watch)
+            click.echo(
+                f"channel on for session {owner_api.session_name!r}: pushing the owner's replies"
+                " and permission answers" + (f", and {', '.join(watch)}" if watch else ""),
+                err=True,
+            )
         app = BackchannelMcp(box, channel=channel)
         if host is not None and port is not None:
             from .http import serve_http
