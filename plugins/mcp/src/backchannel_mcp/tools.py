@@ -54,7 +54,7 @@ OWNER_DATA_NOTE = (
 )
 
 Sender = Callable[..., Awaitable[SendOutcome]]
-Refusal = Callable[[str], Awaitable[Conversation | str]]
+SendCheck = Callable[[str], Awaitable[Conversation | str]]
 
 
 class ToolBox:
@@ -67,13 +67,13 @@ class ToolBox:
         *,
         send: Sender | None = None,
         owner: OwnerApi | None = None,
-        refusal: Refusal | None = None,
+        check_send: SendCheck | None = None,
     ):
         self.config = config
         self.store = store
         self.send = send or send_to_conversation
         self.owner = owner
-        self.refusal = refusal or _default_refusal(config, store)
+        self.check_send = check_send or _orchestration_check(config, store)
 
 
 def build_tools(box: ToolBox) -> list[Tool]:
@@ -81,7 +81,7 @@ def build_tools(box: ToolBox) -> list[Tool]:
     store = box.store
 
     async def target(conversation: str) -> tuple[Conversation | None, str | None]:
-        found = await box.refusal(conversation)
+        found = await box.check_send(conversation)
         if isinstance(found, str):
             return None, found
         return found, None
@@ -239,11 +239,11 @@ def _owner_tools(owner: OwnerApi) -> list[Callable[..., Any]]:
     return [notify_owner, owner_inbox, reply_to_owner]
 
 
-def _default_refusal(config: Config, store: Store) -> Refusal:
-    """Orchestration's send check: kill switch, messaging control, unknown or unbound target."""
+def _orchestration_check(config: Config, store: Store) -> SendCheck:
+    """Return the send check: orchestration's kill switch, messaging control, unknown target."""
     from backchannel.orchestration import Refused, check_cross_send
 
-    async def refusal(reference: str) -> Conversation | str:
+    async def check(reference: str) -> Conversation | str:
         try:
             target = await check_cross_send(
                 store,
@@ -257,4 +257,4 @@ def _default_refusal(config: Config, store: Store) -> Refusal:
             return str(refused)
         return target.conversation
 
-    return refusal
+    return check
