@@ -532,15 +532,8 @@ class McpOwner:
     async def pending(self) -> list[Any]:
         from backchannel_mcp.owner import OwnerMessage as McpMessage
 
-        conversation = f"{self.settings.account}/{self.settings.chat}"
         return [
-            McpMessage(
-                id=item.id,
-                text=item.text,
-                conversation=conversation,
-                sender=self.settings.user or "",
-                replying_to=item.parent_id,
-            )
+            McpMessage(id=item.id, text=item.text, replying_to=item.parent_id)
             for item in self._messages()
         ]
 
