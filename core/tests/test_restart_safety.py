@@ -113,3 +113,35 @@ async def test_a_failed_reply_leaves_the_trigger_unanswered(store: SQLiteStore) 
     run = await board.build_run(conversation.id)
     assert run.trigger is not None and run.trigger.text == "hello"  # NOT delivered: answer it
     await board.stop()
+
+
+async def test_a_message_that_came_during_a_run_is_still_answered_after_that_runs_reply(
+    store: SQLiteStore,
+) -> None:
+    # #1 starts a run; #2 arrives while it runs; the run's reply to #1 lands as #3 after
+    # #2. #2 has no answer yet: it must still be the next run's trigger.
+    channel = FakeChannel()
+    first_run = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow_then_quick(run: Run) -> None:
+        assert run.trigger is not None
+        if not first_run.is_set():
+            first_run.set()
+            await release.wait()
+        await run.call("reply", {"message_id": run.trigger.seq, "text": f"re {run.trigger.text}"})
+
+    seen = RecordingAgent(action=slow_then_quick)
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(seen))
+    await board.start()
+    channel.platform.user_says("first")
+    await asyncio.wait_for(first_run.wait(), 10)
+    second = await board.ingest("fake", {**channel.platform.make_message("second"), "update": 99})
+    assert second.status == "stored"  # committed while the first run is still running
+    release.set()
+    await seen.wait_runs(2)
+    await board.wait_idle()
+    assert seen.runs[1].trigger is not None and seen.runs[1].trigger.text == "second"
+    assert channel.platform.texts() == ["re first", "re second"]
+    await board.stop()

@@ -172,7 +172,8 @@ class RunBuilder:
         trigger = next((m for m in reversed(rows) if m.seq == trigger_seq), None)
         if trigger is None and trigger_seq:
             trigger = await self.store.message(conversation_id, trigger_seq)
-        answer = _answer_after(rows, trigger)
+        owed = trigger_seq is not None and trigger_seq > conversation.handled_seq
+        answer = _answer_after(rows, trigger, RESTART_NOTE in notes) if owed else None
         if trigger is not None and answer is not None:
             # answered already (a crash came before the run was recorded as finished):
             # offering it as unanswered would make the agent answer it twice
@@ -190,7 +191,7 @@ class RunBuilder:
             window=rows,
             participants=participants,
             hidden_before=hidden,
-            tool_names=[t.name for t in tools if t.name != "read_history"],
+            tool_names=[t.name for t in tools if t.name not in _READ_ONLY_TOOLS],
             notes=notes,
         )
         if self.framing_hook is not None:
@@ -208,9 +209,15 @@ class RunBuilder:
         )
 
 
-def _answer_after(rows: Sequence[Message], trigger: Message | None) -> Message | None:
-    """Return our message sent (or perhaps sent) after `trigger`, if there is one.
+def _answer_after(
+    rows: Sequence[Message], trigger: Message | None, after_restart: bool
+) -> Message | None:
+    """Return our message that answers `trigger` (sent, or perhaps sent), if there is one.
 
+    A reply to the trigger always answers it. After a restart, so does any message
+    of ours after it: the run that sent it saw the trigger and was cut short before
+    it could be recorded as finished. (Without a restart, a message after the
+    trigger may be a reply to an earlier message, written before the trigger came.)
     A failed send does not count: it definitely did not arrive.
     """
     if trigger is None:
@@ -222,6 +229,7 @@ def _answer_after(rows: Sequence[Message], trigger: Message | None) -> Message |
             if m.direction == "out"
             and m.seq > trigger.seq
             and m.status in {"sent", "uncertain", "pending"}
+            and (after_restart or m.reply_to_seq == trigger.seq)
         ),
         None,
     )
@@ -238,6 +246,18 @@ def _already_answered_note(trigger: Message, answer: Message) -> str:
         f" run has no new message to answer. Do not answer #{trigger.seq} again; send"
         " something only if the conversation needs it."
     )
+
+
+#: the note a run gets when a restart interrupted the conversation's previous turn
+RESTART_NOTE = (
+    "backchannel restarted since your last turn in this conversation. Nothing was lost:"
+    " every message you have not answered yet is shown below. A reply of yours marked"
+    " 'delivery uncertain' was cut short by the restart and may have arrived: do not send"
+    " it again unless the conversation shows it is missing."
+)
+
+#: tools that only read: the framing's "send tool" list leaves them out
+_READ_ONLY_TOOLS = frozenset({"read_history", "list_conversations", "read_conversation"})
 
 
 def _trim_to_chars(rows: list[Message], limit: int) -> list[Message]:

@@ -162,9 +162,25 @@ def _storable_attachments(
     return tuple(repaired) if changed else attachments
 
 
+_SCALARS = (int, float, type(None))
+
+
+def _flat_ascii(meta: Mapping[str, Any]) -> bool:
+    """Return True when every key is ASCII text and every value an ASCII string or a scalar."""
+    for key, value in meta.items():
+        if type(key) is not str or not key.isascii():
+            return False
+        if type(value) is str:
+            if not value.isascii():
+                return False
+        elif not isinstance(value, _SCALARS):  # bool is an int
+            return False
+    return True
+
+
 def _storable_meta(meta: Mapping[str, Any]) -> Mapping[str, Any] | str:
-    if _FLAT_META(meta):
-        return meta  # the usual case: a few numbers and ASCII strings
+    if _flat_ascii(meta):
+        return meta  # what adapters put there: ids, kinds, flags; JSON takes it as it is
     try:
         dumped = json.dumps(dict(meta), ensure_ascii=False)
     except (TypeError, ValueError) as error:
@@ -176,27 +192,3 @@ def _storable_meta(meta: Mapping[str, Any]) -> Mapping[str, Any] | str:
     if dumped.isascii() or repair_text(dumped) is dumped:
         return meta
     return dict(safe_copy(meta))
-
-
-def _flat_meta(meta: Mapping[str, Any]) -> bool:
-    """Say whether `meta` holds only str keys and ASCII text, finite numbers, bools, None."""
-    for key, value in meta.items():
-        if type(key) is not str or not key.isascii():
-            return False
-        kind = type(value)
-        if kind is str:
-            if not value.isascii():
-                return False
-        elif kind is int:
-            if not -(2**63) <= value < 2**63:
-                return False
-        elif kind is float:
-            if value != value or value in (_INF, -_INF):
-                return False
-        elif value is not None and kind is not bool:
-            return False
-    return True
-
-
-_INF = float("inf")
-_FLAT_META = _flat_meta

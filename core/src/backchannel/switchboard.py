@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from attrs import define, field
 
@@ -25,14 +25,17 @@ from .model import Address, Conversation, Event, Message, Sender, from_json, to_
 from .outbound import Deliverer, DeliveryResult, channel_tools
 from .plugins import get_plugin_manager
 from .policy import Policy
-from .runs import Agent, Run, RunBuilder, RunSession, WindowSettings
+from .runs import RESTART_NOTE, Agent, Run, RunBuilder, RunSession, WindowSettings
 from .scheduler import Busy, Scheduler
 from .secrets import register_secret
-from .server import HttpServer
 from .storable import storable_event
 from .store import AppendResult, Inbound, Store
 from .tools import Tool
 from .wire import BadPayload, dump_for_dead_letter, parse_json, repair_text
+
+if TYPE_CHECKING:
+    from .server import HttpServer
+    from .workers import WorkerCoordinator
 
 __all__ = ["Binding", "InboundRouter", "RouteVerdict", "Service", "Switchboard"]
 
@@ -56,14 +59,6 @@ class Service(Protocol):
     async def start(self, board: Switchboard) -> None: ...
 
     async def stop(self) -> None: ...
-
-
-RESTART_NOTE = (
-    "backchannel restarted since your last turn in this conversation. Nothing was lost:"
-    " every message you have not answered yet is shown below. A reply of yours marked"
-    " 'delivery uncertain' was cut short by the restart and may have arrived: do not send"
-    " it again unless the conversation shows it is missing."
-)
 
 
 @define(init=False)
@@ -135,11 +130,11 @@ class Switchboard:
         self.store = store
         self.routes = RouteTable(public_url or f"http://{host}:{port or 0}")
         self._explicit_public_url = public_url is not None
-        self.server = (
-            HttpServer(self.routes, host=host, port=port, health=self.health)
-            if port is not None
-            else None
-        )
+        self.server: HttpServer | None = None
+        if port is not None:
+            from .server import HttpServer  # aiohttp's server: only a board that serves pays
+
+            self.server = HttpServer(self.routes, host=host, port=port, health=self.health)
         self.url: str | None = None
         self.accounts: dict[str, _Account] = {}
         self.counters: dict[str, int] = {
@@ -164,6 +159,11 @@ class Switchboard:
         self._known_me: dict[str, Sender] = {}
         #: more tools for runs: provider(account, session, conversation) -> tools (orchestration)
         self.run_tools: list[Callable[[str, RunSession, Conversation], Sequence[Tool]]] = []
+        #: conversations whose every new message is looked at (a session with an open ask:
+        #: its answer may not call for a run itself), not only triggering ones
+        self.watched: set[int] = set()
+        #: set (before start) when this is one of several workers sharing a PostgreSQL store
+        self.workers: WorkerCoordinator | None = None
         self._routers: dict[str, list[InboundRouter]] = {}
         self._services: list[Service] = []
         self._started_services: list[Service] = []
@@ -243,11 +243,18 @@ class Switchboard:
         # what was owed before this start: asked now, so messages that arrive while the
         # adapters start are not mistaken for ones a restart interrupted
         owed = [c for c in await self.store.unhandled() if c.address.account in self.accounts]
+        workers = self.workers
+        if workers is not None:
+            # leased accounts start when their lease is taken, and only their holder runs them
+            self.scheduler.claims = workers
+            owed = [c for c in owed if workers.may_run(c.address.account)]
         if self.server is not None:
             self.url = await self.server.start()
             if not self._explicit_public_url:
                 self.routes.public_url = self.url
         for account in self.accounts.values():
+            if workers is not None and not workers.may_run(account.name):
+                continue
             try:
                 await account.adapter.start(account.context)
             except Exception:
@@ -262,6 +269,8 @@ class Switchboard:
         for service in self._services:
             await service.start(self)
             self._started_services.append(service)
+        if workers is not None:
+            await workers.start()
 
     async def start_accounts(self, names: Iterable[str]) -> None:
         """Start only these accounts' adapters: no recovery, no scheduling, no HTTP server.
@@ -290,6 +299,8 @@ class Switchboard:
             return
         self._stopping = True
         timeout = self._stop_timeout if timeout is None else timeout
+        if self.workers is not None:
+            self.workers.stopping = True  # take no new lease while stopping
         while self._started_services:
             service = self._started_services.pop()
             try:
@@ -307,6 +318,8 @@ class Switchboard:
         await self.scheduler.drain(timeout)
         if self.server is not None:
             await self.server.stop()
+        if self.workers is not None:
+            await self.workers.stop()
         await self.store.close()
 
     async def __aenter__(self) -> Switchboard:
@@ -466,11 +479,10 @@ class Switchboard:
         if not routers or event.kind != "message":
             return None
         for router in routers:
-            try:
-                verdict = await router(event)
-            except Exception:  # a plugin bug must not stop the pipeline: bindings apply
-                log.exception("account %s: inbound router %r failed", account, router)
-                continue
+            # a router that raises fails the ingest like a store error: nothing is acked, the
+            # adapter reads the event again; falling back to the bindings could hand a
+            # message meant for the plugin (an owner's reply) to the wrong reader
+            verdict = await router(event)
             if verdict is not None:
                 return verdict
         return None
@@ -488,7 +500,9 @@ class Switchboard:
             self.counters["duplicate"] += 1
             return
         self.counters["held" if inbound.held else "stored"] += 1
-        if appended.triggers:
+        if appended.triggers or (
+            appended.conversation_id in self.watched and appended.status == "stored"
+        ):
             self.scheduler.poke(appended.conversation_id, inbound.event.address.account)
 
     @staticmethod

@@ -146,6 +146,11 @@ class SlackAdapter:
     def __repr__(self) -> str:
         return f"SlackAdapter(account={self.account!r}, mode={self.settings.mode!r})"
 
+    @property
+    def served_by_every_worker(self) -> bool:
+        """Events API requests may reach any `serve --worker`; a Socket Mode socket is one."""
+        return self.settings.mode == "events"
+
     # lifecycle ---------------------------------------------------------------
     async def start(self, ctx: AdapterContext) -> None:
         """Check the bot token (auth.test), then connect Socket Mode or add the events route."""

@@ -117,6 +117,11 @@ class TelegramAdapter:
     def __repr__(self) -> str:
         return f"TelegramAdapter(account={self.account!r}, mode={self.mode!r})"
 
+    @property
+    def served_by_every_worker(self) -> bool:
+        """Webhook updates may reach any `serve --worker` behind a load balancer; polling may not."""
+        return self.mode == "webhook"
+
     # lifecycle --------------------------------------------------------------
 
     async def start(self, ctx: AdapterContext) -> None:
