@@ -219,6 +219,31 @@ async def test_two_asks_in_flight_to_two_peers_answered_in_reverse_order_each_re
     assert sorted(e["to"] for e in relay.sent_by(a.agent_id)) == sorted([b_id, c_id])
 
 
+async def test_report_verbatim_posts_the_answer_with_attribution_and_runs_nothing(
+    deployment: Any,
+) -> None:
+    start, peer = deployment
+    a = await start(report="verbatim")
+    b_board, b_id = await peer("b", PeerAgent("B"), a)
+    async with a.page() as page:
+        await page.say(f"ask {b_id} verbatim please")
+        await page.wait_for(agent_says("B answers: VERBATIM PLEASE"), 30)
+        await a.board.wait_idle()
+        await b_board.wait_idle()
+        session = await a.session_with(b_id)
+        assert agent_texts(page, "VERBATIM PLEASE") == [
+            f"[Answer from {b_label(b_id)} (session {session.address.thread}) to the question"
+            " asked at #1]\nB answers: VERBATIM PLEASE"
+        ]
+    assert a.owner.reporter_runs == [] and a.owner.session_runs == []
+    [ask] = await a.store.asks()
+    assert ask.state == "answered"
+
+
+def b_label(agent_id: str) -> str:
+    return f"tiny.place agent {agent_id[:4]}…{agent_id[-4:]}"
+
+
 async def test_an_ask_whose_send_times_out_is_uncertain_not_retried_and_the_agent_is_told(
     deployment: Any, relay: FakeRelay
 ) -> None:
