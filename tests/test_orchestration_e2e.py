@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
+import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -141,6 +144,10 @@ async def test_owner_asks_in_web_chat_and_the_agent_answers_from_telegram_then_p
     assert shown.exit_code == 0, shown.output
     assert "send_to_conversation(conversation: string, text: string)" in shown.output
     assert "list_conversations(" in shown.output and "read_conversation(" in shown.output
+    transcript = await asyncio.to_thread(
+        CliRunner().invoke, main, ["show", tg_key, "-c", str(path)]
+    )
+    assert f"(sent; from conversation {web_key})" in transcript.output
 
 
 async def test_a_telegram_send_that_times_out_is_uncertain_and_not_retried(
@@ -177,3 +184,124 @@ def test_the_example_checks_and_shows_orchestrate() -> None:
     assert result.exit_code == 0, result.output
     assert re.search(r"\[0\] assistant <- web: .*orchestrate", result.output)
     assert not re.search(r"\[1\] assistant <- tg: .*orchestrate", result.output)
+
+
+class ServeProcess:
+    """`backchannel serve` in a child process, its output collected line by line."""
+
+    def __init__(self, config: Path):
+        self.config = config
+        self.lines: list[str] = []
+        self._changed = asyncio.Condition()
+        self.process: asyncio.subprocess.Process | None = None
+        self._readers: list[asyncio.Task[None]] = []
+
+    async def start(self) -> str:
+        """Start serve; return the web chat page URL it announces."""
+        self.lines.clear()
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "backchannel", "serve", "-c", str(self.config),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={k: v for k, v in os.environ.items() if k != "BACKCHANNEL_CONFIG"},
+        )  # fmt: skip
+        assert self.process.stdout is not None and self.process.stderr is not None
+        self._readers = [
+            asyncio.create_task(self._read(self.process.stdout)),
+            asyncio.create_task(self._read(self.process.stderr)),
+        ]
+        line = await self.wait_line(r"^web: open (\S+)")
+        match = re.search(r"open (\S+)", line)
+        assert match is not None
+        return match.group(1)
+
+    async def _read(self, stream: asyncio.StreamReader) -> None:
+        while line := await stream.readline():
+            async with self._changed:
+                self.lines.append(line.decode(errors="replace").rstrip())
+                self._changed.notify_all()
+
+    async def wait_line(self, pattern: str, timeout: float = 30.0) -> str:
+        """Return the first output line matching `pattern`, waiting for it (bounded)."""
+
+        def found() -> str | None:
+            return next((line for line in self.lines if re.search(pattern, line)), None)
+
+        async def wait() -> str:
+            async with self._changed:
+                await self._changed.wait_for(lambda: found() is not None)
+            line = found()
+            assert line is not None
+            return line
+
+        try:
+            return await asyncio.wait_for(wait(), timeout)
+        except TimeoutError:
+            raise AssertionError(
+                f"serve never printed {pattern!r}; it printed {self.lines}"
+            ) from None
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(self.process.wait(), 30)
+        await asyncio.gather(*self._readers, return_exceptions=True)
+
+
+async def cli(*args: str) -> str:
+    """Run a backchannel command (in a thread: the fakes' loop keeps serving meanwhile)."""
+    env = {"BACKCHANNEL_CONFIG": ""}
+    result = await asyncio.to_thread(CliRunner().invoke, main, list(args), env=env)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+async def ask(page: FakeBrowser, text: str) -> str:
+    """Say `text` in the web chat; return the agent's "To Alice ..." answer."""
+    after = len(page.frames)
+    await page.say(text)
+    frame = await page.wait_for(
+        lambda f: f["type"] == "message" and f["role"] == "agent" and "To Alice" in f["text"],
+        timeout=20,
+        after=after,
+    )
+    return str(frame["text"])
+
+
+async def test_the_messaging_control_and_the_kill_switch_reach_a_running_serve(
+    tmp_path: Path, fake: FakeTelegram
+) -> None:
+    path = fake_config(tmp_path, fake)
+    shutil.copy(EXAMPLES / "orchestrator_agent.py", tmp_path)
+    serve = ServeProcess(path)
+    url = await serve.start()
+    try:
+        alice = fake.user("Alice", username="alice")
+        update = fake.inject_message(fake.private_chat(alice), alice, "hi, it's Alice")
+        await fake.wait_for(lambda: fake.is_acked(update["update_id"]), what="Alice's update")
+        async with FakeBrowser(url, name="Olivia") as page:
+            assert "OFF, held by the messaging control" in await cli(
+                "messaging", "off", "-c", str(path)
+            )
+            assert "switched off" in await ask(page, "tell Alice one")
+            assert "is ON" in await cli("messaging", "on", "-c", str(path))
+            assert "sent to tg/" in await ask(page, "tell Alice two")
+            assert [m.text.splitlines()[-1] for m in fake.sent] == ["two"]
+            # the config kill switch, re-read on SIGHUP
+            path.write_text(path.read_text().replace("enabled = true", "enabled = false"))
+            assert serve.process is not None
+            serve.process.send_signal(signal.SIGHUP)
+            await serve.wait_line("kill switch reloaded, enabled = false")
+            assert "disabled by the operator" in await ask(page, "tell Alice three")
+            status = await cli("messaging", "status", "-c", str(path))
+            assert "held by the config's kill switch" in status
+            # both off, then a restart: the kill switch comes back on, the toggle still holds
+            await cli("messaging", "off", "-c", str(path))
+            visitor, tab = page.visitor, page.conversation
+        await serve.stop()
+        path.write_text(path.read_text().replace("enabled = false", "enabled = true"))
+        url = await serve.start()
+        async with FakeBrowser(url, visitor=visitor, conversation=tab, name="Olivia") as page:
+            assert "switched off" in await ask(page, "tell Alice four")
+        assert [m.text.splitlines()[-1] for m in fake.sent] == ["two"]
+    finally:
+        await serve.stop()

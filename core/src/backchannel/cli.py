@@ -1,4 +1,4 @@
-"""The `backchannel` command: serve, demo, check, plugins, conversations, show, preview, send.
+"""The `backchannel` command: serve, demo, check, plugins, conversations, show, preview, send, messaging.
 
 Human output by default, ``--json`` for scripts. Expected failures (bad
 config, missing plugin, unknown conversation) print one line to stderr and

@@ -107,6 +107,8 @@ def transcript_line(message: Message) -> str:
         marks.append(
             message.status + (f": {message.status_reason}" if message.status_reason else "")
         )
+        if message.meta and message.meta.get("origin"):
+            marks.append(f"from conversation {message.meta['origin']}")
     arrow = "->" if message.direction == "out" else "  "
     head = f"#{message.seq:<4} {when} {arrow} {message.sender.label}"
     if marks:

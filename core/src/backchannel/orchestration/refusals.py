@@ -30,6 +30,7 @@ __all__ = [
     "check_cross_controls",
     "check_cross_read",
     "check_cross_send",
+    "send_refusal",
 ]
 
 REFUSAL_CODES = ("untrusted", "disabled", "messaging_off", "unknown", "not_bound", "self")
@@ -127,3 +128,35 @@ async def check_cross_read(store: Store, *, scope: AgentScope, target: str | int
             f" shows. Nothing was sent.",
         )
     return found
+
+
+async def send_refusal(
+    config: Config, conversation: Conversation, *, store: Store | None = None
+) -> str | None:
+    """Return why the two controls refuse a new cross-conversation send now, or None.
+
+    For callers that do their own scoping and trust (an MCP server acting for
+    the operator): only the kill switch and the messaging control are checked.
+    Without `store`, the config's store is opened for the check.
+    """
+    if store is None:
+        from ..app import open_config_store
+
+        opened = open_config_store(config)
+        try:
+            return await send_refusal(config, conversation, store=opened)
+        finally:
+            await opened.close()
+    status = await messaging_status(store, config)
+    if status.allowed:
+        return None
+    code = "disabled" if not status.config_enabled else "messaging_off"
+    return str(_CONTROL_REFUSALS[code]).format(key=conversation.address.key)
+
+
+_CONTROL_REFUSALS = {
+    "disabled": "refused: cross-conversation messaging is disabled by the operator (the config's"
+    " [orchestration] enabled = false); nothing was sent to {key}.",
+    "messaging_off": "refused: cross-conversation messaging is switched off (`backchannel"
+    " messaging off`); nothing was sent to {key}.",
+}

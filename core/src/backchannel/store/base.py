@@ -191,7 +191,7 @@ class Store(ABC):
         prefix, case and accents ignored; at most the first 8 words) appears
         somewhere: the title, a participant's name or handle, or the text of a
         visible message (in or out; held messages never match). A query with no
-        words matches nothing. Must not raise for any text.
+        words matches nothing.
         """
 
     @abstractmethod

@@ -161,7 +161,12 @@ async def pg001_initial(connection: Any) -> None:
     )
 
 
-PG_MIGRATIONS: list[Migration] = [pg001_initial, pg006_asks]
+async def pg002_orchestration(connection: Any) -> None:
+    # which conversation a cross-conversation send came from (NULL: its own run)
+    await connection.execute("ALTER TABLE outbox ADD COLUMN origin TEXT")
+
+
+PG_MIGRATIONS: list[Migration] = [pg001_initial, pg002_orchestration, pg006_asks]
 
 
 async def migrate(connection: Any) -> list[str]:

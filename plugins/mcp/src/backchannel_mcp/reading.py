@@ -70,7 +70,12 @@ async def list_conversations_text(
     orchestration = _orchestration()
     if orchestration is not None:
         summaries = await orchestration.list_conversations(
-            store, accounts=list(accounts), query=query, channel=channel, limit=limit
+            store,
+            accounts=list(accounts),
+            query=query,
+            channel=channel,
+            limit=limit,
+            channel_of=channel_of,
         )
         return str(orchestration.format_conversations(summaries))
     found = [c for c in await store.conversations(None, 1000) if c.address.account in accounts]
@@ -156,7 +161,7 @@ def _quoted(text: str) -> str:
 
 def _orchestration() -> Any:
     try:
-        from backchannel import orchestration  # type: ignore[attr-defined]
+        from backchannel import orchestration
     except ImportError:
         return None
     if hasattr(orchestration, "list_conversations") and hasattr(

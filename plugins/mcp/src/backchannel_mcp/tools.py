@@ -235,7 +235,7 @@ def _default_refusal(config: Config) -> Refusal:
         return None
 
     try:
-        from backchannel import orchestration  # type: ignore[attr-defined]
+        from backchannel import orchestration
     except ImportError:
         return no_refusal
     check = getattr(orchestration, "send_refusal", None)
