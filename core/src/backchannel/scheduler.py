@@ -62,6 +62,8 @@ class _Slot:
     timer: asyncio.TimerHandle | None = None
     first_poke: float | None = None
     notes: list[str] = field(factory=list)
+    #: poked with `again` during a run: run once more afterwards, triggers or not
+    again: bool = False
 
 
 def _backoff(failures: int) -> float:
@@ -119,16 +121,21 @@ class Scheduler:
         if still:
             await asyncio.wait(still, timeout=2)
 
-    def poke(self, conversation_id: int, account: str, *, pause: float = 0.0) -> None:
+    def poke(
+        self, conversation_id: int, account: str, *, pause: float = 0.0, again: bool = False
+    ) -> None:
         """Ask for a run of this conversation (debounced; one at a time).
 
-        `pause` delays it at least that long (a backoff after failures).
+        `pause` delays it at least that long (a backoff after failures). A poke
+        during a run is dropped (the run's end looks for unhandled messages)
+        unless `again`: work a gate owes the conversation (an answer to report).
         """
         if self._stopping:
             return
         self._conversation_account[conversation_id] = account
         slot = self._slot(conversation_id)
         if slot.running:
+            slot.again = slot.again or again
             return
         binding = self.accounts[account].binding
         loop = asyncio.get_running_loop()
@@ -179,7 +186,8 @@ class Scheduler:
             try:
                 if not self._stopping:
                     conversation = await self.store.conversation(conversation_id)
-                    if conversation.trigger_seq > conversation.handled_seq:
+                    again, slot.again = slot.again, False
+                    if conversation.trigger_seq > conversation.handled_seq or again:
                         self.poke(conversation_id, account_name, pause=_backoff(slot.failures))
                     elif slot.timer is None and not slot.notes:
                         self._forget(conversation_id)
