@@ -30,7 +30,8 @@ from backchannel.orchestration import orchestrator_of, scope_for_agent, set_mess
 from backchannel.store import Inbound, SQLiteStore
 from backchannel.switchboard import Switchboard
 from backchannel.testing.store_contract import make_event
-from backchannel_tinyplace.testing import FakeRelay
+from backchannel_tinyplace.envelope import parse_body
+from backchannel_tinyplace.testing import FakeRelay, RelayPeer
 from backchannel_webchat.testing import FakeBrowser
 from click.testing import CliRunner
 
@@ -217,6 +218,35 @@ async def test_two_asks_in_flight_to_two_peers_answered_in_reverse_order_each_re
     assert {"send_to_conversation", "ask_agent", "read_conversation"} <= set(asking_run.tool_names)
     # nothing went anywhere but the web chat: A sent exactly the two questions on the relay
     assert sorted(e["to"] for e in relay.sent_by(a.agent_id)) == sorted([b_id, c_id])
+
+
+async def test_a_harness_peers_auto_reply_answers_the_ask_though_it_starts_no_run(
+    deployment: Any, relay: FakeRelay
+) -> None:
+    start, _ = deployment
+    a = await start()
+    async with RelayPeer(relay.url) as harness:  # a Claude/Codex harness plugin, not backchannel
+        await harness.publish_keys()
+        relay.make_contacts(a.agent_id, harness.agent_id)
+        async with a.page() as page:
+            await page.say(f"ask {harness.agent_id} which branch are you on?")
+            await a.owner.wait(lambda: a.owner.asked)
+            [(_, body)] = await harness.receive()
+            question = parse_body(body)
+            assert question.text == "which branch are you on?" and question.session
+            # the plugin's auto-reply: tp.auto (it calls for no answer), tp.in_reply_to
+            await harness.send_text(
+                a.agent_id,
+                "on main",
+                session=question.session,
+                in_reply_to=question.message_id,
+                auto=True,
+            )
+            await page.wait_for(agent_says("Answer received: on main"), 30)
+            await a.board.wait_idle()
+    [ask] = await a.store.asks()
+    assert ask.state == "answered"
+    assert a.owner.session_runs == []
 
 
 async def test_report_verbatim_posts_the_answer_with_attribution_and_runs_nothing(
