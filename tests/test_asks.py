@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import os
 import signal
 import socket
@@ -48,6 +49,7 @@ from ask_rig import (
 )
 
 CHILD = Path(__file__).with_name("asks_child.py")
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 @pytest.fixture
@@ -543,3 +545,14 @@ def test_a_master_binding_names_exactly_one_conversation_and_an_account_has_one(
         parse_config({**base, "bindings": two}, check_plugins=False)
     with pytest.raises(ConfigError, match=r"orchestration\.ask_timeout: expected seconds > 0"):
         parse_config({**base, "orchestration": {"ask_timeout": 0}}, check_plugins=False)
+
+
+async def test_the_ask_demo_reports_bs_answer_in_the_web_chat(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("ask_demo", EXAMPLES / "ask_demo.py")
+    assert spec is not None and spec.loader is not None
+    ask_demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ask_demo)
+    answer = await ask_demo.demo(True, tmp_path)
+    assert answer == (
+        "The answer came: B here. You asked: 'what is the answer to everything?'. My answer: 42."
+    )
