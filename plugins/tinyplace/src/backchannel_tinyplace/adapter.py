@@ -54,6 +54,8 @@ class TinyplaceAdapter:
     """A tiny.place agent identity: DMs with other agents, threaded by harness session."""
 
     channel = "tinyplace"
+    #: identity material must never ride in a payload; dead letters drop it if it does
+    secret_fields = frozenset({"private_key", "seed", "identity"})
 
     def __init__(self, account: str, settings: Mapping[str, Any]):
         self.account = account
