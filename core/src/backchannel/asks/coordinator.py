@@ -107,9 +107,25 @@ class AskCoordinator:
         session was an answer, or reports were all this conversation was owed.
         """
         reported = await self._report_owed(conversation)
-        if conversation.id in self.board.watched:
+        if conversation.id in self.board.watched or await self._asked_elsewhere(conversation):
             return await self._correlate(conversation)
         return reported and conversation.trigger_seq <= conversation.handled_seq
+
+    async def _asked_elsewhere(self, conversation: Conversation) -> bool:
+        """With several workers, whether another one asked in this session since we started.
+
+        One worker's `watched` set knows only its own asks and those open at its
+        start; with run claims (several workers on one store) the store is asked.
+        """
+        if self.board.scheduler.claims is None:
+            return False
+        open_asks = await self.board.store.asks(
+            peer_conversation_id=conversation.id, states=ASK_OPEN_STATES, limit=1_000
+        )
+        if any(ask.answer_seq is None for ask in open_asks):
+            self.board.watched.add(conversation.id)
+            return True
+        return False
 
     async def _correlate(self, conversation: Conversation) -> bool:
         """Match a watched session's new inbound messages to asks; True when all were answers."""
