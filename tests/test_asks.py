@@ -347,7 +347,7 @@ async def test_refusals_and_a_cold_ask_store_nothing_and_send_nothing(
     assert "not one of your accounts that talk to other agents" in await ask(
         peer=linked, account="web"
     )
-    assert "cannot be a session id" in await ask(peer=linked, session_id="master")
+    assert "cannot be a session id" in await ask(peer=linked, session="master")
     await set_messaging(a.store, False)
     assert "switched off" in await ask(peer=linked)
     await set_messaging(a.store, True)
@@ -374,7 +374,7 @@ async def test_refusals_and_a_cold_ask_store_nothing_and_send_nothing(
         if t.name == "ask_agent"
     ]
     assert "is this conversation" in await from_session(
-        {"peer": linked, "session_id": "s1", "question": "?"}
+        {"peer": linked, "session": "s1", "question": "?"}
     )
     # nothing was stored or sent by any of them
     assert await a.store.asks() == []
