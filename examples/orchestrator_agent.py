@@ -6,6 +6,8 @@ drives it end to end.
   read_conversation(<the first match>), answer here with the matching lines.
 - "tell <Name> <message>" -> list_conversations(query=<Name>), then
   send_to_conversation(<the first match>, <message>), and say here what happened.
+- "ask <agent id> <question>" -> ask_agent(<agent id>, <question>), and say here what happened;
+  the answer comes later in a reporter run (its only tool is send_message), relayed here.
 
 Use it with `backchannel serve -c examples/orchestrator.toml`.
 """
@@ -18,11 +20,16 @@ from backchannel import Run
 
 ASK = re.compile(r"what did (\w+) say(?:.*?\babout (?:the )?(\w+))?", re.IGNORECASE)
 TELL = re.compile(r"^tell (\w+) (?:that )?(.+)$", re.IGNORECASE | re.DOTALL)
+ASK_AGENT = re.compile(r"^ask (\S+) (.+)$", re.IGNORECASE | re.DOTALL)
 KEY = re.compile(r"^- (\S+) \(id \d+\)", re.MULTILINE)
 
 
 async def orchestrator(run: Run) -> None:
     """Answer from other conversations, or pass a message on, as the owner asks."""
+    if run.tool_names == ["send_message"]:  # a reporter run: the last message is the answer
+        answer = run.messages[-1]["content"].split("\n", 1)[-1]
+        await run.call("send_message", {"text": f"The answer came: {answer}"})
+        return
     if run.trigger is None:
         return
     text = run.trigger.text.strip()
@@ -32,6 +39,9 @@ async def orchestrator(run: Run) -> None:
         await _answer_from_history(run, match.group(1), match.group(2))
     elif match := TELL.match(text):
         await _pass_on(run, match.group(1), match.group(2).strip())
+    elif (match := ASK_AGENT.match(text)) and run.tool("ask_agent") is not None:
+        outcome = await run.call("ask_agent", {"peer": match.group(1), "question": match.group(2)})
+        await run.call("send_message", {"text": outcome})
 
 
 async def _answer_from_history(run: Run, name: str, topic: str | None) -> None:

@@ -25,6 +25,7 @@ from backchannel.model import Address
 from backchannel.render import render_preview
 from backchannel.switchboard import Switchboard
 from backchannel_telegram.testing import FakeTelegram
+from backchannel_tinyplace.testing import FakeRelay
 from backchannel_webchat import WebchatAdapter
 from backchannel_webchat.testing import FakeBrowser
 from click.testing import CliRunner
@@ -33,13 +34,18 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CROSS_TOOLS = ("list_conversations", "read_conversation", "send_to_conversation")
 
 
-def fake_config(tmp_path: Path, fake: FakeTelegram) -> Path:
-    """examples/orchestrator.toml with the store in tmp_path and Telegram at the fake."""
+def fake_config(tmp_path: Path, fake: FakeTelegram, relay_url: str) -> Path:
+    """examples/orchestrator.toml: the store in tmp_path, Telegram and tiny.place at the fakes."""
     text = (EXAMPLES / "orchestrator.toml").read_text()
     settings = fake.settings(request_timeout=1.0, retry_max=0.2)
     tg = "\n".join(f"{key} = {_toml(value)}" for key, value in settings.items())
     assert 'token = "${TELEGRAM_TOKEN}"' in text
     text = text.replace('token = "${TELEGRAM_TOKEN}"', tg)
+    assert 'identity = "${TINYPLACE_IDENTITY}"' in text
+    text = text.replace(
+        'identity = "${TINYPLACE_IDENTITY}"', f'identity = "{os.urandom(32).hex()}"'
+    )
+    text = text.replace('relay_url = "https://api.tiny.place"', f'relay_url = "{relay_url}"')
     path = tmp_path / "orchestrator.toml"
     path.write_text(f'[store]\npath = "{tmp_path / "state" / "bc.db"}"\n[server]\nport = 0\n{text}')
     return path
@@ -58,11 +64,17 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 
 
 @pytest.fixture
+async def relay() -> AsyncIterator[FakeRelay]:
+    async with FakeRelay() as server:
+        yield server
+
+
+@pytest.fixture
 async def served(
-    tmp_path: Path, fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, fake: FakeTelegram, relay: FakeRelay, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[Switchboard, Config, Path]]:
     monkeypatch.syspath_prepend(str(EXAMPLES))  # the agent module sits next to the example
-    path = fake_config(tmp_path, fake)
+    path = fake_config(tmp_path, fake, relay.url)
     config = load_config(path)
     board = await build_switchboard(config)
     await board.start()
@@ -167,7 +179,7 @@ def test_the_example_checks_and_shows_orchestrate() -> None:
     result = CliRunner().invoke(
         main,
         ["check", "-c", str(EXAMPLES / "orchestrator.toml")],
-        env={"TELEGRAM_TOKEN": "123456:example-token-unused"},
+        env={"TELEGRAM_TOKEN": "123456:example-token-unused", "TINYPLACE_IDENTITY": "7" * 64},
     )
     assert result.exit_code == 0, result.output
     assert re.search(r"\[0\] assistant <- web: .*orchestrate", result.output)

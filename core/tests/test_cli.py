@@ -364,6 +364,7 @@ EXAMPLE_ENV = {
     "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1",
     "OPENAI_API_KEY": "ollama-key-unused",
     "TELEGRAM_TOKEN": "123456:example-token-unused",
+    "TINYPLACE_IDENTITY": "7" * 64,  # a hex seed: examples/orchestrator.toml asks tiny.place peers
 }
 
 

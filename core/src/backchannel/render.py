@@ -132,7 +132,12 @@ def conversation_json(conversation: Conversation) -> dict[str, Any]:
 def render_summary(summary: dict[str, Any]) -> str:
     server = summary["server"]
     lines = [
-        f"store     {summary['store']['path']} (synchronous {summary['store']['synchronous']})",
+        f"store     {summary['store']['path']} (synchronous {summary['store']['synchronous']})"
+        + (
+            "\n          this config's own store, chosen by its path: set [store] path to choose"
+            if summary["store"].get("default")
+            else ""
+        ),
         f"server    http://{server['host']}:{server['port']}"
         + (f" (public {server['public_url']})" if server["public_url"] else ""),
         "accounts",

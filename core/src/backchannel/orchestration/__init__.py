@@ -66,7 +66,18 @@ __all__ = [
 
 def attach(board: Switchboard, config: Config) -> Orchestrator:
     """Give `board`'s runs the orchestration tools as `config` allows; return the provider."""
+    from ..asks import AskCoordinator, AskSettings
+
     orchestrator = Orchestrator(board, config)
+    settings = config.orchestration
+    orchestrator.asks = AskCoordinator(
+        board,
+        AskSettings(
+            ask_timeout=settings.ask_timeout,
+            session_live=settings.session_live,
+            report=settings.report,
+        ),
+    ).attach()
     board.run_tools.append(orchestrator)
     return orchestrator
 

@@ -27,6 +27,7 @@ __all__ = [
     "REFUSAL_CODES",
     "CrossTarget",
     "Refused",
+    "check_cross_controls",
     "check_cross_read",
     "check_cross_send",
     "send_refusal",
@@ -67,6 +68,25 @@ async def check_cross_send(
     may steer the agent across conversations (see `trusts_to_steer`); an
     operator acting through the CLI passes True.
     """
+    await check_cross_controls(store, config, trusted=trusted, action=action)
+    found = await check_cross_read(store, scope=scope, target=target)
+    if origin is not None and found.id == origin.id:
+        raise Refused(
+            "self",
+            f"refused: {found.address.key} is this conversation; use send_message (or reply)"
+            f" to write here. Nothing was sent.",
+        )
+    return CrossTarget(found, origin)
+
+
+async def check_cross_controls(
+    store: Store, config: Config, *, trusted: bool, action: str = "send"
+) -> None:
+    """Raise Refused unless the trigger sender may steer and both controls allow `action`.
+
+    The first three refusals of the matrix (untrusted, disabled, messaging_off),
+    shared by sends and asks: an ask checks its own target afterwards.
+    """
     if not trusted:
         raise Refused(
             "untrusted",
@@ -89,14 +109,6 @@ async def check_cross_send(
             " Nothing was sent; do not retry until the operator turns it on. Reading other"
             " conversations still works.",
         )
-    found = await check_cross_read(store, scope=scope, target=target)
-    if origin is not None and found.id == origin.id:
-        raise Refused(
-            "self",
-            f"refused: {found.address.key} is this conversation; use send_message (or reply)"
-            f" to write here. Nothing was sent.",
-        )
-    return CrossTarget(found, origin)
 
 
 async def check_cross_read(store: Store, *, scope: AgentScope, target: str | int) -> Conversation:

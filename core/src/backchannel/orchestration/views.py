@@ -44,8 +44,10 @@ class ConversationSummary:
     message_count: int
     #: Unix seconds of the last message in or out
     active_at: float
-    #: an ask from this conversation is waiting for its answer (set by the ask flow)
+    #: an ask from or into this conversation is waiting for its answer
     pending_ask: bool = False
+    #: the key of the conversation whose ask started this one (a minted session)
+    created_by: str | None = None
 
 
 async def list_conversations(
@@ -106,7 +108,8 @@ async def list_conversations(
                 participants=tuple(p.sender.label for p in people[:8]),
                 message_count=conversation.visible_count,
                 active_at=conversation.active_at,
-                pending_ask=bool(conversation.meta.get("pending_asks")),
+                pending_ask=await _ask_pending(store, conversation.id),
+                created_by=_created_by(conversation),
             )
         )
     return summaries
@@ -138,6 +141,8 @@ def format_conversations(
             bits.append("with " + ", ".join(untrusted(p, 40) for p in s.participants))
         bits.append(f"{s.message_count} message{'s' if s.message_count != 1 else ''}")
         bits.append(f"last activity {_when(s.active_at)}")
+        if s.created_by:
+            bits.append(f"started by an ask from {s.created_by}")
         if s.pending_ask:
             bits.append("an ask is pending")
         lines.append(" · ".join(bits))
@@ -204,6 +209,19 @@ async def resolve_conversation(store: Store, reference: str | int) -> Conversati
         chat, _, thread = rest.rpartition("/")
         found = await store.find_conversation(Address(account, chat, thread))
     return found
+
+
+async def _ask_pending(store: Store, conversation_id: int) -> bool:
+    """Return True when an ask from or into this conversation still waits for its answer."""
+    states = ("pending", "uncertain")
+    found = await store.asks(origin_conversation_id=conversation_id, states=states)
+    found += await store.asks(peer_conversation_id=conversation_id, states=states)
+    return any(ask.answer_seq is None for ask in found)
+
+
+def _created_by(conversation: Conversation) -> str | None:
+    value = conversation.meta.get("created_by")
+    return value if isinstance(value, str) else None
 
 
 def _when(stamp: float) -> str:

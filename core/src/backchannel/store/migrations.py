@@ -230,10 +230,41 @@ def m003_orchestration(db: apsw.Connection) -> None:
     )
 
 
+def m006_asks(db: apsw.Connection) -> None:
+    db.execute(
+        """
+        -- questions asked to other agents (ask_agent), written before the question is sent;
+        -- an answer is matched by reply target, else to the oldest open ask of the session
+        CREATE TABLE asks (
+            id INTEGER PRIMARY KEY,
+            origin_conversation_id INTEGER NOT NULL,
+            origin_seq INTEGER,
+            peer_conversation_id INTEGER NOT NULL,
+            question TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'pending',
+            asked_at REAL NOT NULL,
+            deadline REAL NOT NULL,
+            message_seq INTEGER,
+            outbox_id INTEGER,
+            reason TEXT,
+            answer_seq INTEGER,
+            matched_at REAL,
+            reported_at REAL,
+            expiry_reported_at REAL
+        );
+        CREATE INDEX asks_session ON asks (peer_conversation_id, id);
+        CREATE INDEX asks_origin ON asks (origin_conversation_id, id);
+        -- the few rows that still need work: open, awaiting a report or an expiry notice
+        CREATE INDEX asks_open ON asks (deadline) WHERE reported_at IS NULL;
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_visible_index_and_orphan_edits,
     m003_orchestration,
+    m006_asks,
 ]
 
 

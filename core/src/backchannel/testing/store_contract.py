@@ -9,6 +9,7 @@ import pytest
 from ..errors import StoreError
 from ..model import Address, Event, Outbound, Receipt, Sender
 from ..store import Inbound, Store
+from .ask_contract import AskStoreContract
 
 __all__ = ["StoreContract", "make_event"]
 
@@ -40,8 +41,8 @@ def make_event(
     )
 
 
-class StoreContract:
-    """Behaviour every `Store` implementation must show."""
+class StoreContract(AskStoreContract):
+    """Behaviour every `Store` implementation must show (asks included)."""
 
     async def test_seq_is_assigned_per_conversation_from_one(self, store: Store) -> None:
         results = await store.append_inbound(
