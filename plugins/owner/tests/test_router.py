@@ -179,7 +179,9 @@ async def test_staleness_notices_fire_once_per_edge_and_survive_a_restart(
 
 async def test_a_delivered_message_gets_no_notice(world: OwnerWorld, start: Start) -> None:
     board = await start(stale_after=0.3)
-    duplex = board._services[0]
+    from backchannel_owner.router import OwnerDuplex
+
+    duplex = next(s for s in board._services if isinstance(s, OwnerDuplex))
     checked = asyncio.Event()
     original = duplex._escalate  # type: ignore[attr-defined]
 
