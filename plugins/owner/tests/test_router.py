@@ -183,13 +183,13 @@ async def test_a_delivered_message_gets_no_notice(world: OwnerWorld, start: Star
 
     duplex = next(s for s in board._services if isinstance(s, OwnerDuplex))
     checked = asyncio.Event()
-    original = duplex._escalate  # type: ignore[attr-defined]
+    original = duplex._escalate
 
     async def escalate_and_tell(message_id: str, edge: str) -> None:
         await original(message_id, edge)
         checked.set()
 
-    duplex._escalate = escalate_and_tell  # type: ignore[attr-defined]
+    duplex._escalate = escalate_and_tell  # type: ignore[method-assign]
     sent = await notify(world.config, "fyi", identity=identity())
     await say(world, world.owner_chat, world.owner, f"#{sent.id} quick one")
     (marker,) = list_markers(identity().session_id)
