@@ -231,3 +231,18 @@ def test_a_marker_naming_a_vanished_store_is_one_line_and_creates_nothing(
     assert (status, out) == (1, "") and err.count("\n") == 1 and "unable to open" in err
     assert not (tmp_path / "bc.db").exists()
     assert [m.id for m in list_markers(SESSION)] == [item.id]
+
+
+def test_the_empty_case_imports_nothing_heavy(inbox_root: Path) -> None:
+    code = (
+        "import io, sys\n"
+        "from backchannel_owner import hook\n"
+        "status = hook.run(io.StringIO('{}'), sys.stdout, sys.stderr)\n"
+        "heavy = [m for m in ('json', 're', 'typing', 'apsw', 'sqlite3', 'backchannel')"
+        " if m in sys.modules]\n"
+        "print(status, heavy)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.strip() == "0 []", done.stderr
