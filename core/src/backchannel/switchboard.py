@@ -173,8 +173,6 @@ class Switchboard:
         self._routers: dict[str, list[InboundRouter]] = {}
         self._services: list[Service] = []
         self._started_services: list[Service] = []
-        #: set (before start) when this is one of several workers sharing a PostgreSQL store
-        self.workers: WorkerCoordinator | None = None
 
     def add_inbound_router(self, account: str, router: InboundRouter) -> None:
         """Let `router` see `account`'s new messages before the binding's policy (see RouteVerdict)."""
