@@ -243,8 +243,7 @@ class SlackAdapter:
             )
         if user_id is not None and configured is not None and configured != user_id:
             self._log.warning(
-                "configured bot_user_id %s is not the token's bot user %s (auth.test);"
-                " using %s",
+                "configured bot_user_id %s is not the token's bot user %s (auth.test); using %s",
                 configured,
                 user_id,
                 user_id,

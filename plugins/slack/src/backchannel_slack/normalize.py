@@ -303,7 +303,7 @@ class _Reader:
         return Event(
             address=address,
             event_id=f"delete:{channel}:{deleted_ts}",
-            sender=sender or Sender(id="slack", name="Slack"),
+            sender=sender or Sender.unknown(),
             kind="delete",
             platform_message_id=deleted_ts,
             sent_at=_ts_seconds(stamp, self.at("event_ts")),
