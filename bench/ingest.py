@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from backchannel import Binding, Run, Switchboard
+from backchannel.runtime import tune_gc
 from backchannel.store import SQLiteStore
 from ceiling import ceiling_seconds
 from telegram_updates import ACCOUNT, make_adapter, message_shapes, sample_events, updates
@@ -178,6 +179,7 @@ def main() -> None:
             asyncio.run(shape_seconds(args.profile, args.events, args.conversations, shapes))
         pstats.Stats(profile).sort_stats("tottime").print_stats(30)
         return
+    tune_gc()  # as `serve` does once started
     figures = measure(args.events, args.conversations, args.rounds)
     if args.json:
         json.dump(figures, sys.stdout)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from backchannel import Binding, Run, Switchboard
+from backchannel.runtime import tune_gc
 from backchannel.store import SQLiteStore
 from telegram_updates import ACCOUNT, make_adapter, message_shapes, updates
 
@@ -109,6 +110,7 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=50)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
+    tune_gc()  # as `serve` does once started
     figures = asyncio.run(measure(args.seconds, args.rate, args.conversations))
     if args.json:
         json.dump(figures, sys.stdout)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from backchannel import Binding, Run, Switchboard
+from backchannel.runtime import tune_gc
 from backchannel.store import SQLiteStore
 from telegram_updates import ACCOUNT, make_adapter, message_shapes, updates
 
@@ -81,6 +82,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     if args.one:
+        tune_gc()  # as `serve` does once started
         json.dump(asyncio.run(measure_one(args.one)), sys.stdout)
         return
     figures = []

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
+from backchannel.runtime import tune_gc
 from ingest import IN_FLIGHT, POLL_LIMIT, SHAPES, WEBHOOK_CONNECTIONS, shape_seconds
 from telegram_updates import TOKEN, make_adapter, message_shapes, updates
 
@@ -137,6 +138,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
+    tune_gc()  # as `serve` does once started
     figures = measure(args.events, args.conversations, args.rounds)
     if args.json:
         json.dump(figures, sys.stdout)

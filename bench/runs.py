@@ -24,6 +24,7 @@ from typing import Any
 
 from backchannel import Binding, Run, Switchboard
 from backchannel.runs import WindowSettings
+from backchannel.runtime import tune_gc
 from backchannel.store import SQLiteStore
 from telegram_updates import ACCOUNT, make_adapter, message_shapes, updates
 
@@ -86,6 +87,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
+    tune_gc()  # as `serve` does once started
     figures = asyncio.run(measure(args.conversations, args.history, args.rounds))
     if args.json:
         json.dump(figures, sys.stdout)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
@@ -33,6 +34,7 @@ from .plugins import channels as channel_registry
 from .plugins import get_plugin_manager
 from .policy import Policy
 from .runs import Agent, Run, WindowSettings
+from .runtime import tune_gc
 from .store import SQLiteStore, Store
 from .switchboard import Binding, Switchboard
 
@@ -110,14 +112,18 @@ async def build_switchboard(
     accounts: Iterable[str] | None = None,
     agents: Mapping[str, Agent] | None = None,
     serve_http: bool = True,
+    worker: str | None = None,
 ) -> Switchboard:
     """Return a Switchboard wired from `config` (not started).
 
     `accounts` limits which accounts are added (default: all). `agents`
     replaces the configured agents by name (the CLI's preview passes idle
     stand-ins so it never needs an agent's module or key). With `serve_http`
-    False there is no HTTP server.
+    False there is no HTTP server. `worker` makes this one of several workers
+    sharing the PostgreSQL store (account leases, run claims: see workers.py).
     """
+    if worker is not None:
+        check_worker_name(config, worker)
     names = list(config.accounts) if accounts is None else list(accounts)
     for name in names:
         if name not in config.accounts:
@@ -131,13 +137,19 @@ async def build_switchboard(
             built_agents[name] = build_agent(config, agent_config)
     bindings = build_bindings(config, built_agents)
     adapters = {name: build_adapter(config, config.accounts[name]) for name in names}
-    store = open_config_store(config)
+    store = open_config_store(config, worker=worker)
     board = Switchboard(
         store,
         host=config.server.host,
         port=config.server.port if serve_http else None,
         public_url=config.server.public_url,
     )
+    if worker is not None:
+        from .store.postgres import PostgresStore
+        from .workers import WorkerCoordinator
+
+        assert isinstance(store, PostgresStore)
+        board.workers = WorkerCoordinator(board, store)
     for name in names:
         account = config.accounts[name]
         board.add_account(
@@ -152,14 +164,30 @@ async def build_switchboard(
     return board
 
 
+def check_worker_name(config: Config, worker: str) -> None:
+    """Raise ConfigError unless `worker` is a usable name and the store is PostgreSQL."""
+    if not config.store.url:
+        raise ConfigError(
+            f'--worker {worker} needs a shared store: set [store] url = "postgresql://..."'
+            " (several workers cannot share one SQLite file)",
+            path=config.source,
+        )
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", worker):
+        raise ConfigError(
+            f"worker name {worker!r} must be 1-64 letters, digits, '_', '.' or '-'",
+            path=config.source,
+        )
+
+
 async def serve(
     config: Config,
     *,
     on_ready: Callable[[Switchboard], Awaitable[None] | None] | None = None,
     stop: asyncio.Event | None = None,
+    worker: str | None = None,
 ) -> None:
     """Run the switchboard until SIGINT/SIGTERM (or `stop` is set), then stop gracefully."""
-    board = await build_switchboard(config)
+    board = await build_switchboard(config, worker=worker)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
@@ -170,11 +198,13 @@ async def serve(
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
         loop.add_signal_handler(signal.SIGHUP, reload_config, board, config)
         installed.append(signal.SIGHUP)
-    control = _control_server(config, board)
+    control = _control_server(config, board) if worker is None else None
+    restore_gc = None
     try:
         await board.start()
         if control is not None and not await control.start():
             control = None
+        restore_gc = tune_gc()  # what start-up loaded lives as long as the process
         if on_ready is not None:
             maybe = on_ready(board)
             if maybe is not None:
@@ -187,6 +217,8 @@ async def serve(
         await board.stop()
         for signum in installed:
             loop.remove_signal_handler(signum)
+        if restore_gc is not None:
+            restore_gc()
 
 
 def reload_config(board: Switchboard, config: Config) -> bool:

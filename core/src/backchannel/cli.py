@@ -1,4 +1,4 @@
-"""The `backchannel` command: serve, demo, check, plugins, conversations, show, preview, send.
+"""The `backchannel` command: serve, demo, check, plugins, conversations, show, preview, send, messaging.
 
 Human output by default, ``--json`` for scripts. Expected failures (bad
 config, missing plugin, unknown conversation) print one line to stderr and
@@ -151,16 +151,22 @@ verbose_option = click.option("-v", "--verbose", is_flag=True, help="Log debug d
 
 @main.command("serve")
 @config_option
+@click.option(
+    "--worker",
+    help="Run as this named worker, one of several sharing the [store] url (PostgreSQL).",
+)
 @verbose_option
-def serve_command(config_path: Path | None, verbose: bool) -> None:
+def serve_command(config_path: Path | None, worker: str | None, verbose: bool) -> None:
     """Run the switchboard until Ctrl-C (in-flight runs and sends finish first)."""
     config = _load(config_path)
     _setup_logging(verbose)
+    as_worker = f"; worker: {worker}" if worker else ""
     _echo_err(
         f"config: {config.source or 'embedded defaults'}; store: {config.store.location}"
         + (" (this config's own, chosen by its path)" if config.store_defaulted else "")
+        + as_worker
     )
-    _serve(config, verbose)
+    _serve(config, verbose, worker=worker)
 
 
 @main.command("demo")
@@ -197,9 +203,9 @@ def demo_command(host: str, port: int, store_path: Path | None, verbose: bool) -
     _serve(config, verbose)
 
 
-def _serve(config: Config, verbose: bool) -> None:
+def _serve(config: Config, verbose: bool, *, worker: str | None = None) -> None:
     try:
-        _run(serve(config, on_ready=_announce))
+        _run(serve(config, on_ready=_announce, worker=worker))
     except BackchannelError:
         raise
     except OSError as error:
@@ -326,6 +332,16 @@ def plugins_command(as_json: bool) -> None:
 # store-reading commands -------------------------------------------------------------------
 
 
+@main.command("workers")
+@config_option
+@json_option
+def workers_command(config_path: Path | None, as_json: bool) -> None:
+    """List the workers sharing the PostgreSQL store, their accounts and leases."""
+    from .workers_report import print_workers
+
+    print_workers(_load(config_path, secrets=False), as_json)
+
+
 @main.command("conversations")
 @config_option
 @store_option
@@ -408,6 +424,8 @@ def show_command(
             else ""
         )
     )
+    if isinstance(found.meta.get("created_by"), str):
+        click.echo(f"started by an ask from {found.meta['created_by']}")
     if len(messages) < found.visible_count:
         click.echo(f"(showing the last {len(messages)}; use --limit for more)")
     if failures:

@@ -7,10 +7,10 @@
     [accounts.NAME]  channel = "telegram"; every other key is the adapter's settings
     [agents.NAME]    kind = "openai"; every other key is the agent's settings
     [[bindings]]     agent, accounts, chats, respond, access, allow, owner, window, ...
-    [orchestration]  enabled (the kill switch for cross-conversation sends)
+    [orchestration]  enabled (the kill switch), ask_timeout, session_live, report
     [<plugin>]       a plugin's own table, named after its entry point (``[owner]``):
                      kept as-is in `Config.sections` for the plugin to validate
-    [mcp]            token, owner_account, owner_chat, owner_user (`backchannel mcp serve`)
+    [mcp]            token (`backchannel mcp serve --http`)
 
 Every mistake raises one `ConfigError` whose text names the file, the key path
 and what was expected (``bot.toml: bindings[0].respond: expected one of always,
@@ -64,13 +64,13 @@ DEFAULT_AGENT = "demo"
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 MASK = "***"
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_NAME = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 _SECRET_KEY = re.compile(
     r"(token|secret|password|passwd|api_?key|private_?key|identity|seed|credential)",
     re.IGNORECASE,
 )
 _VAR = re.compile(r"\$\$\{|\$\{([^}]*)\}")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def default_store_path() -> str:
@@ -168,6 +168,9 @@ class BindingConfig:
     run_timeout: float = 300.0
     #: runs of this binding get the cross-conversation tools (docs/orchestration.md)
     orchestrate: bool = False
+    #: its one chat is the account's master conversation: runs there get the read and
+    #: ask tools (list_conversations, read_conversation, ask_agent) without orchestrate
+    master: bool = False
 
 
 @frozen
@@ -176,6 +179,12 @@ class OrchestrationConfig:
 
     #: false refuses every new cross-conversation send (reads keep working)
     enabled: bool = True
+    #: seconds before an unanswered ask to another agent is reported as "no answer yet"
+    ask_timeout: float = 86_400.0
+    #: an ask without a session reuses a session with activity this recent (seconds)
+    session_live: float = 7 * 86_400.0
+    #: how an answer is reported: "run" (a reporter run) or "verbatim" (posted as is)
+    report: Literal["run", "verbatim"] = "run"
 
 
 @frozen
@@ -184,11 +193,6 @@ class McpConfig:
 
     #: bearer token streamable HTTP clients must send (write it as ${BACKCHANNEL_MCP_TOKEN})
     token: str | None = None
-    #: whose messages a Claude Code channel may push and who answers permission prompts:
-    #: the owner's account, chat with the bot, and user id on that channel
-    owner_account: str | None = None
-    owner_chat: str | None = None
-    owner_user: str | None = None
 
 
 @frozen
@@ -254,10 +258,16 @@ class Config:
                     "max_wait": b.max_wait,
                     "run_timeout": b.run_timeout,
                     "orchestrate": b.orchestrate,
+                    "master": b.master,
                 }
                 for b in self.bindings
             ],
-            "orchestration": {"enabled": self.orchestration.enabled},
+            "orchestration": {
+                "enabled": self.orchestration.enabled,
+                "ask_timeout": self.orchestration.ask_timeout,
+                "session_live": self.orchestration.session_live,
+                "report": self.orchestration.report,
+            },
         }
         data.update({name: dict(table) for name, table in self.sections.items()})
         return {key: self._masked(value, key) for key, value in data.items()}
@@ -443,6 +453,12 @@ class _Parser:
             orchestration = self.structure(
                 data.get("orchestration", {}), OrchestrationConfig, "orchestration"
             )
+            for name in ("ask_timeout", "session_live"):
+                if getattr(orchestration, name) <= 0:
+                    raise self.error(
+                        f"orchestration.{name}",
+                        f"expected seconds > 0, got {getattr(orchestration, name)}",
+                    )
         mcp = McpConfig()
         with self.collecting():
             mcp = self.structure(data.get("mcp", {}), McpConfig, "mcp")
@@ -634,6 +650,12 @@ class _Parser:
             raise self.error(
                 f"{key}.owner", 'missing: access = "owner" needs owner = "<sender id>"'
             )
+        if binding.master and (binding.chats is None or len(binding.chats) != 1):
+            raise self.error(
+                f"{key}.master",
+                'a master binding names its one conversation: add chats = ["<chat>"]'
+                " (`backchannel conversations` shows the chat of each conversation)",
+            )
         if binding.access == "allowlist" and not binding.allow and binding.owner is None:
             raise self.error(
                 f"{key}.allow", 'missing: access = "allowlist" needs allow = ["<sender id>", ...]'
@@ -660,6 +682,13 @@ class _Parser:
                     f"bindings[{general[1]}]",
                     f"account {account!r} is already bound to every chat by bindings[{general[0]}];"
                     " give one of them chats = [...]",
+                )
+            masters = [i for i, b in covering if b.master]
+            if len(masters) > 1:
+                raise self.error(
+                    f"bindings[{masters[1]}].master",
+                    f"account {account!r} already has its master conversation in"
+                    f" bindings[{masters[0]}]; an account has at most one",
                 )
             claimed: dict[str, int] = {}
             for i, b in covering:

@@ -11,18 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from attrs import define, field
 
 from .errors import log_failure
-from .model import Address
+from .model import Address, Conversation
 from .store import Store
 
-__all__ = ["Busy", "Scheduler"]
+__all__ = ["Busy", "RunClaims", "Scheduler"]
 
 log = logging.getLogger("backchannel.scheduler")
+
+
+class RunClaims(Protocol):
+    """Claims of conversations in a store shared by several workers (one run at a time)."""
+
+    async def claim(self, conversation_id: int) -> bool: ...
+
+    async def release(self, conversation_id: int) -> None: ...
 
 
 class Busy:
@@ -55,7 +63,11 @@ class Busy:
 class _Slot:
     """Scheduling state of one conversation (memory only; the store has the truth)."""
 
+    #: the account the conversation belongs to (set by poke)
+    account: str = ""
     running: bool = False
+    #: asked for again while running: only then can a follow-up run be owed
+    poked_while_running: bool = False
     #: when the armed timer should really start the run (later messages push it back)
     due: float = 0.0
     #: consecutive runs the store could not record (drives the retry backoff)
@@ -89,9 +101,15 @@ class Scheduler:
         self.counters = counters
         self._run_limit = asyncio.Semaphore(max_concurrent_runs)
         self._slots: dict[int, _Slot] = {}
-        self._conversation_account: dict[int, str] = {}
+        #: the most slots held at once since `_slots` was last copied (see _forget)
+        self._slots_peak = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
+        #: checked before each run: a gate that returns True took the conversation's new
+        #: messages itself (an ask's correlated answer), so no agent run happens for them
+        self.gates: list[Callable[[Conversation], Awaitable[bool]]] = []
+        #: with several workers on one store: a conversation runs where it is claimed
+        self.claims: RunClaims | None = None
 
     def add_note(self, conversation_id: int, note: str) -> None:
         """Add a line to the framing of this conversation's next run."""
@@ -124,9 +142,10 @@ class Scheduler:
         """
         if self._stopping:
             return
-        self._conversation_account[conversation_id] = account
         slot = self._slot(conversation_id)
+        slot.account = account
         if slot.running:
+            slot.poked_while_running = True
             return
         binding = self.accounts[account].binding
         loop = asyncio.get_running_loop()
@@ -159,12 +178,16 @@ class Scheduler:
 
     async def _run_conversation(self, conversation_id: int) -> None:
         slot = self._slot(conversation_id)
-        account_name = self._conversation_account[conversation_id]
+        account_name = slot.account
         account = self.accounts[account_name]
         failed = False
+        claimed = False
         try:
             async with self._run_limit:
-                await self._run_once(account, conversation_id, slot)
+                # another worker running it will do the follow-up run itself
+                claimed = self.claims is None or await self.claims.claim(conversation_id)
+                if claimed:
+                    await self._run_once(account, conversation_id, slot)
         except Exception:
             # the store refused to record the run (disk full, locked): count it, and retry
             # after a growing pause rather than at once, or this loop would spin
@@ -174,13 +197,26 @@ class Scheduler:
         finally:
             slot.running = False
             slot.failures = slot.failures + 1 if failed else 0
+            poked, slot.poked_while_running = slot.poked_while_running, False
             try:
-                if not self._stopping:
+                if claimed and self.claims is not None:
+                    await self.claims.release(conversation_id)
+                if self._stopping:
+                    pass
+                elif not poked and not failed and self.claims is None:
+                    # the run covered every trigger it was started for and none came since:
+                    # nothing can be owed, no need to read the conversation back (with
+                    # several workers another one may have taken triggers meanwhile)
+                    if slot.timer is None and not slot.notes:
+                        self._forget(conversation_id)
+                elif claimed or failed:
                     conversation = await self.store.conversation(conversation_id)
                     if conversation.trigger_seq > conversation.handled_seq:
                         self.poke(conversation_id, account_name, pause=_backoff(slot.failures))
                     elif slot.timer is None and not slot.notes:
                         self._forget(conversation_id)
+                elif slot.timer is None and not slot.notes:
+                    self._forget(conversation_id)
             except Exception:
                 log.exception("could not check conversation %s for follow-up", conversation_id)
             finally:
@@ -189,11 +225,21 @@ class Scheduler:
     def _forget(self, conversation_id: int) -> None:
         """Drop an idle conversation's slot: memory stays bounded by active conversations."""
         self._slots.pop(conversation_id, None)
-        self._conversation_account.pop(conversation_id, None)
+        # a dict keeps the table of its peak size: after a burst over many conversations,
+        # copy it once most of them are idle again
+        if self._slots_peak > 256 and len(self._slots) * 4 < self._slots_peak:
+            self._slots = dict(self._slots)
+            self._slots_peak = len(self._slots)
 
     async def _run_once(self, account: Any, conversation_id: int, slot: _Slot) -> None:
         conversation = await self.store.conversation(conversation_id)
+        if self.claims is not None and conversation.trigger_seq <= conversation.handled_seq:
+            return  # another worker's run answered it while this one waited for the claim
         upto = conversation.last_seq
+        for gate in self.gates:
+            if await gate(conversation):
+                await self.store.mark_handled(conversation_id, upto)
+                return
         notes, slot.notes = slot.notes, []
         try:
             run = await account.builder.build(
@@ -275,4 +321,6 @@ class Scheduler:
         slot = self._slots.get(conversation_id)
         if slot is None:
             slot = self._slots[conversation_id] = _Slot()
+            if len(self._slots) > self._slots_peak:
+                self._slots_peak = len(self._slots)
         return slot

@@ -147,7 +147,25 @@ def _storable_attachments(
     return tuple(repaired) if changed else attachments
 
 
+_SCALARS = (int, float, type(None))
+
+
+def _flat_ascii(meta: Mapping[str, Any]) -> bool:
+    """Return True when every key is ASCII text and every value an ASCII string or a scalar."""
+    for key, value in meta.items():
+        if type(key) is not str or not key.isascii():
+            return False
+        if type(value) is str:
+            if not value.isascii():
+                return False
+        elif not isinstance(value, _SCALARS):  # bool is an int
+            return False
+    return True
+
+
 def _storable_meta(meta: Mapping[str, Any]) -> Mapping[str, Any] | str:
+    if _flat_ascii(meta):
+        return meta  # what adapters put there: ids, kinds, flags; JSON takes it as it is
     try:
         dumped = json.dumps(dict(meta), ensure_ascii=False)
     except (TypeError, ValueError) as error:

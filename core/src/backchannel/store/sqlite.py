@@ -23,6 +23,8 @@ from ..errors import StoreError
 from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, now
 from ..secrets import redact
 from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, Store
+from .cache import LRUCache
+from .checkpoint import Checkpointer
 from .migrations import migrate
 from .rows import (
     CONVERSATION_COLUMNS,
@@ -37,8 +39,12 @@ from .rows import (
     message_row,
     outbox_row,
 )
+from .sqlite_asks import SQLiteAsks
 
 __all__ = ["SQLiteStore", "open_store"]
+
+#: conversations whose ids and counters are kept in memory (the most recently active)
+CACHED_CONVERSATIONS = 4096
 
 
 def open_store(path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> SQLiteStore:
@@ -46,7 +52,7 @@ def open_store(path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> 
     return SQLiteStore(path, synchronous=synchronous)
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteAsks, Store):
     """The apsw implementation of `Store`. One connection, used from one event loop."""
 
     def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL"):
@@ -67,20 +73,29 @@ class SQLiteStore(Store):
         db.execute(f"PRAGMA synchronous={synchronous.upper()}")
         db.execute("PRAGMA foreign_keys=ON")
         db.execute("PRAGMA cache_size=-65536")  # 64 MiB: a batch touches many conversations
+        db.execute("PRAGMA journal_size_limit=16777216")  # a reset WAL shrinks back to 16 MiB
         if str(path) != ":memory:":
             for suffix in ("", "-wal", "-shm"):
                 candidate = Path(f"{self.path}{suffix}")
                 if candidate.exists():
                     candidate.chmod(0o600)
         migrate(db)
-        #: (account, chat, thread) -> (conversation id, title as last written)
-        self._conversation_ids: dict[tuple[str, str, str], tuple[int, str | None, str]] = {}
+        self._checkpointer = Checkpointer(db, str(path)) if str(path) != ":memory:" else None
+        #: (account, chat, thread) -> (conversation id, title, kind as last written)
+        self._conversation_ids: LRUCache[tuple[str, str, str], tuple[int, str | None, str]] = (
+            LRUCache(CACHED_CONVERSATIONS)
+        )
         self._batch: Batch | None = None
         #: last_seq, trigger_seq, active_at per conversation as of our last commit; valid
         #: while PRAGMA data_version says no other connection has written since
-        self._known_counters: dict[int, tuple[int, int, float, int]] = {}
+        self._known_counters: LRUCache[int, tuple[int, int, float, int]] = LRUCache(
+            CACHED_CONVERSATIONS
+        )
         self._data_version: int | None = None
-        self._known_participants: set[tuple[int, str, str, str | None, int]] = set()
+        #: (conversation id, sender id) -> (name, handle, is_bot) as last written
+        self._known_participants: LRUCache[tuple[int, str], tuple[str, str | None, int]] = LRUCache(
+            CACHED_CONVERSATIONS
+        )
 
     # lifecycle -------------------------------------------------------------
     @contextlib.contextmanager
@@ -111,6 +126,9 @@ class SQLiteStore(Store):
         return self._db
 
     async def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+            self._checkpointer = None
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -165,11 +183,8 @@ class SQLiteStore(Store):
         finally:
             self._batch = None
         for conversation_id, c in batch.conversations.items():
-            self._known_counters[conversation_id] = (
-                c.last_seq,
-                c.trigger_seq,
-                c.active_at,
-                c.orphan_edits,
+            self._known_counters.put(
+                conversation_id, (c.last_seq, c.trigger_seq, c.active_at, c.orphan_edits)
             )
         return results
 
@@ -233,8 +248,8 @@ class SQLiteStore(Store):
             )
         new_people = []
         for (conversation_id, sender_id), p in batch.participants.items():
-            identity = (conversation_id, sender_id, p.name, p.handle, p.is_bot)
-            if identity in self._known_participants:
+            identity = (p.name, p.handle, p.is_bot)
+            if self._known_participants.get((conversation_id, sender_id)) == identity:
                 continue  # counts are derived from messages when asked; names are unchanged
             new_people.append(
                 (
@@ -248,9 +263,7 @@ class SQLiteStore(Store):
                     p.last_seq,
                 )
             )
-            if len(self._known_participants) > 200_000:
-                self._known_participants.clear()
-            self._known_participants.add(identity)
+            self._known_participants.put((conversation_id, sender_id), identity)
         if new_people:
             db.executemany(
                 "INSERT INTO participants (conversation_id, sender_id, name, handle, is_bot,"
@@ -519,7 +532,7 @@ class SQLiteStore(Store):
                     "UPDATE conversations SET kind = ? WHERE id = ?", (kind, conversation_id)
                 )
                 known_kind = kind
-        self._conversation_ids[key] = (int(conversation_id), known_title, known_kind)
+        self._conversation_ids.put(key, (int(conversation_id), known_title, known_kind))
         return int(conversation_id)
 
     async def is_known(self, account: str, event_id: str) -> bool:
@@ -588,6 +601,7 @@ class SQLiteStore(Store):
             words = _query_words(query)
             if not words:
                 return []
+            self._index_new_messages()
             for word in words:
                 # one word may match anywhere in the conversation: names, title or messages
                 clauses.append(
@@ -597,12 +611,33 @@ class SQLiteStore(Store):
                 )
                 params.extend([word, word])
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self.db.execute(
-            f"SELECT {CONVERSATION_COLUMNS} FROM conversations {where}"
-            " ORDER BY active_at DESC, id DESC LIMIT ?",
-            (*params, max(limit, 0)),
-        ).fetchall()
+        try:
+            rows = self.db.execute(
+                f"SELECT {CONVERSATION_COLUMNS} FROM conversations {where}"
+                " ORDER BY active_at DESC, id DESC LIMIT ?",
+                (*params, max(limit, 0)),
+            ).fetchall()
+        except apsw.SQLError as error:
+            # a word FTS5 reads differently from _query_words: one clear error naming the query
+            raise StoreError(f"cannot search for {query!r}: {error}") from None
         return [conversation_row(row) for row in rows]
+
+    def _index_new_messages(self) -> None:
+        """Add the visible messages written since the last search to the text index."""
+        db = self.db
+        top = first(db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages"))
+        if top <= first(db.execute("SELECT indexed_rowid FROM messages_fts_progress")):
+            return
+        with self._write():
+            mark = first(db.execute("SELECT indexed_rowid FROM messages_fts_progress"))
+            top = first(db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages"))
+            if top > mark:
+                db.execute(
+                    "INSERT INTO messages_fts (rowid, text) SELECT rowid, text FROM messages"
+                    " WHERE rowid > ? AND rowid <= ? AND held = 0",
+                    (mark, top),
+                )
+                db.execute("UPDATE messages_fts_progress SET indexed_rowid = ?", (top,))
 
     async def participants(self, conversation_id: int) -> list[Participant]:
         rows = self.db.execute(
@@ -701,7 +736,7 @@ class SQLiteStore(Store):
     ) -> OutboxEntry:
         db = self.db
         stamp = now()
-        self._known_counters.pop(conversation_id, None)
+        self._known_counters.pop(conversation_id)
         with self._write():
             seq = None
             if outbound.kind == "message":
@@ -997,7 +1032,9 @@ class SQLiteStore(Store):
         return figures
 
 
-_WORD = re.compile(r"\w+")
+#: letters and digits: what the unicode61 tokenizer keeps as one token (so each quoted
+#: term is one token, as an index without positions requires)
+_WORD = re.compile(r"[^\W_]+")
 
 
 def _query_words(query: str) -> list[str]:
