@@ -168,6 +168,8 @@ class Switchboard:
         #: conversations whose every new message is looked at (a session with an open ask:
         #: its answer may not call for a run itself), not only triggering ones
         self.watched: set[int] = set()
+        #: set (before start) when this is one of several workers sharing a PostgreSQL store
+        self.workers: WorkerCoordinator | None = None
         self._routers: dict[str, list[InboundRouter]] = {}
         self._services: list[Service] = []
         self._started_services: list[Service] = []
@@ -181,8 +183,6 @@ class Switchboard:
     def add_service(self, service: Service) -> None:
         """Start `service` after the adapters (in `start`), stop it before them (in `stop`)."""
         self._services.append(service)
-        #: set (before start) when this is one of several workers sharing a PostgreSQL store
-        self.workers: WorkerCoordinator | None = None
 
     # setup -----------------------------------------------------------------
     def add_account(
