@@ -412,7 +412,7 @@ class SQLiteStore(Store):
                 "received",
                 None,
                 None,
-                json.dumps(dict(event.meta)) if event.meta else None,
+                _dump_meta(event.meta) if event.meta else None,
             )
         )
         key = (conversation_id, sender.id)
@@ -1009,6 +1009,10 @@ class SQLiteStore(Store):
         for status, number in db.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status"):
             figures[f"outbox_{status}"] = int(number)
         return figures
+
+
+def _dump_meta(meta: Mapping[str, Any]) -> str:
+    return json.dumps(meta if type(meta) is dict else dict(meta))
 
 
 _WORD = re.compile(r"\w+")
