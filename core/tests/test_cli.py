@@ -363,6 +363,8 @@ def test_check_needs_a_config_file() -> None:
 EXAMPLE_ENV = {
     "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1",
     "OPENAI_API_KEY": "ollama-key-unused",
+    "TELEGRAM_TOKEN": "123456:example-token-unused",
+    "TINYPLACE_IDENTITY": "7" * 64,  # a hex seed: examples/orchestrator.toml asks tiny.place peers
 }
 
 

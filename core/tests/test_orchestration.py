@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -234,6 +235,8 @@ async def test_refused_send_writes_nothing_and_sends_nothing(rig: Any, case: str
             results.append(
                 await run.call("send_to_conversation", {"conversation": target, "text": "hi"})
             )
+            read = await run.call("read_conversation", {"conversation": "work/alice-dm"})
+            assert "[#1] Alice: the invoice" in read  # the controls never stop reading
 
     config = make_config(enabled=case != "disabled")
     built = await rig(script, config)
@@ -363,7 +366,7 @@ async def test_kill_switch_holds_after_a_config_reload_and_after_a_restart(
         await again.board.stop()
 
 
-async def test_messaging_cli_reaches_a_running_board_and_survives_restart(
+async def test_messaging_cli_in_another_process_reaches_a_running_board(
     store: SQLiteStore, rig: Any
 ) -> None:
     results: list[str] = []
@@ -423,3 +426,72 @@ def _cli(*args: str) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+async def test_deliver_cross_with_a_config_goes_through_the_running_serve_with_its_origin(
+    tmp_path: Path, fake_channel_plugin: None, platform: Any
+) -> None:
+    from backchannel import control
+    from backchannel.app import serve
+    from backchannel.config import load_config
+    from backchannel.orchestration import deliver_cross, send_refusal
+
+    path = tmp_path / "bot.toml"
+    path.write_text(
+        f'[store]\npath = "{tmp_path / "state" / "bc.db"}"\n'
+        '[accounts.ops]\nchannel = "fake"\n[agents.demo]\nkind = "demo"\n'
+    )
+    config = load_config(path)
+    stop = asyncio.Event()
+    ready: asyncio.Future[Switchboard] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve(config, on_ready=ready.set_result, stop=stop))
+    try:
+        board = await asyncio.wait_for(asyncio.shield(ready), 15)
+        target = await board.store.ensure_conversation(Address("ops", "c9"))
+        assert await send_refusal(config, target, store=board.store) is None
+        outcome = await deliver_cross(config, target, "relayed", origin_key="web/tab")
+        assert (outcome.state, outcome.seq) == ("sent", 1)
+        assert platform.texts("c9") == ["relayed"]
+        (entry,) = await board.store.outbox(conversation_id=target.id)
+        assert entry.origin == "web/tab"
+        await set_messaging(board.store, False)
+        refusal = await send_refusal(config, target, store=board.store)
+        assert refusal is not None and "switched off" in refusal and "ops/c9" in refusal
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 15)
+    with pytest.raises(control.ControlUnavailable):
+        await deliver_cross(config, target, "nobody serves", origin_key="web/tab")
+    assert await send_refusal(config, target) is not None  # opens the store itself
+
+
+async def test_a_send_already_under_way_finishes_when_messaging_is_turned_off(rig: Any) -> None:
+    results: list[str] = []
+
+    async def script(run: Run) -> None:
+        if run.trigger is not None and run.trigger.sender.id == OWNER:
+            results.append(
+                await run.call(
+                    "send_to_conversation", {"conversation": "work/alice-dm", "text": "on its way"}
+                )
+            )
+
+    built = await rig(script)
+    await seed(built)
+    adapter = built.board.accounts["work"].adapter
+    original = adapter.send
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def held_at_the_platform(outbound: Any) -> Any:
+        entered.set()
+        await release.wait()
+        return await original(outbound)
+
+    adapter.send = held_at_the_platform
+    built.platform("home").user_says("tell Alice", chat="home-dm", sender=OWNER)
+    await asyncio.wait_for(entered.wait(), 10)
+    await set_messaging(built.store, False)
+    release.set()
+    await built.agent.wait_runs(4)
+    assert results[-1].startswith("sent to work/alice-dm")
+    assert [m.text.splitlines()[-1] for m in built.platform("work").sent] == ["on its way"]

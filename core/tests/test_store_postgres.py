@@ -139,3 +139,22 @@ def test_a_store_url_that_is_not_postgresql_is_one_clear_error(tmp_path: Path) -
     with pytest.raises(ConfigError, match=r"store\.url: expected a postgresql://") as raised:
         load_config(config_file, check_plugins=False)
     assert "pw@" not in str(raised.value)
+
+
+async def test_a_run_whose_claim_another_worker_took_cannot_send(postgres_url: str) -> None:
+    from backchannel.model import Address, Outbound, Sender
+
+    me = Sender("agent", "Agent", is_bot=True)
+    slow = PostgresStore(postgres_url, worker="slow")
+    other = PostgresStore(postgres_url, worker="other")
+    conversation = await slow.ensure_conversation(Address("acct", "c1"))
+    assert await slow.claim_run(conversation.id, ttl=0.05)
+    run_id = await slow.begin_run(conversation.id, 1, 1)
+    await slow.record_outbound(conversation.id, Outbound(conversation.address, "a"), me, run_id)
+    while not await other.claim_run(conversation.id, ttl=10):  # the slow one's claim lapses
+        await asyncio.sleep(0.02)
+    with pytest.raises(StoreError, match="no longer holds conversation"):
+        await slow.record_outbound(conversation.id, Outbound(conversation.address, "b"), me, run_id)
+    assert [e.text for e in await slow.outbox()] == ["a"]
+    await slow.close()
+    await other.close()

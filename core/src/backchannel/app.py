@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
@@ -24,7 +25,7 @@ from attrs import field, frozen
 from .adapter import Adapter
 from .config import AccountConfig, AgentConfig, BindingConfig, Config
 from .control import ControlServer, socket_path
-from .errors import ConfigError, StoreError
+from .errors import ConfigError, ConfigErrors, StoreError, combine, unknown_key
 from .model import Event
 from .orchestration import attach as attach_orchestration
 from .orchestration import orchestrator_of
@@ -77,7 +78,7 @@ def build_adapter(config: Config, account: AccountConfig) -> Adapter:
     settings = ReadTracker(account.settings)
     with _config_errors(config, key):
         adapter: Adapter = factory(account.name, settings)
-        settings.reject_unread(f"channel {account.channel!r}")
+        settings.reject_unread()
     return adapter
 
 
@@ -111,14 +112,18 @@ async def build_switchboard(
     accounts: Iterable[str] | None = None,
     agents: Mapping[str, Agent] | None = None,
     serve_http: bool = True,
+    worker: str | None = None,
 ) -> Switchboard:
     """Return a Switchboard wired from `config` (not started).
 
     `accounts` limits which accounts are added (default: all). `agents`
     replaces the configured agents by name (the CLI's preview passes idle
     stand-ins so it never needs an agent's module or key). With `serve_http`
-    False there is no HTTP server.
+    False there is no HTTP server. `worker` makes this one of several workers
+    sharing the PostgreSQL store (account leases, run claims: see workers.py).
     """
+    if worker is not None:
+        check_worker_name(config, worker)
     names = list(config.accounts) if accounts is None else list(accounts)
     for name in names:
         if name not in config.accounts:
@@ -132,13 +137,19 @@ async def build_switchboard(
             built_agents[name] = build_agent(config, agent_config)
     bindings = build_bindings(config, built_agents)
     adapters = {name: build_adapter(config, config.accounts[name]) for name in names}
-    store = open_config_store(config)
+    store = open_config_store(config, worker=worker)
     board = Switchboard(
         store,
         host=config.server.host,
         port=config.server.port if serve_http else None,
         public_url=config.server.public_url,
     )
+    if worker is not None:
+        from .store.postgres import PostgresStore
+        from .workers import WorkerCoordinator
+
+        assert isinstance(store, PostgresStore)
+        board.workers = WorkerCoordinator(board, store)
     for name in names:
         account = config.accounts[name]
         board.add_account(
@@ -153,14 +164,30 @@ async def build_switchboard(
     return board
 
 
+def check_worker_name(config: Config, worker: str) -> None:
+    """Raise ConfigError unless `worker` is a usable name and the store is PostgreSQL."""
+    if not config.store.url:
+        raise ConfigError(
+            f'--worker {worker} needs a shared store: set [store] url = "postgresql://..."'
+            " (several workers cannot share one SQLite file)",
+            path=config.source,
+        )
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", worker):
+        raise ConfigError(
+            f"worker name {worker!r} must be 1-64 letters, digits, '_', '.' or '-'",
+            path=config.source,
+        )
+
+
 async def serve(
     config: Config,
     *,
     on_ready: Callable[[Switchboard], Awaitable[None] | None] | None = None,
     stop: asyncio.Event | None = None,
+    worker: str | None = None,
 ) -> None:
     """Run the switchboard until SIGINT/SIGTERM (or `stop` is set), then stop gracefully."""
-    board = await build_switchboard(config)
+    board = await build_switchboard(config, worker=worker)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
@@ -171,7 +198,7 @@ async def serve(
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
         loop.add_signal_handler(signal.SIGHUP, reload_config, board, config)
         installed.append(signal.SIGHUP)
-    control = _control_server(config, board)
+    control = _control_server(config, board) if worker is None else None
     restore_gc = None
     try:
         await board.start()
@@ -351,14 +378,15 @@ class ReadTracker(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._settings)
 
-    def reject_unread(self, owner: str) -> None:
-        """Raise ConfigError naming the first key the plugin never asked for."""
+    def reject_unread(self) -> None:
+        """Raise a ConfigError for every key the plugin never asked for, naming each."""
         if self._listed:
             return
         unknown = sorted(set(self._settings) - self._asked)
         if unknown:
-            known = ", ".join(sorted(self._asked)) or "none"
-            raise ConfigError(f"unknown setting for {owner} (it reads: {known})", key=unknown[0])
+            raise combine(
+                [ConfigError(unknown_key(name, self._asked), key=name) for name in unknown]
+            )
 
 
 @contextlib.contextmanager
@@ -369,17 +397,23 @@ def _config_errors(config: Config, key: str) -> Any:
     except ConfigError as error:
         if error.path is not None:
             raise
-        inner = error.key or ""
-        message = str(error)
-        if inner and message.startswith(inner + ": "):
-            message = message[len(inner) + 2 :]
-        if inner.startswith(("accounts.", "agents.")):
-            where = inner
-        else:
-            where = f"{key}.{inner}" if inner else key
-        raise _located(config, where, message) from error
+        errors = error.errors if isinstance(error, ConfigErrors) else (error,)
+        raise combine([_relocated(config, key, e) for e in errors]) from error
     except Exception as error:
         raise _located(config, key, f"{type(error).__name__}: {error}") from error
+
+
+def _relocated(config: Config, key: str, error: ConfigError) -> ConfigError:
+    """Place a plugin's ConfigError (keyed inside its table) under `key` of the config file."""
+    inner = error.key or ""
+    message = str(error)
+    if inner and message.startswith(inner + ": "):
+        message = message[len(inner) + 2 :]
+    if inner.startswith(("accounts.", "agents.")):
+        where = inner
+    else:
+        where = f"{key}.{inner}" if inner else key
+    return _located(config, where, message)
 
 
 def _located(config: Config, key: str, message: str) -> ConfigError:

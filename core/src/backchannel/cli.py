@@ -1,4 +1,4 @@
-"""The `backchannel` command: serve, demo, check, plugins, conversations, show, preview, send.
+"""The `backchannel` command: serve, demo, check, plugins, conversations, show, preview, send, messaging.
 
 Human output by default, ``--json`` for scripts. Expected failures (bad
 config, missing plugin, unknown conversation) print one line to stderr and
@@ -8,37 +8,58 @@ exit 1; usage mistakes exit 2. Plugins add commands through the
 
 from __future__ import annotations
 
-import asyncio
 import errno
+import functools
 import json
 import logging
 import os
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 from attrs import evolve
 
-from . import control, hints
-from .app import build_adapter, build_agent, build_switchboard, open_config_store, serve
+from . import hints
 from .config import Config, default_config, load_config
-from .errors import BackchannelError, ConfigError, StoreError
+from .errors import BackchannelError, ConfigError, PluginError, StoreError, combine
+from .lazy import LazyCommand, LazyModule, deferred
 from .model import Address, Conversation, Message, to_json
-from .orchestration.cli import messaging_command
 from .plugins import get_plugin_manager, plugin_summary
-from .render import (
-    conversation_json,
-    conversation_title,
-    render_preview,
-    render_summary,
-    transcript_line,
-)
-from .runlog import failed, failure_line, render_runs, run_reports
-from .runs import Run
 from .secrets import redact
-from .store import Store
+
+if TYPE_CHECKING:
+    from . import control
+    from .app import build_adapter, build_agent, build_switchboard, open_config_store, serve
+    from .render import (
+        conversation_json,
+        conversation_title,
+        render_preview,
+        render_summary,
+        transcript_line,
+    )
+    from .runlog import failed, failure_line, render_runs, run_reports
+    from .runs import Run
+    from .store import Store
+else:
+    # imported when a command uses them: `backchannel --help` (and every command that does
+    # not serve) skips the switchboard, the store and asyncio (bench/startup.py)
+    control = LazyModule("backchannel.control")
+    build_adapter = deferred("backchannel.app:build_adapter")
+    build_agent = deferred("backchannel.app:build_agent")
+    build_switchboard = deferred("backchannel.app:build_switchboard")
+    open_config_store = deferred("backchannel.app:open_config_store")
+    serve = deferred("backchannel.app:serve")
+    conversation_json = deferred("backchannel.render:conversation_json")
+    conversation_title = deferred("backchannel.render:conversation_title")
+    render_preview = deferred("backchannel.render:render_preview")
+    render_summary = deferred("backchannel.render:render_summary")
+    transcript_line = deferred("backchannel.render:transcript_line")
+    failed = deferred("backchannel.runlog:failed")
+    failure_line = deferred("backchannel.runlog:failure_line")
+    render_runs = deferred("backchannel.runlog:render_runs")
+    run_reports = deferred("backchannel.runlog:run_reports")
 
 __all__ = ["main", "render_preview"]
 
@@ -89,7 +110,8 @@ class BackchannelGroup(click.Group):
         try:
             return super().invoke(ctx)
         except BackchannelError as error:
-            click.echo(f"error: {redact(str(error))}", err=True)
+            for line in redact(str(error)).splitlines() or [""]:
+                click.echo(f"error: {line}", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
@@ -129,13 +151,22 @@ verbose_option = click.option("-v", "--verbose", is_flag=True, help="Log debug d
 
 @main.command("serve")
 @config_option
+@click.option(
+    "--worker",
+    help="Run as this named worker, one of several sharing the [store] url (PostgreSQL).",
+)
 @verbose_option
-def serve_command(config_path: Path | None, verbose: bool) -> None:
+def serve_command(config_path: Path | None, worker: str | None, verbose: bool) -> None:
     """Run the switchboard until Ctrl-C (in-flight runs and sends finish first)."""
     config = _load(config_path)
     _setup_logging(verbose)
-    _echo_err(f"config: {config.source or 'embedded defaults'}; store: {config.store.location}")
-    _serve(config, verbose)
+    as_worker = f"; worker: {worker}" if worker else ""
+    _echo_err(
+        f"config: {config.source or 'embedded defaults'}; store: {config.store.location}"
+        + (" (this config's own, chosen by its path)" if config.store_defaulted else "")
+        + as_worker
+    )
+    _serve(config, verbose, worker=worker)
 
 
 @main.command("demo")
@@ -172,9 +203,9 @@ def demo_command(host: str, port: int, store_path: Path | None, verbose: bool) -
     _serve(config, verbose)
 
 
-def _serve(config: Config, verbose: bool) -> None:
+def _serve(config: Config, verbose: bool, *, worker: str | None = None) -> None:
     try:
-        _run(serve(config, on_ready=_announce))
+        _run(serve(config, on_ready=_announce, worker=worker))
     except BackchannelError:
         raise
     except OSError as error:
@@ -182,8 +213,8 @@ def _serve(config: Config, verbose: bool) -> None:
             _unexpected(error, verbose)
         where = f"{config.server.host}:{config.server.port}"
         raise BackchannelError(
-            f"cannot serve on {where}: {os.strerror(error.errno) if error.errno else error} (pick another port:"
-            " [server] port in the config, or --port for demo)"
+            f"cannot serve on {where}: {os.strerror(error.errno) if error.errno else error}"
+            f" (pick another port: {_port_hint(config)})"
         ) from None
     except Exception as error:
         _unexpected(error, verbose)
@@ -191,6 +222,15 @@ def _serve(config: Config, verbose: bool) -> None:
 
 
 _ADDRESS_ERRORS = {errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES}
+
+
+def _port_hint(config: Config) -> str:
+    """How to choose another port, as the person started this process."""
+    if config.source is not None:
+        return "[server] port in the config"
+    if os.environ.get("MAKELEVEL"):  # started by `make demo`, which passes PORT on
+        return "make demo PORT=9000 (0 picks a free one)"
+    return f"`{hints.command('demo', '--port', '9000')}` (0 picks a free one)"
 
 
 def _unexpected(error: Exception, verbose: bool) -> NoReturn:
@@ -231,12 +271,33 @@ def _announce(board: Any) -> None:
 )
 @json_option
 def check_command(config_path: Path, as_json: bool) -> None:
-    """Validate a config without starting anything; print it with secrets masked."""
-    config = _load(config_path)
-    for account in config.accounts.values():
-        build_adapter(config, account)
-    for agent in config.agents.values():
-        build_agent(config, agent)
+    """Validate a config without starting anything; print it with secrets masked.
+
+    Every mistake in the file is reported, one line each (exit 1).
+    """
+    problems: list[ConfigError] = []
+    try:
+        config = _load(config_path)
+    except ConfigError as error:
+        if error.partial is None:
+            raise
+        problems.append(error)
+        config = error.partial
+    # the adapters and agents check their own settings: ask each, even after a mistake
+    builds: list[Callable[[], object]] = [
+        functools.partial(build_adapter, config, a) for a in config.accounts.values()
+    ]
+    builds += [functools.partial(build_agent, config, a) for a in config.agents.values()]
+    for build in builds:
+        try:
+            build()
+        except ConfigError as error:
+            problems.append(error)
+        except PluginError:
+            if not problems:  # an uninstalled channel or kind is already a problem
+                raise
+    if problems:
+        raise combine(problems)
     summary = config.summary()
     if as_json:
         _echo_json({"ok": True, **summary})
@@ -269,6 +330,16 @@ def plugins_command(as_json: bool) -> None:
 
 
 # store-reading commands -------------------------------------------------------------------
+
+
+@main.command("workers")
+@config_option
+@json_option
+def workers_command(config_path: Path | None, as_json: bool) -> None:
+    """List the workers sharing the PostgreSQL store, their accounts and leases."""
+    from .workers_report import print_workers
+
+    print_workers(_load(config_path, secrets=False), as_json)
 
 
 @main.command("conversations")
@@ -353,6 +424,8 @@ def show_command(
             else ""
         )
     )
+    if isinstance(found.meta.get("created_by"), str):
+        click.echo(f"started by an ask from {found.meta['created_by']}")
     if len(messages) < found.visible_count:
         click.echo(f"(showing the last {len(messages)}; use --limit for more)")
     if failures:
@@ -585,7 +658,20 @@ async def _send_directly(config: Config, address: Address, text: str) -> dict[st
         await board.stop()
 
 
-main.add_command(messaging_command)
+main.add_command(
+    LazyCommand(
+        "fake-model",
+        "backchannel.fake_model:fake_model_command",
+        "Serve a fake OpenAI-compatible model on 127.0.0.1 (no key, no network).",
+    )
+)
+main.add_command(
+    LazyCommand(
+        "messaging",
+        "backchannel.orchestration.cli:messaging_command",
+        "Turn cross-conversation sends off or on, or say what holds them.",
+    )
+)
 
 
 # helpers --------------------------------------------------------------------------------
@@ -658,6 +744,8 @@ def _idle_agents(config: Config) -> dict[str, Any]:
 
 
 def _run(coroutine: Coroutine[Any, Any, T]) -> T:
+    import asyncio
+
     return asyncio.run(coroutine)
 
 

@@ -184,7 +184,7 @@ class RunBuilder:
             window=rows,
             participants=participants,
             hidden_before=hidden,
-            tool_names=[t.name for t in tools if t.name != "read_history"],
+            tool_names=[t.name for t in tools if t.name not in _READ_ONLY_TOOLS],
             notes=notes,
         )
         if self.framing_hook is not None:
@@ -200,6 +200,10 @@ class RunBuilder:
             channel_name=self.channel_name,
             participants=tuple(participants),
         )
+
+
+#: tools that only read: the framing's "send tool" list leaves them out
+_READ_ONLY_TOOLS = frozenset({"read_history", "list_conversations", "read_conversation"})
 
 
 def _trim_to_chars(rows: list[Message], limit: int) -> list[Message]:

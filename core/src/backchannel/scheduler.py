@@ -12,17 +12,26 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from attrs import define, field
 
-from .model import Address
+from .errors import log_failure
+from .model import Address, Conversation
 from .store import Store
 
-__all__ = ["Busy", "Scheduler"]
+__all__ = ["Busy", "RunClaims", "Scheduler"]
 
 log = logging.getLogger("backchannel.scheduler")
+
+
+class RunClaims(Protocol):
+    """Claims of conversations in a store shared by several workers (one run at a time)."""
+
+    async def claim(self, conversation_id: int) -> bool: ...
+
+    async def release(self, conversation_id: int) -> None: ...
 
 
 class Busy:
@@ -102,6 +111,11 @@ class Scheduler:
         self._slots_peak = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
+        #: checked before each run: a gate that returns True took the conversation's new
+        #: messages itself (an ask's correlated answer), so no agent run happens for them
+        self.gates: list[Callable[[Conversation], Awaitable[bool]]] = []
+        #: with several workers on one store: a conversation runs where it is claimed
+        self.claims: RunClaims | None = None
 
     def add_note(self, conversation_id: int, note: str) -> None:
         """Add a line to the framing of this conversation's next run."""
@@ -183,8 +197,12 @@ class Scheduler:
         account_name = slot.account
         account = self.accounts[account_name]
         failed = False
+        claimed = False
         try:
-            await self._run_once(account, conversation_id, slot)
+            # another worker running it will do the follow-up run itself
+            claimed = self.claims is None or await self.claims.claim(conversation_id)
+            if claimed:
+                await self._run_once(account, conversation_id, slot)
         except Exception:
             # the store refused to record the run (disk full, locked): count it, and retry
             # after a growing pause rather than at once, or this loop would spin
@@ -198,19 +216,24 @@ class Scheduler:
             slot.failures = slot.failures + 1 if failed else 0
             poked, slot.poked_while_running = slot.poked_while_running, False
             try:
+                if claimed and self.claims is not None:
+                    await self.claims.release(conversation_id)
                 if self._stopping:
                     pass
-                elif not poked and not failed:
+                elif not poked and not failed and self.claims is None:
                     # the run covered every trigger it was started for and none came since:
-                    # nothing can be owed, no need to read the conversation back
+                    # nothing can be owed, no need to read the conversation back (with
+                    # several workers another one may have taken triggers meanwhile)
                     if slot.timer is None and not slot.notes:
                         self._forget(conversation_id)
-                else:
+                elif claimed or failed:
                     conversation = await self.store.conversation(conversation_id)
                     if conversation.trigger_seq > conversation.handled_seq:
                         self.poke(conversation_id, account_name, pause=_backoff(slot.failures))
                     elif slot.timer is None and not slot.notes:
                         self._forget(conversation_id)
+                elif slot.timer is None and not slot.notes:
+                    self._forget(conversation_id)
             except Exception:
                 log.exception("could not check conversation %s for follow-up", conversation_id)
             finally:
@@ -227,7 +250,13 @@ class Scheduler:
 
     async def _run_once(self, account: Any, conversation_id: int, slot: _Slot) -> None:
         conversation = await self.store.conversation(conversation_id)
+        if self.claims is not None and conversation.trigger_seq <= conversation.handled_seq:
+            return  # another worker's run answered it while this one waited for the claim
         upto = conversation.last_seq
+        for gate in self.gates:
+            if await gate(conversation):
+                await self.store.mark_handled(conversation_id, upto)
+                return
         notes, slot.notes = slot.notes, []
         try:
             run = await account.builder.build(
@@ -240,7 +269,7 @@ class Scheduler:
         except Exception as failure:
             # e.g. a plugin's framing or register_tools hook raised: record it and count the
             # messages as handled, or the follow-up check would retry the same failure forever
-            log.exception("could not build a run for %s", conversation.address.key)
+            log_failure(log, failure, "could not build a run for %s", conversation.address.key)
             self.counters["run_errors"] += 1
             run_id = await self.store.begin_run(conversation_id, conversation.trigger_seq, upto)
             await self.store.finish_run(
@@ -265,7 +294,7 @@ class Scheduler:
             raise
         except Exception as failure:
             status, error = "error", f"{type(failure).__name__}: {failure}"
-            log.exception("agent failed in conversation %s", conversation.address.key)
+            log_failure(log, failure, "agent failed in conversation %s", conversation.address.key)
         finally:
             if typing is not None:
                 typing.cancel()

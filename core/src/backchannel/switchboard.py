@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from attrs import define, field
 
@@ -28,17 +28,22 @@ from .policy import Policy
 from .runs import Agent, Run, RunBuilder, RunSession, WindowSettings
 from .scheduler import Busy, Scheduler
 from .secrets import register_secret
-from .server import HttpServer
 from .storable import storable_event
 from .store import AppendResult, Inbound, Store
 from .tools import Tool
 from .wire import BadPayload, dump_for_dead_letter, parse_json, repair_text
+
+if TYPE_CHECKING:
+    from .server import HttpServer
+    from .workers import WorkerCoordinator
 
 __all__ = ["Binding", "InboundRouter", "RouteVerdict", "Service", "Switchboard"]
 
 log = logging.getLogger("backchannel.switchboard")
 
 _IGNORED = IngestResult("ignored")
+#: characters of a dead letter's reason kept (normalizers quote the offending value)
+MAX_REASON = 300
 
 #: what an inbound router decided: None (ordinary message: bindings apply), "routed" (the
 #: plugin took it: stored, never starts a run), "held" (refused: stored held, never shown)
@@ -131,11 +136,11 @@ class Switchboard:
         self.store = store
         self.routes = RouteTable(public_url or f"http://{host}:{port or 0}")
         self._explicit_public_url = public_url is not None
-        self.server = (
-            HttpServer(self.routes, host=host, port=port, health=self.health)
-            if port is not None
-            else None
-        )
+        self.server: HttpServer | None = None
+        if port is not None:
+            from .server import HttpServer  # aiohttp's server: only a board that serves pays
+
+            self.server = HttpServer(self.routes, host=host, port=port, health=self.health)
         self.url: str | None = None
         self.accounts: dict[str, _Account] = {}
         self.counters: dict[str, int] = {
@@ -160,6 +165,11 @@ class Switchboard:
         self._known_me: dict[str, Sender] = {}
         #: more tools for runs: provider(account, session, conversation) -> tools (orchestration)
         self.run_tools: list[Callable[[str, RunSession, Conversation], Sequence[Tool]]] = []
+        #: conversations whose every new message is looked at (a session with an open ask:
+        #: its answer may not call for a run itself), not only triggering ones
+        self.watched: set[int] = set()
+        #: set (before start) when this is one of several workers sharing a PostgreSQL store
+        self.workers: WorkerCoordinator | None = None
         self._routers: dict[str, list[InboundRouter]] = {}
         self._services: list[Service] = []
         self._started_services: list[Service] = []
@@ -239,11 +249,18 @@ class Switchboard:
         # what was owed before this start: asked now, so messages that arrive while the
         # adapters start are not mistaken for ones a restart interrupted
         owed = [c for c in await self.store.unhandled() if c.address.account in self.accounts]
+        workers = self.workers
+        if workers is not None:
+            # leased accounts start when their lease is taken, and only their holder runs them
+            self.scheduler.claims = workers
+            owed = [c for c in owed if workers.may_run(c.address.account)]
         if self.server is not None:
             self.url = await self.server.start()
             if not self._explicit_public_url:
                 self.routes.public_url = self.url
         for account in self.accounts.values():
+            if workers is not None and not workers.may_run(account.name):
+                continue
             try:
                 await account.adapter.start(account.context)
             except Exception:
@@ -258,6 +275,8 @@ class Switchboard:
         for service in self._services:
             await service.start(self)
             self._started_services.append(service)
+        if workers is not None:
+            await workers.start()
 
     async def start_accounts(self, names: Iterable[str]) -> None:
         """Start only these accounts' adapters: no recovery, no scheduling, no HTTP server.
@@ -286,6 +305,8 @@ class Switchboard:
             return
         self._stopping = True
         timeout = self._stop_timeout if timeout is None else timeout
+        if self.workers is not None:
+            self.workers.stopping = True  # take no new lease while stopping
         while self._started_services:
             service = self._started_services.pop()
             try:
@@ -303,6 +324,8 @@ class Switchboard:
         await self.scheduler.drain(timeout)
         if self.server is not None:
             await self.server.stop()
+        if self.workers is not None:
+            await self.workers.stop()
         await self.store.close()
 
     async def __aenter__(self) -> Switchboard:
@@ -331,6 +354,7 @@ class Switchboard:
         entry = self.accounts.get(account)
         if entry is None:
             raise ConfigError(f"unknown account {account!r}")
+        state = _storable_state(state)
         counters = self.counters
         counters["ingested"] += 1
         try:
@@ -376,6 +400,7 @@ class Switchboard:
         entry = self.accounts.get(account)
         if entry is None:
             raise ConfigError(f"unknown account {account!r}")
+        state = _storable_state(state)
         policy = entry.binding.policy
         results: list[IngestResult] = [_IGNORED] * len(raws)
         waiting: list[tuple[int, Event, bool]] = []
@@ -460,11 +485,10 @@ class Switchboard:
         if not routers or event.kind != "message":
             return None
         for router in routers:
-            try:
-                verdict = await router(event)
-            except Exception:  # a plugin bug must not stop the pipeline: bindings apply
-                log.exception("account %s: inbound router %r failed", account, router)
-                continue
+            # a router that raises fails the ingest like a store error: nothing is acked, the
+            # adapter reads the event again; falling back to the bindings could hand a
+            # message meant for the plugin (an owner's reply) to the wrong reader
+            verdict = await router(event)
             if verdict is not None:
                 return verdict
         return None
@@ -482,7 +506,9 @@ class Switchboard:
             self.counters["duplicate"] += 1
             return
         self.counters["held" if inbound.held else "stored"] += 1
-        if appended.triggers:
+        if appended.triggers or (
+            appended.conversation_id in self.watched and appended.status == "stored"
+        ):
             self.scheduler.poke(appended.conversation_id, inbound.event.address.account)
 
     @staticmethod
@@ -506,6 +532,8 @@ class Switchboard:
             for key, value in state.items():
                 await self.store.set_state(account, key, value)
         reason = repair_text(reason)
+        if len(reason) > MAX_REASON:  # a reason may quote the payload: one readable line
+            reason = reason[:MAX_REASON] + "…"
         log.warning("account %s: malformed payload dropped: %s", account, reason)
         adapter = self.accounts[account].adapter
         payload = dump_for_dead_letter(raw, getattr(adapter, "secret_fields", ()))
@@ -661,6 +689,8 @@ class AccountContext(AdapterContext):
         return await self.board.ingest_many(self.account, raws, state=state)
 
     async def is_known(self, event_id: str) -> bool:
+        if not _encodable(event_id):
+            return False  # an id the store cannot hold was never stored
         return await self.board.store.is_known(self.account, event_id)
 
     async def dead_letter(self, ref: str, reason: str, payload: str) -> None:
@@ -676,13 +706,40 @@ class AccountContext(AdapterContext):
         )
 
     async def get_state(self, key: str) -> str | None:
+        if not _encodable(key):
+            return None
         return await self.board.store.get_state(self.account, key)
 
     async def set_state(self, key: str, value: str | None) -> None:
-        await self.board.store.set_state(self.account, key, value)
+        kept = _storable_state({key: value}) or {}
+        for kept_key, kept_value in kept.items():
+            await self.board.store.set_state(self.account, kept_key, kept_value)
 
     async def transcript(self, address: Address, limit: int = 200) -> list[Message]:
+        if not all(_encodable(part) for part in (address.chat, address.thread or "")):
+            return []
         conversation = await self.board.store.find_conversation(address)
         if conversation is None:
             return []
         return await self.board.store.window(conversation.id, limit)
+
+
+def _encodable(text: str) -> bool:
+    """Say whether the store can hold `text` as it is (no lone surrogates)."""
+    return text.isascii() or repair_text(text) is text
+
+
+def _storable_state(state: Mapping[str, str | None] | None) -> Mapping[str, str | None] | None:
+    """Return adapter state without entries the store cannot hold (each logged once here)."""
+    if not state:
+        return state
+    kept: dict[str, str | None] = {}
+    for key, value in state.items():
+        if _encodable(str(key)) and (value is None or _encodable(str(value))):
+            kept[key] = value
+        else:
+            log.warning(
+                "adapter state %s cannot be stored (half a surrogate pair): skipped",
+                ascii(key)[:80],
+            )
+    return kept

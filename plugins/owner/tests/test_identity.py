@@ -156,3 +156,11 @@ def test_more_harnesses_plug_in_as_locators(proc: FakeProc, home: Path) -> None:
 
     found = resolve(proc, home, 70, locators=[codex])
     assert (found.session_id, found.name, found.harness) == ("cx-1", "codex run", "codex")
+
+
+def test_the_workspace_is_asked_of_x11_only() -> None:
+    from backchannel_owner.identity import x11_workspace
+
+    assert x11_workspace({}) is None
+    assert x11_workspace({"DISPLAY": ":0", "WAYLAND_DISPLAY": "wayland-0"}) is None
+    assert x11_workspace({"DISPLAY": ":0", "XDG_SESSION_TYPE": "wayland"}) is None

@@ -223,3 +223,90 @@ async def test_permission_prompts_take_only_yes_or_no_with_a_pending_id(
         what="the correction for an answered prompt",
     )
     assert len(rows(board)) == 1
+
+
+async def test_the_mcp_view_of_a_session_notifies_lists_and_delivers(
+    world: OwnerWorld, start: Start
+) -> None:
+    from backchannel_owner.api import mcp_owner_api
+
+    await start()
+    owner_api = mcp_owner_api(world.config, identity())
+    assert owner_api is not None and owner_api.session_name == "ci-cd-incremental-2"
+    said = await owner_api.notify("need a decision", needs_answer=True)
+    sent_id = said.removeprefix("sent to the owner as #")
+    assert len(sent_id) == 5 and owner_api.mark in world.fake.sent[-1].text
+    await say(world, world.owner_chat, world.owner, f"#{sent_id} option B")
+    (pending,) = await owner_api.pending()
+    assert (pending.text, pending.replying_to) == ("option B", sent_id)
+    text = await owner_api.inbox_text()
+    assert text.startswith(
+        f'Owner sent you a message #{pending.id} (replying to your #{sent_id}): "option B"'
+    )
+    assert await owner_api.pending() == []
+    answer = await owner_api.reply(pending.id, "going with B")
+    assert answer.startswith("sent to the owner as #")
+    assert world.fake.sent[-1].text.endswith(f"re #{pending.id} → #{answer[-5:]}: going with B")
+
+
+async def test_an_expired_permission_prompt_is_corrected_not_answered(
+    world: OwnerWorld, start: Start, inbox_root: Path
+) -> None:
+    await start(permission_ttl=0.000001)
+    prompt_id = await request_permission(world.config, identity(), "req-9", "Bash", "make")
+    await say(world, world.owner_chat, world.owner, f"no {prompt_id}")
+    await world.fake.wait_for(
+        lambda: any(f"#{prompt_id} is not a pending permission" in s.text for s in world.fake.sent),
+        what="the correction",
+    )
+    assert list_markers(identity().session_id, inbox_root) == []
+
+
+async def test_serve_start_rebuilds_markers_from_the_store_and_prunes_old_rows(
+    world: OwnerWorld, start: Start, inbox_root: Path
+) -> None:
+    import time
+
+    from backchannel_owner.inbox import InboxItem, remove_marker, write_marker
+
+    board = await start()
+    sent = await notify(world.config, "fyi", identity=identity())
+    await say(world, world.owner_chat, world.owner, f"#{sent.id} keep this")
+    (marker,) = list_markers(identity().session_id, inbox_root)
+    remove_marker(marker)  # a lost cache ...
+    stale = InboxItem({**marker.to_json(), "id": "zzzzz"})
+    write_marker(stale, inbox_root)  # ... and a marker the store no longer backs
+    records = OwnerRecords(board.store.db)  # type: ignore[attr-defined]
+    old = records.insert_message(
+        time.time() - 31 * 86400,
+        session_id="s-old",
+        direction="out",
+        kind="fyi",
+        account="tg",
+        chat="1",
+        text="a month ago",
+        status="sent",
+    )
+    await board.stop()
+    board = await start()
+    assert [m.id for m in list_markers(identity().session_id, inbox_root)] == [marker.id]
+    assert OwnerRecords(board.store.db).get(old.id) is None  # type: ignore[attr-defined]
+
+
+async def test_the_owner_is_told_when_a_message_is_parked(
+    world: OwnerWorld, start: Start, inbox_root: Path
+) -> None:
+    from backchannel_owner.api import tell_owner_parked
+
+    await start()
+    sent = await notify(world.config, "fyi", identity=identity())
+    await say(world, world.owner_chat, world.owner, f"#{sent.id} did you get this?")
+    (marker,) = list_markers(identity().session_id, inbox_root)
+    assert marker.config == str(world.config_path.resolve())
+    # the hook is a separate, synchronous process: it runs its own event loop
+    await asyncio.to_thread(tell_owner_parked, marker)
+    assert world.fake.sent[-1].text == (
+        f'{sent.mark} "ci-cd-incremental-2": your message #{marker.id} could not be delivered'
+        " to that session (offered 3 times without confirmation); send it again when the"
+        " session is back"
+    )

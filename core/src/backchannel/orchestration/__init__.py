@@ -10,7 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .messaging import MessagingStatus, messaging_status, set_messaging
-from .refusals import REFUSAL_CODES, CrossTarget, Refused, check_cross_read, check_cross_send
+from .refusals import (
+    REFUSAL_CODES,
+    CrossTarget,
+    Refused,
+    check_cross_read,
+    check_cross_send,
+    send_refusal,
+)
 from .scope import AccountScope, AgentScope, binding_for, scope_for_agent, trusts_to_steer
 from .tools import CROSS_TOOL_NAMES, Orchestrator, SendOutcome, attribution, deliver_cross
 from .views import (
@@ -51,6 +58,7 @@ __all__ = [
     "read_conversation",
     "resolve_conversation",
     "scope_for_agent",
+    "send_refusal",
     "set_messaging",
     "trusts_to_steer",
 ]
@@ -58,7 +66,18 @@ __all__ = [
 
 def attach(board: Switchboard, config: Config) -> Orchestrator:
     """Give `board`'s runs the orchestration tools as `config` allows; return the provider."""
+    from ..asks import AskCoordinator, AskSettings
+
     orchestrator = Orchestrator(board, config)
+    settings = config.orchestration
+    orchestrator.asks = AskCoordinator(
+        board,
+        AskSettings(
+            ask_timeout=settings.ask_timeout,
+            session_live=settings.session_live,
+            report=settings.report,
+        ),
+    ).attach()
     board.run_tools.append(orchestrator)
     return orchestrator
 

@@ -47,7 +47,7 @@ def messaging_command(
     config = load_config(config_path, strict_env=False)
     if store_path is not None:
         config = evolve(config, store=evolve(config.store, path=str(store_path)))
-    if action == "status" and not Path(config.store.path).exists():
+    if action == "status" and not config.store.url and not Path(config.store.path).exists():
         raise StoreError(
             f"there is no store at {config.store.path} yet (run `backchannel serve` first,"
             " or pass -c/--store)"

@@ -23,7 +23,15 @@ from .messaging import messaging_status
 from .scope import AgentScope
 from .views import resolve_conversation
 
-__all__ = ["REFUSAL_CODES", "CrossTarget", "Refused", "check_cross_read", "check_cross_send"]
+__all__ = [
+    "REFUSAL_CODES",
+    "CrossTarget",
+    "Refused",
+    "check_cross_controls",
+    "check_cross_read",
+    "check_cross_send",
+    "send_refusal",
+]
 
 REFUSAL_CODES = ("untrusted", "disabled", "messaging_off", "unknown", "not_bound", "self")
 
@@ -60,6 +68,25 @@ async def check_cross_send(
     may steer the agent across conversations (see `trusts_to_steer`); an
     operator acting through the CLI passes True.
     """
+    await check_cross_controls(store, config, trusted=trusted, action=action)
+    found = await check_cross_read(store, scope=scope, target=target)
+    if origin is not None and found.id == origin.id:
+        raise Refused(
+            "self",
+            f"refused: {found.address.key} is this conversation; use send_message (or reply)"
+            f" to write here. Nothing was sent.",
+        )
+    return CrossTarget(found, origin)
+
+
+async def check_cross_controls(
+    store: Store, config: Config, *, trusted: bool, action: str = "send"
+) -> None:
+    """Raise Refused unless the trigger sender may steer and both controls allow `action`.
+
+    The first three refusals of the matrix (untrusted, disabled, messaging_off),
+    shared by sends and asks: an ask checks its own target afterwards.
+    """
     if not trusted:
         raise Refused(
             "untrusted",
@@ -82,14 +109,6 @@ async def check_cross_send(
             " Nothing was sent; do not retry until the operator turns it on. Reading other"
             " conversations still works.",
         )
-    found = await check_cross_read(store, scope=scope, target=target)
-    if origin is not None and found.id == origin.id:
-        raise Refused(
-            "self",
-            f"refused: {found.address.key} is this conversation; use send_message (or reply)"
-            f" to write here. Nothing was sent.",
-        )
-    return CrossTarget(found, origin)
 
 
 async def check_cross_read(store: Store, *, scope: AgentScope, target: str | int) -> Conversation:
@@ -109,3 +128,35 @@ async def check_cross_read(store: Store, *, scope: AgentScope, target: str | int
             f" shows. Nothing was sent.",
         )
     return found
+
+
+async def send_refusal(
+    config: Config, conversation: Conversation, *, store: Store | None = None
+) -> str | None:
+    """Return why the two controls refuse a new cross-conversation send now, or None.
+
+    For callers that do their own scoping and trust (an MCP server acting for
+    the operator): only the kill switch and the messaging control are checked.
+    Without `store`, the config's store is opened for the check.
+    """
+    if store is None:
+        from ..app import open_config_store
+
+        opened = open_config_store(config)
+        try:
+            return await send_refusal(config, conversation, store=opened)
+        finally:
+            await opened.close()
+    status = await messaging_status(store, config)
+    if status.allowed:
+        return None
+    code = "disabled" if not status.config_enabled else "messaging_off"
+    return str(_CONTROL_REFUSALS[code]).format(key=conversation.address.key)
+
+
+_CONTROL_REFUSALS = {
+    "disabled": "refused: cross-conversation messaging is disabled by the operator (the config's"
+    " [orchestration] enabled = false); nothing was sent to {key}.",
+    "messaging_off": "refused: cross-conversation messaging is switched off (`backchannel"
+    " messaging off`); nothing was sent to {key}.",
+}

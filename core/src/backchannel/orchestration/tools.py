@@ -24,6 +24,7 @@ from .scope import AgentScope, binding_for, scope_for_agent, trusts_to_steer
 from .views import format_conversations, list_conversations, read_conversation
 
 if TYPE_CHECKING:
+    from ..asks import AskCoordinator
     from ..switchboard import Switchboard
 
 __all__ = ["CROSS_TOOL_NAMES", "Orchestrator", "SendOutcome", "attribution", "deliver_cross"]
@@ -106,6 +107,8 @@ class Orchestrator:
     def __init__(self, board: Switchboard, config: Config):
         self.board = board
         self.config = config
+        #: the ask flow (ask_agent), when attached (`backchannel.orchestration.attach`)
+        self.asks: AskCoordinator | None = None
 
     def reload(self, config: Config) -> None:
         """Apply a re-read config's [orchestration] section (the kill switch) to this process.
@@ -121,7 +124,7 @@ class Orchestrator:
     def offers(self, conversation: Conversation, session: RunSession) -> bool:
         """Return True when a run in `conversation` started by `session.trigger` gets the tools."""
         binding = binding_for(self.config, conversation.address)
-        if binding is None or not binding.orchestrate:
+        if binding is None or not (binding.orchestrate or binding.master):
             return False
         sender = session.trigger.sender.id if session.trigger is not None else None
         if session.trigger is not None and session.trigger.direction != "in":
@@ -130,10 +133,11 @@ class Orchestrator:
 
     def __call__(self, account: str, session: RunSession, conversation: Conversation) -> list[Tool]:
         binding = binding_for(self.config, conversation.address)
-        if binding is None or not binding.orchestrate or not self.offers(conversation, session):
+        if binding is None or not self.offers(conversation, session):
             return []
         scope = scope_for_agent(self.config, binding.agent)
-        return self.tools(scope, session, conversation, trusted=True)
+        # a master conversation without orchestrate gets the read and ask tools, not sends
+        return self.tools(scope, session, conversation, trusted=True, send=binding.orchestrate)
 
     def tools(
         self,
@@ -142,8 +146,13 @@ class Orchestrator:
         conversation: Conversation,
         *,
         trusted: bool,
+        send: bool = True,
     ) -> list[Tool]:
-        """Return the three tools for a run in `conversation` (each re-checks its refusals)."""
+        """Return the tools for a run in `conversation` (each re-checks its refusals).
+
+        The read tools always; send_to_conversation when `send`; ask_agent when
+        the ask flow is attached and the agent has an account with agent peers.
+        """
         store = self.board.store
         here = conversation.address.key
 
@@ -223,11 +232,24 @@ class Orchestrator:
             return outcome.describe()
 
         origin = conversation
-        return [
+        tools = [
             Tool.from_function(list_conversations_tool, name="list_conversations"),
             Tool.from_function(read_conversation_tool, name="read_conversation"),
-            Tool.from_function(send_to_conversation),
         ]
+        if send:
+            tools.append(Tool.from_function(send_to_conversation))
+        if self.asks is not None:
+            from ..asks.tool import ask_tools
+
+            tools += ask_tools(
+                self.asks,
+                lambda: self.config,
+                scope=scope,
+                session=session,
+                conversation=conversation,
+                trusted=trusted,
+            )
+        return tools
 
 
 def _untrusted(action: str) -> str:

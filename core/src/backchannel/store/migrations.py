@@ -163,27 +163,35 @@ def m002_visible_index_and_orphan_edits(db: apsw.Connection) -> None:
 def m003_orchestration(db: apsw.Connection) -> None:
     db.execute(
         """
-        -- full-text search for list_conversations(query=...): visible message text (held rows
-        -- are never indexed: a held sender must not be findable through the agent) ...
+        -- full-text search for list_conversations(query=...). Message text (held rows are
+        -- never indexed: a held sender must not be findable through the agent) is indexed
+        -- lazily: a search first adds the rows written since the last one, in one
+        -- statement, so ingest pays nothing for it (bench/search_index.py). Only which
+        -- rows hold a word is kept (detail = none, columnsize = 0): all a word-prefix
+        -- match needs.
         CREATE VIRTUAL TABLE messages_fts USING fts5(
             text, content = 'messages', content_rowid = 'rowid',
-            tokenize = 'unicode61 remove_diacritics 2'
+            tokenize = 'unicode61 remove_diacritics 2', detail = none, columnsize = 0
         );
+        -- messages rows up to this rowid are in messages_fts (rows are never deleted)
+        CREATE TABLE messages_fts_progress (indexed_rowid INTEGER NOT NULL);
         INSERT INTO messages_fts (rowid, text) SELECT rowid, text FROM messages WHERE held = 0;
-        CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages WHEN new.held = 0 BEGIN
-            INSERT INTO messages_fts (rowid, text) VALUES (new.rowid, new.text);
-        END;
+        INSERT INTO messages_fts_progress SELECT COALESCE(MAX(rowid), 0) FROM messages;
+        -- an edit of an already indexed row replaces its words
         CREATE TRIGGER messages_fts_update AFTER UPDATE OF text ON messages
-        WHEN old.held = 0 AND old.text IS NOT new.text BEGIN
+        WHEN old.held = 0 AND old.text IS NOT new.text
+            AND old.rowid <= (SELECT indexed_rowid FROM messages_fts_progress) BEGIN
             INSERT INTO messages_fts (messages_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
             INSERT INTO messages_fts (rowid, text) VALUES (new.rowid, new.text);
         END;
 
-        -- ... and conversation titles and participant names (a title row has rowid
+        -- conversation titles and participant names, kept current by triggers (a write
+        -- per new conversation or person, not per message). A title row has rowid
         -- -conversation_id, so a rename replaces it; a renamed participant's new name is
-        -- added and the old one stays findable)
+        -- added and the old one stays findable.
         CREATE VIRTUAL TABLE names_fts USING fts5(
-            text, conversation_id UNINDEXED, tokenize = 'unicode61 remove_diacritics 2'
+            text, conversation_id UNINDEXED, tokenize = 'unicode61 remove_diacritics 2',
+            detail = none, columnsize = 0
         );
         INSERT INTO names_fts (rowid, text, conversation_id)
             SELECT -id, title, id FROM conversations WHERE title IS NOT NULL;
@@ -222,10 +230,41 @@ def m003_orchestration(db: apsw.Connection) -> None:
     )
 
 
+def m006_asks(db: apsw.Connection) -> None:
+    db.execute(
+        """
+        -- questions asked to other agents (ask_agent), written before the question is sent;
+        -- an answer is matched by reply target, else to the oldest open ask of the session
+        CREATE TABLE asks (
+            id INTEGER PRIMARY KEY,
+            origin_conversation_id INTEGER NOT NULL,
+            origin_seq INTEGER,
+            peer_conversation_id INTEGER NOT NULL,
+            question TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'pending',
+            asked_at REAL NOT NULL,
+            deadline REAL NOT NULL,
+            message_seq INTEGER,
+            outbox_id INTEGER,
+            reason TEXT,
+            answer_seq INTEGER,
+            matched_at REAL,
+            reported_at REAL,
+            expiry_reported_at REAL
+        );
+        CREATE INDEX asks_session ON asks (peer_conversation_id, id);
+        CREATE INDEX asks_origin ON asks (origin_conversation_id, id);
+        -- the few rows that still need work: open, awaiting a report or an expiry notice
+        CREATE INDEX asks_open ON asks (deadline) WHERE reported_at IS NULL;
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_visible_index_and_orphan_edits,
     m003_orchestration,
+    m006_asks,
 ]
 
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -36,6 +37,7 @@ from ..errors import StoreError
 from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, now
 from ..secrets import redact
 from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, Store
+from .postgres_asks import PostgresAsks
 from .postgres_migrations import migrate
 from .rows import (
     CONVERSATION_COLUMNS,
@@ -50,7 +52,7 @@ from .rows import (
     outbox_row,
 )
 
-__all__ = ["PostgresStore"]
+__all__ = ["WAKE_CHANNEL", "PostgresStore"]
 
 MESSAGE_MARKS = ", ".join(["%s"] * 23)
 #: errors after which a whole write transaction is simply run again
@@ -60,9 +62,13 @@ RETRYABLE = (
     pg_errors.UniqueViolation,
 )
 RETRIES = 8
+#: the database server's clock in seconds (workers on several machines agree on it)
+DB_NOW = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"
+#: LISTEN/NOTIFY channel of cross-worker wake-ups
+WAKE_CHANNEL = "backchannel_wake"
 
 
-class PostgresStore(Store):
+class PostgresStore(PostgresAsks, Store):
     """The psycopg implementation of `Store`: a connection pool, opened on first use."""
 
     def __init__(self, url: str, *, worker: str | None = None, pool_size: int = 8):
@@ -254,6 +260,61 @@ class PostgresStore(Store):
             )
         return [conversation_row(row) for row in rows]
 
+    async def search_conversations(
+        self,
+        *,
+        accounts: Collection[str] | None = None,
+        query: str | None = None,
+        limit: int = 20,
+    ) -> list[Conversation]:
+        # a plain scan with PostgreSQL's own text search ('simple': no stemming), folded
+        # like the SQLite index (lower case, Latin accents dropped); no index yet
+        clauses: list[str] = []
+        params: list[Any] = []
+        if accounts is not None:
+            names = sorted(set(accounts))
+            if not names:
+                return []
+            clauses.append("account = ANY(%s)")
+            params.append(names)
+        if query is not None:
+            words = [fold_accents(w.lower()) for w in _WORD.findall(query)[:8]]
+            if not words:
+                return []
+            for word in words:
+                term = f"{word}:*"
+                clauses.append(
+                    f"(to_tsvector('simple', {_FOLD.format('title')}) @@ to_tsquery('simple', %s)"
+                    " OR EXISTS (SELECT 1 FROM participants p WHERE p.conversation_id = c.id"
+                    f" AND to_tsvector('simple', {_FOLD.format(_NAME)})"
+                    " @@ to_tsquery('simple', %s) AND EXISTS (SELECT 1 FROM messages m"
+                    " WHERE m.conversation_id = p.conversation_id AND m.sender_id = p.sender_id"
+                    " AND m.held = 0))"
+                    " OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id"
+                    f" AND m.held = 0 AND to_tsvector('simple', {_FOLD.format('m.text')})"
+                    " @@ to_tsquery('simple', %s)))"
+                )
+                params.extend([term, term, term])
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = await self._fetchall(
+            f"SELECT {CONVERSATION_COLUMNS} FROM conversations c {where}"
+            " ORDER BY active_at DESC, id DESC LIMIT %s",
+            (*params, max(limit, 0)),
+        )
+        return [conversation_row(row) for row in rows]
+
+    async def count_visible(self, conversation_id: int, before_seq: int | None = None) -> int:
+        if before_seq is None:
+            row = await self._fetchone(
+                "SELECT visible_count FROM conversations WHERE id = %s", (conversation_id,)
+            )
+            return int(row[0]) if row else 0
+        row = await self._fetchone(
+            "SELECT COUNT(*) FROM messages WHERE conversation_id = %s AND seq < %s AND held = 0",
+            (conversation_id, before_seq),
+        )
+        return int(row[0]) if row else 0
+
     async def participants(self, conversation_id: int) -> list[Participant]:
         rows = await self._fetchall(
             "SELECT p.sender_id, p.name, p.handle, p.is_bot, COUNT(m.seq), MIN(m.seq), MAX(m.seq)"
@@ -338,6 +399,8 @@ class PostgresStore(Store):
         stamp = now()
 
         async def work(connection: Any) -> int:
+            if self.worker is not None and run_id is not None:
+                await self._check_claim(connection, conversation_id)
             seq = None
             if outbound.kind == "message":
                 # the row lock this UPDATE takes is what keeps seqs gapless across writers
@@ -385,7 +448,7 @@ class PostgresStore(Store):
                         "pending",
                         None,
                         None,
-                        None,
+                        json.dumps({"origin": outbound.origin}) if outbound.origin else None,
                     ),
                 )
             else:
@@ -396,8 +459,8 @@ class PostgresStore(Store):
                     raise StoreError(f"no conversation with id {conversation_id}")
             cursor = await connection.execute(
                 "INSERT INTO outbox (conversation_id, run_id, kind, text, reply_to, target,"
-                " message_seq, status, worker, created_at, updated_at)"
-                " VALUES (%s,%s,%s,%s,%s,%s,%s,'pending',%s,%s,%s) RETURNING id",
+                " message_seq, status, worker, created_at, updated_at, origin)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,'pending',%s,%s,%s,%s) RETURNING id",
                 (
                     conversation_id,
                     run_id,
@@ -409,6 +472,7 @@ class PostgresStore(Store):
                     self.worker,
                     stamp,
                     stamp,
+                    outbound.origin,
                 ),
             )
             row = await cursor.fetchone()
@@ -416,6 +480,25 @@ class PostgresStore(Store):
 
         outbox_id = await self._write(work)
         return await self._outbox_entry_now(outbox_id)
+
+    async def _check_claim(self, connection: Any, conversation_id: int) -> None:
+        """Fence a run's send: only the worker holding the conversation's claim may record it.
+
+        A worker that stalled past its claim's ttl may find another worker running the
+        conversation; its send is refused (locking the claim row, so the other run's
+        window, built after it claims, shows every send recorded before).
+        """
+        cursor = await connection.execute(
+            "SELECT worker FROM run_claims WHERE conversation_id = %s FOR UPDATE",
+            (conversation_id,),
+        )
+        row = await cursor.fetchone()
+        if row is not None and row[0] != self.worker:
+            raise StoreError(
+                f"worker {self.worker} no longer holds conversation {conversation_id}: worker"
+                f" {row[0]} took it over after this worker's claim lapsed (missed heartbeats);"
+                " this send was not made, that worker's run answers instead"
+            )
 
     async def mark_sent(self, outbox_id: int, receipt: Receipt) -> OutboxEntry:
         ids = receipt.part_ids or (
@@ -430,12 +513,15 @@ class PostgresStore(Store):
                 (json.dumps(list(ids)), now(), outbox_id),
             )
             if entry.message_seq is not None:
+                meta: dict[str, Any] = {"part_ids": list(ids)} if len(ids) > 1 else {}
+                if entry.origin:
+                    meta["origin"] = entry.origin
                 await connection.execute(
                     "UPDATE messages SET status = 'sent', status_reason = NULL,"
                     " platform_message_id = %s, meta = %s WHERE conversation_id = %s AND seq = %s",
                     (
                         receipt.platform_message_id,
-                        json.dumps({"part_ids": list(ids)}) if len(ids) > 1 else None,
+                        json.dumps(meta) if meta else None,
                         entry.conversation_id,
                         entry.message_seq,
                     ),
@@ -648,6 +734,171 @@ class PostgresStore(Store):
         ):
             figures[f"outbox_{status}"] = int(number)
         return figures
+
+    # workers: heartbeats, account leases, run claims (PostgreSQL only) -------
+    # Times are the database server's clock, so workers on several machines agree.
+
+    async def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        async def work(connection: Any) -> Any:
+            cursor = await connection.execute(sql, params)
+            return await cursor.fetchall() if cursor.description else None
+
+        return await self._write(work)
+
+    async def register_worker(self, host: str, pid: int) -> None:
+        """Record this worker as alive (a restart under the same name starts afresh)."""
+        await self._one(
+            "INSERT INTO workers (name, host, pid, started_at, heartbeat_at)"
+            f" VALUES (%s, %s, %s, {DB_NOW}, {DB_NOW}) ON CONFLICT (name) DO UPDATE SET"
+            " host = excluded.host, pid = excluded.pid, started_at = excluded.started_at,"
+            " heartbeat_at = excluded.heartbeat_at, stopped_at = NULL",
+            (self._me(), host, pid),
+        )
+
+    def _me(self) -> str:
+        if self.worker is None:
+            raise StoreError("this store was opened without a worker name")
+        return self.worker
+
+    async def heartbeat(self, ttl: float) -> set[str]:
+        """Say this worker is alive; extend its leases and run claims; return the accounts held."""
+        me = self._me()
+
+        async def work(connection: Any) -> set[str]:
+            await connection.execute(
+                f"UPDATE workers SET heartbeat_at = {DB_NOW} WHERE name = %s", (me,)
+            )
+            cursor = await connection.execute(
+                f"UPDATE leases SET expires_at = {DB_NOW} + %s WHERE worker = %s"
+                f" AND expires_at > {DB_NOW} RETURNING account",
+                (ttl, me),
+            )
+            held = {row[0] for row in await cursor.fetchall()}
+            await connection.execute(
+                f"UPDATE run_claims SET expires_at = {DB_NOW} + %s WHERE worker = %s", (ttl, me)
+            )
+            return held
+
+        held: set[str] = await self._write(work)
+        return held
+
+    async def acquire_lease(self, account: str, ttl: float) -> str | None:
+        """Take (or keep) the account's lease when it is free or expired.
+
+        Return the worker whose lease lapsed when this took it over ("" when the
+        account was free or already ours), None when another live worker holds it.
+        """
+        me = self._me()
+
+        async def work(connection: Any) -> str | None:
+            cursor = await connection.execute(
+                "SELECT worker, expires_at > " + DB_NOW + " FROM leases WHERE account = %s"
+                " FOR UPDATE",
+                (account,),
+            )
+            row = await cursor.fetchone()
+            if row is not None and row[0] != me and row[1]:
+                return None
+            await connection.execute(
+                "INSERT INTO leases (account, worker, acquired_at, expires_at)"
+                f" VALUES (%s, %s, {DB_NOW}, {DB_NOW} + %s) ON CONFLICT (account) DO UPDATE SET"
+                " worker = excluded.worker, expires_at = excluded.expires_at,"
+                " acquired_at = CASE WHEN leases.worker = excluded.worker"
+                " THEN leases.acquired_at ELSE excluded.acquired_at END",
+                (account, me, ttl),
+            )
+            return "" if row is None or row[0] == me else str(row[0])
+
+        previous: str | None = await self._write(work)
+        return previous
+
+    async def release_leases(self, accounts: Sequence[str] | None = None) -> None:
+        """Give up this worker's leases (all, or these accounts) and tell the others."""
+        me = self._me()
+
+        async def work(connection: Any) -> None:
+            if accounts is None:
+                await connection.execute("DELETE FROM leases WHERE worker = %s", (me,))
+            else:
+                await connection.execute(
+                    "DELETE FROM leases WHERE worker = %s AND account = ANY(%s)",
+                    (me, list(accounts)),
+                )
+            await connection.execute("SELECT pg_notify(%s, 'lease')", (WAKE_CHANNEL,))
+
+        await self._write(work)
+
+    async def stop_worker(self) -> None:
+        """A clean stop: release every lease and claim, and record the stop."""
+        me = self._me()
+
+        async def work(connection: Any) -> None:
+            await connection.execute("DELETE FROM leases WHERE worker = %s", (me,))
+            await connection.execute("DELETE FROM run_claims WHERE worker = %s", (me,))
+            await connection.execute(
+                f"UPDATE workers SET stopped_at = {DB_NOW} WHERE name = %s", (me,)
+            )
+            await connection.execute("SELECT pg_notify(%s, 'lease')", (WAKE_CHANNEL,))
+
+        await self._write(work)
+
+    async def claim_run(self, conversation_id: int, ttl: float) -> bool:
+        """Claim the right to run this conversation's agent; False when a live worker has it."""
+        me = self._me()
+        rows = await self._one(
+            "INSERT INTO run_claims (conversation_id, worker, expires_at)"
+            f" VALUES (%s, %s, {DB_NOW} + %s) ON CONFLICT (conversation_id) DO UPDATE SET"
+            " worker = excluded.worker, expires_at = excluded.expires_at"
+            f" WHERE run_claims.worker = excluded.worker OR run_claims.expires_at < {DB_NOW}"
+            " RETURNING worker",
+            (conversation_id, me, ttl),
+        )
+        return bool(rows)
+
+    async def release_run(self, conversation_id: int) -> None:
+        await self._one(
+            "DELETE FROM run_claims WHERE conversation_id = %s AND worker = %s",
+            (conversation_id, self._me()),
+        )
+
+    async def recover_dead_workers(self, ttl: float) -> dict[str, list[OutboxEntry]]:
+        """Recover every worker whose heartbeat is older than `ttl` and that did not stop cleanly.
+
+        Its pending sends become uncertain and its running runs interrupted, once:
+        it is then recorded as stopped (a restart under its name registers again).
+        """
+        found = await self._one(
+            "UPDATE workers SET stopped_at = " + DB_NOW + " WHERE stopped_at IS NULL"
+            f" AND heartbeat_at < {DB_NOW} - %s AND name IS DISTINCT FROM %s RETURNING name",
+            (ttl, self.worker),
+        )
+        return {row[0]: await self.recover_worker(row[0]) for row in found or []}
+
+    async def workers_report(self) -> list[dict[str, Any]]:
+        """Every worker with its heartbeat age, state and the accounts it leases."""
+        rows = await self._fetchall(
+            f"SELECT w.name, w.host, w.pid, w.started_at, {DB_NOW} - w.heartbeat_at,"
+            " w.stopped_at, COALESCE(array_agg(l.account ORDER BY l.account)"
+            f" FILTER (WHERE l.account IS NOT NULL AND l.expires_at > {DB_NOW}), '{{}}'),"
+            " (SELECT COUNT(*) FROM run_claims c WHERE c.worker = w.name)"
+            " FROM workers w LEFT JOIN leases l ON l.worker = w.name"
+            " GROUP BY w.name ORDER BY w.name"
+        )
+        keys = ("name", "host", "pid", "started_at", "heartbeat_age", "stopped_at", "accounts")
+        return [
+            {**dict(zip(keys, row[:7], strict=True)), "accounts": list(row[6]), "runs": row[7]}
+            for row in rows
+        ]
+
+    async def leases(self) -> dict[str, tuple[str, float]]:
+        """account -> (worker, seconds left) for every unexpired lease."""
+        rows = await self._fetchall(
+            f"SELECT account, worker, expires_at - {DB_NOW} FROM leases WHERE expires_at > {DB_NOW}"
+        )
+        return {row[0]: (row[1], float(row[2])) for row in rows}
+
+    async def notify(self, payload: str) -> None:
+        await self._one("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, payload))
 
 
 async def _write_state(connection: Any, account: str, key: str, value: str | None) -> None:
@@ -1002,3 +1253,17 @@ class _Append:
                 (json.dumps(reactions), conversation_id, seq),
             )
         return AppendResult("applied", conversation_id, seq)
+
+
+_WORD = re.compile(r"[^\W_]+")
+_ACCENTED = "àáâãäåāăąçćčďèéêëēėęěìíîïīįłñńňòóôõöøōőŕřśšşťùúûüūůűųýÿžźż"
+_PLAIN = "aaaaaaaaacccdeeeeeeeeiiiiiilnnnoooooooorrssstuuuuuuuuyyzzz"
+#: SQL that lower-cases a column and drops the accents `fold_accents` drops
+_FOLD = "translate(lower(COALESCE({}, '')), '" + _ACCENTED + "', '" + _PLAIN + "')"
+_NAME = "p.name || ' ' || COALESCE(p.handle, '')"
+_FOLD_TABLE = str.maketrans(_ACCENTED, _PLAIN)
+
+
+def fold_accents(text: str) -> str:
+    """Drop the Latin accents the search folds (the same map as the SQL side)."""
+    return text.translate(_FOLD_TABLE)

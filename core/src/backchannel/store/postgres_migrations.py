@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..model import now
+from .postgres_asks import pg006_asks
 
 __all__ = ["MIGRATION_LOCK", "PG_MIGRATIONS", "migrate"]
 
@@ -160,7 +161,47 @@ async def pg001_initial(connection: Any) -> None:
     )
 
 
-PG_MIGRATIONS: list[Migration] = [pg001_initial]
+async def pg002_orchestration(connection: Any) -> None:
+    # which conversation a cross-conversation send came from (NULL: its own run)
+    await connection.execute("ALTER TABLE outbox ADD COLUMN origin TEXT")
+
+
+async def pg002_workers(connection: Any) -> None:
+    await connection.execute(
+        """
+        -- each `serve --worker NAME`: its heartbeat says it is alive
+        CREATE TABLE workers (
+            name TEXT PRIMARY KEY,
+            host TEXT NOT NULL DEFAULT '',
+            pid INTEGER NOT NULL DEFAULT 0,
+            started_at DOUBLE PRECISION NOT NULL,
+            heartbeat_at DOUBLE PRECISION NOT NULL,
+            -- set when it stopped cleanly, or when another worker recovered it as dead
+            stopped_at DOUBLE PRECISION
+        );
+        -- who holds each polling/socket account's connection, until when
+        CREATE TABLE leases (
+            account TEXT PRIMARY KEY,
+            worker TEXT NOT NULL,
+            acquired_at DOUBLE PRECISION NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL
+        );
+        -- which worker runs a conversation's agent now: one at a time across workers
+        CREATE TABLE run_claims (
+            conversation_id BIGINT PRIMARY KEY,
+            worker TEXT NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL
+        );
+        """
+    )
+
+
+PG_MIGRATIONS: list[Migration] = [
+    pg001_initial,
+    pg002_orchestration,
+    pg002_workers,
+    pg006_asks,
+]
 
 
 async def migrate(connection: Any) -> list[str]:

@@ -39,6 +39,7 @@ from .rows import (
     message_row,
     outbox_row,
 )
+from .sqlite_asks import SQLiteAsks
 
 __all__ = ["SQLiteStore", "open_store"]
 
@@ -51,7 +52,7 @@ def open_store(path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> 
     return SQLiteStore(path, synchronous=synchronous)
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteAsks, Store):
     """The apsw implementation of `Store`. One connection, used from one event loop."""
 
     def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL"):
@@ -602,6 +603,7 @@ class SQLiteStore(Store):
             words = _query_words(query)
             if not words:
                 return []
+            self._index_new_messages()
             for word in words:
                 # one word may match anywhere in the conversation: names, title or messages
                 clauses.append(
@@ -611,12 +613,33 @@ class SQLiteStore(Store):
                 )
                 params.extend([word, word])
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self.db.execute(
-            f"SELECT {CONVERSATION_COLUMNS} FROM conversations {where}"
-            " ORDER BY active_at DESC, id DESC LIMIT ?",
-            (*params, max(limit, 0)),
-        ).fetchall()
+        try:
+            rows = self.db.execute(
+                f"SELECT {CONVERSATION_COLUMNS} FROM conversations {where}"
+                " ORDER BY active_at DESC, id DESC LIMIT ?",
+                (*params, max(limit, 0)),
+            ).fetchall()
+        except apsw.SQLError as error:
+            # a word FTS5 reads differently from _query_words: one clear error naming the query
+            raise StoreError(f"cannot search for {query!r}: {error}") from None
         return [conversation_row(row) for row in rows]
+
+    def _index_new_messages(self) -> None:
+        """Add the visible messages written since the last search to the text index."""
+        db = self.db
+        top = first(db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages"))
+        if top <= first(db.execute("SELECT indexed_rowid FROM messages_fts_progress")):
+            return
+        with self._write():
+            mark = first(db.execute("SELECT indexed_rowid FROM messages_fts_progress"))
+            top = first(db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages"))
+            if top > mark:
+                db.execute(
+                    "INSERT INTO messages_fts (rowid, text) SELECT rowid, text FROM messages"
+                    " WHERE rowid > ? AND rowid <= ? AND held = 0",
+                    (mark, top),
+                )
+                db.execute("UPDATE messages_fts_progress SET indexed_rowid = ?", (top,))
 
     async def participants(self, conversation_id: int) -> list[Participant]:
         rows = self.db.execute(
@@ -1015,7 +1038,9 @@ def _dump_meta(meta: Mapping[str, Any]) -> str:
     return json.dumps(meta if type(meta) is dict else dict(meta))
 
 
-_WORD = re.compile(r"\w+")
+#: letters and digits: what the unicode61 tokenizer keeps as one token (so each quoted
+#: term is one token, as an index without positions requires)
+_WORD = re.compile(r"[^\W_]+")
 
 
 def _query_words(query: str) -> list[str]:

@@ -9,6 +9,7 @@ import pytest
 from ..errors import StoreError
 from ..model import Address, Event, Outbound, Receipt, Sender
 from ..store import Inbound, Store
+from .ask_contract import AskStoreContract
 
 __all__ = ["StoreContract", "make_event"]
 
@@ -40,8 +41,8 @@ def make_event(
     )
 
 
-class StoreContract:
-    """Behaviour every `Store` implementation must show."""
+class StoreContract(AskStoreContract):
+    """Behaviour every `Store` implementation must show (asks included)."""
 
     async def test_seq_is_assigned_per_conversation_from_one(self, store: Store) -> None:
         results = await store.append_inbound(
@@ -356,6 +357,7 @@ class StoreContract:
         assert await keys("secret") == []  # held rows are never indexed
         assert await keys("Bob") == []  # nor a sender whose only message was held
         assert await keys('") OR "* NEAR(') == []  # no FTS syntax gets through
+        assert await keys("the_invoice") == ["acct/a"]  # "_" separates words, as FTS does
         assert await keys("") == []
         assert await keys(None, []) == []
         assert len(await store.search_conversations(accounts=["acct"], limit=10)) == 4
@@ -365,6 +367,9 @@ class StoreContract:
             [Inbound(make_event("g1", "first words", chat="g", conversation_kind="group",
                                 conversation_title="Old Name"))]
         )  # fmt: skip
+        assert [c.address.key for c in await store.search_conversations(query="first")] == [
+            "acct/g"
+        ]  # searched (so indexed) before the edit
         await store.append_inbound(
             [
                 Inbound(make_event("g1-e", "second thoughts", kind="edit", chat="g",

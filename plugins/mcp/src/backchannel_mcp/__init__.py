@@ -9,16 +9,21 @@ from __future__ import annotations
 from typing import Any
 
 from backchannel.hookspecs import hookimpl
+from backchannel.lazy import LazyCommand
 
 __all__ = ["register_commands", "register_control_ops"]
 
 
 @hookimpl
 def register_commands(cli: Any) -> None:
-    """Add the `backchannel mcp` command group."""
-    from .cli import mcp_group
-
-    cli.add_command(mcp_group)
+    """Add the `backchannel mcp` command group (imported when it runs)."""
+    cli.add_command(
+        LazyCommand(
+            "mcp",
+            "backchannel_mcp.cli:mcp_group",
+            "Serve backchannel to MCP clients (Claude Code, Codex, Cursor, Claude Desktop, ...).",
+        )
+    )
 
 
 @hookimpl

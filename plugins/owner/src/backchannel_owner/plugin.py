@@ -5,10 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from backchannel import hookimpl
+from backchannel.lazy import LazyCommand
 
 from .schema import MIGRATIONS
 
-__all__ = ["configure_switchboard", "register_commands", "register_migrations"]
+__all__ = [
+    "configure_switchboard",
+    "register_commands",
+    "register_control_ops",
+    "register_migrations",
+]
 
 
 @hookimpl
@@ -19,10 +25,28 @@ def register_migrations(register: Any) -> None:
 
 @hookimpl
 def register_commands(cli: Any) -> None:
-    from .cli import notify_command, owner_group
+    # imported when run: every `backchannel` call lists these, few run them
+    cli.add_command(
+        LazyCommand(
+            "notify",
+            "backchannel_owner.cli:notify_command",
+            "Send your owner TEXT from this session; print the id they can answer.",
+        )
+    )
+    cli.add_command(
+        LazyCommand(
+            "owner",
+            "backchannel_owner.cli:owner_group",
+            "The owner duplex: hooks that hand a session its owner's replies mid-turn.",
+        )
+    )
 
-    cli.add_command(notify_command)
-    cli.add_command(owner_group)
+
+@hookimpl
+def register_control_ops(register: Any) -> None:
+    from .api import DELIVER_OP, deliver_in_serve
+
+    register(DELIVER_OP, deliver_in_serve)
 
 
 @hookimpl
@@ -34,7 +58,9 @@ def configure_switchboard(board: Any, config: Any) -> None:
     from .settings import OwnerSettings
 
     settings = OwnerSettings.from_config(config)
-    if settings.account not in board.accounts:
+    if settings.account not in board.accounts or config.store.url:
+        # another board (`backchannel send` through another account); or PostgreSQL, where
+        # the owner tables do not exist yet: notify refuses there with one line
         return  # a board for other accounts only (`backchannel send` through another account)
     duplex = OwnerDuplex(settings, config, board)
     board.add_inbound_router(settings.account, duplex.route)

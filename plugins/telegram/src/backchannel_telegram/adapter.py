@@ -49,6 +49,8 @@ class TelegramAdapter:
     """One Telegram bot account. Settings are the account's config table (see docs)."""
 
     channel = "telegram"
+    #: Updates carry no secret (the bot token is in the URL, the webhook secret in a header)
+    secret_fields: frozenset[str] = frozenset()
     capabilities = Capabilities(
         threads=True,
         edits=True,
@@ -106,6 +108,11 @@ class TelegramAdapter:
 
     def __repr__(self) -> str:
         return f"TelegramAdapter(account={self.account!r}, mode={self.mode!r})"
+
+    @property
+    def served_by_every_worker(self) -> bool:
+        """Webhook updates may reach any `serve --worker` behind a load balancer; polling may not."""
+        return self.mode == "webhook"
 
     # lifecycle --------------------------------------------------------------
 

@@ -32,6 +32,8 @@ class WebchatAdapter:
     """One web chat account: serves the page, takes visitor messages, pushes the agent's."""
 
     channel = "webchat"
+    #: a visitor's token: only its hash (the visitor id) is ever handed to ingest
+    secret_fields = frozenset({"token", "visitor_token"})
 
     def __init__(self, account: str, settings: Mapping[str, Any] | None = None):
         self.account = account

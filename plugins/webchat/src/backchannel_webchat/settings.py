@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from attrs import frozen
-from backchannel.errors import ConfigError
+from backchannel.errors import ConfigError, combine, unknown_key
 
 __all__ = ["DEFAULT_FAILURE_NOTICE", "WebchatSettings"]
 
@@ -49,15 +49,19 @@ class WebchatSettings:
         """Build settings from an account's config table; raise ConfigError naming the key."""
         known = {a.name for a in cls.__attrs_attrs__}
         values: dict[str, Any] = {}
+        problems: list[ConfigError] = []
         for key, value in settings.items():
             if key in {"channel", "agent", "binding", "enabled"}:
                 continue  # keys the config layer may leave in the table
             if key not in known:
-                raise ConfigError(
-                    f"unknown web chat setting (known: {', '.join(sorted(known))})",
-                    key=f"{where}.{key}",
-                )
-            values[key] = _check(key, value, where)
+                problems.append(ConfigError(unknown_key(key, known), key=f"{where}.{key}"))
+                continue
+            try:
+                values[key] = _check(key, value, where)
+            except ConfigError as error:
+                problems.append(error)
+        if problems:
+            raise combine(problems)
         title = values.get("title", cls.title)
         if "agent_name" not in values and "title" in values:
             values["agent_name"] = title

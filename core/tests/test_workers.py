@@ -1,0 +1,168 @@
+"""Several workers on one PostgreSQL store, in one process: leases, takeover, run claims.
+
+Short leases (1 s, heartbeat 0.25 s) keep these quick; the defaults (10 s, 3 s) are
+checked by the documented bound. The multi-process kill test is test_workers_kill.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from backchannel import Binding, Switchboard
+from backchannel.runs import Run
+from backchannel.store.postgres import PostgresStore
+from backchannel.testing import RecordingAgent
+from backchannel.testing.fake_channel import FakeChannelAdapter, FakePlatform
+from backchannel.workers import (
+    DEFAULT_HEARTBEAT,
+    DEFAULT_LEASE_TTL,
+    WorkerCoordinator,
+)
+
+TTL = 1.0
+BEAT = 0.25
+
+
+class WebhookFakeAdapter(FakeChannelAdapter):
+    """The fake channel as a webhook account: every worker receives (no polling)."""
+
+    served_by_every_worker = True
+
+    async def start(self, ctx: Any) -> None:
+        self._ctx = ctx
+        self.me = None
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> float:
+    """Await `check()` turning true (re-asked every 50 ms); return how long it took."""
+    started = time.monotonic()
+    while not await check():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"{what} did not happen within {timeout}s")
+        await asyncio.sleep(0.05)
+    return time.monotonic() - started
+
+
+@pytest.fixture
+async def boards(postgres_url: str) -> AsyncIterator[Callable[..., Awaitable[Switchboard]]]:
+    made: list[Switchboard] = []
+
+    async def make(name: str, adapter: Any, agent: Any, **binding: Any) -> Switchboard:
+        store = PostgresStore(postgres_url, worker=name)
+        board = Switchboard(store)
+        board.add_account(adapter, Binding(agent, respond="always", **binding), name="fake")
+        board.workers = WorkerCoordinator(board, store, lease_ttl=TTL, heartbeat=BEAT)
+        await board.start()
+        made.append(board)
+        return board
+
+    yield make
+    for board in made:
+        await board.stop()
+
+
+def test_the_default_takeover_bound_is_within_fifteen_seconds() -> None:
+    assert DEFAULT_LEASE_TTL + DEFAULT_HEARTBEAT <= 15
+
+
+async def test_a_polling_account_runs_on_one_worker_and_moves_when_it_dies(
+    boards: Callable[..., Awaitable[Switchboard]], postgres_url: str
+) -> None:
+    platform = FakePlatform()
+    agent = RecordingAgent(lambda run: "ok")
+    first = await boards("w1", FakeChannelAdapter("fake", {}, platform), agent)
+    second = await boards("w2", FakeChannelAdapter("fake", {}, platform), agent)
+    assert first.workers is not None and second.workers is not None
+    assert first.workers.owned == {"fake"} and second.workers.owned == set()
+    platform.user_says("one")
+    await agent.wait_runs(1)
+    # w1 dies without a word: its heartbeats stop, its adapter stops polling
+    for task in first.workers._tasks:
+        task.cancel()
+    await first.accounts["fake"].adapter.stop()
+    took = await until(
+        lambda: asyncio.sleep(0, "fake" in second.workers.owned),  # type: ignore[union-attr]
+        TTL + BEAT + 5,
+        "takeover by w2",
+    )
+    assert took <= TTL + BEAT + 1.0, took
+    platform.user_says("two")
+    await agent.wait_runs(2)
+    await second.wait_idle()
+    assert [s.text for s in platform.sent] == ["ok", "ok"]
+    store = PostgresStore(postgres_url)
+    assert (await store.leases())["fake"][0] == "w2"
+    report = {w["name"]: w for w in await store.workers_report()}
+    assert report["w2"]["accounts"] == ["fake"]
+    await store.close()
+
+
+async def test_a_clean_stop_hands_the_account_over_at_once(
+    boards: Callable[..., Awaitable[Switchboard]],
+) -> None:
+    platform = FakePlatform()
+    agent = RecordingAgent(lambda run: "ok")
+    first = await boards("w1", FakeChannelAdapter("fake", {}, platform), agent)
+    second = await boards("w2", FakeChannelAdapter("fake", {}, platform), agent)
+    assert second.workers is not None
+    await first.stop()
+    # the released lease is announced (NOTIFY): w2 takes it before its lease could lapse
+    took = await until(
+        lambda: asyncio.sleep(0, "fake" in second.workers.owned),  # type: ignore[union-attr]
+        TTL,
+        "handover to w2",
+    )
+    assert took < TTL
+    platform.user_says("after the handover")
+    await agent.wait_runs(1)
+
+
+async def test_one_run_per_conversation_across_workers_and_every_message_answered(
+    boards: Callable[..., Awaitable[Switchboard]], postgres_url: str
+) -> None:
+    platform = FakePlatform()
+    running: dict[int, int] = {}
+    most: dict[int, int] = {}
+
+    async def overlap_watch(run: Run) -> None:
+        conversation = run.conversation.id
+        running[conversation] = running.get(conversation, 0) + 1
+        most[conversation] = max(most.get(conversation, 0), running[conversation])
+        await asyncio.sleep(0.02)  # long enough for the other worker to try the same chat
+        running[conversation] -= 1
+
+    agent = RecordingAgent(
+        lambda run: f"answer to {run.trigger.text if run.trigger else ''}", action=overlap_watch
+    )
+    workers = [
+        await boards(f"w{n}", WebhookFakeAdapter("fake", {}, platform), agent) for n in range(3)
+    ]
+    # a load balancer spreads one burst per chat over the three workers
+    sends = []
+    for n in range(60):
+        raw = platform.make_message(f"m{n}", chat=f"c{n % 4}")
+        sends.append(workers[n % 3].ingest("fake", raw))
+    await asyncio.gather(*sends)
+    store = PostgresStore(postgres_url)
+
+    async def all_answered() -> bool:
+        return not await store.unhandled()
+
+    await until(all_answered, 30, "every conversation answered")
+    for board in workers:
+        await board.wait_idle()
+    assert max(most.values()) == 1
+    conversations = await store.conversations()
+    assert len(conversations) == 4
+    for conversation in conversations:
+        window = await store.window(conversation.id, 500)
+        assert [m.seq for m in window] == list(range(1, conversation.last_seq + 1))
+        assert conversation.handled_seq >= max(m.seq for m in window if m.direction == "in")
+    runs = await store.runs(limit=500)
+    assert all(run.status == "ok" for run in runs)
+    assert len(platform.sent) == len(runs)  # one send per run, none doubled
+    await store.close()
