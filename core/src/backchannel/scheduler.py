@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -101,7 +102,12 @@ class Scheduler:
         self.accounts = accounts
         self.busy = busy
         self.counters = counters
-        self._run_limit = asyncio.Semaphore(max_concurrent_runs)
+        self._max_runs = max_concurrent_runs
+        self._runs = 0
+        #: conversations whose run is due but waits for one of the `max_runs` places; a
+        #: queue, not a task apiece: a burst over 10,000 conversations must not hold
+        #: 10,000 waiting tasks (and the memory they leave behind)
+        self._ready: deque[int] = deque()
         self._slots: dict[int, _Slot] = {}
         #: the most slots held at once since `_slots` was last copied (see _forget)
         self._slots_peak = 0
@@ -120,6 +126,9 @@ class Scheduler:
     def stop(self) -> None:
         """Start no new runs; disarm pending debounce timers."""
         self._stopping = True
+        while self._ready:  # never started: the store still owes them (runs after a restart)
+            self._slot(self._ready.popleft()).running = False
+            self.busy.leave()
         for slot in self._slots.values():
             if slot.timer is not None:
                 slot.timer.cancel()
@@ -179,9 +188,16 @@ class Scheduler:
             self.busy.leave()
             return
         slot.running = True
-        task = asyncio.create_task(self._run_conversation(conversation_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._ready.append(conversation_id)
+        self._start_ready()
+
+    def _start_ready(self) -> None:
+        """Start due runs while fewer than `max_concurrent_runs` are running."""
+        while self._ready and self._runs < self._max_runs and not self._stopping:
+            self._runs += 1
+            task = asyncio.create_task(self._run_conversation(self._ready.popleft()))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _run_conversation(self, conversation_id: int) -> None:
         slot = self._slot(conversation_id)
@@ -190,11 +206,10 @@ class Scheduler:
         failed = False
         claimed = False
         try:
-            async with self._run_limit:
-                # another worker running it will do the follow-up run itself
-                claimed = self.claims is None or await self.claims.claim(conversation_id)
-                if claimed:
-                    await self._run_once(account, conversation_id, slot)
+            # another worker running it will do the follow-up run itself
+            claimed = self.claims is None or await self.claims.claim(conversation_id)
+            if claimed:
+                await self._run_once(account, conversation_id, slot)
         except Exception:
             # the store refused to record the run (disk full, locked): count it, and retry
             # after a growing pause rather than at once, or this loop would spin
@@ -202,6 +217,8 @@ class Scheduler:
             self.counters["run_errors"] += 1
             log.exception("the run of conversation %s could not be recorded", conversation_id)
         finally:
+            self._runs -= 1
+            self._start_ready()
             slot.running = False
             slot.failures = slot.failures + 1 if failed else 0
             poked, slot.poked_while_running = slot.poked_while_running, False
