@@ -27,8 +27,12 @@ _FIXTURES = Path(__file__).resolve().parent.parent / "plugins/telegram/tests/tes
 
 
 def make_adapter(account: str = ACCOUNT) -> TelegramAdapter:
-    """Return the real Telegram adapter (never started: the bench hands it updates)."""
-    return TelegramAdapter(account, {"token": TOKEN, "username": "helper_bot"})
+    """Return the real Telegram adapter (never started: the bench hands it updates).
+
+    Its API base is a closed loopback port: nothing a bench does may reach Telegram.
+    """
+    settings = {"token": TOKEN, "username": "helper_bot", "api_base": "http://127.0.0.1:9"}
+    return TelegramAdapter(account, settings)
 
 
 def message_shapes() -> list[dict[str, Any]]:

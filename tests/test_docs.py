@@ -34,5 +34,6 @@ def test_every_channel_and_topic_has_a_page() -> None:
         "cli",
         "writing-an-adapter",
         "plugin-hooks",
+        "orchestration",
     ):
         assert (ROOT / "docs" / f"{topic}.md").exists(), topic

@@ -525,7 +525,7 @@ def test_factory_defaults_without_environment(monkeypatch: pytest.MonkeyPatch):
         ({"max_steps": 0}, "max_steps: expected a whole number of at least 1, got 0"),
         ({"temperature": "hot"}, "temperature: expected a number, got 'hot'"),
         ({"base_url": "localhost:11434"}, "base_url: expected an http(s) URL"),
-        ({"modle": "x"}, "modle: unknown setting for the openai agent"),
+        ({"modle": "x"}, "modle: unknown key; did you mean `model`? (known keys: api_key,"),
         ({"api_key": 12345678}, "api_key: expected a string, got int"),
     ],
 )

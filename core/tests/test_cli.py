@@ -207,11 +207,11 @@ def test_an_unknown_conversation_is_one_line_on_stderr_and_exit_1(
 ) -> None:
     path, _ = webchat_conversation
     for command in ("show", "preview"):
-        result = invoke(command, "web/nobody", "-c", str(path))
+        result = invoke(command, "web/nobody", "-c", str(path), env={"UV_RUN_RECURSION_DEPTH": ""})
         assert result.exit_code == 1
         assert result.stdout == ""
-        assert (
-            result.stderr == "error: no conversation web/nobody (see `backchannel conversations`)\n"
+        assert result.stderr == (
+            f"error: no conversation web/nobody (see `backchannel conversations -c {path}`)\n"
         )
 
 
@@ -363,6 +363,8 @@ def test_check_needs_a_config_file() -> None:
 EXAMPLE_ENV = {
     "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1",
     "OPENAI_API_KEY": "ollama-key-unused",
+    "TELEGRAM_TOKEN": "123456:example-token-unused",
+    "TINYPLACE_IDENTITY": "7" * 64,  # a hex seed: examples/orchestrator.toml asks tiny.place peers
 }
 
 

@@ -24,7 +24,10 @@ kind = "demo"
 
 
 def invoke(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+    # as if typed in a shell with `backchannel` on PATH (pytest itself runs under `uv run`)
+    return CliRunner(env={"UV_RUN_RECURSION_DEPTH": None}).invoke(
+        main, list(args), catch_exceptions=False
+    )
 
 
 @pytest.fixture
@@ -68,7 +71,7 @@ def test_a_key_given_as_the_chat_says_how_to_send_and_creates_nothing(config: Pa
     assert result.exit_code == 1
     assert result.stderr == (
         "error: 'ops/c1' is a conversation key, not a chat id: run"
-        " `backchannel send ops/c1 TEXT` (without the account)\n"
+        f" `backchannel send ops/c1 TEXT -c {config}` (without the account)\n"
     )
     assert conversation_keys(config) == []
 

@@ -164,9 +164,13 @@ MISTAKES = [
     ('[server]\nport = "eighty"\n', "server.port", 'expected an integer, got "eighty"'),
     ("[server]\nport = true\n", "server.port", "expected an integer, got a boolean"),
     ("[server]\nport = 70000\n", "server.port", "expected a port number 0-65535"),
-    ("[server]\nprot = 1\n", "server.prot", "unknown key (known keys: host, port, public_url)"),
+    (
+        "[server]\nprot = 1\n",
+        "server.prot",
+        "unknown key; did you mean `port`? (known keys: host, port, public_url)",
+    ),
     ('[store]\nsynchronous = "fast"\n', "store.synchronous", "expected one of OFF, NORMAL, FULL"),
-    ("[stores]\npath = 'x'\n", "stores", "unknown section"),
+    ("[stores]\npath = 'x'\n", "stores", "unknown section; did you mean `store`? (known sections:"),
     (
         '[accounts.tg]\nchannel = "telegrm"\n[agents.a]\nkind = "demo"\n',
         "accounts.tg.channel",
@@ -201,7 +205,7 @@ MISTAKES = [
         '[accounts.a]\nchannel = "fake"\n[agents.x]\nkind = "demo"\n'
         '[[bindings]]\nagent = "x"\nwindw = 10\n',
         "bindings[0].windw",
-        "unknown key (known keys: agent, accounts, chats, respond",
+        "unknown key; did you mean `window`? (known keys: access, accounts, agent, allow,",
     ),
     (
         '[accounts.a]\nchannel = "fake"\n[agents.x]\nkind = "demo"\n'

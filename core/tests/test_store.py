@@ -41,10 +41,11 @@ async def test_migrations_are_recorded_once(tmp_path: Path) -> None:
     path = tmp_path / "bc.db"
     await SQLiteStore(path).close()
     store = SQLiteStore(path)
-    from backchannel.store.migrations import MIGRATIONS
+    from backchannel.store.migrations import MIGRATIONS, plugin_migrations
 
     rows = [row[0] for row in store.db.execute("SELECT name FROM _migrations")]
-    assert rows == [migration.__name__ for migration in MIGRATIONS]
+    expected = [migration.__name__ for migration in [*MIGRATIONS, *plugin_migrations()]]
+    assert rows == expected
     await store.close()
 
 

@@ -45,6 +45,11 @@ class Capabilities:
     max_text_len: int = 4000
     #: a word for the framing: "Telegram", "Slack", ...
     display_name: str = ""
+    #: the other party of a direct conversation is an agent, and a conversation's
+    #: thread is a session id the peer threads its replies under (tiny.place):
+    #: `ask_agent` may ask it questions. Such an adapter may offer
+    #: ``async def is_contact(peer: str) -> bool`` (may `peer` be written to cold?)
+    agent_peers: bool = False
 
 
 @runtime_checkable

@@ -25,13 +25,16 @@ from attrs import field, frozen
 from .adapter import Adapter
 from .config import AccountConfig, AgentConfig, BindingConfig, Config
 from .control import ControlServer, socket_path
-from .errors import ConfigError, StoreError
+from .errors import ConfigError, ConfigErrors, StoreError, combine, unknown_key
 from .model import Event
+from .orchestration import attach as attach_orchestration
+from .orchestration import orchestrator_of
 from .plugins import agents as agent_registry
 from .plugins import channels as channel_registry
 from .plugins import get_plugin_manager
 from .policy import Policy
 from .runs import Agent, Run, WindowSettings
+from .runtime import tune_gc
 from .store import SQLiteStore, Store
 from .switchboard import Binding, Switchboard
 
@@ -43,6 +46,7 @@ __all__ = [
     "build_bindings",
     "build_switchboard",
     "open_config_store",
+    "open_sqlite_store",
     "serve",
 ]
 
@@ -68,6 +72,21 @@ def open_config_store(config: Config, *, worker: str | None = None) -> Store:
         ) from error
 
 
+def open_sqlite_store(config: Config) -> SQLiteStore:
+    """Open the config's store for code that needs the SQLite file itself (its `db`).
+
+    One clear StoreError when the config's store is PostgreSQL.
+    """
+    if config.store.url:
+        raise StoreError(
+            "this needs the SQLite store, and the config's store is PostgreSQL at"
+            f" {config.store.location} (it works with [store] path only)"
+        )
+    store = open_config_store(config)
+    assert isinstance(store, SQLiteStore)
+    return store
+
+
 def build_adapter(config: Config, account: AccountConfig) -> Adapter:
     """Instantiate the adapter for one account (nothing is started or connected)."""
     factory = channel_registry().get(account.channel)
@@ -75,7 +94,7 @@ def build_adapter(config: Config, account: AccountConfig) -> Adapter:
     settings = ReadTracker(account.settings)
     with _config_errors(config, key):
         adapter: Adapter = factory(account.name, settings)
-        settings.reject_unread(f"channel {account.channel!r}")
+        settings.reject_unread()
     return adapter
 
 
@@ -156,6 +175,8 @@ async def build_switchboard(
             secrets=account.secrets,
             config=account.settings,
         )
+    attach_orchestration(board, config)
+    get_plugin_manager().hook.configure_switchboard(board=board, config=config)
     return board
 
 
@@ -190,11 +211,17 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signum, _on_signal, stop, loop, signum)
             installed.append(signum)
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
+        loop.add_signal_handler(signal.SIGHUP, reload_config, board, config)
+        installed.append(signal.SIGHUP)
+    # several workers would share one control socket path: operators use the database
     control = _control_server(config, board) if worker is None else None
+    restore_gc = None
     try:
         await board.start()
         if control is not None and not await control.start():
             control = None
+        restore_gc = tune_gc()  # what start-up loaded lives as long as the process
         if on_ready is not None:
             maybe = on_ready(board)
             if maybe is not None:
@@ -207,6 +234,28 @@ async def serve(
         await board.stop()
         for signum in installed:
             loop.remove_signal_handler(signum)
+        if restore_gc is not None:
+            restore_gc()
+
+
+def reload_config(board: Switchboard, config: Config) -> bool:
+    """Re-read the config file and apply what a running serve can change (SIGHUP).
+
+    Today that is the `[orchestration]` kill switch. A file that no longer
+    parses is reported in one line and the running settings stay.
+    """
+    from .config import load_config
+
+    orchestrator = orchestrator_of(board)
+    if config.source is None or orchestrator is None:
+        return False
+    try:
+        fresh = load_config(config.source, check_plugins=False)
+    except ConfigError as error:
+        log.error("config not reloaded, the running settings stay: %s", error)
+        return False
+    orchestrator.reload(fresh)
+    return True
 
 
 def _control_server(config: Config, board: Switchboard) -> ControlServer | None:
@@ -346,14 +395,15 @@ class ReadTracker(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._settings)
 
-    def reject_unread(self, owner: str) -> None:
-        """Raise ConfigError naming the first key the plugin never asked for."""
+    def reject_unread(self) -> None:
+        """Raise a ConfigError for every key the plugin never asked for, naming each."""
         if self._listed:
             return
         unknown = sorted(set(self._settings) - self._asked)
         if unknown:
-            known = ", ".join(sorted(self._asked)) or "none"
-            raise ConfigError(f"unknown setting for {owner} (it reads: {known})", key=unknown[0])
+            raise combine(
+                [ConfigError(unknown_key(name, self._asked), key=name) for name in unknown]
+            )
 
 
 @contextlib.contextmanager
@@ -364,17 +414,23 @@ def _config_errors(config: Config, key: str) -> Any:
     except ConfigError as error:
         if error.path is not None:
             raise
-        inner = error.key or ""
-        message = str(error)
-        if inner and message.startswith(inner + ": "):
-            message = message[len(inner) + 2 :]
-        if inner.startswith(("accounts.", "agents.")):
-            where = inner
-        else:
-            where = f"{key}.{inner}" if inner else key
-        raise _located(config, where, message) from error
+        errors = error.errors if isinstance(error, ConfigErrors) else (error,)
+        raise combine([_relocated(config, key, e) for e in errors]) from error
     except Exception as error:
         raise _located(config, key, f"{type(error).__name__}: {error}") from error
+
+
+def _relocated(config: Config, key: str, error: ConfigError) -> ConfigError:
+    """Place a plugin's ConfigError (keyed inside its table) under `key` of the config file."""
+    inner = error.key or ""
+    message = str(error)
+    if inner and message.startswith(inner + ": "):
+        message = message[len(inner) + 2 :]
+    if inner.startswith(("accounts.", "agents.")):
+        where = inner
+    else:
+        where = f"{key}.{inner}" if inner else key
+    return _located(config, where, message)
 
 
 def _located(config: Config, key: str, message: str) -> ConfigError:

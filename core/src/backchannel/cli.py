@@ -1,4 +1,4 @@
-"""The `backchannel` command: serve, demo, check, plugins, conversations, show, preview, send.
+"""The `backchannel` command: serve, demo, check, plugins, conversations, show, preview, send, messaging.
 
 Human output by default, ``--json`` for scripts. Expected failures (bad
 config, missing plugin, unknown conversation) print one line to stderr and
@@ -8,35 +8,58 @@ exit 1; usage mistakes exit 2. Plugins add commands through the
 
 from __future__ import annotations
 
-import asyncio
 import errno
+import functools
 import json
 import logging
 import os
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 from attrs import evolve
 
-from . import control
-from .app import build_adapter, build_agent, build_switchboard, open_config_store, serve
+from . import hints
 from .config import Config, default_config, load_config
-from .errors import BackchannelError, ConfigError, StoreError
+from .errors import BackchannelError, ConfigError, PluginError, StoreError, combine
+from .lazy import LazyCommand, LazyModule, deferred
 from .model import Address, Conversation, Message, to_json
 from .plugins import get_plugin_manager, plugin_summary
-from .render import (
-    conversation_json,
-    conversation_title,
-    render_preview,
-    render_summary,
-    transcript_line,
-)
-from .runs import Run
 from .secrets import redact
-from .store import Store
+
+if TYPE_CHECKING:
+    from . import control
+    from .app import build_adapter, build_agent, build_switchboard, open_config_store, serve
+    from .render import (
+        conversation_json,
+        conversation_title,
+        render_preview,
+        render_summary,
+        transcript_line,
+    )
+    from .runlog import failed, failure_line, render_runs, run_reports
+    from .runs import Run
+    from .store import Store
+else:
+    # imported when a command uses them: `backchannel --help` (and every command that does
+    # not serve) skips the switchboard, the store and asyncio (bench/startup.py)
+    control = LazyModule("backchannel.control")
+    build_adapter = deferred("backchannel.app:build_adapter")
+    build_agent = deferred("backchannel.app:build_agent")
+    build_switchboard = deferred("backchannel.app:build_switchboard")
+    open_config_store = deferred("backchannel.app:open_config_store")
+    serve = deferred("backchannel.app:serve")
+    conversation_json = deferred("backchannel.render:conversation_json")
+    conversation_title = deferred("backchannel.render:conversation_title")
+    render_preview = deferred("backchannel.render:render_preview")
+    render_summary = deferred("backchannel.render:render_summary")
+    transcript_line = deferred("backchannel.render:transcript_line")
+    failed = deferred("backchannel.runlog:failed")
+    failure_line = deferred("backchannel.runlog:failure_line")
+    render_runs = deferred("backchannel.runlog:render_runs")
+    run_reports = deferred("backchannel.runlog:run_reports")
 
 __all__ = ["main", "render_preview"]
 
@@ -87,7 +110,8 @@ class BackchannelGroup(click.Group):
         try:
             return super().invoke(ctx)
         except BackchannelError as error:
-            click.echo(f"error: {redact(str(error))}", err=True)
+            for line in redact(str(error)).splitlines() or [""]:
+                click.echo(f"error: {line}", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
@@ -136,9 +160,10 @@ def serve_command(config_path: Path | None, worker: str | None, verbose: bool) -
     """Run the switchboard until Ctrl-C (in-flight runs and sends finish first)."""
     config = _load(config_path)
     _setup_logging(verbose)
-    as_worker = f"; worker: {worker}" if worker else ""
     _echo_err(
-        f"config: {config.source or 'embedded defaults'}; store: {config.store.location}{as_worker}"
+        f"config: {config.source or 'embedded defaults'}; store: {config.store.location}"
+        + (" (this config's own, chosen by its path)" if config.store_defaulted else "")
+        + (f"; worker: {worker}" if worker else "")
     )
     _serve(config, verbose, worker=worker)
 
@@ -157,6 +182,7 @@ def serve_command(config_path: Path | None, worker: str | None, verbose: bool) -
 def demo_command(host: str, port: int, store_path: Path | None, verbose: bool) -> None:
     """Serve the web chat with the demo agent (or an OpenAI-compatible model if configured)."""
     config = default_config(store_path=str(store_path) if store_path else None, port=port)
+    hints.use(None, store_path)
     config = evolve(config, server=evolve(config.server, host=host))
     if os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY"):
         agent = evolve(config.agents["demo"], kind="openai")
@@ -186,8 +212,8 @@ def _serve(config: Config, verbose: bool, *, worker: str | None = None) -> None:
             _unexpected(error, verbose)
         where = f"{config.server.host}:{config.server.port}"
         raise BackchannelError(
-            f"cannot serve on {where}: {os.strerror(error.errno) if error.errno else error} (pick another port:"
-            " [server] port in the config, or --port for demo)"
+            f"cannot serve on {where}: {os.strerror(error.errno) if error.errno else error}"
+            f" (pick another port: {_port_hint(config)})"
         ) from None
     except Exception as error:
         _unexpected(error, verbose)
@@ -195,6 +221,15 @@ def _serve(config: Config, verbose: bool, *, worker: str | None = None) -> None:
 
 
 _ADDRESS_ERRORS = {errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES}
+
+
+def _port_hint(config: Config) -> str:
+    """How to choose another port, as the person started this process."""
+    if config.source is not None:
+        return "[server] port in the config"
+    if os.environ.get("MAKELEVEL"):  # started by `make demo`, which passes PORT on
+        return "make demo PORT=9000 (0 picks a free one)"
+    return f"`{hints.command('demo', '--port', '9000')}` (0 picks a free one)"
 
 
 def _unexpected(error: Exception, verbose: bool) -> NoReturn:
@@ -213,6 +248,10 @@ def _announce(board: Any) -> None:
             click.echo(f"{name}: open {url}")
     if board.url:
         _echo_err(f"serving on {board.url} (health: {board.url}/healthz); press Ctrl-C to stop")
+    _echo_err(
+        f"in another terminal: `{hints.command('conversations')}` lists conversations,"
+        f" `{hints.command('runs', '--failed')}` the runs that failed"
+    )
     sys.stdout.flush()
 
 
@@ -231,12 +270,33 @@ def _announce(board: Any) -> None:
 )
 @json_option
 def check_command(config_path: Path, as_json: bool) -> None:
-    """Validate a config without starting anything; print it with secrets masked."""
-    config = _load(config_path)
-    for account in config.accounts.values():
-        build_adapter(config, account)
-    for agent in config.agents.values():
-        build_agent(config, agent)
+    """Validate a config without starting anything; print it with secrets masked.
+
+    Every mistake in the file is reported, one line each (exit 1).
+    """
+    problems: list[ConfigError] = []
+    try:
+        config = _load(config_path)
+    except ConfigError as error:
+        if error.partial is None:
+            raise
+        problems.append(error)
+        config = error.partial
+    # the adapters and agents check their own settings: ask each, even after a mistake
+    builds: list[Callable[[], object]] = [
+        functools.partial(build_adapter, config, a) for a in config.accounts.values()
+    ]
+    builds += [functools.partial(build_agent, config, a) for a in config.agents.values()]
+    for build in builds:
+        try:
+            build()
+        except ConfigError as error:
+            problems.append(error)
+        except PluginError:
+            if not problems:  # an uninstalled channel or kind is already a problem
+                raise
+    if problems:
+        raise combine(problems)
     summary = config.summary()
     if as_json:
         _echo_json({"ok": True, **summary})
@@ -337,14 +397,21 @@ def show_command(
     """Print a conversation's transcript (CONVERSATION: an id or a key like webchat/abc)."""
     config = _load(config_path, store_path, secrets=False)
 
-    async def read(store: Store) -> tuple[Conversation, list[Message]]:
+    async def read(store: Store) -> tuple[Conversation, list[Message], list[Any]]:
         found = await _find(store, conversation)
-        return found, await store.window(found.id, limit)
+        window = await store.window(found.id, limit)
+        oldest = window[0].seq if window else found.last_seq + 1
+        failures = await run_reports(store, found, only_failed=True, limit=limit)
+        return found, window, [r for r in failures if r.run.upto_seq >= oldest]
 
-    found, messages = _with_store(config, read)
+    found, messages, failures = _with_store(config, read)
     if as_json:
         _echo_json(
-            {"conversation": conversation_json(found), "messages": [to_json(m) for m in messages]}
+            {
+                "conversation": conversation_json(found),
+                "messages": [to_json(m) for m in messages],
+                "failed_runs": [r.to_json() for r in failures],
+            }
         )
         return
     click.echo(click.style(conversation_title(found), bold=True))
@@ -356,11 +423,73 @@ def show_command(
             else ""
         )
     )
+    if isinstance(found.meta.get("created_by"), str):
+        click.echo(f"started by an ask from {found.meta['created_by']}")
     if len(messages) < found.visible_count:
         click.echo(f"(showing the last {len(messages)}; use --limit for more)")
+    if failures:
+        click.echo(
+            f"{len(failures)} failed run{'s' if len(failures) != 1 else ''} (marked !!;"
+            f" details: `{hints.command('runs', found.address.key, '--failed')}`)"
+        )
     click.echo("")
+    # a failed run is marked after the last message it saw or sent before it ended
+    marks: dict[int, list[Any]] = {}
+    for report in sorted(failures, key=lambda r: r.run.id):
+        ended = report.run.finished_at or report.run.started_at
+        after = max(
+            (
+                m.seq
+                for m in messages
+                if m.seq <= report.run.upto_seq or (m.direction == "out" and m.sent_at <= ended)
+            ),
+            default=0,
+        )
+        marks.setdefault(after, []).append(report)
+    for report in marks.pop(0, []):
+        click.echo(click.style(failure_line(report), fg="red"))
     for message in messages:
         click.echo(transcript_line(message))
+        for report in marks.get(message.seq, []):
+            click.echo(click.style(failure_line(report), fg="red"))
+
+
+@main.command("runs")
+@click.argument("conversation", required=False)
+@config_option
+@store_option
+@click.option("--failed", "only_failed", is_flag=True, help="Only runs that did not end ok.")
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
+@json_option
+def runs_command(
+    conversation: str | None,
+    config_path: Path | None,
+    store_path: Path | None,
+    only_failed: bool,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List agent runs, newest first: trigger, duration, tools called, outcome, error.
+
+    CONVERSATION (an id or key) limits the list to one conversation.
+    """
+    config = _load(config_path, store_path, secrets=False)
+
+    async def read(store: Store) -> list[Any]:
+        found = await _find(store, conversation) if conversation else None
+        return await run_reports(store, found, only_failed=only_failed, limit=limit)
+
+    reports = _with_store(config, read, missing=[])
+    if as_json:
+        _echo_json([report.to_json() for report in reports])
+        return
+    if not reports:
+        what = "failed runs" if only_failed else "runs"
+        click.echo(f"no {what} yet (store: {config.store.path})")
+        return
+    click.echo(render_runs(reports))
+    if not only_failed and any(failed(r.run) for r in reports):
+        click.echo(f"(only the failed ones: `{hints.command('runs', '--failed')}`)")
 
 
 @main.command("preview")
@@ -484,7 +613,7 @@ async def _send_address(
         if chat.startswith(f"{account}/"):
             raise StoreError(
                 f"{chat!r} is a conversation key, not a chat id: run"
-                f" `backchannel send {chat} TEXT` (without the account)"
+                f" `{hints.command('send', chat, 'TEXT')}` (without the account)"
             )
         return Address(account, chat, thread)
     (reference,) = where
@@ -528,6 +657,22 @@ async def _send_directly(config: Config, address: Address, text: str) -> dict[st
         await board.stop()
 
 
+main.add_command(
+    LazyCommand(
+        "fake-model",
+        "backchannel.fake_model:fake_model_command",
+        "Serve a fake OpenAI-compatible model on 127.0.0.1 (no key, no network).",
+    )
+)
+main.add_command(
+    LazyCommand(
+        "messaging",
+        "backchannel.orchestration.cli:messaging_command",
+        "Turn cross-conversation sends off or on, or say what holds them.",
+    )
+)
+
+
 # helpers --------------------------------------------------------------------------------
 
 
@@ -536,6 +681,7 @@ def _load(
 ) -> Config:
     """Load the config; with `secrets` False, unset ${VAR}s are tolerated (store reading only)."""
     config = load_config(config_path, strict_env=secrets)
+    hints.use(config_path, store_path)
     if store_path is not None:
         config = evolve(config, store=evolve(config.store, path=str(store_path)))
     return config
@@ -546,8 +692,8 @@ def _require_store(config: Config) -> None:
         return  # a database server: opening it says whether it is there
     if config.store.path != ":memory:" and not Path(config.store.path).exists():
         raise StoreError(
-            f"there is no store at {config.store.path} yet (run `backchannel serve` first,"
-            " or pass -c/--store)"
+            f"there is no store at {config.store.path} yet (run `{hints.command('serve')}`"
+            " first, or pass -c/--store)"
         )
 
 
@@ -576,7 +722,8 @@ async def _find(store: Store, reference: str) -> Conversation:
     account, _, rest = reference.partition("/")
     if not account or not rest:
         raise StoreError(
-            f"{reference!r} is not a conversation: give its id (see `backchannel conversations`)"
+            f"{reference!r} is not a conversation: give its id (see"
+            f" `{hints.command('conversations')}`)"
             " or its key, like webchat/v1a2b3c.tab1"
         )
     found = await store.find_conversation(Address(account, rest))
@@ -584,7 +731,7 @@ async def _find(store: Store, reference: str) -> Conversation:
         chat, _, thread = rest.rpartition("/")
         found = await store.find_conversation(Address(account, chat, thread))
     if found is None:
-        raise StoreError(f"no conversation {reference} (see `backchannel conversations`)")
+        raise StoreError(f"no conversation {reference} (see `{hints.command('conversations')}`)")
     return found
 
 
@@ -596,6 +743,8 @@ def _idle_agents(config: Config) -> dict[str, Any]:
 
 
 def _run(coroutine: Coroutine[Any, Any, T]) -> T:
+    import asyncio
+
     return asyncio.run(coroutine)
 
 

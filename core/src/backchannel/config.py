@@ -7,6 +7,10 @@
     [accounts.NAME]  channel = "telegram"; every other key is the adapter's settings
     [agents.NAME]    kind = "openai"; every other key is the agent's settings
     [[bindings]]     agent, accounts, chats, respond, access, allow, owner, window, ...
+    [orchestration]  enabled (the kill switch), ask_timeout, session_live, report
+    [<plugin>]       a plugin's own table, named after its entry point (``[owner]``):
+                     kept as-is in `Config.sections` for the plugin to validate
+    [mcp]            token, owner_account, owner_chat, owner_user (`backchannel mcp serve`)
 
 Every mistake raises one `ConfigError` whose text names the file, the key path
 and what was expected (``bot.toml: bindings[0].respond: expected one of always,
@@ -17,20 +21,23 @@ environment and are secrets: they are registered for log redaction, masked as
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import re
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
-import cattrs
-from attrs import field, fields, frozen
-from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+from attrs import evolve, field, fields, frozen
 
-from .errors import ConfigError, PluginError
+from .errors import ConfigError, PluginError, combine, unknown_key
 from .policy import Access, Respond
 from .secrets import register_secret
+
+if TYPE_CHECKING:
+    import cattrs
 
 __all__ = [
     "DEFAULT_ACCOUNT",
@@ -39,6 +46,8 @@ __all__ = [
     "AgentConfig",
     "BindingConfig",
     "Config",
+    "McpConfig",
+    "OrchestrationConfig",
     "ServerConfig",
     "StoreConfig",
     "default_config",
@@ -46,6 +55,7 @@ __all__ = [
     "display_url",
     "load_config",
     "parse_config",
+    "store_path_for",
 ]
 
 #: the account and agent names of the embedded defaults
@@ -54,21 +64,37 @@ DEFAULT_AGENT = "demo"
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 MASK = "***"
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_NAME = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 _SECRET_KEY = re.compile(
     r"(token|secret|password|passwd|api_?key|private_?key|identity|seed|credential)",
     re.IGNORECASE,
 )
 _VAR = re.compile(r"\$\$\{|\$\{([^}]*)\}")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def default_store_path() -> str:
     """Return $XDG_STATE_HOME/backchannel/backchannel.db (~/.local/state/... when unset)."""
+    return os.path.join(_state_dir(), "backchannel.db")
+
+
+def store_path_for(config_file: str | os.PathLike[str]) -> str:
+    """Return the store of a config file that names none: its own, keyed by the file's path.
+
+    ``$XDG_STATE_HOME/backchannel/<file stem>-<8 hex digits of its absolute path>.db``:
+    two configs never share a transcript by accident, the same file always finds
+    its store again, and no database lands beside a checked-in config.
+    """
+    resolved = Path(config_file).resolve()
+    digest = hashlib.sha256(str(resolved).encode("utf-8")).hexdigest()[:8]
+    return os.path.join(_state_dir(), f"{resolved.stem}-{digest}.db")
+
+
+def _state_dir() -> str:
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(
         os.path.expanduser("~"), ".local", "state"
     )
-    return os.path.join(state, "backchannel", "backchannel.db")
+    return os.path.join(state, "backchannel")
 
 
 def display_url(url: str) -> str:
@@ -140,6 +166,38 @@ class BindingConfig:
     debounce: float = 0.0
     max_wait: float = 3.0
     run_timeout: float = 300.0
+    #: runs of this binding get the cross-conversation tools (docs/orchestration.md)
+    orchestrate: bool = False
+    #: its one chat is the account's master conversation: runs there get the read and
+    #: ask tools (list_conversations, read_conversation, ask_agent) without orchestrate
+    master: bool = False
+
+
+@frozen
+class OrchestrationConfig:
+    """`[orchestration]`: the operator's kill switch for cross-conversation sends."""
+
+    #: false refuses every new cross-conversation send (reads keep working)
+    enabled: bool = True
+    #: seconds before an unanswered ask to another agent is reported as "no answer yet"
+    ask_timeout: float = 86_400.0
+    #: an ask without a session reuses a session with activity this recent (seconds)
+    session_live: float = 7 * 86_400.0
+    #: how an answer is reported: "run" (a reporter run) or "verbatim" (posted as is)
+    report: Literal["run", "verbatim"] = "run"
+
+
+@frozen
+class McpConfig:
+    """`[mcp]`: the MCP server (`backchannel mcp serve`, plugin backchannel-mcp)."""
+
+    #: bearer token streamable HTTP clients must send (write it as ${BACKCHANNEL_MCP_TOKEN})
+    token: str | None = None
+    #: whose messages a Claude Code channel may push and who answers permission prompts:
+    #: the owner's account, chat with the bot, and user id on that channel
+    owner_account: str | None = None
+    owner_chat: str | None = None
+    owner_user: str | None = None
 
 
 @frozen
@@ -151,11 +209,17 @@ class Config:
     accounts: Mapping[str, AccountConfig] = field(factory=dict)
     agents: Mapping[str, AgentConfig] = field(factory=dict)
     bindings: tuple[BindingConfig, ...] = ()
+    orchestration: OrchestrationConfig = field(factory=OrchestrationConfig)
+    mcp: McpConfig = field(factory=McpConfig)
     source: str | None = None
+    #: the file named no [store] path, so the store is the one `store_path_for` gives it
+    store_defaulted: bool = False
     #: key paths whose value came from ${VAR}
     secret_keys: frozenset[str] = field(factory=frozenset, repr=False)
     #: every value that came from ${VAR}
     secret_values: frozenset[str] = field(factory=frozenset, repr=False)
+    #: plugins' own top-level tables by entry point name (``[owner]`` -> "owner")
+    sections: Mapping[str, Mapping[str, Any]] = field(factory=dict)
 
     def bindings_for(self, account: str) -> list[tuple[int, BindingConfig]]:
         """Return (index, binding) for each binding that covers `account`."""
@@ -170,7 +234,8 @@ class Config:
         data = {
             "source": self.source or "(embedded defaults)",
             "store": {"path": self.store.path, "synchronous": self.store.synchronous}
-            | ({"url": display_url(self.store.url)} if self.store.url else {}),
+            | ({"url": display_url(self.store.url)} if self.store.url else {})
+            | ({"default": True} if self.store_defaulted else {}),
             "server": {
                 "host": self.server.host,
                 "port": self.server.port,
@@ -197,10 +262,19 @@ class Config:
                     "debounce": b.debounce,
                     "max_wait": b.max_wait,
                     "run_timeout": b.run_timeout,
+                    "orchestrate": b.orchestrate,
+                    "master": b.master,
                 }
                 for b in self.bindings
             ],
+            "orchestration": {
+                "enabled": self.orchestration.enabled,
+                "ask_timeout": self.orchestration.ask_timeout,
+                "session_live": self.orchestration.session_live,
+                "report": self.orchestration.report,
+            },
         }
+        data.update({name: dict(table) for name, table in self.sections.items()})
         return {key: self._masked(value, key) for key, value in data.items()}
 
     def _masked(self, value: Any, key: str) -> Any:
@@ -257,7 +331,7 @@ def load_config(
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"not valid TOML: {error}", path=where) from None
     base = Path(path).resolve().parent
-    return parse_config(
+    config = parse_config(
         data,
         source=where,
         base_dir=base,
@@ -265,6 +339,11 @@ def load_config(
         check_plugins=check_plugins,
         strict_env=strict_env,
     )
+    store = data.get("store")
+    if not (isinstance(store, Mapping) and ("path" in store or "url" in store)):
+        own = evolve(config.store, path=store_path_for(path))
+        config = evolve(config, store=own, store_defaulted=True)
+    return config
 
 
 def parse_config(
@@ -289,6 +368,8 @@ class _Parser:
         #: key path -> the environment values substituted there
         self.secret_keys: dict[str, list[str]] = {}
         self.converter = _make_converter()
+        #: every mistake found so far: a file's mistakes are reported together
+        self.problems: list[ConfigError] = []
 
     def secret_values(self, prefix: str = "") -> frozenset[str]:
         return frozenset(
@@ -307,43 +388,85 @@ class _Parser:
         error.key = key or None
         return error
 
+    @contextlib.contextmanager
+    def collecting(self) -> Iterator[None]:
+        """Record a ConfigError raised inside and carry on with the next part of the file."""
+        try:
+            yield
+        except ConfigError as error:
+            self.problems.append(error)
+
     # the whole file ------------------------------------------------------------
     def parse(self, data: Mapping[str, Any], base_dir: Path, check_plugins: bool) -> Config:
-        known = ("store", "server", "accounts", "agents", "bindings")
+        known = ("store", "server", "accounts", "agents", "bindings", "orchestration", "mcp")
+        plugin_sections = _plugin_names()
         for key in data:
-            if key not in known:
-                raise self.error(key, f"unknown section (expected one of {', '.join(known)})")
+            if key not in known and key not in plugin_sections:
+                self.problems.append(
+                    self.error(key, unknown_key(key, [*known, *plugin_sections], "section"))
+                )
+            elif key in plugin_sections and not isinstance(data[key], Mapping):
+                self.problems.append(
+                    self.error(key, f"expected a table, got {_describe(data[key])}")
+                )
         data = self.interpolate(data, "")
-        store = self.structure(data.get("store", {}), StoreConfig, "store")
-        if store.url is not None and not store.url.startswith(("postgresql://", "postgres://")):
-            raise self.error(
-                "store.url",
-                f"expected a postgresql://user@host:port/database URL, got {display_url(store.url)!r}"
-                " (leave it out to use the SQLite file at [store] path)",
-            )
+        store = StoreConfig()
+        with self.collecting():
+            store = self.structure(data.get("store", {}), StoreConfig, "store")
+            if store.url is not None and not store.url.startswith(("postgresql://", "postgres://")):
+                raise self.error(
+                    "store.url",
+                    "expected a postgresql://user@host:port/database URL, got"
+                    f" {display_url(store.url)!r} (leave it out to use the SQLite file at"
+                    " [store] path)",
+                )
         store = StoreConfig(
             path=_resolve_path(store.path, base_dir), synchronous=store.synchronous, url=store.url
         )
-        server = self.structure(data.get("server", {}), ServerConfig, "server")
-        if not 0 <= server.port <= 65535:
-            raise self.error("server.port", f"expected a port number 0-65535, got {server.port}")
-        accounts = {
-            name: AccountConfig(name, channel, settings, secrets)
-            for name, channel, settings, secrets in self.named_tables(
-                data.get("accounts"), "accounts", "channel"
-            )
-        }
-        agents = {
-            name: AgentConfig(name, kind, settings, secrets)
-            for name, kind, settings, secrets in self.named_tables(
-                data.get("agents"), "agents", "kind"
-            )
-        }
+        server = ServerConfig()
+        with self.collecting():
+            server = self.structure(data.get("server", {}), ServerConfig, "server")
+            if not 0 <= server.port <= 65535:
+                raise self.error(
+                    "server.port", f"expected a port number 0-65535, got {server.port}"
+                )
+        accounts: dict[str, AccountConfig] = {}
+        with self.collecting():
+            accounts = {
+                name: AccountConfig(name, channel, settings, secrets)
+                for name, channel, settings, secrets in self.named_tables(
+                    data.get("accounts"), "accounts", "channel"
+                )
+            }
+        agents: dict[str, AgentConfig] = {}
+        with self.collecting():
+            agents = {
+                name: AgentConfig(name, kind, settings, secrets)
+                for name, kind, settings, secrets in self.named_tables(
+                    data.get("agents"), "agents", "kind"
+                )
+            }
         # a missing section falls back to the embedded default: the web chat, the demo agent
         defaults = default_config()
         accounts = accounts or dict(defaults.accounts)
         agents = agents or dict(defaults.agents)
-        bindings = self.bindings(data.get("bindings"), accounts, agents)
+        bindings: tuple[BindingConfig, ...] = ()
+        with self.collecting():
+            bindings = self.bindings(data.get("bindings"), accounts, agents)
+        orchestration = OrchestrationConfig()
+        with self.collecting():
+            orchestration = self.structure(
+                data.get("orchestration", {}), OrchestrationConfig, "orchestration"
+            )
+            for name in ("ask_timeout", "session_live"):
+                if getattr(orchestration, name) <= 0:
+                    raise self.error(
+                        f"orchestration.{name}",
+                        f"expected seconds > 0, got {getattr(orchestration, name)}",
+                    )
+        mcp = McpConfig()
+        with self.collecting():
+            mcp = self.structure(data.get("mcp", {}), McpConfig, "mcp")
         for secret in self.secret_values():
             register_secret(secret)
         config = Config(
@@ -352,12 +475,19 @@ class _Parser:
             accounts=accounts,
             agents=agents,
             bindings=bindings,
+            orchestration=orchestration,
+            mcp=mcp,
             source=self.source,
             secret_keys=frozenset(self.secret_keys),
             secret_values=self.secret_values(),
+            sections={key: dict(data[key]) for key in data if key in plugin_sections},
         )
         if check_plugins:
             self.check_plugins(config)
+        if self.problems:
+            error = combine(self.problems)
+            error.partial = config
+            raise error
         return config
 
     # ${VAR} --------------------------------------------------------------------
@@ -376,16 +506,24 @@ class _Parser:
         def replace(match: re.Match[str]) -> str:
             if match.group(0) == "$${":
                 return "${"
-            name = match.group(1)
+            name, has_default, default = match.group(1).partition(":-")
+            if has_default and _ENV_NAME.match(name) and not self.environ.get(name):
+                return default  # written in the file itself: not a secret from the environment
             if not _ENV_NAME.match(name):
-                raise self.error(key, f"${{{name}}} is not a valid environment variable name")
+                self.problems.append(
+                    self.error(key, f"${{{name}}} is not a valid environment variable name")
+                )
+                return ""
             value = self.environ.get(name)
             if value is None and not self.strict_env:
                 return ""
             if value is None:
-                raise self.error(
-                    key, f"environment variable {name} is not set (the value is ${{{name}}})"
+                self.problems.append(
+                    self.error(
+                        key, f"environment variable {name} is not set (the value is ${{{name}}})"
+                    )
                 )
+                return ""
             found.append(value)
             return value
 
@@ -401,11 +539,20 @@ class _Parser:
     def structure(self, data: Any, cls: type[Any], key: str) -> Any:
         if not isinstance(data, Mapping):
             raise self.error(key, f"expected a table, got {_describe(data)}")
+        known = [a.name for a in fields(cls)]
+        problems = [
+            self.error(f"{key}.{name}", unknown_key(name, known))
+            for name in data
+            if name not in known
+        ]
+        value = None
         try:
-            return self.converter.structure(dict(data), cls)
+            value = self.converter.structure({k: v for k, v in data.items() if k in known}, cls)
         except Exception as error:
-            where, message = _explain(error, key, cls)
-            raise self.error(where, message) from None
+            problems += [self.error(where, message) for where, message in _explain(error, key, cls)]
+        if problems:
+            raise combine(problems)
+        return value
 
     def named_tables(
         self, data: Any, section: str, type_key: str
@@ -418,22 +565,28 @@ class _Parser:
             )
         result = []
         for name, table in data.items():
-            key = f"{section}.{name}"
-            if not _NAME.match(name):
-                raise self.error(
-                    key, "names may use letters, digits, '_', '-' and '.' (at most 64 characters)"
-                )
-            if not isinstance(table, Mapping):
-                raise self.error(key, f"expected a table, got {_describe(table)}")
-            kind = table.get(type_key)
-            if kind is None:
-                raise self.error(f"{key}.{type_key}", "missing (every entry needs one)")
-            if not isinstance(kind, str) or not kind:
-                raise self.error(f"{key}.{type_key}", f"expected a name, got {_describe(kind)}")
-            settings = {k: v for k, v in table.items() if k != type_key}
-            secrets = self.secret_values(key + ".") | self.secret_values(key + "[")
-            result.append((name, kind, settings, secrets))
+            with self.collecting():
+                result.append(self.named_table(name, table, section, type_key))
         return result
+
+    def named_table(
+        self, name: str, table: Any, section: str, type_key: str
+    ) -> tuple[str, str, dict[str, Any], frozenset[str]]:
+        key = f"{section}.{name}"
+        if not _NAME.match(name):
+            raise self.error(
+                key, "names may use letters, digits, '_', '-' and '.' (at most 64 characters)"
+            )
+        if not isinstance(table, Mapping):
+            raise self.error(key, f"expected a table, got {_describe(table)}")
+        kind = table.get(type_key)
+        if kind is None:
+            raise self.error(f"{key}.{type_key}", "missing (every entry needs one)")
+        if not isinstance(kind, str) or not kind:
+            raise self.error(f"{key}.{type_key}", f"expected a name, got {_describe(kind)}")
+        settings = {k: v for k, v in table.items() if k != type_key}
+        secrets = self.secret_values(key + ".") | self.secret_values(key + "[")
+        return name, kind, settings, secrets
 
     def bindings(
         self,
@@ -451,12 +604,15 @@ class _Parser:
         if not isinstance(data, list):
             raise self.error("bindings", f"expected [[bindings]] entries, got {_describe(data)}")
         bindings = []
+        before = len(self.problems)
         for index, entry in enumerate(data):
             key = f"bindings[{index}]"
-            binding = self.structure(entry, BindingConfig, key)
-            self.check_binding(binding, key, accounts, agents)
-            bindings.append(binding)
-        self.check_coverage(bindings, accounts)
+            with self.collecting():
+                binding = self.structure(entry, BindingConfig, key)
+                bindings.append(binding)
+                self.check_binding(binding, key, accounts, agents)
+        if len(self.problems) == before:  # coverage of broken bindings would only repeat them
+            self.check_coverage(bindings, accounts)
         return tuple(bindings)
 
     def check_binding(
@@ -499,6 +655,12 @@ class _Parser:
             raise self.error(
                 f"{key}.owner", 'missing: access = "owner" needs owner = "<sender id>"'
             )
+        if binding.master and (binding.chats is None or len(binding.chats) != 1):
+            raise self.error(
+                f"{key}.master",
+                'a master binding names its one conversation: add chats = ["<chat>"]'
+                " (`backchannel conversations` shows the chat of each conversation)",
+            )
         if binding.access == "allowlist" and not binding.allow and binding.owner is None:
             raise self.error(
                 f"{key}.allow", 'missing: access = "allowlist" needs allow = ["<sender id>", ...]'
@@ -525,6 +687,13 @@ class _Parser:
                     f"bindings[{general[1]}]",
                     f"account {account!r} is already bound to every chat by bindings[{general[0]}];"
                     " give one of them chats = [...]",
+                )
+            masters = [i for i, b in covering if b.master]
+            if len(masters) > 1:
+                raise self.error(
+                    f"bindings[{masters[1]}].master",
+                    f"account {account!r} already has its master conversation in"
+                    f" bindings[{masters[0]}]; an account has at most one",
                 )
             claimed: dict[str, int] = {}
             for i, b in covering:
@@ -554,23 +723,34 @@ class _Parser:
         channel_names = _installed(channels)
         for name, account in config.accounts.items():
             if account.channel not in channel_names:
-                raise self.error(
-                    f"accounts.{name}.channel",
-                    f"expected one of {', '.join(sorted(channel_names)) or 'none'} (installed),"
-                    f" got {_describe(account.channel)}",
+                self.problems.append(
+                    self.error(
+                        f"accounts.{name}.channel",
+                        f"expected one of {', '.join(sorted(channel_names)) or 'none'} (installed),"
+                        f" got {_describe(account.channel)}",
+                    )
                 )
         kinds = _installed(agents)
         for name, agent in config.agents.items():
             if agent.kind not in kinds:
-                raise self.error(
-                    f"agents.{name}.kind",
-                    f"expected one of {', '.join(sorted(kinds)) or 'none'} (installed),"
-                    f" got {_describe(agent.kind)}",
+                self.problems.append(
+                    self.error(
+                        f"agents.{name}.kind",
+                        f"expected one of {', '.join(sorted(kinds)) or 'none'} (installed),"
+                        f" got {_describe(agent.kind)}",
+                    )
                 )
 
 
 #: binding keys that configure the account (window, scheduling) rather than one chat
 _PER_ACCOUNT = ("window", "window_chars", "debounce", "max_wait", "run_timeout")
+
+
+def _plugin_names() -> set[str]:
+    """Return the loaded plugins' entry point names (each may own a top-level table)."""
+    from .plugins import get_plugin_manager
+
+    return {name for name, _ in get_plugin_manager().list_name_plugin() if "." not in name}
 
 
 def _installed(registry: Callable[[], Any]) -> set[str]:
@@ -615,6 +795,8 @@ class _Expected(ValueError):
 
 
 def _make_converter() -> cattrs.Converter:
+    import cattrs  # here, not at the top: CLI calls that load no config file skip it
+
     converter = cattrs.Converter(forbid_extra_keys=True)
 
     def structure_str(value: Any, _: type) -> str:
@@ -626,6 +808,11 @@ def _make_converter() -> cattrs.Converter:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         raise _Expected(f"expected an integer, got {_describe(value)}")
+
+    def structure_bool(value: Any, _: type) -> bool:
+        if isinstance(value, bool):
+            return value
+        raise _Expected(f"expected true or false, got {_describe(value)}")
 
     def structure_float(value: Any, _: type) -> float:
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -661,6 +848,7 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook(str, structure_str)
     converter.register_structure_hook(int, structure_int)
     converter.register_structure_hook(float, structure_float)
+    converter.register_structure_hook(bool, structure_bool)
     exact: dict[Any, Callable[[Any, Any], Any]] = {
         tuple[str, ...]: structure_ids,
         tuple[str, ...] | None: structure_optional_ids,
@@ -679,28 +867,34 @@ def _is(hint: Any) -> Callable[[Any], bool]:
     return matches
 
 
-def _explain(error: BaseException, key: str, cls: type[Any]) -> tuple[str, str]:
-    """Return (key path, message) for the first problem inside a cattrs error."""
+def _explain(error: BaseException, key: str, cls: type[Any]) -> list[tuple[str, str]]:
+    """Return (key path, message) for every problem inside a cattrs error."""
+    from cattrs.errors import (
+        ClassValidationError,
+        ForbiddenExtraKeysError,
+        IterableValidationError,
+    )
+
     if isinstance(error, ForbiddenExtraKeysError):
-        extra = sorted(error.extra_fields)
-        known = ", ".join(a.name for a in fields(cls))
-        return f"{key}.{extra[0]}", f"unknown key (known keys: {known})"
+        known = [a.name for a in fields(cls)]
+        return [(f"{key}.{name}", unknown_key(name, known)) for name in sorted(error.extra_fields)]
     if isinstance(error, ClassValidationError):
         with_notes, others = error.group_exceptions()
-        for other in others:
-            return _explain(other, key, cls)
+        found = [problem for other in others for problem in _explain(other, key, cls)]
         for inner, note in with_notes:
             if isinstance(inner, KeyError):
-                return f"{key}.{note.name}", "missing (this key is required)"
-            return _explain(inner, f"{key}.{note.name}", note.type)
+                found.append((f"{key}.{note.name}", "missing (this key is required)"))
+            else:
+                found += _explain(inner, f"{key}.{note.name}", note.type)
+        return found
     if isinstance(error, IterableValidationError):
         items, rest = error.group_exceptions()
-        for inner, item in items:
-            return _explain(inner, f"{key}[{item.index}]", item.type)
-        for other in rest:
-            return _explain(other, key, cls)
+        found = [
+            p for inner, item in items for p in _explain(inner, f"{key}[{item.index}]", item.type)
+        ]
+        return found + [problem for other in rest for problem in _explain(other, key, cls)]
     if isinstance(error, _Expected):
-        return key, str(error)
+        return [(key, str(error))]
     if isinstance(error, KeyError):
-        return f"{key}.{error.args[0]}", "missing (this key is required)"
-    return key, f"invalid value: {error}"
+        return [(f"{key}.{error.args[0]}", "missing (this key is required)")]
+    return [(key, f"invalid value: {error}")]

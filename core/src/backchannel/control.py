@@ -247,6 +247,7 @@ async def _send(board: Switchboard, args: Mapping[str, Any]) -> Mapping[str, Any
         text,
         reply_to_seq=int(reply_to) if reply_to is not None else None,
         quiet=bool(args.get("quiet", False)),
+        origin=str(args["origin"]) if args.get("origin") else None,
     )
 
 

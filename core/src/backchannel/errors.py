@@ -4,6 +4,7 @@
 
     BackchannelError
     ├── ConfigError          bad or missing configuration (names the file and key)
+    │   └── ConfigErrors     several of them, found together (one line each)
     ├── PluginError          a plugin failed to load or registered a clashing name
     ├── NormalizeError       a platform payload is malformed (says what and where)
     ├── StoreError           the transcript store refused an operation
@@ -18,9 +19,15 @@ Adapters raise only the three `DeliveryError` leaves from `send`, and only
 
 from __future__ import annotations
 
+import difflib
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
 __all__ = [
     "BackchannelError",
     "ConfigError",
+    "ConfigErrors",
     "DeliveryError",
     "NormalizeError",
     "PluginError",
@@ -28,6 +35,8 @@ __all__ = [
     "Rejected",
     "StoreError",
     "Uncertain",
+    "log_failure",
+    "unknown_key",
 ]
 
 
@@ -43,6 +52,40 @@ class ConfigError(BackchannelError):
         super().__init__(f"{where}: {message}" if where else message)
         self.path = path
         self.key = key
+        #: the config as far as it could be read (set by the loader), for `check` to look further
+        self.partial: Any = None
+
+
+class ConfigErrors(ConfigError):
+    """Every mistake found in one config, in file order; the text is one line per mistake."""
+
+    def __init__(self, errors: Sequence[ConfigError]):
+        BackchannelError.__init__(self, "\n".join(str(error) for error in errors))
+        self.errors = tuple(errors)
+        self.path = errors[0].path if errors else None
+        self.key = errors[0].key if errors else None
+        self.partial = None
+
+
+def combine(errors: Sequence[ConfigError]) -> ConfigError:
+    """Return the one error, or a `ConfigErrors` holding several (flattened)."""
+    flat = [
+        e
+        for error in errors
+        for e in (error.errors if isinstance(error, ConfigErrors) else (error,))
+    ]
+    return flat[0] if len(flat) == 1 else ConfigErrors(flat)
+
+
+def unknown_key(key: str, known: Iterable[str], what: str = "key") -> str:
+    """The one wording for a name nobody reads, with the closest known one when there is one.
+
+    ``unknown key; did you mean `poll_timeout`? (known keys: poll_limit, poll_timeout, token)``
+    """
+    names = sorted(set(known))
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    suggestion = f"; did you mean `{close[0]}`?" if close else ""
+    return f"unknown {what}{suggestion} (known {what}s: {', '.join(names) or 'none'})"
 
 
 class PluginError(BackchannelError):
@@ -90,3 +133,17 @@ class Rejected(DeliveryError):
 
 class Uncertain(DeliveryError):
     """The outcome is unknown: the message may have arrived. Never retried automatically."""
+
+
+def log_failure(logger: logging.Logger, error: BaseException, message: str, *args: Any) -> None:
+    """Log `message: error` at ERROR; the traceback only when it is a bug.
+
+    A `BackchannelError` already says what failed in one line, so its traceback
+    (and the chain of library errors under it) is logged at DEBUG only, which
+    `-v` shows. Anything else is unexpected and is logged with its traceback.
+    """
+    if isinstance(error, BackchannelError):
+        logger.error(f"{message}: %s", *args, error)
+        logger.debug("traceback of the error above", exc_info=error)
+    else:
+        logger.error(f"{message}: %s: %s", *args, type(error).__name__, error, exc_info=error)

@@ -162,6 +162,9 @@ def _inbound_line(message: Message) -> str:
 
 def _own_line(message: Message) -> str:
     markers = _markers(message)
+    origin = message.meta.get("origin") if message.meta else None
+    if origin:
+        markers.append(f"sent on request of conversation {_plain(str(origin))}")
     if message.status == "failed":
         markers.append(f"NOT delivered: {message.status_reason or 'refused'}")
     elif message.status in {"uncertain", "pending"}:

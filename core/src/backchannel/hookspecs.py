@@ -60,3 +60,25 @@ def register_control_ops(register: Any) -> None:
     ``async def handler(board, args) -> dict`` and runs inside ``serve`` with
     its `Switchboard`. Clients call it with ``backchannel.control.call``.
     """
+
+
+@hookspec
+def register_migrations(register: Any) -> None:
+    """Add a plugin's own SQLite migrations: ``register(owner_m001_tables)``.
+
+    Called when a SQLite store opens, after the core migrations. Each
+    migration is a function ``fn(db: apsw.Connection)`` named
+    ``<plugin>_mNNN_<what>``; it is applied once, in registration order, and
+    recorded by name in the same ``_migrations`` table as the core's.
+    """
+
+
+@hookspec
+def configure_switchboard(board: Any, config: Any) -> None:
+    """Attach a plugin to a switchboard built from `config` (before it starts).
+
+    Called by ``build_switchboard`` after the accounts are added. A plugin may
+    call ``board.add_inbound_router(account, router)`` and
+    ``board.add_service(service)``. `config` is the `Config`; a plugin's own
+    settings are ``config.sections.get("<entry point name>")``.
+    """

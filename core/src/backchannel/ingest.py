@@ -17,9 +17,21 @@ from collections.abc import Callable
 from .errors import StoreError
 from .store import AppendResult, Inbound, Store
 
-__all__ = ["GroupCommit"]
+__all__ = ["GroupCommit", "RefusedData"]
 
 log = logging.getLogger("backchannel.ingest")
+
+
+class RefusedData(StoreError):
+    """The store refused what an event holds (text it cannot encode, a number too big).
+
+    Not transient: committing the same event again fails again, so the caller
+    turns it into a dead letter instead of retrying.
+    """
+
+
+#: what a store raises for a value it cannot bind (never for a full disk or a lock)
+_DATA_ERRORS = (UnicodeError, OverflowError, TypeError, ValueError)
 
 
 class GroupCommit:
@@ -107,7 +119,11 @@ class GroupCommit:
     @staticmethod
     def _fail(future: asyncio.Future[list[AppendResult]], error: Exception, size: int) -> None:
         log.error("the store refused %d event(s): %s", size, error)
-        if not isinstance(error, StoreError):
+        if isinstance(error, _DATA_ERRORS) and not isinstance(error, StoreError):
+            error = RefusedData(
+                f"the store cannot hold the event(s): {type(error).__name__}: {error}"
+            )
+        elif not isinstance(error, StoreError):
             error = StoreError(f"the store refused the event(s): {type(error).__name__}: {error}")
         if not future.done():
             future.set_exception(error)

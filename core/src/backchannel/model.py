@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
-import cattrs
 from attrs import field, frozen
+
+if TYPE_CHECKING:
+    import cattrs
+
+    #: the cattrs converter of the model classes (made on first use: see `__getattr__`)
+    converter: cattrs.Converter
 
 __all__ = [
     "Address",
@@ -138,6 +143,8 @@ class Conversation:
     held_count: int = 0
     created_at: float = 0.0
     meta: Mapping[str, Any] = field(factory=dict)
+    #: when the last message (in or out) was written, Unix seconds
+    active_at: float = 0.0
 
 
 @frozen
@@ -185,6 +192,9 @@ class Outbound:
     #: the store's outbox id: stable across retries, usable as an idempotency key
     outbox_id: int | None = None
     meta: Mapping[str, Any] = field(factory=dict)
+    #: the key of the conversation whose run asked for this send (a cross-conversation
+    #: send); None when the conversation's own run or an operator sent it
+    origin: str | None = None
 
 
 @frozen
@@ -197,17 +207,33 @@ class Receipt:
     sent_at: float = field(factory=now)
 
 
-converter = cattrs.Converter()
+_converter: cattrs.Converter | None = None
+
+
+def _get_converter() -> cattrs.Converter:
+    # cattrs is built on first use: a CLI call that never (un)structures does not import it
+    global _converter
+    if _converter is None:
+        import cattrs
+
+        _converter = cattrs.Converter()
+    return _converter
+
+
+def __getattr__(name: str) -> Any:
+    if name == "converter":
+        return _get_converter()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def to_json(value: Any) -> Any:
     """Unstructure a model value to JSON-ready data."""
-    return converter.unstructure(value)
+    return _get_converter().unstructure(value)
 
 
 def from_json(data: Mapping[str, Any], cls: type[Any]) -> Any:
     """Structure JSON data into a model class."""
-    return converter.structure(data, cls)
+    return _get_converter().structure(data, cls)
 
 
 def evolve(value: Any, **changes: Any) -> Any:

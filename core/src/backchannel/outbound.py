@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from attrs import frozen
@@ -67,11 +67,26 @@ class Deliverer:
         self.max_retry_after = max_retry_after
 
     async def deliver(
-        self, conversation: Conversation, outbound: Outbound, *, run_id: int | None = None
+        self,
+        conversation: Conversation,
+        outbound: Outbound,
+        *,
+        run_id: int | None = None,
+        recorded: Callable[[OutboxEntry], Awaitable[None]] | None = None,
     ) -> DeliveryResult:
-        """Record `outbound` as pending, send it, and record sent / failed / uncertain."""
+        """Record `outbound` as pending, send it, and record sent / failed / uncertain.
+
+        `recorded` is awaited after the pending row is written and before the
+        send (an ask writes its pending-ask row there, naming the outbox row).
+        """
         sender = self.adapter.me or Sender("me", "me", is_bot=True)
         entry = await self.store.record_outbound(conversation.id, outbound, sender, run_id)
+        if recorded is not None:
+            try:
+                await recorded(entry)
+            except BaseException:
+                await self.store.mark_failed(entry.id, "not sent: recording it failed")
+                raise
         outbound = _with_outbox_id(outbound, entry)
         attempt = 0
         while True:

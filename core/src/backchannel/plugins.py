@@ -83,11 +83,17 @@ class Registry:
         return register
 
     def get(self, name: str) -> Any:
+        """Return the factory; one registered as "module:Name" is imported now (see lazy.py)."""
         try:
-            return self.items[name]
+            factory = self.items[name]
         except KeyError:
             known = ", ".join(sorted(self.items)) or "none"
             raise PluginError(f"no {self.kind} called {name!r} (installed: {known})") from None
+        if isinstance(factory, str):
+            from .lazy import load
+
+            factory = self.items[name] = load(factory)
+        return factory
 
 
 def _collect(hook_name: str, kind: str, pm: pluggy.PluginManager | None = None) -> Registry:

@@ -107,6 +107,8 @@ def transcript_line(message: Message) -> str:
         marks.append(
             message.status + (f": {message.status_reason}" if message.status_reason else "")
         )
+        if message.meta and message.meta.get("origin"):
+            marks.append(f"from conversation {message.meta['origin']}")
     arrow = "->" if message.direction == "out" else "  "
     head = f"#{message.seq:<4} {when} {arrow} {message.sender.label}"
     if marks:
@@ -130,7 +132,12 @@ def conversation_json(conversation: Conversation) -> dict[str, Any]:
 def render_summary(summary: dict[str, Any]) -> str:
     server = summary["server"]
     lines = [
-        f"store     {summary['store']['path']} (synchronous {summary['store']['synchronous']})",
+        f"store     {summary['store']['path']} (synchronous {summary['store']['synchronous']})"
+        + (
+            "\n          this config's own store, chosen by its path: set [store] path to choose"
+            if summary["store"].get("default")
+            else ""
+        ),
         f"server    http://{server['host']}:{server['port']}"
         + (f" (public {server['public_url']})" if server["public_url"] else ""),
         "accounts",
@@ -151,12 +158,17 @@ def render_summary(summary: dict[str, Any]) -> str:
             rules += f" allow={','.join(b['allow'])}"
         if b["owner"] is not None:
             rules += f" owner={b['owner']}"
+        if b.get("orchestrate"):
+            rules += " orchestrate"
         lines.append(f"  [{index}] {b['agent']} <- {accounts}{chats}: {rules}")
         lines.append(
             f"      window {b['window']} messages / {b['window_chars']} chars,"
             f" debounce {b['debounce']:g}s, max wait {b['max_wait']:g}s,"
             f" run timeout {b['run_timeout']:g}s"
         )
+    orchestration = summary.get("orchestration") or {}
+    if orchestration and not orchestration.get("enabled", True):
+        lines.append("orchestration  disabled (cross-conversation sends are refused)")
     return "\n".join(lines)
 
 

@@ -44,6 +44,8 @@ class RunSession:
     fetch_after: Callable[[int, int], Awaitable[list[Message]]]
     me: Sender | None = None
     run_id: int | None = None
+    #: the message that asked for this run (tools that depend on who asked read it)
+    trigger: Message | None = None
 
 
 @frozen
@@ -172,7 +174,7 @@ class RunBuilder:
             trigger = await self.store.message(conversation_id, trigger_seq)
         participants = _participants_in(rows, me)
         hidden = max(conversation.visible_count - len(rows) - _visible_after(conversation, upto), 0)
-        session = RunSession(conversation_id, upto, self.store.messages_after, me)
+        session = RunSession(conversation_id, upto, self.store.messages_after, me, trigger=trigger)
         tools = tuple(self.tools(session, conversation))
         instruction = default_framing(
             conversation,
@@ -182,7 +184,7 @@ class RunBuilder:
             window=rows,
             participants=participants,
             hidden_before=hidden,
-            tool_names=[t.name for t in tools if t.name != "read_history"],
+            tool_names=[t.name for t in tools if t.name not in _READ_ONLY_TOOLS],
             notes=notes,
         )
         if self.framing_hook is not None:
@@ -198,6 +200,10 @@ class RunBuilder:
             channel_name=self.channel_name,
             participants=tuple(participants),
         )
+
+
+#: tools that only read: the framing's "send tool" list leaves them out
+_READ_ONLY_TOOLS = frozenset({"read_history", "list_conversations", "read_conversation"})
 
 
 def _trim_to_chars(rows: list[Message], limit: int) -> list[Message]:

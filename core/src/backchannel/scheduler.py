@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from attrs import define, field
 
-from .model import Address
+from .errors import log_failure
+from .model import Address, Conversation
 from .store import Store
 
 __all__ = ["Busy", "RunClaims", "Scheduler"]
@@ -62,7 +63,11 @@ class Busy:
 class _Slot:
     """Scheduling state of one conversation (memory only; the store has the truth)."""
 
+    #: the account the conversation belongs to (set by poke)
+    account: str = ""
     running: bool = False
+    #: asked for again while running: only then can a follow-up run be owed
+    poked_while_running: bool = False
     #: when the armed timer should really start the run (later messages push it back)
     due: float = 0.0
     #: consecutive runs the store could not record (drives the retry backoff)
@@ -96,11 +101,15 @@ class Scheduler:
         self.counters = counters
         self._run_limit = asyncio.Semaphore(max_concurrent_runs)
         self._slots: dict[int, _Slot] = {}
-        self._conversation_account: dict[int, str] = {}
+        #: the most slots held at once since `_slots` was last copied (see _forget)
+        self._slots_peak = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
         #: with several workers on one store: a conversation runs where it is claimed
         self.claims: RunClaims | None = None
+        #: checked before each run: a gate that returns True took the conversation's new
+        #: messages itself (an ask's correlated answer), so no agent run happens for them
+        self.gates: list[Callable[[Conversation], Awaitable[bool]]] = []
 
     def add_note(self, conversation_id: int, note: str) -> None:
         """Add a line to the framing of this conversation's next run."""
@@ -133,9 +142,10 @@ class Scheduler:
         """
         if self._stopping:
             return
-        self._conversation_account[conversation_id] = account
         slot = self._slot(conversation_id)
+        slot.account = account
         if slot.running:
+            slot.poked_while_running = True
             return
         binding = self.accounts[account].binding
         loop = asyncio.get_running_loop()
@@ -168,7 +178,7 @@ class Scheduler:
 
     async def _run_conversation(self, conversation_id: int) -> None:
         slot = self._slot(conversation_id)
-        account_name = self._conversation_account[conversation_id]
+        account_name = slot.account
         account = self.accounts[account_name]
         failed = False
         claimed = False
@@ -187,17 +197,28 @@ class Scheduler:
         finally:
             slot.running = False
             slot.failures = slot.failures + 1 if failed else 0
+            poked, slot.poked_while_running = slot.poked_while_running, False
             try:
                 if claimed and self.claims is not None:
                     await self.claims.release(conversation_id)
-                if not self._stopping and (claimed or failed):
+                if self._stopping:
+                    pass
+                elif not claimed and not failed:
+                    # another worker is running it: that worker does the follow-up run
+                    if slot.timer is None and not slot.notes:
+                        self._forget(conversation_id)
+                elif not poked and not failed and self.claims is None:
+                    # the run covered every trigger it was started for and none came since:
+                    # nothing can be owed, no need to read the conversation back (with
+                    # several workers, messages may have come to another one meanwhile)
+                    if slot.timer is None and not slot.notes:
+                        self._forget(conversation_id)
+                else:
                     conversation = await self.store.conversation(conversation_id)
                     if conversation.trigger_seq > conversation.handled_seq:
                         self.poke(conversation_id, account_name, pause=_backoff(slot.failures))
                     elif slot.timer is None and not slot.notes:
                         self._forget(conversation_id)
-                elif slot.timer is None and not slot.notes:
-                    self._forget(conversation_id)
             except Exception:
                 log.exception("could not check conversation %s for follow-up", conversation_id)
             finally:
@@ -206,13 +227,21 @@ class Scheduler:
     def _forget(self, conversation_id: int) -> None:
         """Drop an idle conversation's slot: memory stays bounded by active conversations."""
         self._slots.pop(conversation_id, None)
-        self._conversation_account.pop(conversation_id, None)
+        # a dict keeps the table of its peak size: after a burst over many conversations,
+        # copy it once most of them are idle again
+        if self._slots_peak > 256 and len(self._slots) * 4 < self._slots_peak:
+            self._slots = dict(self._slots)
+            self._slots_peak = len(self._slots)
 
     async def _run_once(self, account: Any, conversation_id: int, slot: _Slot) -> None:
         conversation = await self.store.conversation(conversation_id)
         if self.claims is not None and conversation.trigger_seq <= conversation.handled_seq:
             return  # another worker's run answered it while this one waited for the claim
         upto = conversation.last_seq
+        for gate in self.gates:
+            if await gate(conversation):
+                await self.store.mark_handled(conversation_id, upto)
+                return
         notes, slot.notes = slot.notes, []
         try:
             run = await account.builder.build(
@@ -225,7 +254,7 @@ class Scheduler:
         except Exception as failure:
             # e.g. a plugin's framing or register_tools hook raised: record it and count the
             # messages as handled, or the follow-up check would retry the same failure forever
-            log.exception("could not build a run for %s", conversation.address.key)
+            log_failure(log, failure, "could not build a run for %s", conversation.address.key)
             self.counters["run_errors"] += 1
             run_id = await self.store.begin_run(conversation_id, conversation.trigger_seq, upto)
             await self.store.finish_run(
@@ -250,7 +279,7 @@ class Scheduler:
             raise
         except Exception as failure:
             status, error = "error", f"{type(failure).__name__}: {failure}"
-            log.exception("agent failed in conversation %s", conversation.address.key)
+            log_failure(log, failure, "agent failed in conversation %s", conversation.address.key)
         finally:
             if typing is not None:
                 typing.cancel()
@@ -260,6 +289,18 @@ class Scheduler:
             await self.store.finish_run(
                 run_id, status, error, seen, handled_seq=None if status == "cancelled" else seen
             )
+            if status in ("error", "timeout"):
+                await self._tell_run_failed(account, conversation.address, error or status)
+
+    async def _tell_run_failed(self, account: Any, address: Address, reason: str) -> None:
+        """Let a channel that can show it say the agent could not answer (adapter.run_failed)."""
+        run_failed = getattr(account.adapter, "run_failed", None)
+        if run_failed is None:
+            return
+        try:
+            await run_failed(address, reason)
+        except Exception as failure:  # a notice must never turn into a second failure
+            log.warning("could not tell %s that its run failed: %s", address.key, failure)
 
     def _start_typing(self, account: Any, address: Address) -> asyncio.Task[None] | None:
         adapter = account.adapter
@@ -282,4 +323,6 @@ class Scheduler:
         slot = self._slots.get(conversation_id)
         if slot is None:
             slot = self._slots[conversation_id] = _Slot()
+            if len(self._slots) > self._slots_peak:
+                self._slots_peak = len(self._slots)
         return slot

@@ -1,17 +1,30 @@
-"""The switchboard's HTTP server: adapters' routes (webhooks, the web chat) and a health check."""
+"""The switchboard's HTTP server: adapters' routes (webhooks, the web chat) and a health check.
+
+A client that drops its connection mid-request (routine, and free for anyone
+to do by the thousand) costs one DEBUG line, and at most one INFO line a
+minute with the count; a body a route cannot parse (`BadPayload`) is a 400
+with one WARNING line. Neither is ever a traceback.
+"""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
 from .adapter import RouteTable
+from .wire import BadPayload
+
+log = logging.getLogger("backchannel.server")
 
 __all__ = ["HttpServer"]
 
 MAX_BODY = 4 * 1024 * 1024
+#: seconds between INFO lines counting client disconnects
+DISCONNECT_REPORT_INTERVAL = 60.0
 
 
 class HttpServer:
@@ -31,6 +44,10 @@ class HttpServer:
         self.health = health
         self._runner: web.AppRunner | None = None
         self.url: str | None = None
+        #: client disconnects since the server started, and since the last INFO line
+        self.disconnects = 0
+        self._disconnects_unreported = 0
+        self._disconnects_reported_at = 0.0
 
     async def start(self) -> str:
         """Listen; return the base URL (with the real port when port was 0)."""
@@ -59,7 +76,28 @@ class HttpServer:
             if self.routes.serves(request.path):
                 raise web.HTTPMethodNotAllowed(request.method, [])
             raise web.HTTPNotFound(text=f"no route for {request.path}\n")
-        return await handler(request)
+        try:
+            return await handler(request)
+        except ConnectionResetError:  # aiohttp's ClientConnectionResetError included
+            self._client_disconnected(request)
+            return web.Response(status=400, text="connection lost\n")
+        except BadPayload as error:
+            log.warning("%s %s: refused a body: %s", request.method, request.path, error)
+            return web.Response(status=400, text=f"{error}\n")
+
+    def _client_disconnected(self, request: web.Request) -> None:
+        """Count a dropped connection: DEBUG each, INFO at most once a minute with the count."""
+        self.disconnects += 1
+        self._disconnects_unreported += 1
+        log.debug("%s %s: the client disconnected mid-request", request.method, request.path)
+        moment = time.monotonic()
+        if moment - self._disconnects_reported_at >= DISCONNECT_REPORT_INTERVAL:
+            log.info(
+                "%d client(s) disconnected mid-request since the last report",
+                self._disconnects_unreported,
+            )
+            self._disconnects_unreported = 0
+            self._disconnects_reported_at = moment
 
     async def _healthz(self, request: web.Request) -> web.Response:
         figures = await self.health() if self.health else {}

@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from attrs import define, field
 
 from .adapter import Adapter, AdapterContext, IngestResult, RouteTable
 from .errors import ConfigError, NormalizeError, Rejected, StoreError
-from .ingest import GroupCommit
+from .ingest import GroupCommit, RefusedData
 from .model import Address, Conversation, Event, Message, Sender, from_json, to_json
 from .outbound import Deliverer, DeliveryResult, channel_tools
 from .plugins import get_plugin_manager
@@ -28,18 +28,38 @@ from .policy import Policy
 from .runs import Agent, Run, RunBuilder, RunSession, WindowSettings
 from .scheduler import Busy, Scheduler
 from .secrets import register_secret
-from .server import HttpServer
+from .storable import storable_event
 from .store import AppendResult, Inbound, Store
 from .tools import Tool
+from .wire import BadPayload, dump_for_dead_letter, parse_json, repair_text
 
 if TYPE_CHECKING:
+    from .server import HttpServer
     from .workers import WorkerCoordinator
 
-__all__ = ["Binding", "Switchboard"]
+__all__ = ["Binding", "InboundRouter", "RouteVerdict", "Service", "Switchboard"]
 
 log = logging.getLogger("backchannel.switchboard")
 
 _IGNORED = IngestResult("ignored")
+#: characters of a dead letter's reason kept (normalizers quote the offending value)
+MAX_REASON = 300
+
+#: what an inbound router decided: None (ordinary message: bindings apply), "routed" (the
+#: plugin took it: stored, never starts a run), "held" (refused: stored held, never shown)
+RouteVerdict = Literal["routed", "held"] | None
+#: sees each new inbound message of its account before the policy, inside ingest (before the
+#: ack); it must be idempotent: a redelivered event is offered again
+InboundRouter = Callable[[Event], Awaitable[RouteVerdict]]
+
+
+class Service(Protocol):
+    """Plugin work that lives as long as a started switchboard (timers, caches)."""
+
+    async def start(self, board: Switchboard) -> None: ...
+
+    async def stop(self) -> None: ...
+
 
 RESTART_NOTE = (
     "backchannel restarted since your last turn in this conversation. Nothing was lost:"
@@ -116,11 +136,11 @@ class Switchboard:
         self.store = store
         self.routes = RouteTable(public_url or f"http://{host}:{port or 0}")
         self._explicit_public_url = public_url is not None
-        self.server = (
-            HttpServer(self.routes, host=host, port=port, health=self.health)
-            if port is not None
-            else None
-        )
+        self.server: HttpServer | None = None
+        if port is not None:
+            from .server import HttpServer  # aiohttp's server: only a board that serves pays
+
+            self.server = HttpServer(self.routes, host=host, port=port, health=self.health)
         self.url: str | None = None
         self.accounts: dict[str, _Account] = {}
         self.counters: dict[str, int] = {
@@ -145,6 +165,24 @@ class Switchboard:
         self._known_me: dict[str, Sender] = {}
         #: set (before start) when this is one of several workers sharing a PostgreSQL store
         self.workers: WorkerCoordinator | None = None
+        #: more tools for runs: provider(account, session, conversation) -> tools (orchestration)
+        self.run_tools: list[Callable[[str, RunSession, Conversation], Sequence[Tool]]] = []
+        #: conversations whose every new message is looked at (a session with an open ask:
+        #: its answer may not call for a run itself), not only triggering ones
+        self.watched: set[int] = set()
+        self._routers: dict[str, list[InboundRouter]] = {}
+        self._services: list[Service] = []
+        self._started_services: list[Service] = []
+
+    def add_inbound_router(self, account: str, router: InboundRouter) -> None:
+        """Let `router` see `account`'s new messages before the binding's policy (see RouteVerdict)."""
+        if account not in self.accounts:
+            raise ConfigError(f"unknown account {account!r}")
+        self._routers.setdefault(account, []).append(router)
+
+    def add_service(self, service: Service) -> None:
+        """Start `service` after the adapters (in `start`), stop it before them (in `stop`)."""
+        self._services.append(service)
 
     # setup -----------------------------------------------------------------
     def add_account(
@@ -176,6 +214,8 @@ class Switchboard:
                 extra.append(tool if isinstance(tool, Tool) else Tool.from_function(tool))
 
             pm.hook.register_tools(register=register, conversation=conversation)
+            for provide in self.run_tools:
+                extra.extend(provide(account, session, conversation))
             return offered + extra
 
         def framing(conversation: Conversation, channel: str, default: str) -> str | None:
@@ -234,6 +274,9 @@ class Switchboard:
             self.scheduler.poke(conversation.id, conversation.address.account)
         if workers is not None:
             await workers.start()
+        for service in self._services:
+            await service.start(self)
+            self._started_services.append(service)
 
     async def start_accounts(self, names: Iterable[str]) -> None:
         """Start only these accounts' adapters: no recovery, no scheduling, no HTTP server.
@@ -264,6 +307,12 @@ class Switchboard:
         timeout = self._stop_timeout if timeout is None else timeout
         if self.workers is not None:
             self.workers.stopping = True  # take no new lease while stopping
+        while self._started_services:
+            service = self._started_services.pop()
+            try:
+                await service.stop()
+            except Exception:
+                log.exception("service %r failed to stop cleanly", service)
         for account in self.accounts.values():
             if account.started:
                 try:
@@ -305,6 +354,7 @@ class Switchboard:
         entry = self.accounts.get(account)
         if entry is None:
             raise ConfigError(f"unknown account {account!r}")
+        state = _storable_state(state)
         counters = self.counters
         counters["ingested"] += 1
         try:
@@ -320,12 +370,20 @@ class Switchboard:
                 for key, value in state.items():
                     await self.store.set_state(account, key, value)
             return _IGNORED
-        problem = _unstorable(event, account)
-        if problem is not None:
-            return await self._malformed(account, raw, problem, state)
+        checked = storable_event(event, account)
+        if isinstance(checked, str):
+            return await self._malformed(account, raw, checked, state)
+        event = checked
         policy = entry.binding.policy
-        held = not policy.may_reach(event)
-        (appended,) = await self._commit([Inbound(event, held, policy.triggers(event), state)])
+        verdict = await self._route(account, event)
+        if verdict is None:
+            held, triggers = not policy.may_reach(event), policy.triggers(event)
+        else:
+            held, triggers = verdict == "held", False
+        try:
+            (appended,) = await self._commit([Inbound(event, held, triggers, state)])
+        except RefusedData as error:
+            return await self._malformed(account, raw, str(error), state)
         return self._settle(account, event, held, appended)
 
     async def ingest_many(
@@ -342,6 +400,7 @@ class Switchboard:
         entry = self.accounts.get(account)
         if entry is None:
             raise ConfigError(f"unknown account {account!r}")
+        state = _storable_state(state)
         policy = entry.binding.policy
         results: list[IngestResult] = [_IGNORED] * len(raws)
         waiting: list[tuple[int, Event, bool]] = []
@@ -360,13 +419,18 @@ class Switchboard:
             if event is None:
                 self.counters["ignored"] += 1
                 continue
-            problem = _unstorable(event, account)
-            if problem is not None:
-                results[index] = await self._malformed(account, raw, problem)
+            checked = storable_event(event, account)
+            if isinstance(checked, str):
+                results[index] = await self._malformed(account, raw, checked)
                 continue
-            held = not policy.may_reach(event)
+            event = checked
+            verdict = await self._route(account, event)
+            if verdict is None:
+                held, triggers = not policy.may_reach(event), policy.triggers(event)
+            else:
+                held, triggers = verdict == "held", False
             waiting.append((index, event, held))
-            inbounds.append(Inbound(event, held=held, triggers=policy.triggers(event)))
+            inbounds.append(Inbound(event, held=held, triggers=triggers))
         if state:
             if inbounds:
                 last = inbounds[-1]
@@ -376,10 +440,59 @@ class Switchboard:
                     await self.store.set_state(account, key, value)
         if not inbounds:
             return results
-        appended_all = await self._commit(inbounds)
+        try:
+            appended_all = await self._commit(inbounds)
+        except RefusedData:
+            if len(inbounds) == 1:
+                (index, _event, _held) = waiting[0]
+                results[index] = await self._malformed(
+                    account, raws[index], "the store cannot hold this event", state
+                )
+                return results
+            return await self._commit_one_by_one(account, raws, results, waiting, inbounds, state)
         for (index, event, held), appended in zip(waiting, appended_all, strict=True):
             results[index] = self._settle(account, event, held, appended)
         return results
+
+    async def _commit_one_by_one(
+        self,
+        account: str,
+        raws: Sequence[Mapping[str, Any]],
+        results: list[IngestResult],
+        waiting: list[tuple[int, Event, bool]],
+        inbounds: list[Inbound],
+        state: Mapping[str, str | None] | None,
+    ) -> list[IngestResult]:
+        """Commit a refused batch event by event: the ones the store cannot hold become
+        dead letters, the others are stored, and the batch's state moves on either way."""
+        log.warning("account %s: the store refused a batch; committing it event by event", account)
+        for (index, event, held), inbound in zip(waiting, inbounds, strict=True):
+            inbound = Inbound(inbound.event, inbound.held, inbound.triggers)
+            try:
+                (appended,) = await self._commit([inbound])
+            except RefusedData as error:
+                results[index] = await self._malformed(account, raws[index], str(error))
+                continue
+            results[index] = self._settle(account, event, held, appended)
+        if state:
+            for key, value in state.items():
+                await self.store.set_state(account, key, value)
+        return results
+
+    async def _route(self, account: str, event: Event) -> RouteVerdict:
+        """Ask the account's inbound routers about a new message; the first verdict wins."""
+        routers = self._routers.get(account)
+        if not routers or event.kind != "message":
+            return None
+        for router in routers:
+            try:
+                verdict = await router(event)
+            except Exception:  # a plugin bug must not stop the pipeline: bindings apply
+                log.exception("account %s: inbound router %r failed", account, router)
+                continue
+            if verdict is not None:
+                return verdict
+        return None
 
     async def _commit(self, inbounds: list[Inbound]) -> list[AppendResult]:
         self._busy.enter()
@@ -394,7 +507,9 @@ class Switchboard:
             self.counters["duplicate"] += 1
             return
         self.counters["held" if inbound.held else "stored"] += 1
-        if appended.triggers:
+        if appended.triggers or (
+            appended.conversation_id in self.watched and appended.status == "stored"
+        ):
             self.scheduler.poke(appended.conversation_id, inbound.event.address.account)
 
     @staticmethod
@@ -417,11 +532,12 @@ class Switchboard:
         if state:  # adapter state moves on whatever became of the payload
             for key, value in state.items():
                 await self.store.set_state(account, key, value)
+        reason = repair_text(reason)
+        if len(reason) > MAX_REASON:  # a reason may quote the payload: one readable line
+            reason = reason[:MAX_REASON] + "…"
         log.warning("account %s: malformed payload dropped: %s", account, reason)
-        try:
-            payload = json.dumps(raw, default=str)[:65536]
-        except (TypeError, ValueError):
-            payload = repr(raw)[:65536]
+        adapter = self.accounts[account].adapter
+        payload = dump_for_dead_letter(raw, getattr(adapter, "secret_fields", ()))
         await self.store.add_dead_letter(account, "malformed", reason, payload)
         return IngestResult("malformed", reason=reason)
 
@@ -478,12 +594,15 @@ class Switchboard:
         *,
         reply_to_seq: int | None = None,
         quiet: bool = False,
+        origin: str | None = None,
     ) -> dict[str, Any]:
         """Send `text` as an operator into a stored conversation; return the recorded outcome.
 
         The outcome is what the outbox recorded: ``state`` sent / failed /
         uncertain, the transcript ``seq``, the ``platform_message_id``, a
         ``reason`` when not sent, and ``result``, the sentence a model reads.
+        `origin` is the key of the conversation a cross-conversation send came
+        from (recorded on the outbox and transcript rows).
         """
         from .model import Outbound
 
@@ -492,7 +611,8 @@ class Switchboard:
         if reply_to_seq is not None:
             reply_to = await self._platform_id(conversation, reply_to_seq)
         result = await account.deliverer.deliver(
-            conversation, Outbound(conversation.address, text, reply_to=reply_to, quiet=quiet)
+            conversation,
+            Outbound(conversation.address, text, reply_to=reply_to, quiet=quiet, origin=origin),
         )
         return _outcome(conversation, result)
 
@@ -544,25 +664,6 @@ def _outcome(conversation: Conversation, result: DeliveryResult) -> dict[str, An
     }
 
 
-def _unstorable(event: Event, account: str) -> str | None:
-    """Say why an adapter's Event cannot be stored, or None when it can.
-
-    Checked before the event joins a shared transaction: one bad event must
-    become a dead letter, not fail the batch it would have been committed with.
-    """
-    if event.address.account != account:
-        return f"event address names account {event.address.account!r}"
-    sent_at = event.sent_at
-    if isinstance(sent_at, bool) or not isinstance(sent_at, int | float) or sent_at != sent_at:
-        return f"sent_at must be a number of seconds, not {sent_at!r}"
-    if event.meta:
-        try:
-            json.dumps(dict(event.meta))
-        except (TypeError, ValueError) as error:
-            return f"meta cannot be stored as JSON: {error}"
-    return None
-
-
 class AccountContext(AdapterContext):
     """The AdapterContext the switchboard gives each account."""
 
@@ -589,19 +690,57 @@ class AccountContext(AdapterContext):
         return await self.board.ingest_many(self.account, raws, state=state)
 
     async def is_known(self, event_id: str) -> bool:
+        if not _encodable(event_id):
+            return False  # an id the store cannot hold was never stored
         return await self.board.store.is_known(self.account, event_id)
 
     async def dead_letter(self, ref: str, reason: str, payload: str) -> None:
-        await self.board.store.add_dead_letter(self.account, ref, reason, payload)
+        adapter = self.board.accounts[self.account].adapter
+        kept = repair_text(payload)
+        if kept[:1] in ("{", "["):
+            try:
+                kept = dump_for_dead_letter(parse_json(kept), getattr(adapter, "secret_fields", ()))
+            except BadPayload:
+                pass  # not JSON after all: kept as text (registered secrets are still redacted)
+        await self.board.store.add_dead_letter(
+            self.account, repair_text(ref), repair_text(reason), kept
+        )
 
     async def get_state(self, key: str) -> str | None:
+        if not _encodable(key):
+            return None
         return await self.board.store.get_state(self.account, key)
 
     async def set_state(self, key: str, value: str | None) -> None:
-        await self.board.store.set_state(self.account, key, value)
+        kept = _storable_state({key: value}) or {}
+        for kept_key, kept_value in kept.items():
+            await self.board.store.set_state(self.account, kept_key, kept_value)
 
     async def transcript(self, address: Address, limit: int = 200) -> list[Message]:
+        if not all(_encodable(part) for part in (address.chat, address.thread or "")):
+            return []
         conversation = await self.board.store.find_conversation(address)
         if conversation is None:
             return []
         return await self.board.store.window(conversation.id, limit)
+
+
+def _encodable(text: str) -> bool:
+    """Say whether the store can hold `text` as it is (no lone surrogates)."""
+    return text.isascii() or repair_text(text) is text
+
+
+def _storable_state(state: Mapping[str, str | None] | None) -> Mapping[str, str | None] | None:
+    """Return adapter state without entries the store cannot hold (each logged once here)."""
+    if not state:
+        return state
+    kept: dict[str, str | None] = {}
+    for key, value in state.items():
+        if _encodable(str(key)) and (value is None or _encodable(str(value))):
+            kept[key] = value
+        else:
+            log.warning(
+                "adapter state %s cannot be stored (half a surrogate pair): skipped",
+                ascii(key)[:80],
+            )
+    return kept

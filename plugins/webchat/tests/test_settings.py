@@ -43,7 +43,7 @@ def test_path_always_ends_with_a_slash(path: str, expected: str) -> None:
         ({"path": "/chat?x"}, "accounts.web.path", "plain URL path"),
         ({"title": ""}, "accounts.web.title", "non-empty string"),
         ({"allowed_origins": "https://x"}, "accounts.web.allowed_origins", "list of origins"),
-        ({"colour": "blue"}, "accounts.web.colour", "unknown web chat setting"),
+        ({"colour": "blue"}, "accounts.web.colour", "unknown key (known keys: agent_burst,"),
     ],
 )
 def test_bad_settings_raise_config_error_naming_the_key(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .. import hints
 from ..runs import Run
 
 __all__ = ["demo_agent", "describe_run", "make_demo_agent"]
@@ -16,7 +17,7 @@ def describe_run(run: Run) -> str:
     """Return a few sentences saying what the agent was handed: messages, people, tools."""
     conversation = run.conversation
     own = sum(1 for m in run.messages if m["role"] == "assistant")
-    count = len(run.messages)
+    count = len(run.messages) - own  # the others' messages; the agent's own are counted apart
     people = len(run.participants)
     where = _KIND.get(conversation.kind, "conversation")
     title = f' "{conversation.title}"' if conversation.title else ""
@@ -34,7 +35,7 @@ def describe_run(run: Run) -> str:
         f" the tools I was offered are {', '.join(run.tool_names)}."
     )
     sentences.append(
-        f"Run `backchannel preview {conversation.address.key}` to see the exact instruction,"
+        f"Run `{hints.command('preview', conversation.address.key)}` to see the exact instruction,"
         " messages and tool schemas an LLM agent would receive."
     )
     return " ".join(sentences)

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from attrs import define, field
 
-from ..errors import BackchannelError, ConfigError
+from ..errors import BackchannelError, ConfigError, combine, unknown_key
 from ..secrets import register_secret
 
 __all__ = [
@@ -347,16 +347,19 @@ def make_openai_agent(settings: Mapping[str, Any]) -> OpenAIAgent:
     keys fall back to the environment, then to the defaults.
     """
     given = {key: value for key, value in settings.items() if key != "kind"}
-    unknown = sorted(set(given) - set(_SETTINGS))
-    if unknown:
-        raise ConfigError(
-            f"unknown setting for the openai agent; known: {', '.join(sorted(_SETTINGS))}",
-            key=unknown[0],
-        )
+    problems = [
+        ConfigError(unknown_key(key, _SETTINGS), key=key)
+        for key in sorted(given)
+        if key not in _SETTINGS
+    ]
     for key, value in given.items():
-        check = _SETTINGS[key]
-        if not check(value):
-            raise ConfigError(f"expected {check.__doc__}, got {_shown(key, value)}", key=key)
+        check = _SETTINGS.get(key)
+        if check is not None and not check(value):
+            problems.append(
+                ConfigError(f"expected {check.__doc__}, got {_shown(key, value)}", key=key)
+            )
+    if problems:
+        raise combine(problems)
     return OpenAIAgent(**given)
 
 

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, Store
+from .base import (
+    ASK_OPEN_STATES,
+    ASK_STATES,
+    AppendResult,
+    Ask,
+    Inbound,
+    OutboxEntry,
+    Participant,
+    RunRecord,
+    Store,
+)
 from .sqlite import SQLiteStore, open_store
 
 __all__ = [
+    "ASK_OPEN_STATES",
+    "ASK_STATES",
     "AppendResult",
+    "Ask",
     "Inbound",
     "OutboxEntry",
     "Participant",

@@ -8,14 +8,24 @@ together, and async so a networked backend fits the same shape.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from attrs import frozen
 
 from ..model import Address, Conversation, Event, Message, Outbound, Receipt, Sender
 
-__all__ = ["AppendResult", "Inbound", "OutboxEntry", "Participant", "RunRecord", "Store"]
+__all__ = [
+    "ASK_OPEN_STATES",
+    "ASK_STATES",
+    "AppendResult",
+    "Ask",
+    "Inbound",
+    "OutboxEntry",
+    "Participant",
+    "RunRecord",
+    "Store",
+]
 
 
 @frozen
@@ -67,6 +77,10 @@ class OutboxEntry:
     platform_ids: tuple[str, ...] = ()
     created_at: float = 0.0
     updated_at: float = 0.0
+    #: the conversation key a cross-conversation send came from (Outbound.origin)
+    origin: str | None = None
+    #: the run whose tool call made this request (None: an operator's send)
+    run_id: int | None = None
 
 
 @frozen
@@ -79,6 +93,46 @@ class RunRecord:
     finished_at: float | None = None
     status: str = "running"
     error: str | None = None
+
+
+#: pending: sent (or being sent), no answer yet; uncertain: the send may not have arrived;
+#: failed: the platform refused the question; expired: no answer within the ask timeout
+#: (a late answer is still reported); answered: the answer was reported to the origin
+ASK_STATES = ("pending", "uncertain", "failed", "expired", "answered")
+#: states in which an inbound reply on the session may still answer the ask
+ASK_OPEN_STATES = ("pending", "uncertain", "expired")
+
+
+@frozen
+class Ask:
+    """One question an agent asked another agent, and where its answer must be reported.
+
+    Written before the question is sent (`Store.record_ask`); `answer_seq` is
+    set when a reply on the session is matched to it (`Store.correlate_reply`),
+    and `state` becomes "answered" only once the answer is reported.
+    """
+
+    id: int
+    #: the conversation whose run asked, and the message (#n) that started that run
+    origin_conversation_id: int
+    origin_seq: int | None
+    #: the session conversation with the peer (account, peer agent id, session id)
+    peer_conversation_id: int
+    question: str
+    state: str
+    asked_at: float
+    #: when an unanswered ask expires (asked_at + ask_timeout)
+    deadline: float
+    #: the question's transcript row and outbox row in the session conversation
+    message_seq: int | None = None
+    outbox_id: int | None = None
+    reason: str | None = None
+    #: the reply matched to this ask (its seq in the session conversation)
+    answer_seq: int | None = None
+    matched_at: float | None = None
+    #: when the answer (state answered) or the expiry notice was reported to the origin
+    reported_at: float | None = None
+    expiry_reported_at: float | None = None
 
 
 class Store(ABC):
@@ -124,6 +178,23 @@ class Store(ABC):
         """Return conversations, most recently active first."""
 
     @abstractmethod
+    async def search_conversations(
+        self,
+        *,
+        accounts: Collection[str] | None = None,
+        query: str | None = None,
+        limit: int = 20,
+    ) -> list[Conversation]:
+        """Return conversations of `accounts` (None: every account), most recently active first.
+
+        With `query`, only conversations in which every word of it (as a word
+        prefix, case and accents ignored; at most the first 8 words) appears
+        somewhere: the title, a participant's name or handle, or the text of a
+        visible message (in or out; held messages never match). A query with no
+        words matches nothing.
+        """
+
+    @abstractmethod
     async def participants(self, conversation_id: int) -> list[Participant]:
         """Return the people seen in a conversation, most active first."""
 
@@ -152,6 +223,10 @@ class Store(ABC):
         """Return visible messages with seq > after_seq, oldest first."""
 
     @abstractmethod
+    async def count_visible(self, conversation_id: int, before_seq: int | None = None) -> int:
+        """Return how many visible (not held) messages have seq < `before_seq` (None: all)."""
+
+    @abstractmethod
     async def message(self, conversation_id: int, seq: int) -> Message | None:
         """Return one message by seq, or None."""
 
@@ -173,6 +248,8 @@ class Store(ABC):
         """Write an outbound request as `pending` before it is sent.
 
         For kind "message" this also appends the transcript row (seq assigned).
+        `outbound.origin` is kept on the outbox row and, for a message, in the
+        transcript row's meta as ``{"origin": key}``.
         """
 
     @abstractmethod
@@ -248,3 +325,63 @@ class Store(ABC):
     @abstractmethod
     async def stats(self) -> dict[str, int]:
         """Return counts: conversations, messages, held, outbox by status, runs, dead letters."""
+
+    # asks to other agents (docs/orchestration.md) ----------------------------
+    @abstractmethod
+    async def peer_conversations(
+        self, account: str, peer: str, *, active_since: float | None = None
+    ) -> list[Conversation]:
+        """Return the conversations of `account` with `peer` (chat = peer), newest activity first.
+
+        With `active_since`, only those with a message (in or out) at or after it.
+        """
+
+    @abstractmethod
+    async def record_ask(
+        self,
+        *,
+        origin_conversation_id: int,
+        origin_seq: int | None,
+        peer_conversation_id: int,
+        question: str,
+        deadline: float,
+        message_seq: int | None = None,
+        outbox_id: int | None = None,
+    ) -> Ask:
+        """Write a pending ask (before its question is sent); return it."""
+
+    @abstractmethod
+    async def mark_ask(self, ask_id: int, state: str, reason: str | None = None) -> Ask:
+        """Set an ask's state; "answered" also stamps `reported_at`. Return the ask."""
+
+    @abstractmethod
+    async def correlate_reply(self, peer_conversation_id: int, seq: int) -> Ask | None:
+        """Match the inbound message `seq` of a session conversation to the ask it answers.
+
+        In one transaction: when an ask already has this answer, return it
+        (idempotent). Otherwise, among the conversation's asks in an open state
+        without an answer, the one whose question is the message's reply target
+        (its `reply_to_seq`), else the oldest whose question precedes the
+        message; set its `answer_seq` and return it. None when no ask matches.
+        """
+
+    @abstractmethod
+    async def expire_asks(self, now: float) -> list[Ask]:
+        """Move pending asks past their deadline to "expired" (once); return every expired ask
+        whose expiry notice is not reported yet, oldest first."""
+
+    @abstractmethod
+    async def mark_expiry_reported(self, ask_id: int) -> None:
+        """Record that the expiry notice of an ask was reported to its origin."""
+
+    @abstractmethod
+    async def asks(
+        self,
+        *,
+        origin_conversation_id: int | None = None,
+        peer_conversation_id: int | None = None,
+        states: Sequence[str] | None = None,
+        awaiting_report: bool = False,
+        limit: int = 100,
+    ) -> list[Ask]:
+        """Return asks, oldest first, filtered; `awaiting_report`: matched but not reported yet."""

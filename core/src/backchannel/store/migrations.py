@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import apsw
 
@@ -160,15 +160,126 @@ def m002_visible_index_and_orphan_edits(db: apsw.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Migration] = [m001_initial, m002_visible_index_and_orphan_edits]
+def m003_orchestration(db: apsw.Connection) -> None:
+    db.execute(
+        """
+        -- full-text search for list_conversations(query=...). Message text (held rows are
+        -- never indexed: a held sender must not be findable through the agent) is indexed
+        -- lazily: a search first adds the rows written since the last one, in one
+        -- statement, so ingest pays nothing for it (bench/search_index.py). Only which
+        -- rows hold a word is kept (detail = none, columnsize = 0): all a word-prefix
+        -- match needs.
+        CREATE VIRTUAL TABLE messages_fts USING fts5(
+            text, content = 'messages', content_rowid = 'rowid',
+            tokenize = 'unicode61 remove_diacritics 2', detail = none, columnsize = 0
+        );
+        -- messages rows up to this rowid are in messages_fts (rows are never deleted)
+        CREATE TABLE messages_fts_progress (indexed_rowid INTEGER NOT NULL);
+        INSERT INTO messages_fts (rowid, text) SELECT rowid, text FROM messages WHERE held = 0;
+        INSERT INTO messages_fts_progress SELECT COALESCE(MAX(rowid), 0) FROM messages;
+        -- an edit of an already indexed row replaces its words
+        CREATE TRIGGER messages_fts_update AFTER UPDATE OF text ON messages
+        WHEN old.held = 0 AND old.text IS NOT new.text
+            AND old.rowid <= (SELECT indexed_rowid FROM messages_fts_progress) BEGIN
+            INSERT INTO messages_fts (messages_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+            INSERT INTO messages_fts (rowid, text) VALUES (new.rowid, new.text);
+        END;
+
+        -- conversation titles and participant names, kept current by triggers (a write
+        -- per new conversation or person, not per message). A title row has rowid
+        -- -conversation_id, so a rename replaces it; a renamed participant's new name is
+        -- added and the old one stays findable.
+        CREATE VIRTUAL TABLE names_fts USING fts5(
+            text, conversation_id UNINDEXED, tokenize = 'unicode61 remove_diacritics 2',
+            detail = none, columnsize = 0
+        );
+        INSERT INTO names_fts (rowid, text, conversation_id)
+            SELECT -id, title, id FROM conversations WHERE title IS NOT NULL;
+        INSERT INTO names_fts (text, conversation_id)
+            SELECT p.name || ' ' || COALESCE(p.handle, ''), p.conversation_id FROM participants p
+            WHERE EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = p.conversation_id
+                          AND m.sender_id = p.sender_id AND m.held = 0);
+        CREATE TRIGGER names_fts_title_insert AFTER INSERT ON conversations
+        WHEN new.title IS NOT NULL BEGIN
+            INSERT INTO names_fts (rowid, text, conversation_id)
+                VALUES (-new.id, new.title, new.id);
+        END;
+        CREATE TRIGGER names_fts_title_update AFTER UPDATE OF title ON conversations
+        WHEN old.title IS NOT new.title BEGIN
+            DELETE FROM names_fts WHERE rowid = -old.id;
+            INSERT INTO names_fts (rowid, text, conversation_id)
+                SELECT -new.id, new.title, new.id WHERE new.title IS NOT NULL;
+        END;
+        -- a participant whose first message was held is not indexed (the write path inserts
+        -- messages before participants, so the row is there to look at)
+        CREATE TRIGGER names_fts_participant_insert AFTER INSERT ON participants
+        WHEN EXISTS (SELECT 1 FROM messages WHERE conversation_id = new.conversation_id
+                     AND seq = new.first_seq AND held = 0) BEGIN
+            INSERT INTO names_fts (text, conversation_id)
+                VALUES (new.name || ' ' || COALESCE(new.handle, ''), new.conversation_id);
+        END;
+        CREATE TRIGGER names_fts_participant_rename AFTER UPDATE OF name, handle ON participants
+        WHEN (old.name IS NOT new.name OR old.handle IS NOT new.handle) BEGIN
+            INSERT INTO names_fts (text, conversation_id)
+                VALUES (new.name || ' ' || COALESCE(new.handle, ''), new.conversation_id);
+        END;
+
+        -- which conversation a cross-conversation send came from (NULL: its own run)
+        ALTER TABLE outbox ADD COLUMN origin TEXT;
+        """
+    )
 
 
-def migrate(db: apsw.Connection) -> list[str]:
-    """Apply the migrations not yet recorded; return the names applied."""
+def m006_asks(db: apsw.Connection) -> None:
+    db.execute(
+        """
+        -- questions asked to other agents (ask_agent), written before the question is sent;
+        -- an answer is matched by reply target, else to the oldest open ask of the session
+        CREATE TABLE asks (
+            id INTEGER PRIMARY KEY,
+            origin_conversation_id INTEGER NOT NULL,
+            origin_seq INTEGER,
+            peer_conversation_id INTEGER NOT NULL,
+            question TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'pending',
+            asked_at REAL NOT NULL,
+            deadline REAL NOT NULL,
+            message_seq INTEGER,
+            outbox_id INTEGER,
+            reason TEXT,
+            answer_seq INTEGER,
+            matched_at REAL,
+            reported_at REAL,
+            expiry_reported_at REAL
+        );
+        CREATE INDEX asks_session ON asks (peer_conversation_id, id);
+        CREATE INDEX asks_origin ON asks (origin_conversation_id, id);
+        -- the few rows that still need work: open, awaiting a report or an expiry notice
+        CREATE INDEX asks_open ON asks (deadline) WHERE reported_at IS NULL;
+        """
+    )
+
+
+MIGRATIONS: list[Migration] = [
+    m001_initial,
+    m002_visible_index_and_orphan_edits,
+    m003_orchestration,
+    m006_asks,
+]
+
+
+def migrate(db: apsw.Connection, extra: Sequence[Migration] | None = None) -> list[str]:
+    """Apply the migrations not yet recorded; return the names applied.
+
+    The core's MIGRATIONS come first, then `extra` (default: the ones plugins
+    add through the `register_migrations` hook), each recorded by name.
+    """
     db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL)")
     done = {row[0] for row in db.execute("SELECT name FROM _migrations")}
     applied = []
-    for migration in MIGRATIONS:
+    if extra is None:
+        extra = plugin_migrations()
+    for migration in [*MIGRATIONS, *extra]:
         if migration.__name__ in done:
             continue
         with db:
@@ -179,3 +290,28 @@ def migrate(db: apsw.Connection) -> list[str]:
             )
         applied.append(migration.__name__)
     return applied
+
+
+def plugin_migrations() -> list[Migration]:
+    """Return the migrations plugins register, in registration order; names must be unique."""
+    from ..errors import PluginError
+    from ..plugins import get_plugin_manager
+
+    pm = get_plugin_manager()
+    found: list[Migration] = []
+    core_names = {m.__name__ for m in MIGRATIONS}
+    for impl in reversed(pm.hook.register_migrations.get_hookimpls()):
+        owner = pm.get_name(impl.plugin) or repr(impl.plugin)
+
+        def register(migration: Migration, owner: str = owner) -> None:
+            name = getattr(migration, "__name__", "")
+            if not name or name in core_names or name in {m.__name__ for m in found}:
+                raise PluginError(
+                    f"plugin {owner} registers migration {name!r}, a name already taken:"
+                    " name plugin migrations <plugin>_mNNN_<what>",
+                    plugin=owner,
+                )
+            found.append(migration)
+
+        impl.function(register=register)
+    return found

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -36,6 +37,7 @@ from ..errors import StoreError
 from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, now
 from ..secrets import redact
 from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, Store
+from .postgres_asks import PostgresAsks
 from .postgres_migrations import migrate
 from .rows import (
     CONVERSATION_COLUMNS,
@@ -66,7 +68,7 @@ DB_NOW = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"
 WAKE_CHANNEL = "backchannel_wake"
 
 
-class PostgresStore(Store):
+class PostgresStore(PostgresAsks, Store):
     """The psycopg implementation of `Store`: a connection pool, opened on first use."""
 
     def __init__(self, url: str, *, worker: str | None = None, pool_size: int = 8):
@@ -258,6 +260,61 @@ class PostgresStore(Store):
             )
         return [conversation_row(row) for row in rows]
 
+    async def search_conversations(
+        self,
+        *,
+        accounts: Collection[str] | None = None,
+        query: str | None = None,
+        limit: int = 20,
+    ) -> list[Conversation]:
+        # a plain scan with PostgreSQL's own text search ('simple': no stemming), folded
+        # like the SQLite index (lower case, Latin accents dropped); no index yet
+        clauses: list[str] = []
+        params: list[Any] = []
+        if accounts is not None:
+            names = sorted(set(accounts))
+            if not names:
+                return []
+            clauses.append("account = ANY(%s)")
+            params.append(names)
+        if query is not None:
+            words = [fold_accents(w.lower()) for w in _WORD.findall(query)[:8]]
+            if not words:
+                return []
+            for word in words:
+                term = f"{word}:*"
+                clauses.append(
+                    f"(to_tsvector('simple', {_FOLD.format('title')}) @@ to_tsquery('simple', %s)"
+                    " OR EXISTS (SELECT 1 FROM participants p WHERE p.conversation_id = c.id"
+                    f" AND to_tsvector('simple', {_FOLD.format(_NAME)})"
+                    " @@ to_tsquery('simple', %s) AND EXISTS (SELECT 1 FROM messages m"
+                    " WHERE m.conversation_id = p.conversation_id AND m.sender_id = p.sender_id"
+                    " AND m.held = 0))"
+                    " OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id"
+                    f" AND m.held = 0 AND to_tsvector('simple', {_FOLD.format('m.text')})"
+                    " @@ to_tsquery('simple', %s)))"
+                )
+                params.extend([term, term, term])
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = await self._fetchall(
+            f"SELECT {CONVERSATION_COLUMNS} FROM conversations c {where}"
+            " ORDER BY active_at DESC, id DESC LIMIT %s",
+            (*params, max(limit, 0)),
+        )
+        return [conversation_row(row) for row in rows]
+
+    async def count_visible(self, conversation_id: int, before_seq: int | None = None) -> int:
+        if before_seq is None:
+            row = await self._fetchone(
+                "SELECT visible_count FROM conversations WHERE id = %s", (conversation_id,)
+            )
+            return int(row[0]) if row else 0
+        row = await self._fetchone(
+            "SELECT COUNT(*) FROM messages WHERE conversation_id = %s AND seq < %s AND held = 0",
+            (conversation_id, before_seq),
+        )
+        return int(row[0]) if row else 0
+
     async def participants(self, conversation_id: int) -> list[Participant]:
         rows = await self._fetchall(
             "SELECT p.sender_id, p.name, p.handle, p.is_bot, COUNT(m.seq), MIN(m.seq), MAX(m.seq)"
@@ -391,7 +448,7 @@ class PostgresStore(Store):
                         "pending",
                         None,
                         None,
-                        None,
+                        json.dumps({"origin": outbound.origin}) if outbound.origin else None,
                     ),
                 )
             else:
@@ -402,8 +459,8 @@ class PostgresStore(Store):
                     raise StoreError(f"no conversation with id {conversation_id}")
             cursor = await connection.execute(
                 "INSERT INTO outbox (conversation_id, run_id, kind, text, reply_to, target,"
-                " message_seq, status, worker, created_at, updated_at)"
-                " VALUES (%s,%s,%s,%s,%s,%s,%s,'pending',%s,%s,%s) RETURNING id",
+                " message_seq, status, worker, created_at, updated_at, origin)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,'pending',%s,%s,%s,%s) RETURNING id",
                 (
                     conversation_id,
                     run_id,
@@ -415,6 +472,7 @@ class PostgresStore(Store):
                     self.worker,
                     stamp,
                     stamp,
+                    outbound.origin,
                 ),
             )
             row = await cursor.fetchone()
@@ -455,12 +513,15 @@ class PostgresStore(Store):
                 (json.dumps(list(ids)), now(), outbox_id),
             )
             if entry.message_seq is not None:
+                meta: dict[str, Any] = {"part_ids": list(ids)} if len(ids) > 1 else {}
+                if entry.origin:
+                    meta["origin"] = entry.origin
                 await connection.execute(
                     "UPDATE messages SET status = 'sent', status_reason = NULL,"
                     " platform_message_id = %s, meta = %s WHERE conversation_id = %s AND seq = %s",
                     (
                         receipt.platform_message_id,
-                        json.dumps({"part_ids": list(ids)}) if len(ids) > 1 else None,
+                        json.dumps(meta) if meta else None,
                         entry.conversation_id,
                         entry.message_seq,
                     ),
@@ -1192,3 +1253,17 @@ class _Append:
                 (json.dumps(reactions), conversation_id, seq),
             )
         return AppendResult("applied", conversation_id, seq)
+
+
+_WORD = re.compile(r"[^\W_]+")
+_ACCENTED = "àáâãäåāăąçćčďèéêëēėęěìíîïīįłñńňòóôõöøōőŕřśšşťùúûüūůűųýÿžźż"
+_PLAIN = "aaaaaaaaacccdeeeeeeeeiiiiiilnnnoooooooorrssstuuuuuuuuyyzzz"
+#: SQL that lower-cases a column and drops the accents `fold_accents` drops
+_FOLD = "translate(lower(COALESCE({}, '')), '" + _ACCENTED + "', '" + _PLAIN + "')"
+_NAME = "p.name || ' ' || COALESCE(p.handle, '')"
+_FOLD_TABLE = str.maketrans(_ACCENTED, _PLAIN)
+
+
+def fold_accents(text: str) -> str:
+    """Drop the Latin accents the search folds (the same map as the SQL side)."""
+    return text.translate(_FOLD_TABLE)

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..model import now
+from .postgres_asks import pg006_asks
 
 __all__ = ["MIGRATION_LOCK", "PG_MIGRATIONS", "migrate"]
 
@@ -160,7 +161,12 @@ async def pg001_initial(connection: Any) -> None:
     )
 
 
-async def pg002_workers(connection: Any) -> None:
+async def pg002_orchestration(connection: Any) -> None:
+    # which conversation a cross-conversation send came from (NULL: its own run)
+    await connection.execute("ALTER TABLE outbox ADD COLUMN origin TEXT")
+
+
+async def pg007_workers(connection: Any) -> None:
     await connection.execute(
         """
         -- each `serve --worker NAME`: its heartbeat says it is alive
@@ -190,7 +196,7 @@ async def pg002_workers(connection: Any) -> None:
     )
 
 
-PG_MIGRATIONS: list[Migration] = [pg001_initial, pg002_workers]
+PG_MIGRATIONS: list[Migration] = [pg001_initial, pg002_orchestration, pg006_asks, pg007_workers]
 
 
 async def migrate(connection: Any) -> list[str]:

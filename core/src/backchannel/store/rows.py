@@ -20,11 +20,11 @@ MESSAGE_COLUMNS = (
 )
 CONVERSATION_COLUMNS = (
     "id, account, chat, thread, kind, title, last_seq, handled_seq, trigger_seq,"
-    " visible_count, held_count, created_at, meta"
+    " visible_count, held_count, created_at, meta, active_at"
 )
 OUTBOX_COLUMNS = (
     "id, conversation_id, kind, text, status, reason, reply_to, target, message_seq,"
-    " platform_ids, created_at, updated_at"
+    " platform_ids, created_at, updated_at, origin, run_id"
 )
 
 
@@ -96,6 +96,7 @@ def conversation_row(row: Sequence[Any]) -> Conversation:
         held_count=row[10],
         created_at=row[11],
         meta=json.loads(row[12] or "{}"),
+        active_at=row[13],
     )
 
 
@@ -138,4 +139,6 @@ def outbox_row(row: Sequence[Any]) -> OutboxEntry:
         platform_ids=tuple(json.loads(row[9])) if row[9] else (),
         created_at=row[10],
         updated_at=row[11],
+        origin=row[12],
+        run_id=row[13],
     )

@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+import re
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from ..errors import StoreError
 from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, now
 from ..secrets import redact
 from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, Store
+from .cache import LRUCache
+from .checkpoint import Checkpointer
 from .migrations import migrate
 from .rows import (
     CONVERSATION_COLUMNS,
@@ -36,8 +39,12 @@ from .rows import (
     message_row,
     outbox_row,
 )
+from .sqlite_asks import SQLiteAsks
 
 __all__ = ["SQLiteStore", "open_store"]
+
+#: conversations whose ids and counters are kept in memory (the most recently active)
+CACHED_CONVERSATIONS = 4096
 
 
 def open_store(path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> SQLiteStore:
@@ -45,7 +52,7 @@ def open_store(path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> 
     return SQLiteStore(path, synchronous=synchronous)
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteAsks, Store):
     """The apsw implementation of `Store`. One connection, used from one event loop."""
 
     def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL"):
@@ -66,20 +73,29 @@ class SQLiteStore(Store):
         db.execute(f"PRAGMA synchronous={synchronous.upper()}")
         db.execute("PRAGMA foreign_keys=ON")
         db.execute("PRAGMA cache_size=-65536")  # 64 MiB: a batch touches many conversations
+        db.execute("PRAGMA journal_size_limit=16777216")  # a reset WAL shrinks back to 16 MiB
         if str(path) != ":memory:":
             for suffix in ("", "-wal", "-shm"):
                 candidate = Path(f"{self.path}{suffix}")
                 if candidate.exists():
                     candidate.chmod(0o600)
         migrate(db)
-        #: (account, chat, thread) -> (conversation id, title as last written)
-        self._conversation_ids: dict[tuple[str, str, str], tuple[int, str | None, str]] = {}
+        self._checkpointer = Checkpointer(db, str(path)) if str(path) != ":memory:" else None
+        #: (account, chat, thread) -> (conversation id, title, kind as last written)
+        self._conversation_ids: LRUCache[tuple[str, str, str], tuple[int, str | None, str]] = (
+            LRUCache(CACHED_CONVERSATIONS)
+        )
         self._batch: Batch | None = None
         #: last_seq, trigger_seq, active_at per conversation as of our last commit; valid
         #: while PRAGMA data_version says no other connection has written since
-        self._known_counters: dict[int, tuple[int, int, float, int]] = {}
+        self._known_counters: LRUCache[int, tuple[int, int, float, int]] = LRUCache(
+            CACHED_CONVERSATIONS
+        )
         self._data_version: int | None = None
-        self._known_participants: set[tuple[int, str, str, str | None, int]] = set()
+        #: (conversation id, sender id) -> (name, handle, is_bot) as last written
+        self._known_participants: LRUCache[tuple[int, str], tuple[str, str | None, int]] = LRUCache(
+            CACHED_CONVERSATIONS
+        )
 
     # lifecycle -------------------------------------------------------------
     @contextlib.contextmanager
@@ -110,6 +126,9 @@ class SQLiteStore(Store):
         return self._db
 
     async def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()
+            self._checkpointer = None
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -164,11 +183,8 @@ class SQLiteStore(Store):
         finally:
             self._batch = None
         for conversation_id, c in batch.conversations.items():
-            self._known_counters[conversation_id] = (
-                c.last_seq,
-                c.trigger_seq,
-                c.active_at,
-                c.orphan_edits,
+            self._known_counters.put(
+                conversation_id, (c.last_seq, c.trigger_seq, c.active_at, c.orphan_edits)
             )
         return results
 
@@ -232,8 +248,8 @@ class SQLiteStore(Store):
             )
         new_people = []
         for (conversation_id, sender_id), p in batch.participants.items():
-            identity = (conversation_id, sender_id, p.name, p.handle, p.is_bot)
-            if identity in self._known_participants:
+            identity = (p.name, p.handle, p.is_bot)
+            if self._known_participants.get((conversation_id, sender_id)) == identity:
                 continue  # counts are derived from messages when asked; names are unchanged
             new_people.append(
                 (
@@ -247,9 +263,7 @@ class SQLiteStore(Store):
                     p.last_seq,
                 )
             )
-            if len(self._known_participants) > 200_000:
-                self._known_participants.clear()
-            self._known_participants.add(identity)
+            self._known_participants.put((conversation_id, sender_id), identity)
         if new_people:
             db.executemany(
                 "INSERT INTO participants (conversation_id, sender_id, name, handle, is_bot,"
@@ -518,7 +532,7 @@ class SQLiteStore(Store):
                     "UPDATE conversations SET kind = ? WHERE id = ?", (kind, conversation_id)
                 )
                 known_kind = kind
-        self._conversation_ids[key] = (int(conversation_id), known_title, known_kind)
+        self._conversation_ids.put(key, (int(conversation_id), known_title, known_kind))
         return int(conversation_id)
 
     async def is_known(self, account: str, event_id: str) -> bool:
@@ -567,6 +581,63 @@ class SQLiteStore(Store):
                 (account, limit),
             )
         return [conversation_row(row) for row in rows]
+
+    async def search_conversations(
+        self,
+        *,
+        accounts: Collection[str] | None = None,
+        query: str | None = None,
+        limit: int = 20,
+    ) -> list[Conversation]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if accounts is not None:
+            names = sorted(set(accounts))
+            if not names:
+                return []
+            clauses.append(f"account IN ({','.join('?' * len(names))})")
+            params.extend(names)
+        if query is not None:
+            words = _query_words(query)
+            if not words:
+                return []
+            self._index_new_messages()
+            for word in words:
+                # one word may match anywhere in the conversation: names, title or messages
+                clauses.append(
+                    "id IN (SELECT conversation_id FROM names_fts WHERE names_fts MATCH ?"
+                    " UNION SELECT m.conversation_id FROM messages_fts f"
+                    " JOIN messages m ON m.rowid = f.rowid WHERE messages_fts MATCH ?)"
+                )
+                params.extend([word, word])
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        try:
+            rows = self.db.execute(
+                f"SELECT {CONVERSATION_COLUMNS} FROM conversations {where}"
+                " ORDER BY active_at DESC, id DESC LIMIT ?",
+                (*params, max(limit, 0)),
+            ).fetchall()
+        except apsw.SQLError as error:
+            # a word FTS5 reads differently from _query_words: one clear error naming the query
+            raise StoreError(f"cannot search for {query!r}: {error}") from None
+        return [conversation_row(row) for row in rows]
+
+    def _index_new_messages(self) -> None:
+        """Add the visible messages written since the last search to the text index."""
+        db = self.db
+        top = first(db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages"))
+        if top <= first(db.execute("SELECT indexed_rowid FROM messages_fts_progress")):
+            return
+        with self._write():
+            mark = first(db.execute("SELECT indexed_rowid FROM messages_fts_progress"))
+            top = first(db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages"))
+            if top > mark:
+                db.execute(
+                    "INSERT INTO messages_fts (rowid, text) SELECT rowid, text FROM messages"
+                    " WHERE rowid > ? AND rowid <= ? AND held = 0",
+                    (mark, top),
+                )
+                db.execute("UPDATE messages_fts_progress SET indexed_rowid = ?", (top,))
 
     async def participants(self, conversation_id: int) -> list[Participant]:
         rows = self.db.execute(
@@ -618,6 +689,22 @@ class SQLiteStore(Store):
         )
         return [message_row(row) for row in rows]
 
+    async def count_visible(self, conversation_id: int, before_seq: int | None = None) -> int:
+        if before_seq is None:
+            row = self.db.execute(
+                "SELECT visible_count FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+            return int(row[0]) if row else 0
+        return int(
+            first(
+                self.db.execute(
+                    "SELECT COUNT(*) FROM messages WHERE conversation_id = ? AND seq < ?"
+                    " AND held = 0",
+                    (conversation_id, before_seq),
+                )
+            )
+        )
+
     async def message(self, conversation_id: int, seq: int) -> Message | None:
         row = self.db.execute(
             f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq = ?",
@@ -649,7 +736,7 @@ class SQLiteStore(Store):
     ) -> OutboxEntry:
         db = self.db
         stamp = now()
-        self._known_counters.pop(conversation_id, None)
+        self._known_counters.pop(conversation_id)
         with self._write():
             seq = None
             if outbound.kind == "message":
@@ -696,7 +783,7 @@ class SQLiteStore(Store):
                         "pending",
                         None,
                         None,
-                        None,
+                        json.dumps({"origin": outbound.origin}) if outbound.origin else None,
                     ),
                 )
             elif not db.execute(
@@ -706,8 +793,8 @@ class SQLiteStore(Store):
             outbox_id = first(
                 db.execute(
                     "INSERT INTO outbox (conversation_id, run_id, kind, text, reply_to, target,"
-                    " message_seq, status, created_at, updated_at)"
-                    " VALUES (?,?,?,?,?,?,?,'pending',?,?) RETURNING id",
+                    " message_seq, status, created_at, updated_at, origin)"
+                    " VALUES (?,?,?,?,?,?,?,'pending',?,?,?) RETURNING id",
                     (
                         conversation_id,
                         run_id,
@@ -718,6 +805,7 @@ class SQLiteStore(Store):
                         seq,
                         stamp,
                         stamp,
+                        outbound.origin,
                     ),
                 )
             )
@@ -736,12 +824,15 @@ class SQLiteStore(Store):
                 (json.dumps(list(ids)), now(), outbox_id),
             )
             if entry.message_seq is not None:
+                meta: dict[str, Any] = {"part_ids": list(ids)} if len(ids) > 1 else {}
+                if entry.origin:
+                    meta["origin"] = entry.origin
                 db.execute(
                     "UPDATE messages SET status = 'sent', status_reason = NULL,"
                     " platform_message_id = ?, meta = ? WHERE conversation_id = ? AND seq = ?",
                     (
                         receipt.platform_message_id,
-                        json.dumps({"part_ids": list(ids)}) if len(ids) > 1 else None,
+                        json.dumps(meta) if meta else None,
                         entry.conversation_id,
                         entry.message_seq,
                     ),
@@ -939,3 +1030,13 @@ class SQLiteStore(Store):
         for status, number in db.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status"):
             figures[f"outbox_{status}"] = int(number)
         return figures
+
+
+#: letters and digits: what the unicode61 tokenizer keeps as one token (so each quoted
+#: term is one token, as an index without positions requires)
+_WORD = re.compile(r"[^\W_]+")
+
+
+def _query_words(query: str) -> list[str]:
+    """Return FTS5 prefix terms for the words of `query`: each quoted, so no syntax gets through."""
+    return [f'"{word}"*' for word in _WORD.findall(query)[:8]]

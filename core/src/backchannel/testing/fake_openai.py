@@ -56,6 +56,10 @@ class FakeOpenAI:
     """
 
     api_key: str | None = field(default="sk-fake-test-key", repr=False)
+    #: the port to listen on (0: an ephemeral one)
+    listen_port: int = 0
+    #: answers every request once the script is used up (None: a 400 saying it is empty)
+    fallback: Responder | None = None
     requests: list[RecordedRequest] = field(factory=list)
     _script: list[Responder] = field(factory=list)
     _runner: web.AppRunner | None = None
@@ -74,7 +78,7 @@ class FakeOpenAI:
         """Start serving; return the base URL to give an agent (``http://127.0.0.1:PORT/v1``)."""
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
-        self._runner, url = await serve_loopback(app, shutdown_timeout=1.0)
+        self._runner, url = await serve_loopback(app, port=self.listen_port, shutdown_timeout=1.0)
         self._port = int(url.rsplit(":", 1)[1])
         return self.base_url
 
@@ -116,17 +120,7 @@ class FakeOpenAI:
         """Queue an answer calling several tools at once (parallel tool calls)."""
 
         def build(body: dict[str, Any]) -> web.Response:
-            tool_calls = [
-                {
-                    "id": f"call_fake_{next(self._ids)}",
-                    "type": "function",
-                    "function": {
-                        "name": name,
-                        "arguments": args if isinstance(args, str) else json.dumps(args),
-                    },
-                }
-                for name, args in calls
-            ]
+            tool_calls = [self._tool_call(name, args) for name, args in calls]
             return self._completion(body, text, tool_calls, "tool_calls")
 
         return self.respond(build)
@@ -168,6 +162,36 @@ class FakeOpenAI:
             raise _Reset
 
         return self.respond(drop)
+
+    def echo(self) -> FakeOpenAI:
+        """Answer every unscripted request like a model that repeats what it was told.
+
+        It calls `reply` (else `send_message`) with ``You said: <the last message>``,
+        then, given that tool's result, ends the turn without calling another.
+        """
+
+        def build(body: dict[str, Any]) -> web.Response:
+            messages = body.get("messages") or [{}]
+            last = messages[-1] if isinstance(messages[-1], dict) else {}
+            offered = {
+                tool.get("function", {}).get("name")
+                for tool in body.get("tools") or []
+                if isinstance(tool, dict)
+            }
+            if last.get("role") != "user" or not offered & {"reply", "send_message"}:
+                return self._completion(body, "", None, "stop")
+            content = last.get("content")
+            said = content if isinstance(content, str) else json.dumps(content)
+            seq, _, rest = said.removeprefix("[#").partition("] ")
+            words = rest.split(": ", 1)[-1] if rest else said
+            if "reply" in offered and seq.isdigit():
+                call = ("reply", {"message_id": int(seq), "text": f"You said: {words}"})
+            else:
+                call = ("send_message", {"text": f"You said: {words}"})
+            return self._completion(body, None, [self._tool_call(*call)], "tool_calls")
+
+        self.fallback = build
+        return self
 
     def respond(self, responder: Responder) -> FakeOpenAI:
         """Queue a custom step: `responder(body)` returns (or awaits) an aiohttp response."""
@@ -232,11 +256,13 @@ class FakeOpenAI:
         if problem:
             return _error(400, problem)
         await self._gate.wait()
-        if not self._script:
+        if not self._script and self.fallback is None:
             number = len(self.bodies)
             return _error(400, f"FakeOpenAI: no scripted response left for request #{number}")
         try:
-            result = self._script.pop(0)(body)
+            step = self._script.pop(0) if self._script else self.fallback
+            assert step is not None
+            result = step(body)
             if isinstance(result, Awaitable):
                 result = await result
         except _Reset:
@@ -249,6 +275,16 @@ class FakeOpenAI:
         async with self._arrived:
             self.requests.append(recorded)
             self._arrived.notify_all()
+
+    def _tool_call(self, name: str, arguments: Mapping[str, Any] | str) -> dict[str, Any]:
+        return {
+            "id": f"call_fake_{next(self._ids)}",
+            "type": "function",
+            "function": {
+                "name": name,
+                "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+            },
+        }
 
     def _completion(
         self,

@@ -9,6 +9,7 @@ import pytest
 from ..errors import StoreError
 from ..model import Address, Event, Outbound, Receipt, Sender
 from ..store import Inbound, Store
+from .ask_contract import AskStoreContract
 
 __all__ = ["StoreContract", "make_event"]
 
@@ -40,8 +41,8 @@ def make_event(
     )
 
 
-class StoreContract:
-    """Behaviour every `Store` implementation must show."""
+class StoreContract(AskStoreContract):
+    """Behaviour every `Store` implementation must show (asks included)."""
 
     async def test_seq_is_assigned_per_conversation_from_one(self, store: Store) -> None:
         results = await store.append_inbound(
@@ -206,6 +207,19 @@ class StoreContract:
         assert (run.status, run.error) == ("error", "ValueError: boom")
         assert run.finished_at is not None
 
+    async def test_outbox_rows_name_the_run_that_made_them(self, store: Store) -> None:
+        conversation = await store.ensure_conversation(Address("acct", "c1"))
+        run_id = await store.begin_run(conversation.id, 1, 1)
+        await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "from the run"), ME, run_id=run_id
+        )
+        await store.record_outbound(conversation.id, Outbound(conversation.address, "operator"), ME)
+        rows = await store.outbox(conversation_id=conversation.id)
+        assert [(row.text, row.run_id) for row in rows] == [
+            ("operator", None),
+            ("from the run", run_id),
+        ]
+
     async def test_state_is_committed_with_the_event(self, store: Store) -> None:
         await store.append_inbound([Inbound(make_event("e1"), state={"offset": "41"})])
         assert await store.get_state("acct", "offset") == "41"
@@ -314,3 +328,89 @@ class StoreContract:
         assert (conversation.kind, conversation.title) == ("group", "Ops")
         again = await store.ensure_conversation(Address("acct", "g1"))
         assert again.kind == "group"  # asking for it again does not undo what the event said
+
+    # orchestration: search, counts, origin ------------------------------------
+    async def test_search_matches_text_title_and_names_never_held_rows(self, store: Store) -> None:
+        carol = Sender("carol", "Carol Ünal", "cz")
+        await store.append_inbound(
+            [
+                Inbound(make_event("a1", "the invoice for March", chat="a")),
+                Inbound(
+                    make_event("b1", "lunch?", chat="b", conversation_kind="group",
+                               conversation_title="Billing Team")
+                ),
+                Inbound(make_event("c1", "hello", chat="c", sender=carol)),
+                Inbound(make_event("d1", "secret invoice", chat="d", sender=BOB), held=True),
+                Inbound(make_event("e1", "invoice", chat="e", account="elsewhere")),
+            ]
+        )  # fmt: skip
+
+        async def keys(query: str | None, accounts: list[str] | None = None) -> list[str]:
+            found = await store.search_conversations(accounts=accounts, query=query, limit=10)
+            return sorted(c.address.key for c in found)
+
+        assert await keys("invoice") == ["acct/a", "elsewhere/e"]
+        assert await keys("INVOI", ["acct"]) == ["acct/a"]  # prefix, any case
+        assert await keys("billing") == ["acct/b"]  # the title
+        assert await keys("unal") == ["acct/c"]  # a name, accents ignored
+        assert await keys("alice march") == ["acct/a"]  # words may match name and text
+        assert await keys("secret") == []  # held rows are never indexed
+        assert await keys("Bob") == []  # nor a sender whose only message was held
+        assert await keys('") OR "* NEAR(') == []  # no FTS syntax gets through
+        assert await keys("the_invoice") == ["acct/a"]  # "_" separates words, as FTS does
+        assert await keys("") == []
+        assert await keys(None, []) == []
+        assert len(await store.search_conversations(accounts=["acct"], limit=10)) == 4
+
+    async def test_search_follows_edits_and_renames(self, store: Store) -> None:
+        await store.append_inbound(
+            [Inbound(make_event("g1", "first words", chat="g", conversation_kind="group",
+                                conversation_title="Old Name"))]
+        )  # fmt: skip
+        assert [c.address.key for c in await store.search_conversations(query="first")] == [
+            "acct/g"
+        ]  # searched (so indexed) before the edit
+        await store.append_inbound(
+            [
+                Inbound(make_event("g1-e", "second thoughts", kind="edit", chat="g",
+                                   message_id="g1", conversation_kind="group",
+                                   conversation_title="New Name"))
+            ]
+        )  # fmt: skip
+        found = await store.search_conversations(query="second new")
+        assert [c.address.key for c in found] == ["acct/g"]
+        assert await store.search_conversations(query="first") == []
+        assert await store.search_conversations(query="old") == []
+
+    async def test_search_orders_by_latest_activity_and_counts_visible(self, store: Store) -> None:
+        await store.append_inbound(
+            [
+                Inbound(make_event("x1", "topic", chat="x", sent_at=100.0)),
+                Inbound(make_event("y1", "topic", chat="y", sent_at=200.0)),
+                Inbound(make_event("x2", "more", chat="x", sent_at=300.0)),
+                Inbound(make_event("x3", "held", chat="x", sent_at=310.0, sender=BOB), held=True),
+            ]
+        )
+        found = await store.search_conversations(query="topic")
+        assert [(c.address.chat, c.active_at >= 300.0) for c in found] == [
+            ("x", True),
+            ("y", False),
+        ]
+        assert await store.count_visible(found[0].id) == 2
+        assert await store.count_visible(found[0].id, before_seq=2) == 1
+        assert await store.count_visible(found[0].id, before_seq=99) == 2
+
+    async def test_outbound_origin_is_kept_on_outbox_and_transcript(self, store: Store) -> None:
+        (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
+        conversation = await store.conversation(first.conversation_id)
+        entry = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "relayed", origin="web/tab1"), ME
+        )
+        assert entry.origin == "web/tab1"
+        sent = await store.mark_sent(entry.id, Receipt("p-1", ("p-1", "p-2")))
+        assert sent.origin == "web/tab1"
+        message = await store.message(conversation.id, entry.message_seq or 0)
+        assert message is not None and message.meta["origin"] == "web/tab1"
+        assert list(message.meta["part_ids"]) == ["p-1", "p-2"]
+        found = await store.search_conversations(query="relayed")
+        assert [c.id for c in found] == [conversation.id]  # the agent's own words are found too

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import zlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Mapping
@@ -28,6 +27,7 @@ import yarl
 from backchannel.adapter import AdapterContext, Capabilities, split_text
 from backchannel.errors import BackchannelError, RateLimited, Rejected, Uncertain
 from backchannel.model import Address, Event, Outbound, Receipt, Sender
+from backchannel.wire import BadPayload, parse_json
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
@@ -46,6 +46,8 @@ class DiscordAdapter:
     """One Discord bot account. Settings: see docs/channels/discord.md."""
 
     channel = "discord"
+    #: payload fields that carry a secret: an interaction's reply token
+    secret_fields = frozenset({"token"})
 
     def __init__(self, account: str, settings: Mapping[str, Any]):
         self.account = account
@@ -169,7 +171,7 @@ class DiscordAdapter:
         return event_id in self._committed
 
     def _on_raw(self, text: str | bytes) -> None:
-        self._inbox.put_nowait(text if isinstance(text, str) else text.decode())
+        self._inbox.put_nowait(text if isinstance(text, str) else text.decode("utf-8", "replace"))
 
     def _on_ready(self, client: discord.Client) -> None:
         user = client.user
@@ -193,13 +195,18 @@ class DiscordAdapter:
 
     async def _handle_raw(self, text: str) -> None:
         try:
-            payload = json.loads(text)
-        except ValueError:
+            payload = parse_json(text)
+        except BadPayload as error:
+            if self._ctx is not None:
+                self._ctx.log.warning("skipped a Discord Gateway payload: %s", error)
             return
         kind = payload.get("t") if isinstance(payload, dict) else None
+        if not isinstance(kind, str):
+            return  # not a dispatch (heartbeat acks, hello) or not one we can read
         if kind == "READY":
-            user = (payload.get("d") or {}).get("user") or {}
-            if user.get("id"):
+            ready = payload.get("d")
+            user = ready.get("user") if isinstance(ready, dict) else None
+            if isinstance(user, dict) and user.get("id"):
                 name = user.get("global_name") or user.get("username") or ""
                 self.me = Sender(str(user["id"]), name, user.get("username"), is_bot=True)
             if self.settings.catch_up:
@@ -207,8 +214,13 @@ class DiscordAdapter:
         elif kind in _MESSAGE_EVENTS:
             await self._ingest(payload)
         elif kind == "MESSAGE_DELETE_BULK":
-            data = payload.get("d") or {}
-            for message_id in data.get("ids") or ():
+            data = payload.get("d")
+            ids = data.get("ids") if isinstance(data, dict) else None
+            if not isinstance(data, dict) or not isinstance(ids, list):
+                if self._ctx is not None:
+                    self._ctx.log.warning("skipped a MESSAGE_DELETE_BULK without a list of ids")
+                return
+            for message_id in ids:
                 single = {k: v for k, v in data.items() if k != "ids"}
                 await self._ingest(
                     {"op": 0, "t": "MESSAGE_DELETE", "d": {**single, "id": message_id}}
@@ -237,7 +249,9 @@ class DiscordAdapter:
 
     async def _ingest(self, payload: dict[str, Any]) -> None:
         assert self._ctx is not None
-        data = payload.get("d") or {}
+        data = payload.get("d")
+        if not isinstance(data, dict):
+            data = {}  # normalize says what is wrong with the payload
         context = self._context_for(data)
         if context:
             payload[CONTEXT_KEY] = context
@@ -268,7 +282,7 @@ class DiscordAdapter:
             return {}  # normalize says what is wrong with it
         try:
             channel_id = int(data.get("channel_id", ""))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return {}
         channel = client.get_channel(channel_id) if client is not None else None
         if channel is None:

@@ -67,8 +67,10 @@ class Cursors:
         """
         try:
             channel_id, message_id = str(data["channel_id"]), int(data["id"])
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             return None
+        if not channel_id.isdigit() or not 0 < message_id < 2**64:
+            return None  # not a snowflake: no cursor a catch-up could read from
         current = self.by_channel.get(channel_id)
         if current is not None and current.message_id >= message_id:
             return None

@@ -22,7 +22,6 @@ Sending uses `AsyncWebClient`: chat.postMessage, chat.update, reactions.add.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Mapping
@@ -39,6 +38,7 @@ from backchannel.errors import (
     Uncertain,
 )
 from backchannel.model import Address, Event, Outbound, Receipt, Sender
+from backchannel.wire import BadPayload, parse_json
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
@@ -111,6 +111,8 @@ class SlackAdapter:
     """A Slack app: Socket Mode or Events API in, Web API out."""
 
     channel = "slack"
+    #: payload fields that carry a secret: the Events API envelope's legacy verification token
+    secret_fields = frozenset({"token"})
 
     def __init__(self, account: str, settings: Mapping[str, Any]):
         self.account = account
@@ -325,9 +327,11 @@ class SlackAdapter:
             self._log.warning("rejected an Events API request with a bad or stale signature")
             return web.Response(status=401, text="invalid signature\n")
         try:
-            payload = json.loads(body)
-        except ValueError:
-            return web.Response(status=400, text="body is not JSON\n")
+            payload = parse_json(body)
+        except BadPayload as error:
+            # a 400, not a 500: Slack would retry a 500 and then disable the app's events
+            self._log.warning("refused a signed Events API request: %s", error)
+            return web.Response(status=400, text=f"{error}\n")
         if not isinstance(payload, dict):
             return web.Response(status=400, text="body is not a JSON object\n")
         kind = payload.get("type")

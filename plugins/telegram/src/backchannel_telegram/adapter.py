@@ -49,6 +49,8 @@ class TelegramAdapter:
     """One Telegram bot account. Settings are the account's config table (see docs)."""
 
     channel = "telegram"
+    #: Updates carry no secret (the bot token is in the URL, the webhook secret in a header)
+    secret_fields: frozenset[str] = frozenset()
     capabilities = Capabilities(
         threads=True,
         edits=True,

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from attrs import frozen
 from backchannel.errors import NormalizeError
@@ -62,6 +62,7 @@ _CONTENT_FIELDS = (
     "paid_media",
     "checklist",
 )
+_CONTENT_FIELD_SET = frozenset(_CONTENT_FIELDS)
 
 _DIGITS = re.compile(r"-?[0-9]{1,20}")
 
@@ -94,7 +95,7 @@ def normalize_update(
     naming the offending field when the update is malformed.
     """
     aliases = chat_aliases or {}
-    if not isinstance(update, Mapping):
+    if not _is_mapping(update):
         raise NormalizeError("an update must be a JSON object", where="update")
     update_id = _opt_int(update.get("update_id"))
     if update_id is None:
@@ -116,7 +117,7 @@ def normalize_update(
 def migration_of(update: Mapping[str, Any]) -> tuple[str, str] | None:
     """Return (old group id, new supergroup id) when the update announces an upgrade."""
     message = update.get("message")
-    if not isinstance(message, Mapping) or not isinstance(message.get("chat"), Mapping):
+    if not _is_mapping(message) or not _is_mapping(message.get("chat")):
         return None
     chat_id = _opt_int(message["chat"].get("id"))
     moved_to = _opt_int(message.get("migrate_to_chat_id"))
@@ -158,7 +159,7 @@ def _message_event(
         author = _mapping(author, f"{where}.from")
         if bot.id is not None and _id_text(author.get("id")) == bot.id:
             return None
-    if not any(name in message for name in _CONTENT_FIELDS):
+    if _CONTENT_FIELD_SET.isdisjoint(message.keys()):
         return None  # a service message: members joined, a pin, a topic created, a migration, ...
 
     text, entities = _text_and_entities(message, where)
@@ -234,12 +235,12 @@ def _sender(
     # `from` is then a placeholder bot (GroupAnonymousBot, Channel_Bot).
     signature = _opt_str(message.get("author_signature"))
     sender_chat = message.get("sender_chat")
-    if isinstance(sender_chat, Mapping) and _id_text(sender_chat.get("id")) is not None:
+    if _is_mapping(sender_chat) and _id_text(sender_chat.get("id")) is not None:
         name = signature or _opt_str(sender_chat.get("title")) or ""
         handle = _opt_str(sender_chat.get("username"))
         return Sender(str(_id_text(sender_chat["id"])), name, handle, is_bot=False)
     author = message.get("from")
-    if isinstance(author, Mapping):
+    if _is_mapping(author):
         author_id = _id_text(author.get("id"))
         if author_id is None:
             raise NormalizeError("sender has no id", where=f"{where}.from.id")
@@ -273,12 +274,12 @@ def _text_and_entities(
     entities = message.get(entities_key) or []
     if not isinstance(entities, list):
         raise NormalizeError("expected a list", where=f"{where}.{entities_key}")
-    return text, [e for e in entities if isinstance(e, Mapping)]
+    return text, [e for e in entities if _is_mapping(e)]
 
 
 def _reply_target(message: Mapping[str, Any]) -> str | None:
     replied = message.get("reply_to_message")
-    if not isinstance(replied, Mapping):
+    if not _is_mapping(replied):
         return None
     target = _opt_int(replied.get("message_id"))
     if target is None:
@@ -298,11 +299,7 @@ def _mentions_bot(text: str, entities: Sequence[Mapping[str, Any]], bot: BotIden
         kind = entity.get("type")
         if kind == "text_mention":
             user = entity.get("user")
-            if (
-                bot.id is not None
-                and isinstance(user, Mapping)
-                and _id_text(user.get("id")) == bot.id
-            ):
+            if bot.id is not None and _is_mapping(user) and _id_text(user.get("id")) == bot.id:
                 return True
         elif kind in ("mention", "bot_command"):
             offset, length = _opt_int(entity.get("offset")), _opt_int(entity.get("length"))
@@ -321,13 +318,15 @@ def _replies_to_bot(message: Mapping[str, Any], bot: BotIdentity) -> bool:
         return False
     replied = message["reply_to_message"]
     author = replied.get("from")
-    return isinstance(author, Mapping) and _id_text(author.get("id")) == bot.id
+    return _is_mapping(author) and _id_text(author.get("id")) == bot.id
 
 
 # attachments ------------------------------------------------------------------
 
 
 def _attachments(message: Mapping[str, Any], where: str) -> list[Attachment]:
+    if _ATTACHMENT_FIELDS.isdisjoint(message.keys()):
+        return []  # plain text, the usual case: none of the twenty lookups below can match
     found: list[Attachment] = []
     photo = message.get("photo")
     if isinstance(photo, list) and photo:
@@ -337,17 +336,17 @@ def _attachments(message: Mapping[str, Any], where: str) -> list[Attachment]:
     # An animation message also carries `document` for old clients: report it once.
     file_kinds = ("animation", "video", "audio", "voice", "video_note", "sticker")
     for kind in file_kinds:
-        if isinstance(message.get(kind), Mapping):
+        if _is_mapping(message.get(kind)):
             found.append(_file(kind, message[kind], f"{where}.{kind}"))
-    if isinstance(message.get("document"), Mapping) and "animation" not in message:
+    if _is_mapping(message.get("document")) and "animation" not in message:
         found.append(_file("document", message["document"], f"{where}.document"))
     found.extend(_shared_things(message))
     return found
 
 
 def _file(kind: str, item: Any, where: str, mime: str | None = None) -> Attachment:
-    file_id = _opt_str(item.get("file_id")) if isinstance(item, Mapping) else None
-    if not isinstance(item, Mapping) or not file_id:
+    file_id = _opt_str(item.get("file_id")) if _is_mapping(item) else None
+    if not _is_mapping(item) or not file_id:
         raise NormalizeError("a file without a file_id", where=f"{where}.file_id")
     name = _opt_str(item.get("file_name"))
     if name is None and kind == "audio":
@@ -365,35 +364,59 @@ def _file(kind: str, item: Any, where: str, mime: str | None = None) -> Attachme
     )
 
 
+#: every key _attachments and _shared_things look at
+_ATTACHMENT_FIELDS = frozenset(
+    {
+        "photo",
+        "animation",
+        "video",
+        "audio",
+        "voice",
+        "video_note",
+        "sticker",
+        "document",
+        "contact",
+        "venue",
+        "location",
+        "dice",
+        "poll",
+        "game",
+        "checklist",
+        "story",
+        "paid_media",
+    }
+)
+
+
 def _shared_things(message: Mapping[str, Any]) -> list[Attachment]:
     """Contacts, places, polls, dice, games, stories, checklists, paid media: named, not files."""
     found: list[Attachment] = []
     contact = message.get("contact")
-    if isinstance(contact, Mapping):
+    if _is_mapping(contact):
         parts = (_full_name(contact), _opt_str(contact.get("phone_number")))
         found.append(Attachment(kind="contact", name=" ".join(p for p in parts if p) or None))
     venue = message.get("venue")
     location = message.get("location")
-    if isinstance(venue, Mapping):
+    if _is_mapping(venue):
         found.append(Attachment(kind="venue", name=_venue_name(venue)))
-    elif isinstance(location, Mapping):
+    elif _is_mapping(location):
         found.append(Attachment(kind="location", name=_place(location)))
     dice = message.get("dice")
-    if isinstance(dice, Mapping):
+    if _is_mapping(dice):
         value = _opt_int(dice.get("value"))
         throw = (_opt_str(dice.get("emoji")), None if value is None else str(value))
         found.append(Attachment(kind="dice", name=" ".join(p for p in throw if p) or None))
     for kind, title_key in (("poll", "question"), ("game", "title"), ("checklist", "title")):
         thing = message.get(kind)
-        if isinstance(thing, Mapping):
+        if _is_mapping(thing):
             found.append(Attachment(kind=kind, name=_opt_str(thing.get(title_key)) or None))
     story = message.get("story")
-    if isinstance(story, Mapping):
+    if _is_mapping(story):
         poster = story.get("chat")
-        name = _title(poster) if isinstance(poster, Mapping) else None
+        name = _title(poster) if _is_mapping(poster) else None
         found.append(Attachment(kind="story", name=name))
     paid = message.get("paid_media")
-    if isinstance(paid, Mapping):
+    if _is_mapping(paid):
         stars = _opt_int(paid.get("star_count"))
         found.append(Attachment(kind="paid_media", name=None if stars is None else f"{stars} ⭐"))
     return found
@@ -409,7 +432,7 @@ def _place(location: Mapping[str, Any]) -> str | None:
 def _venue_name(venue: Mapping[str, Any]) -> str | None:
     parts = [_opt_str(venue.get("title")), _opt_str(venue.get("address"))]
     where = venue.get("location")
-    if isinstance(where, Mapping):
+    if _is_mapping(where):
         parts.append(_place(where))
     return ", ".join(p for p in parts if p) or None
 
@@ -431,15 +454,15 @@ def _reaction_event(
     date = _int(reaction.get("date"), "message_reaction.date")
     user = reaction.get("user")
     actor = reaction.get("actor_chat")
-    user_id = _id_text(user.get("id")) if isinstance(user, Mapping) else None
-    actor_id = _id_text(actor.get("id")) if isinstance(actor, Mapping) else None
-    if isinstance(user, Mapping) and user_id is not None:
+    user_id = _id_text(user.get("id")) if _is_mapping(user) else None
+    actor_id = _id_text(actor.get("id")) if _is_mapping(actor) else None
+    if _is_mapping(user) and user_id is not None:
         if bot.id is not None and user_id == bot.id:
             return None
         sender = Sender(
             user_id, _full_name(user), _opt_str(user.get("username")), user.get("is_bot") is True
         )
-    elif isinstance(actor, Mapping) and actor_id is not None:
+    elif _is_mapping(actor) and actor_id is not None:
         sender = Sender(actor_id, _title(actor) or "", _opt_str(actor.get("username")))
     else:
         raise NormalizeError("a reaction without user or actor_chat", where="message_reaction.user")
@@ -480,7 +503,7 @@ def _emojis(value: Any, where: str) -> list[str]:
         raise NormalizeError("expected a list of ReactionType", where=where)
     found = []
     for item in value:
-        if not isinstance(item, Mapping):
+        if not _is_mapping(item):
             continue
         if item.get("type") == "emoji" and isinstance(item.get("emoji"), str):
             found.append(item["emoji"])
@@ -494,8 +517,17 @@ def _emojis(value: Any, where: str) -> list[str]:
 # field helpers ----------------------------------------------------------------
 
 
+def _is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
+    """isinstance(value, Mapping), quick for the dicts a JSON decoder makes and for None.
+
+    The Mapping ABC's own check costs several times a type comparison, and
+    normalize asks it some twenty times an update.
+    """
+    return type(value) is dict or (value is not None and isinstance(value, Mapping))
+
+
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
+    if not _is_mapping(value):
         raise NormalizeError(f"expected an object, got {type(value).__name__}", where=where)
     return value
 
@@ -509,6 +541,8 @@ def _int(value: Any, where: str) -> int:
 
 def _opt_int(value: Any) -> int | None:
     """Return an integer field's value (an int, or a string of digits), else None."""
+    if type(value) is int:  # the usual case, first (bool is a subclass of int, not int)
+        return value
     if isinstance(value, bool):
         return None
     if isinstance(value, int):

@@ -19,6 +19,7 @@ from attrs import frozen
 from backchannel.adapter import AdapterContext
 from backchannel.errors import BackchannelError, ConfigError
 from backchannel.secrets import register_secret
+from backchannel.wire import BadPayload, parse_json
 
 from .api import BotApi, TelegramError, sleep_or_stop
 
@@ -250,9 +251,11 @@ class WebhookReceiver:
         if not self._serving:
             return web.json_response({"ok": False, "description": "stopping"}, status=503)
         try:
-            update = await request.json()
-        except ValueError:
-            return web.json_response({"ok": False, "description": "not JSON"}, status=400)
+            update = parse_json(await request.read())
+        except BadPayload as error:
+            # a 400, not a 500: Telegram would retry a 500 forever
+            self._ctx.log.warning("refused a webhook update: %s", error)
+            return web.json_response({"ok": False, "description": str(error)}, status=400)
         try:
             await self._ctx.ingest(update, state=self._state_for(update) or None)
         except Exception:

@@ -152,7 +152,7 @@ CHAT_ACTIONS = frozenset(
         "upload_video_note",
     ]
 )
-_SECRET_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+_SECRET_TOKEN = re.compile(r"\A[A-Za-z0-9_-]{1,256}\Z")
 
 
 @define

@@ -7,22 +7,31 @@ Agent-to-agent DMs over the tiny.place relay, Signal-encrypted by the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backchannel.hookspecs import hookimpl
+from backchannel.lazy import LazyCommand, lazy_exports
 
-from .adapter import TinyplaceAdapter
+if TYPE_CHECKING:
+    from .adapter import TinyplaceAdapter
 
 __all__ = ["TinyplaceAdapter"]
+
+# the tinyplace SDK and its crypto load only when an account or a command uses them
+__getattr__ = lazy_exports(__name__, {"TinyplaceAdapter": ".adapter"})
 
 
 @hookimpl
 def register_channels(register: Any) -> None:
-    register("tinyplace", TinyplaceAdapter)
+    register("tinyplace", "backchannel_tinyplace.adapter:TinyplaceAdapter")
 
 
 @hookimpl
 def register_commands(cli: Any) -> None:
-    from .cli import tinyplace_group
-
-    cli.add_command(tinyplace_group)
+    cli.add_command(
+        LazyCommand(
+            "tinyplace",
+            "backchannel_tinyplace.cli:tinyplace_group",
+            "tiny.place contacts: keygen, whoami, pair, requests, accept, block.",
+        )
+    )

@@ -24,6 +24,7 @@ from tinyplace.api.messages import decode_agent_address
 from tinyplace.signal import SignalSession
 from tinyplace.signal.crypto import ed25519_pub_to_x25519_pub
 
+from .contacts import ContactsApi
 from .envelope import SESSION_LABEL, build_v1_envelope, new_message_id
 from .identity import load_identity
 from .keys import ensure_published_keys
@@ -53,6 +54,8 @@ class TinyplaceAdapter:
     """A tiny.place agent identity: DMs with other agents, threaded by harness session."""
 
     channel = "tinyplace"
+    #: identity material must never ride in a payload; dead letters drop it if it does
+    secret_fields = frozenset({"private_key", "seed", "identity"})
 
     def __init__(self, account: str, settings: Mapping[str, Any]):
         self.account = account
@@ -71,6 +74,7 @@ class TinyplaceAdapter:
             replies=True,
             max_text_len=MAX_TEXT_LEN,
             display_name="tiny.place",
+            agent_peers=True,
         )
         self.me: Sender | None = Sender(
             id=self.agent_id, name=peer_label(self.agent_id), handle=self.agent_id, is_bot=True
@@ -285,6 +289,18 @@ class TinyplaceAdapter:
         if not isinstance(bundle, dict):
             raise Rejected(f"the relay returned no usable pre-key bundle for {peer}")
         return bundle
+
+    # peers -------------------------------------------------------------------
+    async def is_contact(self, peer: str) -> bool:
+        """Return True when `peer` is an accepted contact on the relay (a DM to it can arrive).
+
+        Raise `Uncertain` when the relay cannot say (unreachable, 5xx).
+        """
+        try:
+            accepted = await ContactsApi(self._require_client().http).accepted()
+        except TinyPlaceError as error:
+            raise Uncertain(f"could not read the contact list from the relay ({error})") from None
+        return peer in accepted
 
     # helpers -----------------------------------------------------------------
     def _log(self) -> logging.LoggerAdapter[logging.Logger] | logging.Logger:

@@ -32,6 +32,8 @@ class WebchatAdapter:
     """One web chat account: serves the page, takes visitor messages, pushes the agent's."""
 
     channel = "webchat"
+    #: a visitor's token: only its hash (the visitor id) is ever handed to ingest
+    secret_fields = frozenset({"token", "visitor_token"})
 
     def __init__(self, account: str, settings: Mapping[str, Any] | None = None):
         self.account = account
@@ -131,6 +133,15 @@ class WebchatAdapter:
         connections = self.hub.connections(address.chat)
         if connections:
             await self.hub.push(connections, {"type": "typing", "sender": self._agent_name})
+
+    async def run_failed(self, address: Address, reason: str) -> None:
+        """Show `failure_notice` on the conversation's pages (the reason stays in the logs)."""
+        notice = self.settings.failure_notice
+        connections = self.hub.connections(address.chat)
+        if notice and connections:
+            await self.hub.push(
+                connections, {"type": "error", "code": "agent_failed", "message": notice}
+            )
 
     async def _send_message(self, chat: str, outbound: Outbound) -> Receipt:
         parts = split_text(outbound.text, self.capabilities.max_text_len)

@@ -33,7 +33,7 @@ PAYLOAD_KIND = "webchat.message"
 #: platform ids of the agent's messages start with this; visitors' ids never do
 AGENT_ID_PREFIX = "a-"
 #: client-chosen ids (tab ids, client message ids) must look like this
-SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+SAFE_ID = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
 
 
 def visitor_id(token: str) -> str:

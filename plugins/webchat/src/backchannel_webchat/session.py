@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from aiohttp import WSMsgType, web
 from backchannel.adapter import AdapterContext
 from backchannel.model import now
+from backchannel.wire import BadPayload, parse_json
 
 from .hub import Connection
 from .normalize import (
@@ -264,8 +265,9 @@ class VisitorSession:
 
 
 def _parse(data: str) -> dict[str, Any] | None:
+    """Return the frame in `data`, or None when it is not a bounded JSON object with a type."""
     try:
-        frame = json.loads(data)
-    except ValueError:
+        frame = parse_json(data)
+    except BadPayload:
         return None
     return frame if isinstance(frame, dict) and isinstance(frame.get("type"), str) else None

@@ -6,9 +6,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from attrs import frozen
-from backchannel.errors import ConfigError
+from backchannel.errors import ConfigError, combine, unknown_key
 
-__all__ = ["WebchatSettings"]
+__all__ = ["DEFAULT_FAILURE_NOTICE", "WebchatSettings"]
+
+DEFAULT_FAILURE_NOTICE = "The agent could not answer this time. Please try again in a moment."
 
 
 @frozen
@@ -39,21 +41,27 @@ class WebchatSettings:
     agent_burst: int = 20
     #: longest agent message part; longer sends are split
     max_text_len: int = 20000
+    #: shown on the page when a run fails (error or timeout); "" shows nothing
+    failure_notice: str = DEFAULT_FAILURE_NOTICE
 
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any], where: str = "webchat") -> WebchatSettings:
         """Build settings from an account's config table; raise ConfigError naming the key."""
         known = {a.name for a in cls.__attrs_attrs__}
         values: dict[str, Any] = {}
+        problems: list[ConfigError] = []
         for key, value in settings.items():
             if key in {"channel", "agent", "binding", "enabled"}:
                 continue  # keys the config layer may leave in the table
             if key not in known:
-                raise ConfigError(
-                    f"unknown web chat setting (known: {', '.join(sorted(known))})",
-                    key=f"{where}.{key}",
-                )
-            values[key] = _check(key, value, where)
+                problems.append(ConfigError(unknown_key(key, known), key=f"{where}.{key}"))
+                continue
+            try:
+                values[key] = _check(key, value, where)
+            except ConfigError as error:
+                problems.append(error)
+        if problems:
+            raise combine(problems)
         title = values.get("title", cls.title)
         if "agent_name" not in values and "title" in values:
             values["agent_name"] = title
@@ -88,6 +96,8 @@ def _check(key: str, value: Any, where: str) -> Any:
         if isinstance(value, str) or not all(isinstance(v, str) for v in value):
             raise ConfigError("expected a list of origins like 'https://example.com'", key=name)
         return tuple(v.rstrip("/") for v in value)
+    if key == "failure_notice" and isinstance(value, str):
+        return value.strip()
     if not isinstance(value, str) or (key != "path" and not value.strip()):
         raise ConfigError(f"expected a non-empty string, got {value!r}", key=name)
     return value

@@ -181,8 +181,9 @@
     scroller.scrollTop = scroller.scrollHeight;
   }
 
-  function showError(text) {
+  function showError(text, code) {
     errorEl.textContent = text || "";
+    errorEl.dataset.code = text ? code || "" : "";
   }
 
   function setStatus(state, text) {
@@ -263,7 +264,10 @@
         break;
       }
       case "message":
-        if (frame.role === "agent") hideTyping();
+        if (frame.role === "agent") {
+          hideTyping();
+          if (errorEl.dataset.code === "agent_failed") showError("");
+        }
         render(frame);
         if (frame.delivery) send({ type: "received", delivery: frame.delivery });
         scrollToEnd();
@@ -290,6 +294,11 @@
 
   function handleError(frame) {
     const li = frame.client_id ? byClient.get(frame.client_id) : null;
+    if (frame.code === "agent_failed") {
+      hideTyping();
+      showError(frame.message, frame.code);
+      return;
+    }
     if (frame.code === "rate_limited" && frame.client_id) {
       const wait = Math.max(1, Number(frame.retry_after) || 3);
       if (li) setState(li, "waiting " + Math.ceil(wait) + " s…", false);

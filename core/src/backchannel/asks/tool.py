@@ -1,0 +1,134 @@
+"""The `ask_agent` run tool: the orchestration controls first, then the ask's own checks.
+
+Offered by the `Orchestrator` to runs that get the cross-conversation tools
+(``orchestrate = true`` or a ``master = true`` binding, trusted trigger
+sender) when the agent is bound to at least one account whose channel has
+agent peers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..config import Config
+from ..model import Conversation
+from ..orchestration.refusals import Refused, check_cross_controls
+from ..orchestration.scope import AgentScope
+from ..runs import RunSession
+from ..tools import Tool
+from .asking import AskRefused, ask_peer
+
+if TYPE_CHECKING:
+    from .coordinator import AskCoordinator
+
+__all__ = ["ASK_TOOL_NAME", "ask_tools", "peer_accounts"]
+
+log = logging.getLogger("backchannel.asks")
+
+ASK_TOOL_NAME = "ask_agent"
+
+
+def peer_accounts(coordinator: AskCoordinator, scope: AgentScope) -> list[str]:
+    """Return the accounts of `scope` whose channel talks to other agents, in config order."""
+    accounts = coordinator.board.accounts
+    return [
+        name
+        for name in scope.accounts
+        if name in accounts and accounts[name].adapter.capabilities.agent_peers
+    ]
+
+
+def ask_tools(
+    coordinator: AskCoordinator,
+    config: Callable[[], Config],
+    *,
+    scope: AgentScope,
+    session: RunSession,
+    conversation: Conversation,
+    trusted: bool,
+) -> list[Tool]:
+    """Return ``[ask_agent]`` for a run in `conversation`, or [] when no account has agent peers.
+
+    `config` returns the current config (the kill switch may be reloaded).
+    """
+    accounts = peer_accounts(coordinator, scope)
+    if not accounts:
+        return []
+    board = coordinator.board
+    origin = conversation
+
+    async def ask_agent(
+        peer: str, question: str, session_id: str | None = None, account: str | None = None
+    ) -> str:
+        """Ask another agent a question; its answer is reported in this conversation later.
+
+        Returns at once. Do not poll and do not ask again while waiting: when the
+        answer comes, you are given it in a new turn here. Reuses your live session
+        with that agent unless you name one; only agents you are linked with (a
+        contact or an earlier conversation) can be asked.
+
+        Args:
+            peer: the other agent's id, or a session conversation key (like tinyplace/<agent id>/<session>) as list_conversations shows
+            question: what to ask, as plain text
+            session_id: the session to ask in (leave out: reuse the newest live session with that agent, else start a new one)
+            account: which of your agent accounts to ask through (leave out when you have one)
+        """
+        question = question.strip()
+        if not question:
+            return "error: question is empty"
+        try:
+            await check_cross_controls(board.store, config(), trusted=trusted, action="ask")
+            chosen, peer_id, session_name = _resolve(accounts, peer, account, session_id)
+            outcome = await ask_peer(
+                board,
+                coordinator.settings,
+                origin=origin,
+                origin_seq=session.trigger.seq if session.trigger is not None else None,
+                account=chosen,
+                peer=peer_id,
+                question=question,
+                session=session_name,
+                run_id=session.run_id,
+            )
+        except Refused as refusal:
+            log.info("ask_agent from %s refused: %s", origin.address.key, refusal.code)
+            return str(refusal)
+        coordinator.wake()
+        return outcome.describe()
+
+    return [Tool.from_function(ask_agent)]
+
+
+def _resolve(
+    accounts: list[str], peer: str, account: str | None, session: str | None
+) -> tuple[str, str, str | None]:
+    """Return (account, peer id, session) from the tool's arguments; raise AskRefused."""
+    peer = peer.strip()
+    head, _, rest = peer.partition("/")
+    if rest and head in accounts:  # a conversation key: account/peer[/session]
+        account = account or head
+        if account != head:
+            raise AskRefused(
+                "not_bound",
+                f"refused: {peer} belongs to account {head!r}, not {account!r}. Nothing was sent.",
+            )
+        peer, _, thread = rest.partition("/")
+        if thread and thread != "master" and session is None:
+            session = thread
+    if account is None:
+        if len(accounts) > 1:
+            raise AskRefused(
+                "ambiguous",
+                f"refused: you can ask through {', '.join(accounts)}; say which with account."
+                " Nothing was sent.",
+            )
+        account = accounts[0]
+    if account not in accounts:
+        raise AskRefused(
+            "not_bound",
+            f"refused: {account!r} is not one of your accounts that talk to other agents"
+            f" ({', '.join(accounts)}). Nothing was sent.",
+        )
+    return account, peer, session

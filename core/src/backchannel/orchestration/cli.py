@@ -1,0 +1,69 @@
+"""`backchannel messaging off|on|status`: the durable control over cross-conversation sends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import click
+
+from ..app import open_config_store
+from ..config import load_config
+from ..errors import StoreError
+from .messaging import MessagingStatus, messaging_status, set_messaging
+
+__all__ = ["messaging_command"]
+
+
+@click.command("messaging")
+@click.argument("action", type=click.Choice(["on", "off", "status"]), default="status")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="BACKCHANNEL_CONFIG",
+    help="TOML config file (default: $BACKCHANNEL_CONFIG, else the embedded defaults).",
+)
+@click.option(
+    "--store",
+    "store_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Use this store file instead of the config's [store] path.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def messaging_command(
+    action: str, config_path: Path | None, store_path: Path | None, as_json: bool
+) -> None:
+    """Turn cross-conversation sends off or on, durably, or say what holds them (ACTION: on, off, status).
+
+    The switch lives in the store: it survives restarts and a running `serve`
+    obeys it at its next send, without a restart. It cannot override the
+    config's [orchestration] enabled = false, nor does that override it.
+    """
+    from attrs import evolve
+
+    config = load_config(config_path, strict_env=False)
+    if store_path is not None:
+        config = evolve(config, store=evolve(config.store, path=str(store_path)))
+    if action == "status" and not config.store.url and not Path(config.store.path).exists():
+        raise StoreError(
+            f"there is no store at {config.store.path} yet (run `backchannel serve` first,"
+            " or pass -c/--store)"
+        )
+
+    async def go() -> MessagingStatus:
+        store = open_config_store(config)
+        try:
+            if action != "status":
+                await set_messaging(store, action == "on")
+            return await messaging_status(store, config)
+        finally:
+            await store.close()
+
+    status = asyncio.run(go())
+    if as_json:
+        click.echo(json.dumps(status.to_json(), indent=2))
+        return
+    click.echo(status.describe())

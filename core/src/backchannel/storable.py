@@ -1,0 +1,181 @@
+"""Storability: an adapter's Event is checked before it can fail a shared transaction.
+
+Policy for text the store cannot encode (a lone UTF-16 surrogate, which JSON's
+``"\\ud800"`` escape puts in a Python `str` and UTF-8 cannot hold):
+
+- in what people wrote or chose (message text, sender names and handles,
+  conversation titles, attachment names, meta) each lone surrogate is replaced
+  by U+FFFD and the event is stored: the rest of the message is worth more than
+  half a character;
+- in an identifier (account, chat, thread, event id, message ids, sender id) it
+  makes the event a dead letter: a repaired id would no longer name anything
+  on the platform, so replies and dedupe would go astray.
+
+Cheap on purpose (it runs for every event on the hot path): ASCII strings are
+accepted after one `str.isascii()`; the event is copied only when something
+was repaired.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from .model import Attachment, Event, Sender
+from .wire import MAX_DEPTH, nesting_exceeds, repair_text, safe_copy
+
+__all__ = ["storable_event"]
+
+_KINDS = frozenset({"message", "edit", "delete", "reaction"})
+_CONVERSATION_KINDS = frozenset({"direct", "group", "thread"})
+#: SQLite integers are 64-bit; a sent_at past this is no real time anyway
+_LATEST = 1e11
+
+
+def storable_event(event: Event, account: str) -> Event | str:
+    """Return `event` (repaired where text can be) when it can be stored, else the reason."""
+    address = event.address
+    if address.account != account:
+        return f"event address names account {address.account!r}"
+    for label, value in (
+        ("chat id", address.chat),
+        ("thread id", address.thread),
+        ("event id", event.event_id),
+        ("sender id", event.sender.id),
+        ("message id", event.platform_message_id),
+        ("reply-to id", event.reply_to),
+    ):
+        problem = _id_problem(label, value)
+        if problem is not None:
+            return problem
+    if event.kind not in _KINDS:
+        return f"event kind must be one of {sorted(_KINDS)}, not {event.kind!r}"
+    if event.conversation_kind not in _CONVERSATION_KINDS:
+        return f"conversation kind must be one of {sorted(_CONVERSATION_KINDS)}"
+    sent_at = event.sent_at
+    if isinstance(sent_at, bool) or not isinstance(sent_at, int | float):
+        return f"sent_at must be a number of seconds, not {sent_at!r}"
+    if not math.isfinite(sent_at) or not -_LATEST < sent_at < _LATEST:
+        return f"sent_at must be a time in Unix seconds, not {sent_at!r}"
+    changes: dict[str, Any] = {}
+    for name in ("text", "conversation_title"):
+        value = getattr(event, name)
+        if value is None and name == "conversation_title":
+            continue
+        if not isinstance(value, str):
+            return f"{name} must be text, not {type(value).__name__}"
+        repaired = repair_text(value)
+        if repaired is not value:
+            changes[name] = repaired
+    sender = _storable_sender(event.sender)
+    if isinstance(sender, str):
+        return sender
+    if sender is not event.sender:
+        changes["sender"] = sender
+    attachments = _storable_attachments(event.attachments)
+    if isinstance(attachments, str):
+        return attachments
+    if attachments is not event.attachments:
+        changes["attachments"] = attachments
+    if event.meta:
+        meta = _storable_meta(event.meta)
+        if isinstance(meta, str):
+            return meta
+        if meta is not event.meta:
+            changes["meta"] = meta
+    if not changes:
+        return event
+    return attrs.evolve(event, **changes)
+
+
+def _id_problem(label: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        return f"{label} must be text, not {type(value).__name__}"
+    if not value.isascii() and repair_text(value) is not value:
+        return f"{label} {ascii(value)[:80]} holds half a UTF-16 surrogate pair"
+    return None
+
+
+def _storable_sender(sender: Sender) -> Sender | str:
+    name, handle = sender.name, sender.handle
+    if not isinstance(name, str) or not (handle is None or isinstance(handle, str)):
+        return "sender name and handle must be text"
+    if name.isascii() and (handle is None or handle.isascii()):
+        return sender
+    repaired_name = repair_text(name)
+    repaired_handle = None if handle is None else repair_text(handle)
+    if repaired_name is name and repaired_handle is handle:
+        return sender
+    return attrs.evolve(sender, name=repaired_name, handle=repaired_handle)
+
+
+def _storable_attachments(
+    attachments: tuple[Attachment, ...],
+) -> tuple[Attachment, ...] | str:
+    if not attachments:
+        return attachments
+    repaired: list[Attachment] = []
+    changed = False
+    for attachment in attachments:
+        if not isinstance(attachment, Attachment):
+            return f"attachments must be Attachment values, not {type(attachment).__name__}"
+        size = attachment.size
+        if size is not None and (
+            isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < 2**63
+        ):
+            return f"attachment size must be a byte count, not {size!r}"
+        changes: dict[str, Any] = {}
+        for name in ("kind", "name", "mime", "ref"):
+            value = getattr(attachment, name)
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                return f"attachment {name} must be text, not {type(value).__name__}"
+            fixed = repair_text(value)
+            if fixed is not value:
+                changes[name] = fixed
+        if changes:
+            changed = True
+            attachment = attrs.evolve(attachment, **changes)
+        repaired.append(attachment)
+    return tuple(repaired) if changed else attachments
+
+
+_SCALARS = (int, float, type(None))
+
+
+def _flat_ascii(meta: Mapping[str, Any]) -> bool:
+    """Return True when every key is ASCII text and every value an ASCII string or a scalar."""
+    for key, value in meta.items():
+        if type(key) is not str or not key.isascii():
+            return False
+        if type(value) is str:
+            if not value.isascii():
+                return False
+        elif not isinstance(value, _SCALARS):  # bool is an int
+            return False
+    return True
+
+
+def _storable_meta(meta: Mapping[str, Any]) -> Mapping[str, Any] | str:
+    if _flat_ascii(meta):
+        return meta  # what adapters put there: ids, kinds, flags; JSON takes it as it is
+    try:
+        dumped = json.dumps(dict(meta), ensure_ascii=False)
+    except (TypeError, ValueError) as error:
+        return f"meta cannot be stored as JSON: {error}"
+    except RecursionError:
+        return f"meta is nested deeper than {MAX_DEPTH} levels"
+    if nesting_exceeds(meta, MAX_DEPTH, dumped):
+        return f"meta is nested deeper than {MAX_DEPTH} levels"
+    try:
+        dumped.encode("utf-8")
+    except UnicodeEncodeError:
+        return dict(safe_copy(meta))
+    return meta

@@ -1,0 +1,109 @@
+"""WAL checkpoints off the commit path: a thread of their own, woken by the WAL's size.
+
+In WAL mode SQLite copies committed pages back into the database file (a
+checkpoint) every 1,000 WAL pages by default, inside whichever COMMIT
+crosses the mark: that commit then waits on the checkpoint's fsyncs, and the
+event loop waits with it (the tail of commit latency). Here the commit only
+notes the WAL's size (a WAL hook); past `wake_pages` a thread with its own
+connection runs a PASSIVE checkpoint, which never blocks writers or readers.
+Should the thread fall behind, a commit that finds the WAL past
+`limit_pages` checkpoints inline as before, so the WAL stays bounded.
+
+Durability is unchanged: a commit is in the WAL before COMMIT returns (safe
+against SIGKILL), and checkpoints start at the same WAL size as SQLite's
+own, so the WAL is synced as often as before (what a power loss may lose
+under synchronous=NORMAL is no larger).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import apsw
+
+__all__ = ["Checkpointer"]
+
+log = logging.getLogger("backchannel.store")
+
+#: SQLite's own default wal_autocheckpoint
+WAKE_PAGES = 1000
+#: past this, a commit checkpoints inline: the WAL cannot grow without bound
+LIMIT_PAGES = 16_000
+
+
+class Checkpointer:
+    """Runs PASSIVE checkpoints of one database file on a background thread."""
+
+    def __init__(
+        self,
+        db: apsw.Connection,
+        path: str,
+        *,
+        wake_pages: int = WAKE_PAGES,
+        limit_pages: int = LIMIT_PAGES,
+    ):
+        self.path = path
+        self.wake_pages = wake_pages
+        self.limit_pages = limit_pages
+        #: checkpoints run by the thread / inline by a commit (for tests and benches)
+        self.background_checkpoints = 0
+        self.inline_checkpoints = 0
+        self.wakes = 0
+        #: set after each background checkpoint
+        self.checkpointed = threading.Event()
+        self._wake = threading.Event()
+        #: WAL size that wakes the thread next: `wake_pages` more than at the last wake
+        self._wake_at = wake_pages
+        self._stopping = False
+        self._thread = threading.Thread(
+            target=self._loop, name=f"backchannel-checkpoint {path}", daemon=True
+        )
+        self._thread.start()
+        # replaces SQLite's autocheckpoint (which is itself a WAL hook)
+        db.set_wal_hook(self._committed)
+
+    def _committed(self, db: apsw.Connection, name: str, pages: int) -> int:
+        """Called by SQLite after each commit with the WAL's size in pages."""
+        if pages >= self.limit_pages:
+            self.inline_checkpoints += 1
+            db.wal_checkpoint(name)
+            self._wake_at = self.wake_pages
+        elif pages >= self._wake_at:
+            # once per `wake_pages` of growth, not on every commit until the WAL restarts
+            self._wake_at = pages + self.wake_pages
+            self.wakes += 1
+            self._wake.set()
+        elif pages < self._wake_at - self.wake_pages:
+            self._wake_at = self.wake_pages  # the WAL restarted from its beginning
+        return apsw.SQLITE_OK
+
+    def _loop(self) -> None:
+        try:
+            db = apsw.Connection(self.path)
+            db.set_busy_timeout(5000)
+        except apsw.Error as error:
+            log.error(
+                "cannot open %s for checkpoints (%s): commits will checkpoint", self.path, error
+            )
+            return
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopping:
+                    return
+                try:
+                    db.wal_checkpoint()  # PASSIVE: copies what it can, blocks no one
+                    self.background_checkpoints += 1
+                    self.checkpointed.set()
+                except apsw.Error as error:
+                    log.warning("background checkpoint of %s failed: %s", self.path, error)
+        finally:
+            db.close()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the thread (after a checkpoint in progress finishes)."""
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout)

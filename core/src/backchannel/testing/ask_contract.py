@@ -1,0 +1,120 @@
+"""`AskStoreContract`: the pending-ask checks every store backend passes (part of StoreContract)."""
+
+from __future__ import annotations
+
+from ..model import Address, Outbound, Receipt, Sender
+from ..store import Inbound, Store
+
+__all__ = ["AskStoreContract"]
+
+ME = Sender("me", "Agent", is_bot=True)
+PEER = Sender("peer-b", "Agent B", is_bot=True)
+
+
+async def _question(store: Store, session: int, text: str, platform_id: str) -> tuple[int, int]:
+    """Record and mark sent one question in `session`; return (outbox id, seq)."""
+    conversation = await store.conversation(session)
+    entry = await store.record_outbound(session, Outbound(conversation.address, text), ME)
+    await store.mark_sent(entry.id, Receipt(platform_id))
+    assert entry.message_seq is not None
+    return entry.id, entry.message_seq
+
+
+async def _answer(
+    store: Store, event_id: str, text: str, *, reply_to: str | None = None, thread: str = "s1"
+) -> int:
+    from .store_contract import make_event  # store_contract includes this module
+
+    [result] = await store.append_inbound(
+        [
+            Inbound(
+                make_event(
+                    event_id,
+                    text,
+                    account="tp",
+                    chat="peer-b",
+                    sender=PEER,
+                    thread=thread,
+                    reply_to=reply_to,
+                ),
+                triggers=True,
+            )
+        ]
+    )
+    assert result.seq is not None
+    return result.seq
+
+
+class AskStoreContract:
+    """Asks: recorded before the send, answers matched one-to-one, expiry edge-triggered."""
+
+    async def _asks(self, store: Store, count: int) -> tuple[int, list[tuple[int, int]]]:
+        origin = await store.ensure_conversation(Address("web", "owner"))
+        session = await store.ensure_conversation(Address("tp", "peer-b", "s1"), kind="thread")
+        made = []
+        for index in range(count):
+            outbox_id, seq = await _question(store, session.id, f"q{index}", f"m{index}")
+            ask = await store.record_ask(
+                origin_conversation_id=origin.id,
+                origin_seq=index + 1,
+                peer_conversation_id=session.id,
+                question=f"q{index}",
+                deadline=1e12,
+                message_seq=seq,
+                outbox_id=outbox_id,
+            )
+            made.append((ask.id, seq))
+        return session.id, made
+
+    async def test_a_reply_target_answers_its_own_ask_whatever_the_order(
+        self, store: Store
+    ) -> None:
+        session, [(first, _), (second, _)] = await self._asks(store, 2)
+        seq = await _answer(store, "r2", "second answer", reply_to="m1")
+        matched = await store.correlate_reply(session, seq)
+        assert matched is not None and matched.id == second and matched.answer_seq == seq
+        seq = await _answer(store, "r1", "first answer", reply_to="m0")
+        matched = await store.correlate_reply(session, seq)
+        assert matched is not None and matched.id == first
+        assert [a.id for a in await store.asks(awaiting_report=True)] == [first, second]
+
+    async def test_without_a_reply_target_each_answer_takes_the_oldest_open_ask_once(
+        self, store: Store
+    ) -> None:
+        session, [(first, _), (second, _)] = await self._asks(store, 2)
+        one = await _answer(store, "r1", "one")
+        two = await _answer(store, "r2", "two")
+        three = await _answer(store, "r3", "three")
+        assert (await store.correlate_reply(session, one)).id == first  # type: ignore[union-attr]
+        # matching again (after a restart) returns the same ask, not the next one
+        assert (await store.correlate_reply(session, one)).id == first  # type: ignore[union-attr]
+        assert (await store.correlate_reply(session, two)).id == second  # type: ignore[union-attr]
+        assert await store.correlate_reply(session, three) is None
+
+    async def test_an_answer_is_reported_once_and_expiry_is_edge_triggered(
+        self, store: Store
+    ) -> None:
+        session, [(first, _), (second, _)] = await self._asks(store, 2)
+        assert await store.expire_asks(1e13) == await store.expire_asks(1e13)
+        [expired_first, _] = await store.expire_asks(1e13)
+        assert (expired_first.id, expired_first.state) == (first, "expired")
+        await store.mark_expiry_reported(first)
+        assert [a.id for a in await store.expire_asks(1e13)] == [second]
+        # a late answer still matches an expired ask, and answering closes it
+        seq = await _answer(store, "late", "late answer")
+        assert (await store.correlate_reply(session, seq)).id == first  # type: ignore[union-attr]
+        answered = await store.mark_ask(first, "answered")
+        assert answered.state == "answered" and answered.reported_at is not None
+        assert await store.asks(awaiting_report=True) == []
+        assert [a.id for a in await store.asks(states=("expired",))] == [second]
+
+    async def test_peer_conversations_are_newest_first_and_filtered_by_activity(
+        self, store: Store
+    ) -> None:
+        master = await store.ensure_conversation(Address("tp", "peer-b", "master"))
+        await self._asks(store, 1)
+        found = await store.peer_conversations("tp", "peer-b")
+        assert [c.address.thread for c in found] == ["s1", "master"]
+        assert master.id in [c.id for c in found]
+        assert await store.peer_conversations("tp", "peer-b", active_since=1e13) == []
+        assert await store.peer_conversations("tp", "someone-else") == []

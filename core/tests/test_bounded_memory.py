@@ -1,0 +1,57 @@
+"""Memory kept per conversation is bounded: LRU caches in the store, idle slots forgotten."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from backchannel.store import Inbound, SQLiteStore
+from backchannel.store import sqlite as sqlite_module
+from backchannel.store.cache import LRUCache
+from backchannel.switchboard import Binding, Switchboard
+from backchannel.testing import FakeChannel, RecordingAgent
+from backchannel.testing.store_contract import make_event
+
+
+def test_the_least_recently_used_entry_goes_first() -> None:
+    cache: LRUCache[str, int] = LRUCache(2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.get("a") == 1  # now "b" is the least recently used
+    cache.put("c", 3)
+    assert "b" not in cache
+    assert (cache.get("a"), cache.get("c"), len(cache)) == (1, 3, 2)
+
+
+async def test_conversations_evicted_from_the_caches_keep_their_numbering(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "CACHED_CONVERSATIONS", 3)
+    store = SQLiteStore(tmp_path / "bc.db")
+    for round_number in (1, 2):
+        results = await store.append_inbound(
+            [Inbound(make_event(f"e{round_number}-{chat}", chat=f"c{chat}")) for chat in range(10)]
+        )
+        assert [r.seq for r in results] == [round_number] * 10
+    assert len(store._conversation_ids) <= 3
+    assert len(store._known_counters) <= 3
+    assert len(store._known_participants) <= 3
+    (participant,) = await store.participants(results[0].conversation_id)
+    assert participant.message_count == 2
+    await store.close()
+
+
+async def test_idle_conversations_leave_no_scheduling_state(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    agent = RecordingAgent(lambda run: None)
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(agent))
+    await board.start()
+    for chat in range(300):
+        channel.platform.user_says("hello", chat=f"c{chat}")
+    await agent.wait_runs(300)
+    await board.wait_idle()
+    assert board.scheduler._slots == {}
+    # the dict was copied once the burst was over: it does not keep its peak size
+    assert board.scheduler._slots_peak < 300
+    await board.stop()

@@ -1,0 +1,77 @@
+"""WAL checkpoints run on their own thread, off the commit path, and the WAL stays bounded."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import apsw
+from backchannel.store import SQLiteStore
+from backchannel.store.checkpoint import Checkpointer
+
+
+def _wal_database(path: Path) -> apsw.Connection:
+    db = apsw.Connection(str(path))
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("CREATE TABLE blobs (data BLOB)")
+    return db
+
+
+def _write_pages(db: apsw.Connection, pages: int) -> None:
+    for _ in range(pages):
+        with db:
+            db.execute("INSERT INTO blobs VALUES (?)", (os.urandom(3000),))
+
+
+def test_commits_leave_checkpoints_to_the_background_thread(tmp_path: Path) -> None:
+    db = _wal_database(tmp_path / "a.db")
+    checkpointer = Checkpointer(db, str(tmp_path / "a.db"), wake_pages=20, limit_pages=10**9)
+    try:
+        _write_pages(db, 40)
+        assert checkpointer.checkpointed.wait(30)
+        assert checkpointer.background_checkpoints >= 1
+        assert checkpointer.inline_checkpoints == 0
+        # what was written is in the database file now: a fresh reader sees all of it
+        with apsw.Connection(str(tmp_path / "a.db")) as reader:
+            assert reader.execute("SELECT COUNT(*) FROM blobs").fetchone() == (40,)
+    finally:
+        checkpointer.stop()
+        db.close()
+
+
+def test_the_thread_is_woken_once_per_wake_pages_of_growth_not_per_commit(
+    tmp_path: Path,
+) -> None:
+    db = _wal_database(tmp_path / "w.db")
+    checkpointer = Checkpointer(db, str(tmp_path / "w.db"), wake_pages=20, limit_pages=10**9)
+    try:
+        _write_pages(db, 200)  # 200 commits of one or two WAL pages each
+        # once per 20 pages of growth (about 20 times), not on every commit past the mark
+        assert 1 <= checkpointer.wakes <= 50
+    finally:
+        checkpointer.stop()
+        db.close()
+
+
+def test_a_wal_past_its_limit_is_checkpointed_by_the_commit(tmp_path: Path) -> None:
+    db = _wal_database(tmp_path / "b.db")
+    # the thread is never woken: only the limit keeps the WAL from growing
+    checkpointer = Checkpointer(db, str(tmp_path / "b.db"), wake_pages=10**9, limit_pages=30)
+    try:
+        _write_pages(db, 300)
+        assert checkpointer.inline_checkpoints >= 5
+        assert checkpointer.background_checkpoints == 0
+        frames = os.path.getsize(tmp_path / "b.db-wal") // 4096
+        assert frames <= 40, f"the WAL grew to {frames} pages"
+    finally:
+        checkpointer.stop()
+        db.close()
+
+
+async def test_closing_the_store_stops_its_checkpoint_thread(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "c.db")
+    checkpointer = store._checkpointer
+    assert checkpointer is not None and checkpointer._thread.is_alive()
+    await store.close()
+    assert not checkpointer._thread.is_alive()

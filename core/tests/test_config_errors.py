@@ -1,0 +1,78 @@
+"""Config mistakes: one wording for an unknown name everywhere, with the closest known name
+suggested, and every mistake of a file reported at once (`check` exits 1 with the list)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from backchannel.cli import main
+from backchannel.config import load_config
+from backchannel.errors import ConfigError, ConfigErrors, unknown_key
+from click.testing import CliRunner
+
+MANY_MISTAKES = """
+[server]
+prot = 8080
+
+[stores]
+path = "x.db"
+
+[accounts.tg]
+channel = "telegram"
+token = "123456:abcdef"
+pol_timeout = 30
+
+[accounts.web]
+channel = "webchat"
+titel = "Support"
+
+[agents.helper]
+kind = "openai"
+modle = "llama3.2"
+
+[[bindings]]
+agent = "helper"
+respond = "sometimes"
+windw = 10
+"""
+
+
+def test_unknown_key_suggests_the_closest_known_one() -> None:
+    assert unknown_key("pol_timeout", ["token", "poll_timeout", "poll_limit"]) == (
+        "unknown key; did you mean `poll_timeout`? (known keys: poll_limit, poll_timeout, token)"
+    )
+    assert unknown_key("zzz", ["host", "port"]) == "unknown key (known keys: host, port)"
+
+
+def test_check_reports_every_mistake_of_a_file_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "bot.toml"
+    path.write_text(MANY_MISTAKES, encoding="utf-8")
+
+    result = CliRunner().invoke(main, ["check", "-c", str(path)])
+
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert all(line.startswith(f"error: {path}: ") for line in lines), lines
+    problems = [line.removeprefix(f"error: {path}: ").split(" (known")[0] for line in lines]
+    assert problems == [
+        "stores: unknown section; did you mean `store`?",
+        "server.prot: unknown key; did you mean `port`?",
+        "bindings[0].windw: unknown key; did you mean `window`?",
+        'bindings[0].respond: expected one of always, mention, never, got "sometimes"',
+        "accounts.tg.pol_timeout: unknown key; did you mean `poll_timeout`?",
+        "accounts.web.titel: unknown key; did you mean `title`?",
+        "agents.helper.modle: unknown key; did you mean `model`?",
+    ]
+
+
+def test_one_mistake_is_still_one_plain_error(tmp_path: Path) -> None:
+    path = tmp_path / "bot.toml"
+    path.write_text("[server]\nprot = 1\n", encoding="utf-8")
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+
+    assert not isinstance(caught.value, ConfigErrors)
+    assert caught.value.key == "server.prot"

@@ -1,0 +1,193 @@
+"""Hostile and broken input at the core: storability, bounded JSON, secret-free dead letters."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+from backchannel import storable, switchboard
+from backchannel.model import Address, Event, Sender
+from backchannel.store import SQLiteStore
+from backchannel.switchboard import Binding, Switchboard
+from backchannel.testing import FakeChannel, RecordingAgent
+from backchannel.testing.fake_channel import FakeChannelAdapter
+from backchannel.wire import BadPayload, dump_for_dead_letter, parse_json, repair_text
+
+
+async def test_lone_surrogates_in_text_and_names_are_repaired_and_stored(
+    store: SQLiteStore,
+) -> None:
+    channel = FakeChannel()
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(RecordingAgent(lambda run: None)))
+    await board.start()
+    bad = channel.platform.make_message("half \ud800 pair", name="Eve \udfff", title="t\ud83d")
+    good = channel.platform.make_message("next one")
+    results = await board.ingest_many("fake", [bad, good], state={"offset": "2"})
+    assert [r.status for r in results] == ["stored", "stored"]
+    (conversation,) = await store.conversations()
+    first, second = await store.window(conversation.id, 10)
+    assert first.text == "half \ufffd pair" and first.sender.name == "Eve \ufffd"
+    assert second.text == "next one"
+    assert await store.get_state("fake", "offset") == "2"
+    await board.wait_idle()
+    await board.stop()
+
+
+async def test_a_surrogate_in_an_id_is_a_dead_letter_and_the_batch_moves_on(
+    store: SQLiteStore,
+) -> None:
+    channel = FakeChannel()
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(RecordingAgent(lambda run: None)))
+    await board.start()
+    bad = channel.platform.make_message("x", chat="c\ud800")
+    good = channel.platform.make_message("y")
+    results = await board.ingest_many("fake", [bad, good], state={"offset": "9"})
+    assert [r.status for r in results] == ["malformed", "stored"]
+    assert "chat id" in (results[0].reason or "")
+    (letter,) = await store.dead_letters("fake")
+    assert "surrogate" in letter["reason"]
+    json.loads(letter["payload"])  # a sanitized, parseable copy is kept
+    assert await store.get_state("fake", "offset") == "9"
+    await board.wait_idle()
+    await board.stop()
+
+
+async def test_what_the_check_misses_the_store_refusal_dead_letters_event_by_event(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the storability check is the first line; a store refusal it did not foresee
+    # must still not fail the batch, stall the cursor or lose the good events
+    monkeypatch.setattr(switchboard, "storable_event", lambda event, account: event)
+
+    class Huge(FakeChannelAdapter):
+        def normalize(self, raw: Any) -> Event | None:
+            event = super().normalize(raw)
+            if event is not None and event.text == "huge":
+                object.__setattr__(event, "sent_at", 2**70)  # SQLite integers are 64-bit
+            return event
+
+    channel = FakeChannel()
+    board = Switchboard(store)
+    board.add_account(Huge("fake", {}, channel.platform), Binding(RecordingAgent(lambda run: None)))
+    await board.start()
+    raws = [channel.platform.make_message(text) for text in ("a", "huge", "b")]
+    results = await board.ingest_many("fake", raws, state={"offset": "3"})
+    assert [r.status for r in results] == ["stored", "malformed", "stored"]
+    assert await store.get_state("fake", "offset") == "3"
+    single = await board.ingest("fake", channel.platform.make_message("huge"))
+    assert single.status == "malformed"
+    assert len(await store.dead_letters("fake")) == 2
+    await board.wait_idle()
+    await board.stop()
+
+
+def test_storable_event_names_what_cannot_be_stored() -> None:
+    def event(**changes: Any) -> Event:
+        base: dict[str, Any] = {
+            "address": Address("a", "c"),
+            "event_id": "e",
+            "sender": Sender("s", "S"),
+        }
+        return Event(**{**base, **changes})
+
+    plain = event()
+    assert storable.storable_event(plain, "a") is plain
+    assert "sent_at" in str(storable.storable_event(event(sent_at=float("inf")), "a"))
+    assert "sent_at" in str(storable.storable_event(event(sent_at=2**70), "a"))
+    assert "text" in str(storable.storable_event(event(text=5), "a"))
+    assert "event id" in str(storable.storable_event(event(event_id="\udc00"), "a"))
+    repaired = storable.storable_event(event(meta={"k": ["\ud800"]}), "a")
+    assert isinstance(repaired, Event) and repaired.meta == {"k": ["\ufffd"]}
+    deep: Any = "x"
+    for _ in range(100):
+        deep = [deep]
+    assert "nested" in str(storable.storable_event(event(meta={"k": deep}), "a"))
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"[" * 20000, "nested deeper"),
+        (b'{"a":' * 70 + b"1" + b"}" * 70, "nested deeper"),
+        (b'"\xc3\x28"', "not UTF-8"),
+        (b"", "not JSON"),
+        (b'{"a": 1', "not JSON"),
+    ],
+)
+def test_parse_json_refuses_in_one_line(body: bytes, says: str) -> None:
+    with pytest.raises(BadPayload) as caught:
+        parse_json(body)
+    assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_parse_json_refuses_a_body_over_the_size_bound() -> None:
+    with pytest.raises(BadPayload, match="larger than the limit"):
+        parse_json(b"[1]" * 10, max_bytes=8)
+
+
+def test_dead_letter_copy_drops_secret_fields_and_repairs_text() -> None:
+    kept = dump_for_dead_letter(
+        {"token": "xoxb-secret", "inner": [{"token": "again"}], "text": "a\ud800"}, {"token"}
+    )
+    assert "secret" not in kept and "again" not in kept
+    assert json.loads(kept)["text"] == "a\ufffd"
+    kept.encode("utf-8")
+
+
+def test_repair_text_joins_split_pairs_and_replaces_lone_halves() -> None:
+    assert repair_text("\ud83d\ude42") == "🙂"
+    assert repair_text("a\ud800b") == "a\ufffdb"
+    plain = "plain ascii"
+    assert repair_text(plain) is plain
+
+
+async def test_clients_dropping_half_sent_posts_cost_no_tracebacks(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import asyncio
+
+    from aiohttp import ClientSession, web
+    from backchannel.adapter import RouteTable
+    from backchannel.server import HttpServer
+
+    routes = RouteTable()
+    reads = 0
+    all_dropped = asyncio.Event()
+
+    async def webhook(request: web.Request) -> web.StreamResponse:
+        nonlocal reads
+        try:
+            return web.Response(text=str(len(await request.read())))
+        finally:
+            reads += 1
+            if reads == 60:
+                all_dropped.set()
+
+    routes.add("POST", "/hook", webhook)
+    server = HttpServer(routes, port=0)
+    url = await server.start()
+    port = int(url.rsplit(":", 1)[1])
+    caplog.set_level(logging.DEBUG)
+    try:
+        for _ in range(60):
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /hook HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nabc")
+            await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+        await asyncio.wait_for(all_dropped.wait(), 30)
+        assert server.disconnects == 60
+        loud = [r for r in caplog.records if r.levelno >= logging.INFO]
+        assert len(loud) == 1 and "60" not in loud[0].getMessage()  # one report a minute
+        assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING]
+        async with (
+            ClientSession() as session,
+            session.post(f"{url}/hook", data=b"still serving") as response,
+        ):
+            assert response.status == 200 and await response.text() == "13"
+    finally:
+        await server.stop()

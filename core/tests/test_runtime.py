@@ -1,0 +1,35 @@
+"""`serve` tunes the garbage collector while it serves, and puts it back after."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from pathlib import Path
+from typing import Any
+
+from backchannel.app import serve
+from backchannel.config import load_config
+from backchannel.runtime import GC_THRESHOLDS
+
+
+async def test_serve_tunes_the_collector_while_serving_and_restores_it(tmp_path: Path) -> None:
+    path = tmp_path / "bot.toml"
+    path.write_text(
+        f'[store]\npath = "{tmp_path / "bc.db"}"\n'
+        '[accounts.web]\nchannel = "webchat"\n[agents.demo]\nkind = "demo"\n',
+        encoding="utf-8",
+    )
+    before = gc.get_threshold()
+    stop = asyncio.Event()
+    seen: list[tuple[tuple[int, int, int], int]] = []
+
+    def on_ready(board: Any) -> None:
+        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+        stop.set()
+
+    await asyncio.wait_for(serve(load_config(path), on_ready=on_ready, stop=stop), 15)
+    ((thresholds, frozen),) = seen
+    assert thresholds == GC_THRESHOLDS
+    assert frozen > 0
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0

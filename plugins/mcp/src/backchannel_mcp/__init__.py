@@ -1,0 +1,34 @@
+"""backchannel-mcp: backchannel's conversations as MCP tools, and a Claude Code channel.
+
+Adds ``backchannel mcp serve``. This module stays light (no ``mcp`` import):
+it is loaded with every ``backchannel`` command.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backchannel.hookspecs import hookimpl
+from backchannel.lazy import LazyCommand
+
+__all__ = ["register_commands", "register_control_ops"]
+
+
+@hookimpl
+def register_commands(cli: Any) -> None:
+    """Add the `backchannel mcp` command group (imported when it runs)."""
+    cli.add_command(
+        LazyCommand(
+            "mcp",
+            "backchannel_mcp.cli:mcp_group",
+            "Serve backchannel to MCP clients (Claude Code, Codex, Cursor, Claude Desktop, ...).",
+        )
+    )
+
+
+@hookimpl
+def register_control_ops(register: Any) -> None:
+    """Let `serve` do the MCP server's reactions (`mcp.react`), as it does its sends."""
+    from .sending import REACT_OP, react_op
+
+    register(REACT_OP, react_op)

@@ -1,0 +1,134 @@
+"""Streamable HTTP for a shared MCP server: a bearer token on every request, loopback by default.
+
+The MCP authorization spec has HTTP clients send ``Authorization: Bearer
+<token>`` on every request, and servers answer 401 with a
+``WWW-Authenticate: Bearer`` challenge when it is missing or wrong
+(https://modelcontextprotocol.io/specification/2025-06-18/basic/authorization).
+backchannel uses one static token from ``[mcp] token`` (write it as
+``${BACKCHANNEL_MCP_TOKEN}``), compared in constant time, and refuses to
+start without one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from backchannel.errors import ConfigError
+
+from .server import BackchannelMcp
+
+__all__ = ["BearerGate", "check_http_listen", "is_loopback", "serve_http"]
+
+log = logging.getLogger("backchannel.mcp.http")
+
+Asgi = Callable[[Any, Any, Any], Awaitable[None]]
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and localhost."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_http_listen(host: str, token: str | None) -> str:
+    """Return the token to require, or raise ConfigError saying why HTTP may not start."""
+    if token:
+        return token
+    if not is_loopback(host):
+        raise ConfigError(
+            f"refusing to serve MCP on {host}, a non-loopback address, without a token: anyone who"
+            " can reach it could read and send your messages. Set [mcp] token ="
+            ' "${BACKCHANNEL_MCP_TOKEN}" and export BACKCHANNEL_MCP_TOKEN'
+        )
+    raise ConfigError(
+        'streamable HTTP needs a bearer token: set [mcp] token = "${BACKCHANNEL_MCP_TOKEN}"'
+        " in the config and export BACKCHANNEL_MCP_TOKEN (or use --stdio for a client that"
+        " spawns the server)"
+    )
+
+
+class BearerGate:
+    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: Asgi, token: str):
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = b""
+            for name, value in scope.get("headers", ()):
+                if name.lower() == b"authorization":
+                    given = value
+                    break
+            if not hmac.compare_digest(given, self._expected):
+                await _unauthorized(send, "missing" if not given else "wrong")
+                return
+        await self.app(scope, receive, send)
+
+
+async def serve_http(
+    app: BackchannelMcp,
+    host: str,
+    port: int,
+    token: str,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve `app` over streamable HTTP at http://host:port/mcp until cancelled or `stop` is set."""
+    import uvicorn
+
+    starlette_app = app.server.streamable_http_app(host=host)
+    gated = BearerGate(starlette_app, token)
+    config = uvicorn.Config(
+        gated, host=host, port=port, log_level="warning", lifespan="on", access_log=False
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if task.done():
+                await task  # raises the bind error
+                raise OSError(f"cannot listen on {host}:{port}")
+            await asyncio.sleep(0.02)
+        bound = server.servers[0].sockets[0].getsockname()
+        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        url = f"http://{shown}:{bound[1]}/mcp"
+        if on_ready is not None:
+            on_ready(url)
+        if stop is None:
+            await task
+        else:
+            await stop.wait()
+    finally:
+        server.should_exit = True
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def _unauthorized(send: Any, what: str) -> None:
+    body = json.dumps(
+        {"error": "invalid_token", "error_description": f"{what} bearer token"}
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"www-authenticate", b'Bearer realm="backchannel", error="invalid_token"'),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

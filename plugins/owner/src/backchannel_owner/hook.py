@@ -1,0 +1,124 @@
+"""`backchannel-owner-hook`: hand a Claude Code session its owner's messages, mid-turn.
+
+Reads a hook payload on stdin (PostToolUse, UserPromptSubmit, SessionStart,
+Stop). It runs after every tool call, so the empty case is one directory
+listing with nothing but json, os and sys imported: no config, no store, no
+network. With messages waiting it counts an attempt in the store first,
+prints them (``hookSpecificOutput.additionalContext``; for Stop a top-level
+``{"decision": "block", "reason": ...}``), then stamps them delivered. A crash
+between printing and stamping shows them again marked ``(redelivery)``; the
+third attempt parks the message and tells the owner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing itself is not imported at run time: the empty case stays fast
+    from typing import IO
+
+__all__ = ["main", "run"]
+
+INBOX_ENV = "BACKCHANNEL_OWNER_INBOX"
+
+
+def main() -> None:
+    sys.exit(run(sys.stdin, sys.stdout, sys.stderr))
+
+
+def run(stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:
+    """Handle one hook call; return the exit status (0, or 1 with one line on stderr)."""
+    try:
+        payload = json.loads(stdin.read() or "{}")
+    except ValueError as error:
+        stderr.write(f"backchannel-owner-hook: stdin is not a JSON hook payload: {error}\n")
+        return 1
+    if not isinstance(payload, dict):
+        stderr.write("backchannel-owner-hook: stdin is not a JSON object (a hook payload)\n")
+        return 1
+    event = payload.get("hook_event_name") or "PostToolUse"
+    if event == "Stop" and payload.get("stop_hook_active"):
+        return 0  # Claude Code is already continuing because of a Stop hook: never loop
+    session_id = payload.get("session_id")
+    if not isinstance(session_id, str) or not session_id:
+        stderr.write("backchannel-owner-hook: the payload has no session_id\n")
+        return 1
+    try:
+        names = os.listdir(os.path.join(_root(), _safe(session_id)))
+    except OSError:
+        return 0
+    if not any(name.endswith(".json") and not name.startswith(".") for name in names):
+        return 0
+    try:
+        return _deliver(session_id, str(event), stdout, stderr)
+    except Exception as error:  # one line for people; Claude Code carries on (exit 1)
+        stderr.write(f"backchannel-owner-hook: {type(error).__name__}: {error}\n")
+        return 1
+
+
+def _root() -> str:
+    explicit = os.environ.get(INBOX_ENV)
+    if explicit:
+        return explicit
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(state, "backchannel", "owner", "inbox")
+
+
+def _safe(session_id: str) -> str:
+    """The marker directory's name for a session id (same rule as inbox.session_dir)."""
+    allowed = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+    return "".join(c if c in allowed else "_" for c in session_id) or "_"
+
+
+def _deliver(session_id: str, event: str, stdout: IO[str], stderr: IO[str]) -> int:
+    from .inbox import list_markers, remove_marker, stamp_attempt, stamp_delivered, stamp_parked
+    from .lines import delivery_text
+
+    shown = []
+    texts = []
+    for item in list_markers(session_id):
+        if item.kind != "message":
+            continue  # permission answers are for the MCP server's permission prompt
+        attempts = stamp_attempt(item)
+        if attempts is None:
+            remove_marker(item)  # delivered or parked elsewhere: the marker was stale
+            continue
+        if attempts > 2:
+            stamp_parked(item)
+            _tell_owner_parked(item, stderr)
+            continue
+        texts.append(delivery_text(item.id, item.text, parent_id=item.parent_id, attempts=attempts))
+        shown.append(item)
+    if not texts:
+        return 0
+    text = "\n\n".join(texts)
+    if event == "Stop":
+        output: dict[str, object] = {"decision": "block", "reason": text}
+    else:
+        output = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}
+    stdout.write(json.dumps(output, ensure_ascii=False) + "\n")
+    stdout.flush()
+    for item in shown:
+        stamp_delivered(item)
+    return 0
+
+
+def _tell_owner_parked(item: object, stderr: IO[str]) -> None:
+    try:
+        from .api import tell_owner_parked
+
+        tell_owner_parked(item)  # type: ignore[arg-type]
+    except Exception as error:
+        stderr.write(
+            f"backchannel-owner-hook: message #{getattr(item, 'id', '?')} was parked, but the"
+            f" owner could not be told: {error}\n"
+        )
+
+
+if __name__ == "__main__":
+    main()

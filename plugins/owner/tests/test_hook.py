@@ -1,0 +1,189 @@
+"""The inbox hook: empty is silent; attempt, then emit, then delivered; redelivery; parking."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from backchannel.store import SQLiteStore
+from backchannel_owner import hook
+from backchannel_owner.cli import hook_settings, merge_hooks
+from backchannel_owner.inbox import InboxItem, inbox_dir, list_markers, session_dir, write_marker
+from backchannel_owner.records import OwnerRecords
+
+SESSION = "5f0c2a9e-1d7b-4c1e-9a51-0f7e3c2b8d10"
+
+
+def waiting(store_path: Path, text: str = "hold off, do the validation slice first") -> InboxItem:
+    """Store one waiting owner message for SESSION and write its marker, as serve does."""
+    import asyncio
+
+    async def make() -> InboxItem:
+        store = SQLiteStore(store_path)
+        try:
+            row = OwnerRecords(store.db).insert_message(
+                1.0,
+                session_id=SESSION,
+                direction="in",
+                kind="message",
+                account="tg",
+                chat="1",
+                parent_id="m7k3q",
+                text=text,
+                status="waiting",
+            )
+        finally:
+            await store.close()
+        item = InboxItem(
+            {
+                "id": row.id,
+                "session_id": SESSION,
+                "text": text,
+                "parent_id": "m7k3q",
+                "store": str(store_path),
+                "created_at": 1.0,
+            }
+        )
+        write_marker(item)
+        return item
+
+    return asyncio.run(make())
+
+
+def run_hook(payload: dict[str, Any], stdout: io.StringIO | None = None) -> tuple[int, str, str]:
+    out, err = stdout or io.StringIO(), io.StringIO()
+    status = hook.run(io.StringIO(json.dumps(payload)), out, err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def status_of(store_path: Path, message_id: str) -> tuple[str, int]:
+    import sqlite3
+
+    with sqlite3.connect(store_path) as db:
+        row = db.execute(
+            "SELECT status, attempts FROM owner_messages WHERE id = ?", (message_id,)
+        ).fetchone()
+    return row[0], row[1]
+
+
+def post_tool_use(session: str = SESSION) -> dict[str, Any]:
+    return {
+        "session_id": session,
+        "hook_event_name": "PostToolUse",
+        "tool_name": "Bash",
+        "cwd": "/src",
+    }
+
+
+def test_the_empty_case_prints_nothing(inbox_root: Path) -> None:
+    assert run_hook(post_tool_use()) == (0, "", "")
+    session_dir(SESSION).mkdir(parents=True)
+    assert run_hook(post_tool_use()) == (0, "", "")
+
+
+def test_the_hook_and_the_inbox_agree_on_the_directory(inbox_root: Path) -> None:
+    assert hook._root() == str(inbox_dir())
+    odd = "a/b c:..é"
+    assert hook._safe(odd) == session_dir(odd).name
+
+
+def test_attempt_then_emit_then_delivered(inbox_root: Path, tmp_path: Path) -> None:
+    item = waiting(tmp_path / "bc.db")
+    status, out, err = run_hook(post_tool_use())
+    assert (status, err) == (0, "")
+    context = json.loads(out)["hookSpecificOutput"]
+    assert context["hookEventName"] == "PostToolUse"
+    assert context["additionalContext"].splitlines()[0] == (
+        f"Owner sent you a message #{item.id} (replying to your #m7k3q):"
+        ' "hold off, do the validation slice first"'
+    )
+    assert status_of(tmp_path / "bc.db", item.id) == ("delivered", 1)
+    assert list_markers(SESSION) == []
+    assert run_hook(post_tool_use()) == (0, "", "")
+
+
+class CrashAfterEmit(io.StringIO):
+    """stdout whose flush kills the hook, after the text is out, before the stamp."""
+
+    def flush(self) -> None:
+        raise KeyboardInterrupt
+
+
+def test_a_crash_between_emit_and_stamp_redelivers_then_parks_at_attempt_3(
+    inbox_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    item = waiting(tmp_path / "bc.db")
+    for attempt in (1, 2):
+        crashed = CrashAfterEmit()
+        with pytest.raises(KeyboardInterrupt):
+            run_hook(post_tool_use(), crashed)
+        first = json.loads(crashed.getvalue())["hookSpecificOutput"]["additionalContext"]
+        assert first.startswith("(redelivery) Owner sent" if attempt == 2 else "Owner sent")
+        assert status_of(tmp_path / "bc.db", item.id) == ("waiting", attempt)
+    told: list[str] = []
+    monkeypatch.setattr(
+        "backchannel_owner.api.tell_owner_parked", lambda parked: told.append(parked.id)
+    )
+    assert run_hook(post_tool_use()) == (0, "", "")
+    assert status_of(tmp_path / "bc.db", item.id) == ("parked", 3)
+    assert told == [item.id] and list_markers(SESSION) == []
+
+
+def test_stop_blocks_with_the_reason_and_an_active_stop_hook_returns_at_once(
+    inbox_root: Path, tmp_path: Path
+) -> None:
+    item = waiting(tmp_path / "bc.db")
+    stop = {"session_id": SESSION, "hook_event_name": "Stop", "stop_hook_active": True}
+    assert run_hook(stop) == (0, "", "")
+    assert status_of(tmp_path / "bc.db", item.id) == ("waiting", 0)  # marker untouched
+    status, out, _ = run_hook({**stop, "stop_hook_active": False})
+    assert status == 0
+    decision = json.loads(out)
+    assert decision["decision"] == "block" and f"#{item.id}" in decision["reason"]
+    assert "do NOT end your turn" in decision["reason"]
+
+
+def test_bad_payloads_are_one_line_and_never_block(inbox_root: Path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert hook.run(io.StringIO("{oops"), out, err) == 1
+    assert err.getvalue().count("\n") == 1 and "not a JSON hook payload" in err.getvalue()
+    assert run_hook({"hook_event_name": "PostToolUse"})[0:2] == (1, "")
+
+
+def test_the_hook_as_a_real_process(inbox_root: Path, tmp_path: Path) -> None:
+    item = waiting(tmp_path / "bc.db", "switch to validation")
+    done = subprocess.run(
+        [sys.executable, "-m", "backchannel_owner.hook"],
+        input=json.dumps(post_tool_use()),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (
+        '"switch to validation"'
+        in json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
+    )
+    assert status_of(tmp_path / "bc.db", item.id) == ("delivered", 1)
+
+
+def test_install_hooks_covers_the_four_events_and_merges_idempotently() -> None:
+    wanted = hook_settings()
+    assert sorted(wanted["hooks"]) == ["PostToolUse", "SessionStart", "Stop", "UserPromptSubmit"]
+    current = {
+        "model": "x",
+        "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "say done"}]}]},
+    }
+    merged = merge_hooks(current, wanted)
+    assert merged["model"] == "x"
+    assert [h["command"] for g in merged["hooks"]["Stop"] for h in g["hooks"]] == [
+        "say done",
+        "backchannel-owner-hook",
+    ]
+    assert merge_hooks(merged, wanted) == merged

@@ -1,0 +1,109 @@
+"""notify: silent fyi with identity, mark and id; bursts edit one message; failures are one line."""
+
+from __future__ import annotations
+
+import pytest
+from backchannel.store import SQLiteStore
+from backchannel_owner.api import OwnerError, notify
+from backchannel_owner.marks import PALETTE
+from backchannel_owner.records import OwnerRecords
+
+from .conftest import OwnerWorld, identity
+
+
+async def test_fyi_is_silent_and_names_the_session(world: OwnerWorld) -> None:
+    result = await notify(world.config, "tests are green", identity=identity())
+    (sent,) = world.fake.sent
+    assert sent.chat_id == world.owner_chat["id"] and sent.quiet
+    assert sent.text == (
+        f'{result.mark} "ci-cd-incremental-2" (gnome-terminal, Workspace 5) sent you a message'
+        f" #{result.id}: tests are green"
+    )
+    assert result.mark in PALETTE and result.status == "sent" and result.via == "direct"
+    store = SQLiteStore(world.config.store.path)
+    try:
+        row = OwnerRecords(store.db).get(result.id)
+        assert row is not None and row.platform_message_id == str(sent.message_id)
+        assert (row.kind, row.status, row.text) == ("fyi", "sent", sent.text)
+    finally:
+        await store.close()
+
+
+async def test_needs_answer_notifies_and_is_never_collapsed(world: OwnerWorld) -> None:
+    first = await notify(world.config, "one", identity=identity())
+    second = await notify(world.config, "which db?", needs_answer=True, identity=identity())
+    assert first.id != second.id
+    assert [s.quiet for s in world.fake.sent] == [True, False]
+
+
+async def test_a_burst_of_fyi_edits_one_message_and_keeps_its_id(world: OwnerWorld) -> None:
+    first = await notify(world.config, "step 1 done", identity=identity())
+    second = await notify(world.config, "step 2 done", identity=identity())
+    assert second.id == first.id and second.collapsed
+    (sent,) = world.fake.sent
+    assert sent.text.splitlines() == [
+        f'{first.mark} "ci-cd-incremental-2" (gnome-terminal, Workspace 5) sent you a message'
+        f" #{first.id}: step {n} done"
+        for n in (1, 2)
+    ]
+
+
+async def test_the_burst_window_is_per_session_and_closes(world: OwnerWorld) -> None:
+    world.write_config(burst_window=0.000001)
+    first = await notify(world.config, "a", identity=identity())
+    second = await notify(world.config, "b", identity=identity())
+    assert first.id != second.id
+    world.write_config()
+    other = await notify(world.config, "c", identity=identity("other-session", "other"))
+    assert other.id not in (first.id, second.id) and other.mark != first.mark
+    assert len(world.fake.sent) == 3
+
+
+async def test_a_reply_names_the_owner_message_and_is_never_collapsed(world: OwnerWorld) -> None:
+    first = await notify(world.config, "working", identity=identity())
+    store = SQLiteStore(world.config.store.path)
+    try:
+        owner_message = OwnerRecords(store.db).insert_message(
+            1.0,
+            session_id=identity().session_id,
+            direction="in",
+            kind="message",
+            account="tg",
+            chat=str(world.owner_chat["id"]),
+            text="stop",
+            status="delivered",
+        )
+    finally:
+        await store.close()
+    reply = await notify(world.config, "stopped", reply_to=owner_message.id, identity=identity())
+    assert reply.id != first.id and not reply.collapsed
+    assert world.fake.sent[-1].text == (
+        f'{reply.mark} "ci-cd-incremental-2" re #{owner_message.id} → #{reply.id}: stopped'
+    )
+    assert not world.fake.sent[-1].quiet
+
+
+async def test_replying_to_an_unknown_id_is_one_clear_error(world: OwnerWorld) -> None:
+    with pytest.raises(OwnerError, match="there is no message #zzzzz to reply to"):
+        await notify(world.config, "x", reply_to="zzzzz", identity=identity())
+
+
+async def test_a_refused_send_is_recorded_failed(world: OwnerWorld) -> None:
+    world.fake.fail_next("sendMessage", "forbidden")
+    result = await notify(world.config, "hello", identity=identity())
+    assert result.status == "failed" and "bot was blocked" in (result.reason or "")
+
+
+async def test_a_hanging_channel_never_hangs_notify(world: OwnerWorld) -> None:
+    world.write_config(timeout=1)
+    world.fake.fail_next("sendMessage", "hang")
+    with pytest.raises(OwnerError, match=r"notify gave up after 1s \(owner.timeout\)"):
+        await notify(world.config, "hello", identity=identity())
+    assert world.fake.token not in str(world.config)
+
+
+async def test_without_an_owner_table_notify_says_what_to_add(world: OwnerWorld) -> None:
+    text = world.config_path.read_text().split("[owner]")[0]
+    world.config_path.write_text(text)
+    with pytest.raises(Exception, match=r"has no \[owner\] table: add account, chat and user"):
+        await notify(world.config, "hello", identity=identity())

@@ -1,0 +1,225 @@
+"""In serve: the owner's replies reach the parent's session; nobody else steers; notices."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from backchannel.app import build_switchboard
+from backchannel.model import Address
+from backchannel.switchboard import Switchboard
+from backchannel_owner.api import mark_delivered, notify, request_permission
+from backchannel_owner.inbox import list_markers
+from backchannel_owner.records import OwnerMessage, OwnerRecords
+
+from .conftest import OwnerWorld, identity
+
+Start = Callable[..., Awaitable[Switchboard]]
+
+
+@pytest.fixture
+async def start(world: OwnerWorld) -> AsyncIterator[Start]:
+    boards: list[Switchboard] = []
+
+    async def make(**owner: Any) -> Switchboard:
+        if owner:
+            world.write_config(**owner)
+        board = await build_switchboard(world.config, serve_http=False)
+        await board.start()
+        boards.append(board)
+        return board
+
+    yield make
+    for board in boards:
+        await board.stop()
+
+
+def rows(board: Switchboard, direction: str = "in") -> list[OwnerMessage]:
+    records = OwnerRecords(board.store.db)  # type: ignore[attr-defined]
+    return [m for m in records._all("ORDER BY created_at", ()) if m.direction == direction]
+
+
+async def say(
+    world: OwnerWorld, chat: dict[str, Any], user: dict[str, Any], text: str, **kw: Any
+) -> dict[str, Any]:
+    """Inject a message and return once the bot acked it (its ingest committed)."""
+    update = world.fake.inject_message(chat, user, text, **kw)
+    await world.fake.wait_for(lambda: world.fake.is_acked(update["update_id"]), what="the ack")
+    return update
+
+
+async def test_a_native_reply_reaches_the_session_before_the_ack(
+    world: OwnerWorld, start: Start, inbox_root: Path
+) -> None:
+    board = await start()
+    sent = await notify(world.config, "which db?", needs_answer=True, identity=identity())
+    message_id = world.fake.sent[-1].message_id
+    await say(world, world.owner_chat, world.owner, "postgres", reply_to=message_id)
+    (routed,) = rows(board)
+    assert (routed.session_id, routed.parent_id, routed.text, routed.status) == (
+        identity().session_id,
+        sent.id,
+        "postgres",
+        "waiting",
+    )
+    (marker,) = list_markers(identity().session_id, inbox_root)
+    assert (marker.id, marker.text, marker.parent_id) == (routed.id, "postgres", sent.id)
+    conversation = await board.store.find_conversation(Address("tg", str(world.owner_chat["id"])))
+    assert conversation is not None and conversation.trigger_seq == 0  # no agent run
+    await board.wait_idle()
+    assert len(world.fake.sent) == 1
+
+
+async def test_a_leading_hash_id_routes_and_is_stripped(world: OwnerWorld, start: Start) -> None:
+    board = await start()
+    sent = await notify(world.config, "fyi", identity=identity())
+    await say(world, world.owner_chat, world.owner, f"#{sent.id.upper()} switch to validation")
+    (routed,) = rows(board)
+    assert (routed.parent_id, routed.text) == (sent.id, "switch to validation")
+
+
+async def test_the_native_reply_wins_over_a_leading_id(world: OwnerWorld, start: Start) -> None:
+    board = await start()
+    first = await notify(world.config, "first", needs_answer=True, identity=identity("s-1"))
+    first_platform = world.fake.sent[-1].message_id
+    second = await notify(world.config, "second", needs_answer=True, identity=identity("s-2"))
+    await say(world, world.owner_chat, world.owner, f"#{second.id} hi", reply_to=first_platform)
+    (routed,) = rows(board)
+    assert (routed.session_id, routed.parent_id) == ("s-1", first.id)
+
+
+async def test_a_redelivered_reply_is_routed_once(world: OwnerWorld, start: Start) -> None:
+    board = await start()
+    sent = await notify(world.config, "fyi", identity=identity())
+    update = await say(world, world.owner_chat, world.owner, f"#{sent.id} go")
+    world.fake.deliver_again(update["update_id"])
+    await say(world, world.owner_chat, world.owner, "plain message after")
+    assert len(rows(board)) == 1
+
+
+async def test_a_stranger_or_another_chat_is_refused_and_held(
+    world: OwnerWorld, start: Start, inbox_root: Path
+) -> None:
+    board = await start()
+    sent = await notify(world.config, "fyi", identity=identity())
+    await say(world, world.group, world.stranger, f"#{sent.id} rm -rf it all")
+    await say(world, world.group, world.owner, f"#{sent.id} from the wrong chat")
+    assert rows(board) == []
+    assert list_markers(identity().session_id, inbox_root) == []
+    group = await board.store.find_conversation(Address("tg", str(world.group["id"])))
+    assert group is not None and group.held_count == 2 and group.trigger_seq == 0
+
+
+async def test_without_owner_user_inbound_is_refused_and_serve_says_so_once(
+    world: OwnerWorld, start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="backchannel.owner"):
+        board = await start(user=None)
+    sent = await notify(world.config, "fyi", identity=identity())
+    await say(world, world.owner_chat, world.owner, f"#{sent.id} go")
+    assert rows(board) == []
+    duplex_lines = [r.message for r in caplog.records if "owner duplex is off" in r.message]
+    assert len(duplex_lines) == 1 and "owner.user" in duplex_lines[0]
+
+
+async def test_an_unknown_id_gets_one_correction_per_chat_per_minute(
+    world: OwnerWorld, start: Start
+) -> None:
+    board = await start()
+    await say(world, world.owner_chat, world.owner, "#zzzzz go")
+    await world.fake.wait_for(
+        lambda: any("#zzzzz is not a message I sent" in s.text for s in world.fake.sent),
+        what="the correction",
+    )
+    await say(world, world.owner_chat, world.owner, "#yyyyy go")
+    await board.wait_idle()
+    corrections = [s.text for s in world.fake.sent if "is not a message I sent" in s.text]
+    assert corrections == ["#zzzzz is not a message I sent — check the id"]
+
+
+async def test_the_same_unknown_id_is_corrected_once_an_hour(
+    world: OwnerWorld, start: Start
+) -> None:
+    board = await start(correction_per_chat=0.000001)
+    await say(world, world.owner_chat, world.owner, "#zzzzz go")
+    await say(world, world.owner_chat, world.owner, "#zzzzz again")
+    await say(world, world.owner_chat, world.owner, "#yyyyy go")
+    await world.fake.wait_for(
+        lambda: any("#yyyyy is not" in s.text for s in world.fake.sent), what="2nd correction"
+    )
+    await board.wait_idle()
+    corrections = [s.text for s in world.fake.sent if "is not a message I sent" in s.text]
+    assert len(corrections) == 2
+
+
+async def test_staleness_notices_fire_once_per_edge_and_survive_a_restart(
+    world: OwnerWorld, start: Start
+) -> None:
+    board = await start(stale_after=0.3, late_after=3)
+    sent = await notify(world.config, "fyi", identity=identity())
+    await say(world, world.owner_chat, world.owner, f"#{sent.id} are you there?")
+
+    def notices() -> list[str]:
+        return [s.text for s in world.fake.sent if "hasn't picked your message" in s.text]
+
+    await world.fake.wait_for(lambda: len(notices()) == 1, what="the 5-minute notice")
+    (routed,) = rows(board)
+    assert routed.stale_notice_at is not None
+    assert notices()[0].endswith(f"that session hasn't picked your message #{routed.id} up yet")
+    await board.stop()
+    board = await start()  # restart: the stamped edge is not repeated, the next one is armed
+    await world.fake.wait_for(lambda: len(notices()) == 2, 10, what="the 24-hour notice")
+    assert "after a day" in notices()[1]
+    assert rows(board)[0].late_notice_at is not None
+
+
+async def test_a_delivered_message_gets_no_notice(world: OwnerWorld, start: Start) -> None:
+    board = await start(stale_after=0.3)
+    duplex = board._services[0]
+    checked = asyncio.Event()
+    original = duplex._escalate  # type: ignore[attr-defined]
+
+    async def escalate_and_tell(message_id: str, edge: str) -> None:
+        await original(message_id, edge)
+        checked.set()
+
+    duplex._escalate = escalate_and_tell  # type: ignore[attr-defined]
+    sent = await notify(world.config, "fyi", identity=identity())
+    await say(world, world.owner_chat, world.owner, f"#{sent.id} quick one")
+    (marker,) = list_markers(identity().session_id)
+    assert mark_delivered(marker)
+    await asyncio.wait_for(checked.wait(), 10)
+    assert not any("hasn't picked" in s.text for s in world.fake.sent)
+    (routed,) = rows(board)
+    assert routed.status == "delivered" and routed.stale_notice_at is None
+    assert list_markers(identity().session_id) == []
+
+
+async def test_permission_prompts_take_only_yes_or_no_with_a_pending_id(
+    world: OwnerWorld, start: Start, inbox_root: Path
+) -> None:
+    board = await start()
+    prompt_id = await request_permission(world.config, identity(), "req-1", "Bash", "rm -rf build/")
+    prompt = world.fake.sent[-1]
+    assert prompt.text.endswith(
+        f'session "ci-cd-incremental-2" wants to run Bash: `rm -rf build/` — reply'
+        f" `yes {prompt_id}` or `no {prompt_id}`"
+    )
+    await say(world, world.group, world.stranger, f"yes {prompt_id}")
+    await say(world, world.owner_chat, world.owner, f"yes {prompt_id}")
+    (answer,) = [m for m in list_markers(identity().session_id, inbox_root)]
+    assert (answer.kind, answer.text, answer.meta) == (
+        "permission",
+        "yes",
+        {"request_id": "req-1", "behavior": "allow"},
+    )
+    await say(world, world.owner_chat, world.owner, f"no {prompt_id}")
+    await world.fake.wait_for(
+        lambda: any("not a pending permission request" in s.text for s in world.fake.sent),
+        what="the correction for an answered prompt",
+    )
+    assert len(rows(board)) == 1
