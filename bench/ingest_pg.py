@@ -19,7 +19,7 @@ being slow.
         [--conversations N] [--rounds N] [--shape poller|webhook]
 
 Without --store it starts a throwaway cluster from Debian's binaries (as the
-tests do). With --store the URL's user must be allowed to CREATE SCHEMA; each
+tests do, but with PostgreSQL's durable defaults: fsync and synchronous_commit on). With --store the URL's user must be allowed to CREATE SCHEMA; each
 round's schema is dropped after.
 """
 
@@ -233,9 +233,9 @@ def main() -> None:
         return
     from backchannel.testing.postgres import throwaway_cluster
 
-    with throwaway_cluster() as cluster:
-        # the throwaway cluster runs with fsync off (as in the tests): say so beside the figures
-        print("(throwaway cluster: fsync=off, synchronous_commit=off)")
+    with throwaway_cluster(durable=True) as cluster:
+        # durable like SQLite's WAL + synchronous=NORMAL: each commit reaches the disk
+        print("(throwaway cluster, PostgreSQL's defaults: fsync=on, synchronous_commit=on)")
         run(cluster.url(), args.shape, args.events, args.conversations, args.rounds)
 
 
