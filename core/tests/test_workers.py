@@ -200,3 +200,29 @@ def test_serve_worker_needs_a_postgresql_store(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["serve", "-c", str(config), "--worker", "w1"])
     assert result.exit_code == 1
     assert "--worker w1 needs a shared store: set [store] url" in result.output
+
+
+async def test_serve_as_a_named_worker_takes_the_lease_of_its_accounts(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    from backchannel.app import serve
+    from backchannel.config import load_config
+
+    config_file = tmp_path / "bc.toml"
+    config_file.write_text(f'[store]\nurl = "{postgres_url}"\n\n[server]\nport = 0\n')
+    config = load_config(config_file)
+    stop = asyncio.Event()
+    ready: asyncio.Future[Switchboard] = asyncio.get_running_loop().create_future()
+    serving = asyncio.create_task(
+        serve(config, on_ready=ready.set_result, stop=stop, worker="web-1")
+    )
+    board = await asyncio.wait_for(ready, 60)
+    assert board.workers is not None and board.workers.owned == {"webchat"}
+    store = PostgresStore(postgres_url)
+    assert (await store.leases())["webchat"][0] == "web-1"
+    stop.set()
+    await asyncio.wait_for(serving, 60)
+    assert await store.leases() == {}  # a clean stop hands its leases back
+    (worker,) = await store.workers_report()
+    assert (worker["name"], worker["stopped_at"] is not None) == ("web-1", True)
+    await store.close()
