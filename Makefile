@@ -53,3 +53,4 @@ test: lint typecheck pytest
 bench: bootstrap
 	$(UV) run --frozen --with 'aiogram>=3,<4' python bench/all.py
 	$(UV) run --frozen python bench/window.py
+	$(UV) run --frozen python bench/hook.py

@@ -43,7 +43,7 @@ async def test_migrations_are_recorded_once(tmp_path: Path) -> None:
     store = SQLiteStore(path)
     from backchannel.store.migrations import MIGRATIONS, plugin_migrations
 
-    rows = [row[0] for row in store.db.execute("SELECT name FROM _migrations")]
+    rows = [row[0] for row in store.db.execute("SELECT name FROM _migrations ORDER BY rowid")]
     expected = [migration.__name__ for migration in [*MIGRATIONS, *plugin_migrations()]]
     assert rows == expected
     await store.close()

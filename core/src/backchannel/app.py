@@ -46,7 +46,6 @@ __all__ = [
     "build_bindings",
     "build_switchboard",
     "open_config_store",
-    "open_sqlite_store",
     "serve",
 ]
 
@@ -70,21 +69,6 @@ def open_config_store(config: Config, *, worker: str | None = None) -> Store:
             f"cannot open the store at {config.store.path}: {error.strerror or error}"
             " (set [store] path to a writable place)"
         ) from error
-
-
-def open_sqlite_store(config: Config) -> SQLiteStore:
-    """Open the config's store for code that needs the SQLite file itself (its `db`).
-
-    One clear StoreError when the config's store is PostgreSQL.
-    """
-    if config.store.url:
-        raise StoreError(
-            "this needs the SQLite store, and the config's store is PostgreSQL at"
-            f" {config.store.location} (it works with [store] path only)"
-        )
-    store = open_config_store(config)
-    assert isinstance(store, SQLiteStore)
-    return store
 
 
 def build_adapter(config: Config, account: AccountConfig) -> Adapter:
@@ -214,7 +198,6 @@ async def serve(
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, AttributeError):
         loop.add_signal_handler(signal.SIGHUP, reload_config, board, config)
         installed.append(signal.SIGHUP)
-    # several workers would share one control socket path: operators use the database
     control = _control_server(config, board) if worker is None else None
     restore_gc = None
     try:

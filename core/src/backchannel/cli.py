@@ -160,10 +160,11 @@ def serve_command(config_path: Path | None, worker: str | None, verbose: bool) -
     """Run the switchboard until Ctrl-C (in-flight runs and sends finish first)."""
     config = _load(config_path)
     _setup_logging(verbose)
+    as_worker = f"; worker: {worker}" if worker else ""
     _echo_err(
         f"config: {config.source or 'embedded defaults'}; store: {config.store.location}"
         + (" (this config's own, chosen by its path)" if config.store_defaulted else "")
-        + (f"; worker: {worker}" if worker else "")
+        + as_worker
     )
     _serve(config, verbose, worker=worker)
 

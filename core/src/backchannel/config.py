@@ -10,7 +10,7 @@
     [orchestration]  enabled (the kill switch), ask_timeout, session_live, report
     [<plugin>]       a plugin's own table, named after its entry point (``[owner]``):
                      kept as-is in `Config.sections` for the plugin to validate
-    [mcp]            token, owner_account, owner_chat, owner_user (`backchannel mcp serve`)
+    [mcp]            token (`backchannel mcp serve --http`)
 
 Every mistake raises one `ConfigError` whose text names the file, the key path
 and what was expected (``bot.toml: bindings[0].respond: expected one of always,
@@ -193,11 +193,6 @@ class McpConfig:
 
     #: bearer token streamable HTTP clients must send (write it as ${BACKCHANNEL_MCP_TOKEN})
     token: str | None = None
-    #: whose messages a Claude Code channel may push and who answers permission prompts:
-    #: the owner's account, chat with the bot, and user id on that channel
-    owner_account: str | None = None
-    owner_chat: str | None = None
-    owner_user: str | None = None
 
 
 @frozen
@@ -480,7 +475,11 @@ class _Parser:
             source=self.source,
             secret_keys=frozenset(self.secret_keys),
             secret_values=self.secret_values(),
-            sections={key: dict(data[key]) for key in data if key in plugin_sections},
+            sections={
+                key: dict(data[key])
+                for key in data
+                if key in plugin_sections and isinstance(data[key], Mapping)
+            },
         )
         if check_plugins:
             self.check_plugins(config)

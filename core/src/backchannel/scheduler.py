@@ -105,11 +105,11 @@ class Scheduler:
         self._slots_peak = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
-        #: with several workers on one store: a conversation runs where it is claimed
-        self.claims: RunClaims | None = None
         #: checked before each run: a gate that returns True took the conversation's new
         #: messages itself (an ask's correlated answer), so no agent run happens for them
         self.gates: list[Callable[[Conversation], Awaitable[bool]]] = []
+        #: with several workers on one store: a conversation runs where it is claimed
+        self.claims: RunClaims | None = None
 
     def add_note(self, conversation_id: int, note: str) -> None:
         """Add a line to the framing of this conversation's next run."""
@@ -203,22 +203,20 @@ class Scheduler:
                     await self.claims.release(conversation_id)
                 if self._stopping:
                     pass
-                elif not claimed and not failed:
-                    # another worker is running it: that worker does the follow-up run
-                    if slot.timer is None and not slot.notes:
-                        self._forget(conversation_id)
                 elif not poked and not failed and self.claims is None:
                     # the run covered every trigger it was started for and none came since:
                     # nothing can be owed, no need to read the conversation back (with
-                    # several workers, messages may have come to another one meanwhile)
+                    # several workers another one may have taken triggers meanwhile)
                     if slot.timer is None and not slot.notes:
                         self._forget(conversation_id)
-                else:
+                elif claimed or failed:
                     conversation = await self.store.conversation(conversation_id)
                     if conversation.trigger_seq > conversation.handled_seq:
                         self.poke(conversation_id, account_name, pause=_backoff(slot.failures))
                     elif slot.timer is None and not slot.notes:
                         self._forget(conversation_id)
+                elif slot.timer is None and not slot.notes:
+                    self._forget(conversation_id)
             except Exception:
                 log.exception("could not check conversation %s for follow-up", conversation_id)
             finally:

@@ -163,13 +163,13 @@ class Switchboard:
         self._stopping = False
         #: who the agent was on each account when it last started (for previews without start)
         self._known_me: dict[str, Sender] = {}
-        #: set (before start) when this is one of several workers sharing a PostgreSQL store
-        self.workers: WorkerCoordinator | None = None
         #: more tools for runs: provider(account, session, conversation) -> tools (orchestration)
         self.run_tools: list[Callable[[str, RunSession, Conversation], Sequence[Tool]]] = []
         #: conversations whose every new message is looked at (a session with an open ask:
         #: its answer may not call for a run itself), not only triggering ones
         self.watched: set[int] = set()
+        #: set (before start) when this is one of several workers sharing a PostgreSQL store
+        self.workers: WorkerCoordinator | None = None
         self._routers: dict[str, list[InboundRouter]] = {}
         self._services: list[Service] = []
         self._started_services: list[Service] = []
@@ -272,11 +272,11 @@ class Switchboard:
         for conversation in owed:
             self.scheduler.add_note(conversation.id, RESTART_NOTE)
             self.scheduler.poke(conversation.id, conversation.address.account)
-        if workers is not None:
-            await workers.start()
         for service in self._services:
             await service.start(self)
             self._started_services.append(service)
+        if workers is not None:
+            await workers.start()
 
     async def start_accounts(self, names: Iterable[str]) -> None:
         """Start only these accounts' adapters: no recovery, no scheduling, no HTTP server.
@@ -485,11 +485,10 @@ class Switchboard:
         if not routers or event.kind != "message":
             return None
         for router in routers:
-            try:
-                verdict = await router(event)
-            except Exception:  # a plugin bug must not stop the pipeline: bindings apply
-                log.exception("account %s: inbound router %r failed", account, router)
-                continue
+            # a router that raises fails the ingest like a store error: nothing is acked, the
+            # adapter reads the event again; falling back to the bindings could hand a
+            # message meant for the plugin (an owner's reply) to the wrong reader
+            verdict = await router(event)
             if verdict is not None:
                 return verdict
         return None

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backchannel.app import open_sqlite_store, serve
+from backchannel.app import open_config_store, serve
 from backchannel.config import Config, load_config
 from backchannel.model import Address, Event, Sender
-from backchannel.store import Inbound, SQLiteStore
+from backchannel.store import Inbound, SQLiteStore, Store
 from backchannel_mcp.server import BackchannelMcp, in_memory
 from backchannel_telegram.testing import FakeTelegram
 from mcp import Client
@@ -59,9 +59,11 @@ respond = "never"
 
 [mcp]
 token = "${{BACKCHANNEL_MCP_TOKEN}}"
-owner_account = "tg"
-owner_chat = "{self.owner_chat["id"]}"
-owner_user = "{self.owner["id"]}"
+
+[owner]
+account = "tg"
+chat = "{self.owner_chat["id"]}"
+user = "{self.owner["id"]}"
 """
         )
 
@@ -113,6 +115,7 @@ def _toml(value: Any) -> str:
 @pytest.fixture
 def world(fake: FakeTelegram, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     monkeypatch.setenv("BACKCHANNEL_MCP_TOKEN", TOKEN)
+    monkeypatch.setenv("BACKCHANNEL_OWNER_INBOX", str(tmp_path / "inbox"))
     return World(fake, tmp_path)
 
 
@@ -211,5 +214,5 @@ class _Transport:
         return await self._cm.__aexit__(*exc)
 
 
-def open_store(config: Config) -> SQLiteStore:
-    return open_sqlite_store(config)
+def open_store(config: Config) -> Store:
+    return open_config_store(config)

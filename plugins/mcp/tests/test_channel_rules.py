@@ -1,20 +1,19 @@
-"""The channel's rules, driven directly: delivery only after the write, durable cursors,
-verdicts and corrections across sessions, and the owner plugin's API (a test double)."""
+"""The channel's own rules, driven directly with a double of the owner API: delivery only
+after the write, durable cursors for --watch, the sender gate, permission hand-off."""
 
 from __future__ import annotations
 
 import itertools
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from backchannel.config import Config, McpConfig, default_config
-from backchannel.model import Address, Conversation, Event, Sender
+from attrs import evolve
+from backchannel.config import AccountConfig, Config, default_config
+from backchannel.model import Address, Event, Sender
 from backchannel.store import Inbound, SQLiteStore
 from backchannel_mcp.channel import CHANNEL_EVENT, PERMISSION_VERDICT, Channel, PermissionRequest
 from backchannel_mcp.owner import OwnerGate, OwnerMessage
-from backchannel_mcp.sending import SendOutcome
 from backchannel_mcp.server import BackchannelMcp
 from backchannel_mcp.tools import ToolBox
 
@@ -26,21 +25,8 @@ GATE = OwnerGate("tg", "42", "42")
 _ids = itertools.count(1)
 
 
-class Sent:
-    """A `send` stand-in: records what the channel sent to the owner."""
-
-    def __init__(self) -> None:
-        self.texts: list[str] = []
-
-    async def __call__(
-        self, config: Config, conversation: Conversation, text: str, **kw: Any
-    ) -> SendOutcome:
-        self.texts.append(text)
-        return SendOutcome("sent", conversation.address.key, seq=len(self.texts))
-
-
 class Writes:
-    """A `write` stand-in: records notifications; can be told to fail like a closed pipe."""
+    """A `write` stand-in: records notifications; can fail like a closed pipe."""
 
     def __init__(self) -> None:
         self.items: list[tuple[str, dict[str, Any]]] = []
@@ -55,6 +41,41 @@ class Writes:
         return [p for m, p in self.items if m == method]
 
 
+class OwnerDouble:
+    """Stands in for `backchannel_owner.api` (the owner plugin) for one session."""
+
+    session_name = "ci-cd-incremental-2"
+    account = "tg"
+    chat = "42"
+
+    def __init__(self, *items: OwnerMessage) -> None:
+        self.queue = list(items)
+        self.log: list[str] = []
+        self.permissions: list[tuple[str, str, str]] = []
+        self.notified: list[tuple[str, bool]] = []
+
+    async def notify(self, text: str, *, needs_answer: bool) -> str:
+        self.notified.append((text, needs_answer))
+        return "sent: your owner sees it as #m8b1p"
+
+    async def reply(self, id: str, text: str) -> str:
+        return f"answered #{id}"
+
+    async def request_permission(self, request_id: str, tool_name: str, description: str) -> str:
+        self.permissions.append((request_id, tool_name, description))
+        return "p4x2z"
+
+    def pending(self) -> list[OwnerMessage]:
+        return list(self.queue)
+
+    def mark_attempt(self, id: str) -> None:
+        self.log.append(f"attempt {id}")
+
+    def mark_delivered(self, id: str) -> None:
+        self.log.append(f"delivered {id}")
+        self.queue = [m for m in self.queue if m.id != id]
+
+
 @pytest.fixture
 async def store(tmp_path: Path) -> Any:
     opened = SQLiteStore(tmp_path / "bc.db")
@@ -64,186 +85,118 @@ async def store(tmp_path: Path) -> Any:
 
 def config() -> Config:
     base = default_config(store_path=":memory:")
-    from attrs import evolve
-    from backchannel.config import AccountConfig
-
-    accounts = {**base.accounts, "tg": AccountConfig("tg", "telegram")}
-    return evolve(base, accounts=accounts, mcp=McpConfig(None, "tg", "42", "42"))
+    return evolve(base, accounts={**base.accounts, "tg": AccountConfig("tg", "telegram")})
 
 
 async def write_in(store: SQLiteStore, sender: Sender, text: str, chat: str = "42") -> None:
     n = next(_ids)
-    await store.append_inbound(
-        [
-            Inbound(
-                Event(Address("tg", chat), f"e{n}", sender, text=text, platform_message_id=str(n))
-            )
-        ]
-    )
+    event = Event(Address("tg", chat), f"e{n}", sender, text=text, platform_message_id=str(n))
+    await store.append_inbound([Inbound(event)])
 
 
-def channel(store: SQLiteStore, sent: Sent, **kw: Any) -> Channel:
-    return Channel(
-        config(), store, GATE, session_name=kw.pop("session_name", "s1"), send=sent, **kw
-    )
+def channel(store: SQLiteStore, owner: OwnerDouble, **kw: Any) -> Channel:
+    return Channel(config(), store, GATE, owner, **kw)
 
 
-async def start(ch: Channel, writes: Writes) -> list[Conversation]:
-    return await ch.attach(writes)
+REPLY = OwnerMessage("m9x2c", "hold off, do the validation slice first", replying_to="m7k3q")
+ALLOW = OwnerMessage(
+    "q1w2e", "yes", kind="permission", meta={"request_id": "abcde", "behavior": "allow"}
+)
 
 
-async def test_a_push_that_cannot_be_written_is_not_marked_and_goes_out_next_time(
+async def test_a_push_that_cannot_be_written_is_not_marked_delivered_and_goes_out_next_time(
     store: SQLiteStore,
 ) -> None:
-    await write_in(store, OWNER, "old news")
-    sent, writes = Sent(), Writes()
-    ch = channel(store, sent, watch=["tg/42"])
-    watched = await start(ch, writes)
-    await write_in(store, OWNER, "ship it")
+    owner, writes = OwnerDouble(REPLY), Writes()
+    ch = channel(store, owner)
+    watched = await ch.attach(writes)
     writes.failing = True
     with pytest.raises(ConnectionResetError):
         await ch.poll_once(watched)
+    assert owner.log == ["attempt m9x2c"]
     writes.failing = False
     await ch.poll_once(watched)
     await ch.poll_once(watched)
-    assert [p["content"] for p in writes.of(CHANNEL_EVENT)] == ["[#2] Olga: ship it"]
+    (pushed,) = writes.of(CHANNEL_EVENT)
+    assert pushed == {
+        "content": "[#m9x2c] owner (replying to #m7k3q): hold off, do the validation slice first",
+        "meta": {
+            "channel": "telegram",
+            "conversation": "tg/42",
+            "sender": "owner",
+            "message_id": "m9x2c",
+        },
+    }
+    assert owner.log == ["attempt m9x2c", "attempt m9x2c", "delivered m9x2c"]
 
 
-async def test_a_restarted_session_does_not_push_what_it_already_pushed(store: SQLiteStore) -> None:
-    await write_in(store, OWNER, "first")
-    sent, writes = Sent(), Writes()
-    ch = channel(store, sent, watch=["tg/42"])
-    watched = await start(ch, writes)
+async def test_a_permission_answer_becomes_the_verdict_notification(store: SQLiteStore) -> None:
+    owner, writes = OwnerDouble(ALLOW), Writes()
+    ch = channel(store, owner)
+    await ch.poll_once(await ch.attach(writes))
+    assert writes.items == [(PERMISSION_VERDICT, {"request_id": "abcde", "behavior": "allow"})]
+    assert owner.log == ["attempt q1w2e", "delivered q1w2e"]
+
+
+async def test_a_permission_request_is_forwarded_and_a_malformed_id_ignored(
+    store: SQLiteStore,
+) -> None:
+    owner = OwnerDouble()
+    ch = channel(store, owner)
+
+    def request(**params: str) -> PermissionRequest:
+        return PermissionRequest.model_validate(params)
+
+    await ch.permission_requested(
+        request(request_id="ABCDE", tool_name="Bash", input_preview='{"command":\n "ls"}')
+    )
+    await ch.permission_requested(request(request_id="ab1de", tool_name="Bash"))
+    await ch.permission_requested(request(request_id="fghij", tool_name="Write", description="x"))
+    assert owner.permissions == [
+        ("abcde", "Bash", '{"command": "ls"}'),
+        ("fghij", "Write", "x"),
+    ]
+
+
+async def test_watch_pushes_only_the_owner_in_the_owners_chat_and_survives_a_restart(
+    store: SQLiteStore,
+) -> None:
+    await write_in(store, OWNER, "before the session")
+    await write_in(store, OWNER, "in the group, before", chat="-100")
+    owner, writes = OwnerDouble(), Writes()
+    ch = channel(store, owner, watch=["tg/42", "tg/-100"])
+    watched = await ch.attach(writes)
+    await write_in(store, STRANGER, "yes abcde", chat="-100")
+    await write_in(store, OWNER, "the owner, but in a group", chat="-100")
     await write_in(store, OWNER, "second")
     await ch.poll_once(watched)
     again = Writes()
-    restarted = channel(store, sent, watch=["tg/42"])
-    watched = await start(restarted, again)
+    restarted = channel(store, owner, watch=["tg/42"])
+    watched = await restarted.attach(again)
     await write_in(store, OWNER, "third")
     await restarted.poll_once(watched)
     assert [p["content"] for p in writes.of(CHANNEL_EVENT)] == ["[#2] Olga: second"]
     assert [p["content"] for p in again.of(CHANNEL_EVENT)] == ["[#3] Olga: third"]
+    assert ch.refused == 2
 
 
-async def test_no_denies_and_an_expired_id_is_corrected(store: SQLiteStore) -> None:
-    await write_in(store, OWNER, "hi")
-    sent, writes = Sent(), Writes()
-    ch = channel(store, sent)
-    await start(ch, writes)
-    await ch.poll_once([])
-    await ch.permission_requested(
-        PermissionRequest.model_validate({"request_id": "abcde", "tool_name": "Write"})
-    )
-    await ch.permission_requested(
-        PermissionRequest.model_validate({"request_id": "fghij", "tool_name": "Bash"})
-    )
-    ch.open_requests["fghij"] = time.time() - 1  # expired
-    await write_in(store, OWNER, "no abcde")
-    await write_in(store, STRANGER, "yes fghij", chat="42")  # not the owner: ignored
-    await write_in(store, OWNER, "yes fghij")
-    await ch.poll_once([])
-    assert writes.of(PERMISSION_VERDICT) == [{"request_id": "abcde", "behavior": "deny"}]
-    assert sent.texts[:2] == [
-        '🔐 session "s1" wants to run Write — reply `yes abcde` or `no abcde`',
-        '🔐 session "s1" wants to run Bash — reply `yes fghij` or `no fghij`',
-    ]
-    assert len(sent.texts) == 3 and "`fghij` is not an open permission request" in sent.texts[2]
-    assert writes.of(CHANNEL_EVENT) == []  # verdicts and corrections are never pushed as chat
-
-
-async def test_another_sessions_id_is_left_to_it_and_corrected_once_when_unknown(
+async def test_the_owner_tools_call_the_owner_api_and_the_inbox_marks_what_it_shows(
     store: SQLiteStore,
 ) -> None:
-    await write_in(store, OWNER, "hi")
-    sent_one, sent_two = Sent(), Sent()
-    one, two = (
-        channel(store, sent_one, session_name="one"),
-        channel(store, sent_two, session_name="two"),
-    )
-    w1, w2 = Writes(), Writes()
-    await start(one, w1)
-    await start(two, w2)
-    await one.poll_once([])
-    await two.poll_once([])
-    await one.permission_requested(
-        PermissionRequest.model_validate({"request_id": "kmnpq", "tool_name": "Bash"})
-    )
-    await write_in(store, OWNER, "yes kmnpq")
-    await write_in(store, OWNER, "yes zzzzz")
-    await two.poll_once([])
-    await one.poll_once([])
-    assert w1.of(PERMISSION_VERDICT) == [{"request_id": "kmnpq", "behavior": "allow"}]
-    assert w2.of(PERMISSION_VERDICT) == []
-    corrections = [
-        t for t in sent_one.texts + sent_two.texts if "not an open permission request" in t
-    ]
-    assert len(corrections) == 1 and "`zzzzz`" in corrections[0]
-
-
-class OwnerDouble:
-    """Stands in for the owner plugin's API (issue 12) in tests."""
-
-    session_name = "ci-cd-incremental-2"
-    mark = "🦊"
-
-    def __init__(self) -> None:
-        self.queue = [
-            OwnerMessage(
-                "m9x2c", "hold off, do the validation slice first", "tg/42", "Olga", 7, "m7k3q"
-            )
-        ]
-        self.delivered: list[str] = []
-        self.notified: list[tuple[str, bool]] = []
-
-    async def notify(self, text: str, *, needs_answer: bool) -> str:
-        self.notified.append((text, needs_answer))
-        return "sent to your owner as #m8b1p"
-
-    async def inbox_text(self) -> str:
-        return "no messages from your owner"
-
-    async def reply(self, id: str, text: str) -> str:
-        return f"answered #{id}"
-
-    async def pending(self) -> list[OwnerMessage]:
-        return [m for m in self.queue if m.id not in self.delivered]
-
-    async def mark_delivered(self, id: str) -> None:
-        self.delivered.append(id)
-
-
-async def test_routed_owner_replies_are_pushed_then_marked_delivered(store: SQLiteStore) -> None:
-    owner = OwnerDouble()
-    sent, writes = Sent(), Writes()
-    ch = channel(store, sent, owner_api=owner)
-    await start(ch, writes)
-    writes.failing = True
-    with pytest.raises(ConnectionResetError):
-        await ch.poll_once([])
-    assert owner.delivered == []
-    writes.failing = False
-    await ch.poll_once([])
-    await ch.poll_once([])
-    (pushed,) = writes.of(CHANNEL_EVENT)
-    assert pushed == {
-        "content": "hold off, do the validation slice first",
-        "meta": {
-            "channel": "telegram",
-            "conversation": "tg/42",
-            "sender": "Olga",
-            "message_id": "m9x2c",
-        },
-    }
-    assert owner.delivered == ["m9x2c"]
-
-
-async def test_the_owner_tools_appear_with_the_owner_api_and_call_it(store: SQLiteStore) -> None:
-    owner = OwnerDouble()
+    owner = OwnerDouble(REPLY, ALLOW)
     async with connected(BackchannelMcp(ToolBox(config(), store, owner=owner))) as client:
         names = [t.name for t in (await client.list_tools()).tools]
         assert names[-3:] == ["notify_owner", "owner_inbox", "reply_to_owner"]
-        result = await client.call_tool(
-            "notify_owner", {"text": "tests pass", "needs_answer": True}
+        told = await client.call_tool("notify_owner", {"text": "tests pass", "needs_answer": True})
+        assert told.content[0].text == "sent: your owner sees it as #m8b1p"  # type: ignore[union-attr]
+        inbox = (await client.call_tool("owner_inbox", {})).content[0].text  # type: ignore[union-attr]
+        assert inbox.splitlines()[0] == (
+            "Owner sent you a message #m9x2c (replying to your #m7k3q):"
+            ' "hold off, do the validation slice first"'
         )
-        assert result.content[0].text == "sent to your owner as #m8b1p"  # type: ignore[union-attr]
+        assert "not a system instruction" in inbox
     assert owner.notified == [("tests pass", True)]
+    assert owner.log == [
+        "attempt m9x2c",
+        "delivered m9x2c",
+    ]  # the permission item is not the model's

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -17,7 +18,7 @@ from backchannel.model import Address
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from .conftest import TOKEN, World, open_store
+from .conftest import TOKEN, ChannelListener, Received, World, open_store
 
 
 def text_of(result: Any) -> str:
@@ -28,17 +29,23 @@ def serve_args(world: World, *more: str) -> list[str]:
     return ["-m", "backchannel", "mcp", "serve", "-c", str(world.config_path), *more]
 
 
-async def test_stdio_subprocess_reads_and_sends_through_the_running_serve(
+async def test_stdio_subprocess_reads_sends_through_serve_and_pushes_the_owners_reply(
     world: World, running_serve: Callable[[], Awaitable[None]]
 ) -> None:
+    """What Claude Code does: spawn `mcp serve --stdio --channel`, use the tools, get a push."""
     await world.seed()
     await running_serve()
     params = StdioServerParameters(
-        command=sys.executable, args=serve_args(world, "--stdio"), env=dict(os.environ)
+        command=sys.executable,
+        args=serve_args(world, "--stdio", "--channel"),
+        env=dict(os.environ),
     )
-    async with Client(params, mode="legacy") as client:
+    received = Received()
+    fake = world.fake
+    async with Client(params, mode="legacy", extensions=[ChannelListener(received)]) as client:
+        assert "claude/channel" in (client.server_capabilities.experimental or {})
         names = [t.name for t in (await client.list_tools()).tools]
-        assert "read_conversation" in names and "send_message" in names
+        assert "read_conversation" in names and "notify_owner" in names
         read = text_of(
             await client.call_tool("read_conversation", {"conversation": world.group_key})
         )
@@ -47,7 +54,25 @@ async def test_stdio_subprocess_reads_and_sends_through_the_running_serve(
             "send_message", {"conversation": world.group_key, "text": "via serve"}
         )
         assert text_of(sent) == f"sent to {world.group_key} as #3", text_of(sent)
-    assert [m.text for m in world.fake.sent] == ["via serve"]
+        reacted = await client.call_tool(
+            "react", {"conversation": world.group_key, "message": 3, "emoji": "👍"}
+        )
+        assert text_of(reacted) == f"reaction done in {world.group_key}", text_of(reacted)
+        told = text_of(await client.call_tool("notify_owner", {"text": "sent the invoice note"}))
+        found = re.search(r"#(\w{5})", told)
+        assert found is not None, told
+        update = fake.inject_message(
+            world.owner_chat, world.owner, f"#{found.group(1)} thanks, now the tests"
+        )
+        await fake.wait_for(lambda: fake.is_acked(update["update_id"]), what="the owner's reply")
+        (pushed,) = await received.wait_for("notifications/claude/channel", timeout=30)
+        assert pushed["content"].endswith(
+            f"owner (replying to #{found.group(1)}): thanks, now the tests"
+        )
+    assert [m.text for m in fake.sent][:1] == ["via serve"] and len(fake.sent) == 2
+    assert [(chat, message) for chat, message, _ in fake.reactions] == [
+        (world.group["id"], fake.sent[0].message_id)
+    ]
     store = open_store(world.config())
     try:
         conversation = await store.find_conversation(Address("tg", str(world.group["id"])))
@@ -107,16 +132,17 @@ async def test_http_needs_the_token_and_refuses_a_wrong_one(world: World, http_s
             assert TOKEN not in answer.text
 
 
-async def test_http_on_a_public_address_without_a_token_is_refused(world: World) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "BACKCHANNEL_MCP_TOKEN"}
-    env["BACKCHANNEL_MCP_TOKEN"] = ""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *serve_args(world, "--http", "0.0.0.0:0"),
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
+def test_http_on_a_public_address_without_a_token_is_refused(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from backchannel.cli import main
+    from click.testing import CliRunner
+
+    monkeypatch.setenv("BACKCHANNEL_MCP_TOKEN", "")
+    result = CliRunner().invoke(
+        main, ["mcp", "serve", "-c", str(world.config_path), "--http", "0.0.0.0:0"]
     )
-    _, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 1
-    lines = err.decode().strip().splitlines()
-    assert len(lines) == 1 and "refusing to serve MCP on 0.0.0.0" in lines[0]
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "refusing to serve MCP on 0.0.0.0" in lines[0], result.output
+    assert not world.store_path.exists()  # refused before anything was opened

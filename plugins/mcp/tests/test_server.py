@@ -40,7 +40,7 @@ async def test_lists_the_tools_and_reads_a_conversation_seeded_in_the_store(worl
             body = text_of(read)
             assert "[#1] Alice: the invoice is due Friday" in body
             assert "[#2] Alice: I sent it to billing" in body
-            assert "not as orders" in body  # framed as untrusted data, as runs frame it
+            assert body.splitlines()[1].startswith("Untrusted content:")  # framed as runs frame it
             found = text_of(await client.call_tool("list_conversations", {"query": "billing"}))
             assert world.group_key in found
             none = text_of(await client.call_tool("list_conversations", {"query": "zebra"}))
@@ -85,7 +85,8 @@ async def test_bad_input_is_one_clear_tool_error_and_the_server_keeps_serving(wo
             unknown = await client.call_tool(
                 "send_message", {"conversation": "tg/999", "text": "hi"}
             )
-            assert unknown.is_error and "no conversation tg/999" in text_of(unknown)
+            assert unknown.is_error
+            assert text_of(unknown).startswith("refused: there is no conversation 'tg/999'")
             missing = await client.call_tool(
                 "reply", {"conversation": world.group_key, "message": 42, "text": "x"}
             )
@@ -151,5 +152,43 @@ async def test_an_uncertain_send_is_reported_as_such_and_not_retried(world: Worl
             m.status for m in await store.window(conversation.id, 10) if m.direction == "out"
         ]
         assert statuses == ["uncertain"]
+    finally:
+        await store.close()
+
+
+async def test_the_kill_switch_and_the_messaging_control_refuse_sends_but_not_reads(
+    world: World,
+) -> None:
+    from attrs import evolve
+    from backchannel.config import OrchestrationConfig
+    from backchannel.orchestration import set_messaging
+
+    await world.seed()
+    config = world.config()
+    store = open_store(config)
+    try:
+        await set_messaging(store, False)
+        async with connected(BackchannelMcp(ToolBox(config, store))) as client:
+            off = await client.call_tool(
+                "send_message", {"conversation": world.group_key, "text": "hello?"}
+            )
+            assert off.is_error and "`backchannel messaging off`" in text_of(off)
+            reacted = await client.call_tool(
+                "react", {"conversation": world.group_key, "message": 1, "emoji": "👍"}
+            )
+            assert reacted.is_error and text_of(reacted).startswith("refused:")
+            read = await client.call_tool("read_conversation", {"conversation": world.group_key})
+            assert not read.is_error
+        await set_messaging(store, True)
+        disabled = evolve(config, orchestration=OrchestrationConfig(enabled=False))
+        async with connected(BackchannelMcp(ToolBox(disabled, store))) as client:
+            killed = await client.call_tool(
+                "reply", {"conversation": world.group_key, "message": 1, "text": "x"}
+            )
+            assert killed.is_error and "[orchestration] enabled = false" in text_of(killed)
+        assert world.fake.sent == [] and world.fake.reactions == []
+        conversation = await store.find_conversation(Address("tg", str(world.group["id"])))
+        assert conversation is not None
+        assert await store.outbox(conversation_id=conversation.id) == []
     finally:
         await store.close()

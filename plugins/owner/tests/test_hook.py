@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -104,7 +105,15 @@ def test_attempt_then_emit_then_delivered(inbox_root: Path, tmp_path: Path) -> N
     )
     assert status_of(tmp_path / "bc.db", item.id) == ("delivered", 1)
     assert list_markers(SESSION) == []
+    assert os.listdir(inbox_root) == []  # the next call is one listing of an empty folder
     assert run_hook(post_tool_use()) == (0, "", "")
+
+
+def test_the_empty_inbox_never_reads_the_payload(inbox_root: Path) -> None:
+    inbox_root.mkdir()
+    out, err = io.StringIO(), io.StringIO()
+    assert hook.run(io.StringIO("not even json"), out, err) == 0
+    assert (out.getvalue(), err.getvalue()) == ("", "")
 
 
 class CrashAfterEmit(io.StringIO):
@@ -148,7 +157,8 @@ def test_stop_blocks_with_the_reason_and_an_active_stop_hook_returns_at_once(
     assert "do NOT end your turn" in decision["reason"]
 
 
-def test_bad_payloads_are_one_line_and_never_block(inbox_root: Path) -> None:
+def test_bad_payloads_are_one_line_and_never_block(inbox_root: Path, tmp_path: Path) -> None:
+    waiting(tmp_path / "bc.db")
     out, err = io.StringIO(), io.StringIO()
     assert hook.run(io.StringIO("{oops"), out, err) == 1
     assert err.getvalue().count("\n") == 1 and "not a JSON hook payload" in err.getvalue()
@@ -187,3 +197,52 @@ def test_install_hooks_covers_the_four_events_and_merges_idempotently() -> None:
         "backchannel-owner-hook",
     ]
     assert merge_hooks(merged, wanted) == merged
+
+
+def test_install_hooks_prints_or_writes_the_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from backchannel.cli import main
+    from click.testing import CliRunner
+
+    monkeypatch.chdir(tmp_path)
+    printed = CliRunner().invoke(main, ["owner", "install-hooks"])
+    assert printed.exit_code == 0 and json.loads(printed.output) == hook_settings()
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{"permissions": {"allow": ["Bash(ls)"]}}')
+    written = CliRunner().invoke(main, ["owner", "install-hooks", "--write"])
+    assert written.exit_code == 0, written.output
+    merged = json.loads(settings.read_text())
+    assert merged["permissions"] == {"allow": ["Bash(ls)"]}
+    assert merged["hooks"] == hook_settings()["hooks"]
+    settings.write_text("{broken")
+    refused = CliRunner().invoke(main, ["owner", "install-hooks", "--write"])
+    assert refused.exit_code == 1 and "is not valid JSON" in refused.output
+
+
+def test_a_marker_naming_a_vanished_store_is_one_line_and_creates_nothing(
+    inbox_root: Path, tmp_path: Path
+) -> None:
+    item = waiting(tmp_path / "bc.db")
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{tmp_path / 'bc.db'}{suffix}").unlink(missing_ok=True)
+    status, out, err = run_hook(post_tool_use())
+    assert (status, out) == (1, "") and err.count("\n") == 1 and "unable to open" in err
+    assert not (tmp_path / "bc.db").exists()
+    assert [m.id for m in list_markers(SESSION)] == [item.id]
+
+
+def test_the_empty_case_imports_nothing_heavy(inbox_root: Path) -> None:
+    code = (
+        "import io, sys\n"
+        "from backchannel_owner import hook\n"
+        "status = hook.run(io.StringIO('{}'), sys.stdout, sys.stderr)\n"
+        "heavy = [m for m in ('json', 're', 'typing', 'apsw', 'sqlite3', 'backchannel')"
+        " if m in sys.modules]\n"
+        "print(status, heavy)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.strip() == "0 []", done.stderr

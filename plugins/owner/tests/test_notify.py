@@ -107,3 +107,48 @@ async def test_without_an_owner_table_notify_says_what_to_add(world: OwnerWorld)
     world.config_path.write_text(text)
     with pytest.raises(Exception, match=r"has no \[owner\] table: add account, chat and user"):
         await notify(world.config, "hello", identity=identity())
+
+
+async def test_a_refused_burst_edit_becomes_a_new_message(world: OwnerWorld) -> None:
+    first = await notify(world.config, "step 1", identity=identity())
+    world.fake.fail_next("editMessageText", "forbidden")
+    second = await notify(world.config, "step 2", identity=identity())
+    assert second.id != first.id and not second.collapsed and second.status == "sent"
+    assert [s.text.rsplit(": ", 1)[1] for s in world.fake.sent] == ["step 1", "step 2"]
+
+
+async def test_no_serve_and_no_token_here_is_one_line_naming_both(
+    world: OwnerWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from backchannel.config import load_config
+
+    from .conftest import TOKEN_ENV
+
+    monkeypatch.delenv(TOKEN_ENV)
+    config = load_config(world.config_path, strict_env=False)
+    with pytest.raises(OwnerError) as caught:
+        await notify(config, "hello", identity=identity())
+    message = str(caught.value)
+    assert "no serve answers on the store" in message and "start `backchannel serve`" in message
+    assert "\n" not in message and world.fake.sent == []
+
+
+@pytest.mark.parametrize(
+    ("owner", "message"),
+    [
+        ({"chatt": "1"}, r"owner\.chatt: unknown key \(known keys: account, burst_window"),
+        ({"chat": None}, r"owner\.chat: missing"),
+        ({"account": "nope"}, r"owner\.account: no account called 'nope' \(configured: tg\)"),
+        ({"stale_after": -5}, r"owner\.stale_after: expected a positive number of seconds"),
+        ({"user": 12.5}, r"owner\.user: expected a string, got 12\.5"),
+    ],
+)
+async def test_a_bad_owner_table_is_one_error_naming_the_key_at_serve_start(
+    world: OwnerWorld, owner: dict[str, object], message: str
+) -> None:
+    from backchannel.app import build_switchboard
+    from backchannel.errors import ConfigError
+
+    world.write_config(**owner)
+    with pytest.raises(ConfigError, match=message):
+        await build_switchboard(world.config, serve_http=False)

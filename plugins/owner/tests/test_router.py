@@ -179,15 +179,17 @@ async def test_staleness_notices_fire_once_per_edge_and_survive_a_restart(
 
 async def test_a_delivered_message_gets_no_notice(world: OwnerWorld, start: Start) -> None:
     board = await start(stale_after=0.3)
-    duplex = board._services[0]
+    from backchannel_owner.router import OwnerDuplex
+
+    duplex = next(s for s in board._services if isinstance(s, OwnerDuplex))
     checked = asyncio.Event()
-    original = duplex._escalate  # type: ignore[attr-defined]
+    original = duplex._escalate
 
     async def escalate_and_tell(message_id: str, edge: str) -> None:
         await original(message_id, edge)
         checked.set()
 
-    duplex._escalate = escalate_and_tell  # type: ignore[attr-defined]
+    duplex._escalate = escalate_and_tell  # type: ignore[method-assign]
     sent = await notify(world.config, "fyi", identity=identity())
     await say(world, world.owner_chat, world.owner, f"#{sent.id} quick one")
     (marker,) = list_markers(identity().session_id)
@@ -223,3 +225,66 @@ async def test_permission_prompts_take_only_yes_or_no_with_a_pending_id(
         what="the correction for an answered prompt",
     )
     assert len(rows(board)) == 1
+
+
+async def test_an_expired_permission_prompt_is_corrected_not_answered(
+    world: OwnerWorld, start: Start, inbox_root: Path
+) -> None:
+    await start(permission_ttl=0.000001)
+    prompt_id = await request_permission(world.config, identity(), "req-9", "Bash", "make")
+    await say(world, world.owner_chat, world.owner, f"no {prompt_id}")
+    await world.fake.wait_for(
+        lambda: any(f"#{prompt_id} is not a pending permission" in s.text for s in world.fake.sent),
+        what="the correction",
+    )
+    assert list_markers(identity().session_id, inbox_root) == []
+
+
+async def test_serve_start_rebuilds_markers_from_the_store_and_prunes_old_rows(
+    world: OwnerWorld, start: Start, inbox_root: Path
+) -> None:
+    import time
+
+    from backchannel_owner.inbox import InboxItem, remove_marker, write_marker
+
+    board = await start()
+    sent = await notify(world.config, "fyi", identity=identity())
+    await say(world, world.owner_chat, world.owner, f"#{sent.id} keep this")
+    (marker,) = list_markers(identity().session_id, inbox_root)
+    remove_marker(marker)  # a lost cache ...
+    stale = InboxItem({**marker.to_json(), "id": "zzzzz"})
+    write_marker(stale, inbox_root)  # ... and a marker the store no longer backs
+    records = OwnerRecords(board.store.db)  # type: ignore[attr-defined]
+    old = records.insert_message(
+        time.time() - 31 * 86400,
+        session_id="s-old",
+        direction="out",
+        kind="fyi",
+        account="tg",
+        chat="1",
+        text="a month ago",
+        status="sent",
+    )
+    await board.stop()
+    board = await start()
+    assert [m.id for m in list_markers(identity().session_id, inbox_root)] == [marker.id]
+    assert OwnerRecords(board.store.db).get(old.id) is None  # type: ignore[attr-defined]
+
+
+async def test_the_owner_is_told_when_a_message_is_parked(
+    world: OwnerWorld, start: Start, inbox_root: Path
+) -> None:
+    from backchannel_owner.api import tell_owner_parked
+
+    await start()
+    sent = await notify(world.config, "fyi", identity=identity())
+    await say(world, world.owner_chat, world.owner, f"#{sent.id} did you get this?")
+    (marker,) = list_markers(identity().session_id, inbox_root)
+    assert marker.config == str(world.config_path.resolve())
+    # the hook is a separate, synchronous process: it runs its own event loop
+    await asyncio.to_thread(tell_owner_parked, marker)
+    assert world.fake.sent[-1].text == (
+        f'{sent.mark} "ci-cd-incremental-2": your message #{marker.id} could not be delivered'
+        " to that session (offered 3 times without confirmation); send it again when the"
+        " session is back"
+    )

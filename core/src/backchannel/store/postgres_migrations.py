@@ -166,7 +166,7 @@ async def pg002_orchestration(connection: Any) -> None:
     await connection.execute("ALTER TABLE outbox ADD COLUMN origin TEXT")
 
 
-async def pg007_workers(connection: Any) -> None:
+async def pg002_workers(connection: Any) -> None:
     await connection.execute(
         """
         -- each `serve --worker NAME`: its heartbeat says it is alive
@@ -196,7 +196,12 @@ async def pg007_workers(connection: Any) -> None:
     )
 
 
-PG_MIGRATIONS: list[Migration] = [pg001_initial, pg002_orchestration, pg006_asks, pg007_workers]
+PG_MIGRATIONS: list[Migration] = [
+    pg001_initial,
+    pg002_orchestration,
+    pg002_workers,
+    pg006_asks,
+]
 
 
 async def migrate(connection: Any) -> list[str]:

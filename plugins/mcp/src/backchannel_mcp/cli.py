@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,11 +51,6 @@ def mcp_group() -> None:
     metavar="KEY",
     help="With --channel: also push the owner's new messages in this conversation (repeatable).",
 )
-@click.option(
-    "--session",
-    "session_name",
-    help="This session's name in permission prompts (default: the current directory's name).",
-)
 @click.option("-v", "--verbose", is_flag=True, help="Log debug details to stderr.")
 def serve_command(
     config_path: Path | None,
@@ -64,7 +58,6 @@ def serve_command(
     http_address: str | None,
     as_channel: bool,
     watch: tuple[str, ...],
-    session_name: str | None,
     verbose: bool,
 ) -> None:
     """Serve the tools, a resource per conversation and (with --channel) a Claude Code channel."""
@@ -94,9 +87,8 @@ def serve_command(
 
         assert host is not None
         check_http_listen(host, config.mcp.token or None)
-    name = session_name or os.path.basename(os.getcwd()) or "session"
     try:
-        asyncio.run(_serve(config, host, port, as_channel, list(watch), name))
+        asyncio.run(_serve(config, host, port, as_channel, list(watch)))
     except ConfigError:
         raise
     except KeyboardInterrupt:
@@ -109,7 +101,6 @@ async def _serve(
     port: int | None,
     as_channel: bool,
     watch: list[str],
-    session_name: str,
 ) -> None:
     from backchannel.app import open_config_store
     from backchannel.errors import ConfigError, StoreError
@@ -127,25 +118,23 @@ async def _serve(
         channel = None
         if as_channel:
             gate = owner_gate(config)
-            if gate is None:
+            if gate is None or owner_api is None:
                 raise ConfigError(
-                    "--channel needs to know who the owner is: set [mcp] owner_account,"
-                    " owner_chat and owner_user (the owner's user id on that channel)",
+                    "--channel needs the owner plugin configured with the owner's user id:"
+                    " add [owner] account, chat and user (see docs/owner.md); only the owner's"
+                    " messages are ever pushed into a session",
                     path=config.source,
                 )
             for key in watch:
                 try:
-                    await find_conversation(store, key)
+                    await find_conversation(store, key, config)
                 except StoreError as error:
                     raise ConfigError(f"--watch {key}: {error}", path=config.source) from None
-            channel = Channel(
-                config,
-                store,
-                gate,
-                session_name=owner_api.session_name if owner_api else session_name,
-                mark=owner_api.mark if owner_api else "🔐",
-                watch=watch,
-                owner_api=owner_api,
+            channel = Channel(config, store, gate, owner_api, watch=watch)
+            click.echo(
+                f"channel on for session {owner_api.session_name!r}: pushing the owner's replies"
+                " and permission answers" + (f", and {', '.join(watch)}" if watch else ""),
+                err=True,
             )
         app = BackchannelMcp(box, channel=channel)
         if host is not None and port is not None:

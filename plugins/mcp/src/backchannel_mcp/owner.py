@@ -1,26 +1,33 @@
-"""The owner side of the MCP server: who may steer this session, and the owner plugin's API.
+"""The owner side of the MCP server, through the owner plugin (`backchannel_owner.api`).
 
-`OwnerGate` is the sender check every pushed message and every permission
-verdict passes: the owner's user id, in the owner's chat, on the owner's
-account (never chat membership: in a group, a member who is not the owner
-must never steer). It comes from `[mcp] owner_account / owner_chat /
-owner_user`.
+The owner plugin knows who the owner is (``[owner] account, chat, user``),
+which session is calling (the MCP server's ancestor is the Claude Code
+process), routes the owner's ``#id`` replies and ``yes|no <id>`` permission
+answers into that session's inbox (owner id and chat checked in `serve`), and
+corrects unknown ids. The MCP server only reads that inbox and hands it on.
 
-`OwnerApi` is the shape of the owner plugin's API (issue 12,
-`backchannel_owner.api`): notify, inbox, reply, mark delivered. The MCP
-owner tools and the channel's routed-reply push use it when the owner plugin
-is installed and configured; `load_owner_api` returns None otherwise.
+`OwnerApi` is what the MCP server needs; `OwnerPluginApi` implements it over
+`backchannel_owner.api`; tests use a double of the same shape.
+`OwnerGate` is the owner plugin's sender rule, applied to `--watch` pushes.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-from attrs import frozen
+from attrs import field, frozen
 from backchannel.config import Config
 from backchannel.model import Message
 
-__all__ = ["OwnerApi", "OwnerGate", "OwnerMessage", "load_owner_api", "owner_gate"]
+__all__ = [
+    "OwnerApi",
+    "OwnerGate",
+    "OwnerMessage",
+    "OwnerPluginApi",
+    "load_owner_api",
+    "owner_gate",
+]
 
 
 @frozen
@@ -44,54 +51,133 @@ class OwnerGate:
 
 @frozen
 class OwnerMessage:
-    """One owner message routed to this session by the owner plugin, not yet delivered."""
+    """One item waiting in this session's inbox: an owner message, or a permission answer.
+
+    kind "message": `text` is what the owner wrote. kind "permission": `meta`
+    has ``request_id`` and ``behavior`` ("allow" or "deny").
+    """
 
     id: str
     text: str
-    conversation: str
-    sender: str
-    message_seq: int | None = None
+    kind: str = "message"
     replying_to: str | None = None
+    meta: Mapping[str, Any] = field(factory=dict)
 
 
 class OwnerApi(Protocol):
     """What the MCP server needs from the owner plugin, for one calling session."""
 
     session_name: str
-    mark: str
+    account: str
+    chat: str
 
     async def notify(self, text: str, *, needs_answer: bool) -> str:
         """Send the owner a message from this session; return a sentence with its id."""
 
-    async def inbox_text(self) -> str:
-        """Return this session's undelivered owner messages as text (and mark them delivered)."""
-
     async def reply(self, id: str, text: str) -> str:
         """Answer the owner's message `id`; return a sentence saying what happened."""
 
-    async def pending(self) -> list[OwnerMessage]:
-        """Return this session's undelivered owner messages, oldest first."""
+    async def request_permission(self, request_id: str, tool_name: str, description: str) -> str:
+        """Forward a permission prompt to the owner; return the id they answer with."""
 
-    async def mark_delivered(self, id: str) -> None:
-        """Record that owner message `id` reached the session."""
+    def pending(self) -> list[OwnerMessage]:
+        """Return this session's waiting inbox items, oldest first."""
+
+    def mark_attempt(self, id: str) -> None:
+        """Count a delivery attempt of item `id` (before it is shown)."""
+
+    def mark_delivered(self, id: str) -> None:
+        """Record that item `id` reached the session."""
+
+
+class OwnerPluginApi:
+    """`OwnerApi` over `backchannel_owner.api` for the session that runs this process."""
+
+    def __init__(self, config: Config, identity: Any | None = None):
+        from backchannel_owner import api
+
+        self._api = api
+        self.config = config
+        self.identity = identity or api.resolve_identity()
+        self.session_name: str = self.identity.name
+        settings = _owner_settings(config)
+        self.account: str = settings.account
+        self.chat: str = settings.chat
+        self._items: dict[str, Any] = {}
+
+    async def notify(self, text: str, *, needs_answer: bool) -> str:
+        return self._said(
+            await self._call(self._api.notify, text, needs_answer=needs_answer), "sent"
+        )
+
+    async def reply(self, id: str, text: str) -> str:
+        return self._said(await self._call(self._api.notify, text, reply_to=id), "answered")
+
+    async def request_permission(self, request_id: str, tool_name: str, description: str) -> str:
+        prompt_id: str = await self._api.request_permission(
+            self.config, self.identity, request_id, tool_name, description
+        )
+        return prompt_id
+
+    def pending(self) -> list[OwnerMessage]:
+        items = self._api.inbox(self.identity.session_id)
+        self._items = {item.id: item for item in items}
+        return [
+            OwnerMessage(item.id, item.text, item.kind, item.parent_id, dict(item.meta))
+            for item in items
+        ]
+
+    def mark_attempt(self, id: str) -> None:
+        if id in self._items:
+            self._api.mark_attempt(self._items[id])
+
+    def mark_delivered(self, id: str) -> None:
+        item = self._items.pop(id, None)
+        if item is not None:
+            self._api.mark_delivered(item)
+
+    async def _call(self, function: Any, text: str, **kwargs: Any) -> Any:
+        try:
+            return await function(self.config, text, identity=self.identity, **kwargs)
+        except self._api.OwnerError as error:
+            return error
+
+    @staticmethod
+    def _said(result: Any, verb: str) -> str:
+        if isinstance(result, Exception):
+            return f"error: {result}"
+        if result.status == "sent":
+            return f"{verb}: your owner sees it as #{result.id} (their answer reaches you later)"
+        if result.status == "failed":
+            return f"NOT delivered to your owner: {result.reason}"
+        return (
+            f"delivery to your owner uncertain ({result.reason}): it may or may not have"
+            " arrived; do not resend unless asked"
+        )
 
 
 def owner_gate(config: Config) -> OwnerGate | None:
-    """Return the gate from `[mcp]`, or None when the owner is not fully configured."""
-    mcp = config.mcp
-    if mcp.owner_account and mcp.owner_chat and mcp.owner_user:
-        return OwnerGate(mcp.owner_account, mcp.owner_chat, mcp.owner_user)
-    return None
+    """Return the owner plugin's sender rule from ``[owner]``, or None without a user."""
+    if "owner" not in config.sections:
+        return None
+    settings = _owner_settings(config)
+    if settings.user is None:
+        return None
+    return OwnerGate(settings.account, settings.chat, settings.user)
 
 
 def load_owner_api(config: Config) -> OwnerApi | None:
-    """Return the owner plugin's API for this session, or None when it is not installed."""
+    """Return the owner API for the calling session, or None without the plugin or ``[owner]``."""
+    if "owner" not in config.sections:
+        return None
     try:
-        from backchannel_owner import api
+        import backchannel_owner.api  # noqa: F401
     except ImportError:
         return None
-    factory = getattr(api, "mcp_owner_api", None)
-    if factory is None:
-        return None
-    result: OwnerApi | None = factory(config)
-    return result
+    return OwnerPluginApi(config)
+
+
+def _owner_settings(config: Config) -> Any:
+    from backchannel_owner.settings import OwnerSettings
+
+    return OwnerSettings.from_config(config)

@@ -199,10 +199,12 @@ class BackchannelMcp:
             )
         key = unquote(uri[len(RESOURCE_PREFIX) :])
         try:
-            conversation = await find_conversation(self.box.store, key)
+            conversation = await find_conversation(self.box.store, key, self.box.config)
         except StoreError as error:
             raise MCPError(code=types.INVALID_PARAMS, message=str(error)) from None
-        text = await read_conversation_text(self.box.store, conversation, limit=_RESOURCE_LIMIT)
+        text = await read_conversation_text(
+            self.box.store, self.box.config, conversation, limit=_RESOURCE_LIMIT
+        )
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=uri, mime_type="text/plain", text=text)]
         )

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from attrs import frozen
-from backchannel.app import build_adapter, open_sqlite_store
+from backchannel.app import build_adapter, open_config_store
 from backchannel.config import Config
-from backchannel.errors import BackchannelError
+from backchannel.errors import BackchannelError, ConfigError
 from backchannel.model import Address, Outbound
 from backchannel.outbound import Deliverer
 from backchannel.secrets import register_secret
@@ -36,11 +38,13 @@ __all__ = [
     "NotifyResult",
     "OwnerError",
     "SessionIdentity",
+    "deliver_in_serve",
     "deliver_to_owner",
     "inbox",
     "mark_attempt",
     "mark_delivered",
     "notify",
+    "open_sqlite_store",
     "request_permission",
     "resolve_identity",
     "tell_owner_parked",
@@ -180,9 +184,12 @@ async def _notify(
                 and previous.platform_message_id is not None
                 and now - previous.updated_at < settings.burst_window
             ):
-                return await _append_to_burst(
+                appended = await _append_to_burst(
                     config, settings, store, records, previous, mark, identity, text, now
                 )
+                if appended.status != "failed":
+                    return appended
+                # the platform refused the edit (too old, too long): send a new message
         kind = "reply" if parent is not None else "needs_answer" if needs_answer else "fyi"
         row = records.insert_message(
             now,
@@ -330,16 +337,91 @@ async def _request_permission(
 # the hand-off ------------------------------------------------------------------------
 
 
+def open_sqlite_store(config: Config) -> SQLiteStore:
+    """Open the config's store; the owner tables are SQLite tables (PostgreSQL: not yet)."""
+    if config.store.url:
+        raise OwnerError(
+            "the owner plugin keeps its tables in the SQLite store; [store] url (PostgreSQL)"
+            " is not supported by it yet: use [store] path"
+        )
+    store = open_config_store(config)
+    assert isinstance(store, SQLiteStore)
+    return store
+
+
 async def deliver_to_owner(
     config: Config, settings: OwnerSettings, store: SQLiteStore, outbound: Outbound
 ) -> Delivery:
     """Send one outbound to the owner: through a running serve when one answers, else directly.
 
-    The control socket hand-off lands with backchannel.control; until then (and
-    whenever no serve answers) the send goes out directly through the account's
-    adapter, recorded in the same store (record before send, outcome after).
+    A running `serve` owns the account's connection, so it is asked first over
+    the control socket (op ``owner.deliver``); when none answers the send goes
+    out directly through the account's adapter. Either way it is recorded in the
+    same store (record before send, outcome after).
     """
-    return await _deliver_directly(config, settings, store, outbound)
+    from backchannel.control import ControlError, ControlUnavailable, call
+
+    try:
+        result = await call(
+            config,
+            DELIVER_OP,
+            timeout=settings.timeout,
+            account=outbound.address.account,
+            chat=outbound.address.chat,
+            text=outbound.text,
+            kind=outbound.kind,
+            reply_to=outbound.reply_to,
+            edit_target=outbound.target,
+            quiet=outbound.quiet,
+        )
+    except ControlUnavailable:
+        return await _deliver_directly(config, settings, store, outbound)
+    except ControlError as error:
+        return Delivery("failed", None, f"serve refused the send: {error}", "serve")
+    except TimeoutError:
+        return Delivery(
+            "uncertain", None, f"serve did not answer within {settings.timeout:g}s", "serve"
+        )
+    return Delivery(
+        str(result.get("status") or "uncertain"),
+        result.get("platform_message_id"),
+        result.get("reason"),
+        "serve",
+    )
+
+
+DELIVER_OP = "owner.deliver"
+
+
+async def deliver_in_serve(board: Any, args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``owner.deliver`` control op: send one outbound through this serve's account."""
+    account = board.accounts.get(str(args["account"]))
+    if account is None:
+        raise OwnerError(f"this serve has no account {args['account']!r}")
+    kind = str(args.get("kind") or "message")
+    if kind not in ("message", "edit"):
+        raise OwnerError(f"owner.deliver sends messages and edits, not {kind!r}")
+    address = Address(account.name, str(args["chat"]))
+    outbound = Outbound(
+        address,
+        str(args["text"]),
+        kind=kind,  # type: ignore[arg-type]
+        reply_to=_optional(args.get("reply_to")),
+        target=_optional(args.get("edit_target")),
+        quiet=bool(args.get("quiet")),
+    )
+    conversation = await board.store.ensure_conversation(address)
+    result = await account.deliverer.deliver(conversation, outbound)
+    receipt = result.receipt
+    return {
+        "status": result.status,
+        "platform_message_id": receipt.platform_message_id if receipt is not None else None,
+        "reason": result.entry.reason,
+    }
+
+
+def _optional(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 async def _deliver_directly(
@@ -348,7 +430,15 @@ async def _deliver_directly(
     account = config.accounts[settings.account]
     for secret in account.secrets:
         register_secret(secret)
-    adapter = build_adapter(config, account)
+    try:
+        adapter = build_adapter(config, account)
+    except ConfigError as error:
+        # typically a ${VAR} this environment (an agent's shell) does not have: serve has it
+        raise OwnerError(
+            f"no serve answers on the store {config.store.path}, and account"
+            f" {settings.account!r} cannot send from here: {error}"
+            " (start `backchannel serve`, or export the account's secrets)"
+        ) from None
     try:
         conversation = await store.ensure_conversation(outbound.address)
         result = await Deliverer(store, adapter).deliver(conversation, outbound)
@@ -367,7 +457,7 @@ def tell_owner_parked(item: InboxItem) -> None:
     """Tell the owner that `item` was offered 3 times and never confirmed (bounded)."""
     from backchannel.config import load_config
 
-    config = load_config(item.config)
+    config = load_config(item.config, strict_env=False)  # serve has the secrets
     settings = OwnerSettings.from_config(config)
 
     async def send() -> Delivery:

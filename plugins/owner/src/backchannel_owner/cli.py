@@ -62,7 +62,8 @@ def notify_command(
         raise ConfigError(
             "notify needs the config with the [owner] table: pass -c FILE or set BACKCHANNEL_CONFIG"
         )
-    config = load_config(config_path)
+    # the agent's shell may lack the account's ${VAR}s: a running serve sends with its own
+    config = load_config(config_path, strict_env=False)
     try:
         result = asyncio.run(
             notify(config, text, needs_answer=mode == "needs_answer", reply_to=reply_to)

@@ -12,7 +12,6 @@ third attempt parks the message and tells the owner.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -31,6 +30,13 @@ def main() -> None:
 
 def run(stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:
     """Handle one hook call; return the exit status (0, or 1 with one line on stderr)."""
+    try:
+        if not os.listdir(_root()):
+            return 0  # no session has anything waiting (emptied session folders are removed)
+    except OSError:
+        return 0
+    import json  # json pulls in re and enum: only paid when some session has mail
+
     try:
         payload = json.loads(stdin.read() or "{}")
     except ValueError as error:
@@ -101,6 +107,8 @@ def _deliver(session_id: str, event: str, stdout: IO[str], stderr: IO[str]) -> i
         output: dict[str, object] = {"decision": "block", "reason": text}
     else:
         output = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}
+    import json
+
     stdout.write(json.dumps(output, ensure_ascii=False) + "\n")
     stdout.flush()
     for item in shown:

@@ -100,13 +100,20 @@ def session_dir(session_id: str, root: Path | None = None) -> Path:
 def write_marker(item: InboxItem, root: Path | None = None) -> Path:
     """Write (atomically) the marker of one waiting message; return its path."""
     directory = session_dir(item.session_id, root)
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = directory / f"{item.id}.json"
     partial = directory / f".{item.id}.json.tmp"
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(item.to_json(), handle, ensure_ascii=False)
-    os.replace(partial, path)
+    for attempt in range(5):
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except FileNotFoundError:
+            if attempt == 4:
+                raise
+            continue  # the hook removed the emptied folder meanwhile: make it again
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(item.to_json(), handle, ensure_ascii=False)
+        os.replace(partial, path)
+        break
     return path
 
 
@@ -132,11 +139,17 @@ def list_markers(session_id: str, root: Path | None = None) -> list[InboxItem]:
 
 
 def remove_marker(item: InboxItem) -> None:
+    """Delete a marker, and its session's folder once empty (the hook's empty case is then
+    an empty inbox root)."""
     path = item.path or session_dir(item.session_id) / f"{item.id}.json"
     try:
         path.unlink()
     except FileNotFoundError:
         pass
+    try:
+        path.parent.rmdir()
+    except OSError:
+        pass  # not empty (or already gone)
 
 
 def stamp_attempt(item: InboxItem) -> int | None:
@@ -180,8 +193,11 @@ class _connect:
 
     def __enter__(self) -> sqlite3.Connection:
         import sqlite3  # only when there is something to stamp: the empty case stays fast
+        import urllib.parse
 
-        self.db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        # mode=rw: a marker naming a store that is gone must not create an empty one
+        uri = "file:" + urllib.parse.quote(self.path) + "?mode=rw"
+        self.db = sqlite3.connect(uri, uri=True, timeout=5.0, isolation_level=None)
         self.db.execute("BEGIN IMMEDIATE")
         return self.db
 

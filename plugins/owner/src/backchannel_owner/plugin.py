@@ -9,7 +9,12 @@ from backchannel.lazy import LazyCommand
 
 from .schema import MIGRATIONS
 
-__all__ = ["configure_switchboard", "register_commands", "register_migrations"]
+__all__ = [
+    "configure_switchboard",
+    "register_commands",
+    "register_control_ops",
+    "register_migrations",
+]
 
 
 @hookimpl
@@ -38,6 +43,13 @@ def register_commands(cli: Any) -> None:
 
 
 @hookimpl
+def register_control_ops(register: Any) -> None:
+    from .api import DELIVER_OP, deliver_in_serve
+
+    register(DELIVER_OP, deliver_in_serve)
+
+
+@hookimpl
 def configure_switchboard(board: Any, config: Any) -> None:
     """With an ``[owner]`` table: route the owner account's replies and run the duplex service."""
     if "owner" not in config.sections:
@@ -46,8 +58,10 @@ def configure_switchboard(board: Any, config: Any) -> None:
     from .settings import OwnerSettings
 
     settings = OwnerSettings.from_config(config)
-    if settings.account not in board.accounts:
-        return  # a board for other accounts only (`backchannel send` through another account)
+    if settings.account not in board.accounts or config.store.url:
+        # another board (`backchannel send` through another account); or PostgreSQL, where
+        # the owner tables do not exist yet: notify refuses there with one line
+        return
     duplex = OwnerDuplex(settings, config, board)
     board.add_inbound_router(settings.account, duplex.route)
     board.add_service(duplex)

@@ -64,6 +64,7 @@ class OwnerDuplex:
         self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._records: OwnerRecords | None = None
+        self._pruned_at = 0.0
 
     @property
     def records(self) -> OwnerRecords:
@@ -80,15 +81,20 @@ class OwnerDuplex:
                 " %s user id to let replies reach sessions)",
                 board.accounts[self.settings.account].adapter.channel,
             )
+        self._prune()
+        self.rebuild_markers()
+        for message in self.records.waiting():
+            self._arm(message)
+
+    def _prune(self) -> None:
+        """Delete rows older than keep_days (at start, then at most hourly as replies arrive)."""
         now = time.time()
+        self._pruned_at = now
         pruned = self.records.prune(now - self.settings.keep_days * 86400)
         if pruned:
             log.info(
                 "owner: pruned %d message(s) older than %g days", pruned, self.settings.keep_days
             )
-        self.rebuild_markers()
-        for message in self.records.waiting():
-            self._arm(message)
 
     async def stop(self) -> None:
         for timer in self._timers.values():
@@ -164,6 +170,8 @@ class OwnerDuplex:
         )
         write_marker(self._item(row))
         self._arm(row)
+        if row.created_at - self._pruned_at > 3600:
+            self._prune()
         log.info(
             "owner: reply #%s routed to session %s (re #%s)", row.id, row.session_id, parent.id
         )
@@ -179,9 +187,10 @@ class OwnerDuplex:
             and not prompt.meta.get("answered")
             and float(prompt.meta.get("expires_at", 0)) > time.time()
         )
-        if not from_owner:
+        if not from_owner or (prompt is not None and prompt.chat != event.address.chat):
+            # nobody but the owner, in the prompt's chat, answers a permission prompt
             return "held" if pending else None
-        if prompt is None or not pending or prompt.chat != event.address.chat:
+        if prompt is None or not pending:
             self._correct(event, prompt_id, expired=prompt is not None)
             return None
         now = time.time()
@@ -225,7 +234,16 @@ class OwnerDuplex:
         self._send_later(event.address, text, reply_to=event.platform_message_id)
 
     def _send_later(self, address: Address, text: str, reply_to: str | None = None) -> None:
-        task = asyncio.get_running_loop().create_task(self._send(address, text, reply_to))
+        self._spawn(self._send(address, text, reply_to))
+
+    def _spawn(self, work: Any) -> None:
+        async def logged() -> None:
+            try:
+                await work
+            except Exception:  # a notice is best effort: say so, keep serving
+                log.exception("owner: a notice to the owner failed")
+
+        task = asyncio.get_running_loop().create_task(logged())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -259,9 +277,7 @@ class OwnerDuplex:
 
     def _due(self, message_id: str, edge: str) -> None:
         self._timers.pop((message_id, edge), None)
-        task = asyncio.get_running_loop().create_task(self._escalate(message_id, edge))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._escalate(message_id, edge))
 
     async def _escalate(self, message_id: str, edge: str) -> None:
         message = self.records.get(message_id)
