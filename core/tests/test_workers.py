@@ -214,10 +214,11 @@ async def test_serve_as_a_named_worker_takes_the_lease_of_its_accounts(
     stop = asyncio.Event()
     ready: asyncio.Future[Switchboard] = asyncio.get_running_loop().create_future()
     serving = asyncio.create_task(
-        serve(config, on_ready=ready.set_result, stop=stop, worker="web-1")
+        serve(config, on_ready=ready.set_result, stop=stop, worker="web-1", lease_ttl=4.0)
     )
     board = await asyncio.wait_for(ready, 60)
     assert board.workers is not None and board.workers.owned == {"webchat"}
+    assert (board.workers.lease_ttl, board.workers.heartbeat) == (4.0, pytest.approx(1.2))
     store = PostgresStore(postgres_url)
     assert (await store.leases())["webchat"][0] == "web-1"
     stop.set()
