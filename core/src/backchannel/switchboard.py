@@ -369,7 +369,7 @@ class Switchboard:
             return await self._malformed(account, raw, checked, state)
         event = checked
         policy = entry.binding.policy
-        verdict = await self._route(account, event)
+        verdict = await self._route(account, event) if account in self._routers else None
         if verdict is None:
             held, triggers = not policy.may_reach(event), policy.triggers(event)
         else:
@@ -418,7 +418,7 @@ class Switchboard:
                 results[index] = await self._malformed(account, raw, checked)
                 continue
             event = checked
-            verdict = await self._route(account, event)
+            verdict = await self._route(account, event) if account in self._routers else None
             if verdict is None:
                 held, triggers = not policy.may_reach(event), policy.triggers(event)
             else:

@@ -253,8 +253,11 @@ def _sender(
             _opt_str(author.get("username")),
             is_bot=author.get("is_bot") is True,
         )
+    if _chat_type(chat) == "channel" and signature:
+        # a signed post with no sender_chat: its author's signature, in the channel's name
+        return Sender(str(chat_id), signature, _opt_str(chat.get("username")))
     if _chat_type(chat) == "channel":
-        return Sender(str(chat_id), signature or _title(chat) or "", _opt_str(chat.get("username")))
+        return Sender.unknown()  # an unsigned post that names no sender (see Sender.unknown)
     raise NormalizeError("message has neither from nor sender_chat", where=f"{where}.from")
 
 
