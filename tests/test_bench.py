@@ -57,3 +57,13 @@ def test_the_peer_bench_is_not_a_dependency() -> None:
         assert "aiogram" not in pyproject.read_text(), pyproject
     assert "aiogram" not in (root / "uv.lock").read_text()
     assert "aiogram" not in sys.modules
+
+
+def test_storable_prints_the_check_cost_per_event(capsys: pytest.CaptureFixture[str]) -> None:
+    import storable
+
+    asyncio.run(storable.main(200, 1))
+    printed = capsys.readouterr().out
+    assert "reference: append_inbound" in printed
+    for kind in ("ascii", "unicode", "meta", "surrogate"):
+        assert f"storable_event, {kind}" in printed
