@@ -1,7 +1,7 @@
 """The SQLite ceiling: plain apsw writing the ingest path's rows into the project's schema.
 
-Same migrated schema and pragmas as `SQLiteStore` (WAL, synchronous=NORMAL,
-the same cache), the same rows (message, event id, conversation counters,
+Same migrated schema and durability as `SQLiteStore` (WAL,
+synchronous=NORMAL; a 64 MiB page cache, at least the store's), the same rows (message, event id, conversation counters,
 participants), the same work per event (dedupe by event id, per-conversation
 seq, reply lookups), `per_transaction` events per transaction. No
 normalize, no asyncio, no model objects: what the ingest path could reach

@@ -42,14 +42,15 @@ async def _noop(run: Run) -> None:
     return None
 
 
-async def measure_one(conversations: int) -> dict[str, Any]:
+async def measure_one(conversations: int, warm_up: int = WARM_UP) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         board = Switchboard(SQLiteStore(Path(folder) / "memory.db"))
         await board.start()
         adapter = make_adapter()
         board.add_account(adapter, Binding(_noop, respond="always", debounce=0))
         context = board.accounts[ACCOUNT].context
-        stream = updates(WARM_UP + conversations, WARM_UP + conversations, shapes=message_shapes())
+        total = warm_up + conversations
+        stream = updates(total, total, shapes=message_shapes())
 
         async def feed(count: int) -> None:
             while count > 0:
@@ -60,7 +61,7 @@ async def measure_one(conversations: int) -> dict[str, Any]:
             gc.collect()
 
         # the warm-up is the baseline: code paths, statements and buffers a first batch allocates
-        await feed(WARM_UP)
+        await feed(warm_up)
         base = rss_bytes()
         await feed(conversations)
         grown = rss_bytes() - base
@@ -69,8 +70,8 @@ async def measure_one(conversations: int) -> dict[str, Any]:
         await adapter.stop()
     return {
         "conversations": conversations,
-        "stored": stats["conversations"] - WARM_UP,
-        "runs": stats["runs"] - WARM_UP,
+        "stored": stats["conversations"] - warm_up,
+        "runs": stats["runs"] - warm_up,
         "bytes_per_conversation": grown / conversations,
     }
 

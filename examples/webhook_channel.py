@@ -7,8 +7,9 @@ and redelivers until it gets a 2xx. Outbound: we POST {"chat", "text", "reply_to
 to `{api}/send`; it answers {"ok": true, "id": "m9"}, or 429 {"retry_after": 3},
 or 4xx {"ok": false, "error": "..."}.
 
-This file is the example in docs/writing-an-adapter.md, and
-tests/test_example_adapter.py runs the conformance kit against it.
+This file is the example in docs/writing-an-adapter.md, word for word (the adapter
+module of the guide's project), and tests/test_example_adapter.py builds that
+project from the guide's code blocks and runs the conformance kit in it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from backchannel import (
     split_text,
 )
 from backchannel.adapter import AdapterContext
+from backchannel.wire import BadPayload, parse_json
 
 
 class HookchatAdapter:
@@ -64,9 +66,9 @@ class HookchatAdapter:
     async def _webhook(self, request: web.Request) -> web.Response:
         assert self._ctx is not None
         try:
-            raw = await request.json()
-        except json.JSONDecodeError:
-            return web.json_response({"ok": False, "error": "body is not JSON"}, status=400)
+            raw = parse_json(await request.read())  # bounded in size and depth
+        except BadPayload as error:
+            return web.json_response({"ok": False, "error": str(error)}, status=400)
         # ingest returns after the commit: answering 200 only now is "ack after durable write"
         await self._ctx.ingest(raw)
         return web.json_response({"ok": True})

@@ -1,146 +1,78 @@
-"""The example adapter from docs/writing-an-adapter.md passes the conformance kit."""
+"""docs/writing-an-adapter.md runs as written.
+
+Its code blocks are laid out as the adapter project the page describes, next
+to a checkout of backchannel (``../backchannel/core``, as its pyproject.toml
+says), installed with uv from that pyproject alone, and the conformance kit
+is run there with pytest: a newcomer who copies the page gets the same.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
-import itertools
-import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+import inspect
+import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 import pytest
-from aiohttp import web
-from backchannel import Address
-from backchannel.server import HttpServer
-from backchannel.testing import AdapterContract, ContractContext, ContractHarness
-from backchannel.testing.loopback import serve_loopback
+from backchannel.testing import AdapterContract
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "webhook_channel.py"
-spec = importlib.util.spec_from_file_location("webhook_channel", EXAMPLE)
-assert spec is not None and spec.loader is not None
-webhook_channel = importlib.util.module_from_spec(spec)
-sys.modules["webhook_channel"] = webhook_channel
-spec.loader.exec_module(webhook_channel)
+ROOT = Path(__file__).resolve().parents[1]
+GUIDE = ROOT / "docs" / "writing-an-adapter.md"
+EXAMPLE = ROOT / "examples" / "webhook_channel.py"
+
+PYPROJECT_MARK = "# pyproject.toml of your adapter's project"
+ADAPTER_MARK = '"""A complete small adapter'
+TESTS_MARK = "# tests/test_hookchat.py"
 
 
-class FakeHookchat:
-    """The platform: receives sends, delivers webhooks (retrying until 2xx), injects faults."""
+def guide_project() -> dict[str, str]:
+    """Return the project's files (path -> text) as the guide's code blocks give them."""
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```$", GUIDE.read_text(encoding="utf-8"), re.M | re.S)
 
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-        self.faults: list[tuple[str, float]] = []
-        self.acked: set[str] = set()
-        self.ids = itertools.count(1)
-        self.url = ""
-        self.hang = asyncio.Event()
-        self._runner: web.AppRunner | None = None
+    def block(language: str, mark: str) -> str:
+        found = [body for lang, body in blocks if lang == language and body.startswith(mark)]
+        assert len(found) == 1, f"the guide needs one {language} block starting {mark!r}"
+        return found[0]
 
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_post("/send", self._send)
-        self._runner, self.url = await serve_loopback(app)
-
-    async def stop(self) -> None:
-        self.hang.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def _send(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        if self.faults:
-            fault, value = self.faults.pop(0)
-            if fault == "rate_limited":
-                return web.json_response({"ok": False, "retry_after": value}, status=429)
-            if fault == "timeout":
-                await self.hang.wait()  # past the client's timeout, until the fake stops
-            if fault == "rejected":
-                return web.json_response({"ok": False, "error": "chat_not_found"}, status=404)
-        self.sent.append(body)
-        return web.json_response({"ok": True, "id": f"m{next(self.ids)}"})
-
-    async def deliver(self, webhook_url: str, payload: Mapping[str, Any]) -> None:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(5):
-                async with session.post(webhook_url, json=payload) as response:
-                    if response.status < 300:
-                        self.acked.add(str(payload["id"]))
-                        return
+    return {
+        "pyproject.toml": block("toml", PYPROJECT_MARK),
+        "src/backchannel_hookchat/__init__.py": block("python", ADAPTER_MARK),
+        "tests/test_hookchat.py": block("python", TESTS_MARK),
+    }
 
 
-class HookchatHarness(ContractHarness):
-    def __init__(self, adapter: Any, fake: FakeHookchat, webhook_url: str):
-        self.adapter = adapter
-        self.fake = fake
-        self.address = Address(adapter.account, "room-1")
-        self.webhook_url = webhook_url
-        self.payloads: dict[str, dict[str, Any]] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.serial = itertools.count(1)
-
-    def user_message_payload(self, text: str) -> dict[str, Any]:
-        n = next(self.serial)
-        return {
-            "id": f"evt-{n}",
-            "chat": "room-1",
-            "from": {"id": "u1", "name": "Ann"},
-            "message_id": f"um{n}",
-            "text": text,
-        }
-
-    def own_message_payload(self, text: str) -> Mapping[str, Any]:
-        return {
-            "id": "evt-own",
-            "chat": "room-1",
-            "from": {"id": "bot"},
-            "message_id": "x",
-            "text": text,
-        }
-
-    def malformed_payloads(self) -> Sequence[Mapping[str, Any]]:
-        return [{"chat": "room-1"}, {"id": "e", "chat": "c", "from": "ann", "message_id": "m"}]
-
-    async def deliver_user_message(self, text: str) -> str:
-        payload = self.user_message_payload(text)
-        self.payloads[payload["id"]] = payload
-        self._deliver(payload)
-        return str(payload["id"])
-
-    async def deliver_again(self, event_id: str) -> None:
-        self._deliver(self.payloads[event_id])
-
-    def _deliver(self, payload: Mapping[str, Any]) -> None:
-        task = asyncio.create_task(self.fake.deliver(self.webhook_url, payload))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    def is_acked(self, event_id: str) -> bool:
-        return event_id in self.fake.acked
-
-    def sent_texts(self) -> list[str]:
-        return [s["text"] for s in self.fake.sent if s["chat"] == "room-1"]
-
-    def fail_next_send(self, fault: str, retry_after: float = 2.0) -> None:
-        self.fake.faults.append((fault, retry_after))
+def test_the_guides_adapter_module_is_the_example_file_word_for_word() -> None:
+    adapter = guide_project()["src/backchannel_hookchat/__init__.py"]
+    assert adapter == EXAMPLE.read_text(encoding="utf-8")
 
 
-class TestHookchatContract(AdapterContract):
-    @pytest.fixture
-    async def harness(self, contract_context: ContractContext) -> AsyncIterator[HookchatHarness]:
-        fake = FakeHookchat()
-        await fake.start()
-        server = HttpServer(contract_context.routes, port=0)
-        contract_context.routes.public_url = await server.start()
-        adapter = webhook_channel.HookchatAdapter(
-            contract_context.account, {"api": fake.url, "timeout": 0.5}
+def test_the_guides_project_installs_and_passes_the_kit_as_written(tmp_path: Path) -> None:
+    uv = os.environ.get("UV") or shutil.which("uv")
+    if uv is None:
+        pytest.fail("uv is needed to install the guide's project (make test bootstraps it)")
+    # the layout the guide's pyproject.toml assumes: the project beside a backchannel checkout
+    (tmp_path / "backchannel").symlink_to(ROOT, target_is_directory=True)
+    project = tmp_path / "backchannel-hookchat"
+    for name, text in guide_project().items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text, encoding="utf-8")
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("VIRTUAL_ENV", "UV_PROJECT", "PYTHONPATH", "PYTEST_"))
+    }
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [uv, *args], cwd=project, env=env, capture_output=True, text=True, timeout=300
         )
-        await adapter.start(contract_context.bind(adapter))
-        harness = HookchatHarness(adapter, fake, contract_context.routes.url("/hooks/test"))
-        yield harness
-        contract_context.release()
-        await asyncio.gather(*harness.tasks, return_exceptions=True)
-        await adapter.stop()
-        await server.stop()
-        await fake.stop()
+
+    installed = run("sync", "--extra", "test", "--quiet")
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    tested = run("run", "--no-sync", "pytest", "-q", "-p", "no:cacheprovider")
+    output = tested.stdout + tested.stderr
+    assert tested.returncode == 0, output[-5000:]
+    kit_tests = [name for name, _ in inspect.getmembers(AdapterContract) if name.startswith("test")]
+    assert re.search(rf"\b{len(kit_tests)} passed\b", output), output[-2000:]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from backchannel.runs import Run
 from backchannel.store import Inbound, SQLiteStore
 from backchannel.store import sqlite as sqlite_module
 from backchannel.store.cache import LRUCache
@@ -55,3 +58,37 @@ async def test_idle_conversations_leave_no_scheduling_state(store: SQLiteStore) 
     # the dict was copied once the burst was over: it does not keep its peak size
     assert board.scheduler._slots_peak < 300
     await board.stop()
+
+
+async def test_runs_waiting_for_a_place_are_queued_not_held_as_tasks(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    gate = asyncio.Event()
+    started: list[int] = []
+    tasks_seen: list[int] = []
+
+    async def agent(run: Run) -> None:
+        started.append(run.conversation.id)
+        tasks_seen.append(len(board.scheduler._tasks))
+        await gate.wait()
+
+    board = Switchboard(store, max_concurrent_runs=2)
+    board.add_account(channel.adapter("fake"), Binding(agent))
+    await board.start()
+    for chat in range(50):
+        channel.platform.user_says("hello", chat=f"c{chat}")
+    # every message committed and due while the first two runs hold both places
+    await _until(lambda: board.counters["stored"] == 50 and len(started) == 2)
+    gate.set()
+    await board.wait_idle()
+    assert len(set(started)) == 50
+    assert max(tasks_seen) <= 2
+
+
+async def _until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll a cheap in-memory predicate on each loop turn (bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)

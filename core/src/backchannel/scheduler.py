@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -75,6 +76,8 @@ class _Slot:
     timer: asyncio.TimerHandle | None = None
     first_poke: float | None = None
     notes: list[str] = field(factory=list)
+    #: poked with `again` during a run: run once more afterwards, triggers or not
+    again: bool = False
 
 
 def _backoff(failures: int) -> float:
@@ -99,7 +102,12 @@ class Scheduler:
         self.accounts = accounts
         self.busy = busy
         self.counters = counters
-        self._run_limit = asyncio.Semaphore(max_concurrent_runs)
+        self._max_runs = max_concurrent_runs
+        self._runs = 0
+        #: conversations whose run is due but waits for one of the `max_runs` places; a
+        #: queue, not a task apiece: a burst over 10,000 conversations must not hold
+        #: 10,000 waiting tasks (and the memory they leave behind)
+        self._ready: deque[int] = deque()
         self._slots: dict[int, _Slot] = {}
         #: the most slots held at once since `_slots` was last copied (see _forget)
         self._slots_peak = 0
@@ -118,6 +126,9 @@ class Scheduler:
     def stop(self) -> None:
         """Start no new runs; disarm pending debounce timers."""
         self._stopping = True
+        while self._ready:  # never started: the store still owes them (runs after a restart)
+            self._slot(self._ready.popleft()).running = False
+            self.busy.leave()
         for slot in self._slots.values():
             if slot.timer is not None:
                 slot.timer.cancel()
@@ -135,10 +146,14 @@ class Scheduler:
         if still:
             await asyncio.wait(still, timeout=2)
 
-    def poke(self, conversation_id: int, account: str, *, pause: float = 0.0) -> None:
+    def poke(
+        self, conversation_id: int, account: str, *, pause: float = 0.0, again: bool = False
+    ) -> None:
         """Ask for a run of this conversation (debounced; one at a time).
 
-        `pause` delays it at least that long (a backoff after failures).
+        `pause` delays it at least that long (a backoff after failures). A poke
+        during a run is dropped (the run's end looks for unhandled messages)
+        unless `again`: work a gate owes the conversation (an answer to report).
         """
         if self._stopping:
             return
@@ -146,6 +161,7 @@ class Scheduler:
         slot.account = account
         if slot.running:
             slot.poked_while_running = True
+            slot.again = slot.again or again
             return
         binding = self.accounts[account].binding
         loop = asyncio.get_running_loop()
@@ -172,9 +188,16 @@ class Scheduler:
             self.busy.leave()
             return
         slot.running = True
-        task = asyncio.create_task(self._run_conversation(conversation_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._ready.append(conversation_id)
+        self._start_ready()
+
+    def _start_ready(self) -> None:
+        """Start due runs while fewer than `max_concurrent_runs` are running."""
+        while self._ready and self._runs < self._max_runs and not self._stopping:
+            self._runs += 1
+            task = asyncio.create_task(self._run_conversation(self._ready.popleft()))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _run_conversation(self, conversation_id: int) -> None:
         slot = self._slot(conversation_id)
@@ -183,11 +206,10 @@ class Scheduler:
         failed = False
         claimed = False
         try:
-            async with self._run_limit:
-                # another worker running it will do the follow-up run itself
-                claimed = self.claims is None or await self.claims.claim(conversation_id)
-                if claimed:
-                    await self._run_once(account, conversation_id, slot)
+            # another worker running it will do the follow-up run itself
+            claimed = self.claims is None or await self.claims.claim(conversation_id)
+            if claimed:
+                await self._run_once(account, conversation_id, slot)
         except Exception:
             # the store refused to record the run (disk full, locked): count it, and retry
             # after a growing pause rather than at once, or this loop would spin
@@ -195,6 +217,8 @@ class Scheduler:
             self.counters["run_errors"] += 1
             log.exception("the run of conversation %s could not be recorded", conversation_id)
         finally:
+            self._runs -= 1
+            self._start_ready()
             slot.running = False
             slot.failures = slot.failures + 1 if failed else 0
             poked, slot.poked_while_running = slot.poked_while_running, False
@@ -211,7 +235,8 @@ class Scheduler:
                         self._forget(conversation_id)
                 elif claimed or failed:
                     conversation = await self.store.conversation(conversation_id)
-                    if conversation.trigger_seq > conversation.handled_seq:
+                    again, slot.again = slot.again, False
+                    if conversation.trigger_seq > conversation.handled_seq or again:
                         self.poke(conversation_id, account_name, pause=_backoff(slot.failures))
                     elif slot.timer is None and not slot.notes:
                         self._forget(conversation_id)

@@ -25,7 +25,7 @@ from .model import Address, Conversation, Event, Message, Sender, from_json, to_
 from .outbound import Deliverer, DeliveryResult, channel_tools
 from .plugins import get_plugin_manager
 from .policy import Policy
-from .runs import Agent, Run, RunBuilder, RunSession, WindowSettings
+from .runs import RESTART_NOTE, Agent, Run, RunBuilder, RunSession, WindowSettings
 from .scheduler import Busy, Scheduler
 from .secrets import register_secret
 from .storable import storable_event
@@ -59,12 +59,6 @@ class Service(Protocol):
     async def start(self, board: Switchboard) -> None: ...
 
     async def stop(self) -> None: ...
-
-
-RESTART_NOTE = (
-    "backchannel restarted since your last turn in this conversation. Nothing was lost:"
-    " every message you have not answered yet is shown below."
-)
 
 
 @define(init=False)
@@ -375,7 +369,7 @@ class Switchboard:
             return await self._malformed(account, raw, checked, state)
         event = checked
         policy = entry.binding.policy
-        verdict = await self._route(account, event)
+        verdict = await self._route(account, event) if account in self._routers else None
         if verdict is None:
             held, triggers = not policy.may_reach(event), policy.triggers(event)
         else:
@@ -424,7 +418,7 @@ class Switchboard:
                 results[index] = await self._malformed(account, raw, checked)
                 continue
             event = checked
-            verdict = await self._route(account, event)
+            verdict = await self._route(account, event) if account in self._routers else None
             if verdict is None:
                 held, triggers = not policy.may_reach(event), policy.triggers(event)
             else:

@@ -128,7 +128,9 @@ def _copy(value: Any, secret_fields: frozenset[str], depth: int) -> Any:
     if isinstance(value, Mapping):
         return {
             repair_text(str(key)): (
-                "***" if key in secret_fields and item else _copy(item, secret_fields, depth - 1)
+                "***"
+                if key in secret_fields and item not in (None, "", [], {})
+                else _copy(item, secret_fields, depth - 1)
             )
             for key, item in value.items()
         }

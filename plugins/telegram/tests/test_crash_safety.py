@@ -73,10 +73,12 @@ async def test_sigkill_between_commit_and_next_getupdates_loses_and_doubles_noth
             for c, p in zip(chats[3:], people[3:], strict=True)
         ]
         everything = before + after
+        # a reply the kill cut short mid-send is `uncertain`: it is not sent again
+        # (issue 14), so a message from before the kill may have that instead (checked below)
         await fake.wait_for(
-            lambda: all(answered(fake, u["message"]) for u in everything),
+            lambda: all(answered(fake, u["message"]) for u in after),
             30,
-            "an answer to every message",
+            "an answer to every message after the restart",
         )
         await fake.wait_for(lambda: all(fake.is_acked(u["update_id"]) for u in everything), 10)
         # the restarted worker resumed at the committed offset: nothing was read twice
@@ -99,7 +101,10 @@ async def test_sigkill_between_commit_and_next_getupdates_loses_and_doubles_noth
             assert [(m.text, m.event_id) for m in inbound] == [
                 (message["text"], str(update["update_id"]))
             ]
-            assert any(m.direction == "out" for m in rows)
+            replies = [m for m in rows if m.direction == "out"]
+            assert replies, f"no reply to {message['text']!r}"
+            if not answered(fake, message):  # never arrived: the store says it may have
+                assert update in before and {m.status for m in replies} == {"uncertain"}
             assert conversation.handled_seq >= inbound[0].seq
     finally:
         await store.close()

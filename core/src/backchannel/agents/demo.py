@@ -42,10 +42,16 @@ def describe_run(run: Run) -> str:
 
 
 async def demo_agent(run: Run) -> None:
-    """Reply to the triggering message with a description of the run."""
-    text = describe_run(run)
+    """Reply to the triggering message with a description of the run.
+
+    With no trigger there is nothing new to answer (after a restart, the message
+    may already have our reply): it stays silent, as examples/echo_agent.py does.
+    """
     target = run.trigger
-    if target is not None and target.direction == "in" and run.tool("reply") is not None:
+    if target is None:
+        return
+    text = describe_run(run)
+    if target.direction == "in" and run.tool("reply") is not None:
         await run.call("reply", {"message_id": target.seq, "text": text})
     else:
         await run.call("send_message", {"text": text})

@@ -72,7 +72,9 @@ class SQLiteStore(SQLiteAsks, Store):
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={synchronous.upper()}")
         db.execute("PRAGMA foreign_keys=ON")
-        db.execute("PRAGMA cache_size=-65536")  # 64 MiB: a batch touches many conversations
+        # 16 MiB: the pages a batch over thousands of conversations touches; more only
+        # grows the process by the size of the database (the OS caches the file anyway)
+        db.execute("PRAGMA cache_size=-16384")
         db.execute("PRAGMA journal_size_limit=16777216")  # a reset WAL shrinks back to 16 MiB
         if str(path) != ":memory:":
             for suffix in ("", "-wal", "-shm"):
@@ -411,7 +413,7 @@ class SQLiteStore(SQLiteAsks, Store):
                 "received",
                 None,
                 None,
-                json.dumps(dict(event.meta)) if event.meta else None,
+                _dump_meta(event.meta) if event.meta else None,
             )
         )
         key = (conversation_id, sender.id)
@@ -1030,6 +1032,10 @@ class SQLiteStore(SQLiteAsks, Store):
         for status, number in db.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status"):
             figures[f"outbox_{status}"] = int(number)
         return figures
+
+
+def _dump_meta(meta: Mapping[str, Any]) -> str:
+    return json.dumps(meta if type(meta) is dict else dict(meta))
 
 
 #: letters and digits: what the unicode61 tokenizer keeps as one token (so each quoted

@@ -190,15 +190,18 @@ _CODE_POINTS = ((0, 0x7F), (0x80, 0xFFFF), (0xD800, 0xDFFF), (0x10000, 0x10FFFF)
 
 
 class _ErrorCatcher(logging.Handler):
-    """Keeps a line for each ERROR record, or any record carrying a traceback."""
+    """Keeps a line for each ERROR record, or an INFO or WARNING record with a traceback."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.found: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        if record.name == "asyncio" and "Unclosed" in str(record.msg):
+            return  # garbage collection of an earlier test's client session, not the ingress
         traceback = record.exc_info or "Traceback (most recent call last)" in str(record.msg)
-        if record.levelno >= logging.ERROR or traceback:
+        # a traceback at DEBUG (aiohttp's parser refusing bad HTTP) stays out of normal logs
+        if record.levelno >= logging.ERROR or (traceback and record.levelno >= logging.INFO):
             self.found.append(f"{record.name}: {record.getMessage()[:300]}")
 
 
@@ -326,7 +329,11 @@ def store_leaks(
     secret values everywhere.
     """
     field_pattern = (
-        re.compile(r'"(' + "|".join(re.escape(f) for f in secret_fields) + r')"\s*:\s*"(?!\*\*\*")')
+        re.compile(
+            r'"('
+            + "|".join(re.escape(f) for f in secret_fields)
+            + r')"\s*:(?!\s*(?:"\*\*\*"|""|null|\[\]|\{\}))'
+        )
         if secret_fields
         else None
     )

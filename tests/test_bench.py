@@ -1,0 +1,69 @@
+"""Each bench script runs end to end at a tiny size (the figures themselves are not checked)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture(autouse=True)
+def bench_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+
+
+def test_ingest_runs_every_shape_against_the_ceiling() -> None:
+    import ingest
+
+    figures = ingest.measure(events=300, conversations=30, rounds=1)
+    for shape in ingest.SHAPES:
+        assert figures[shape]["median"] > 0
+        assert figures[shape]["cpu"] > 0
+
+
+def test_latency_measures_commit_and_agent_percentiles() -> None:
+    import latency
+
+    figures = asyncio.run(latency.measure(seconds=0.3, rate=100, conversations=5))
+    assert figures["commit"]["count"] == 30
+    assert figures["agent"]["count"] >= 1
+
+
+def test_runs_measures_the_overhead_of_each_run() -> None:
+    import runs
+
+    figures = asyncio.run(runs.measure(conversations=3, history=60, rounds=1))
+    assert figures["runs"] == 3
+    assert figures["window"] == 50
+
+
+def test_memory_measures_rss_per_conversation() -> None:
+    import memory
+
+    figures = asyncio.run(memory.measure_one(200, warm_up=20))
+    assert figures["stored"] == 200 and figures["runs"] == 200
+
+
+def test_the_peer_bench_is_not_a_dependency() -> None:
+    text = (BENCH / "peer_aiogram.py").read_text()
+    assert "--with 'aiogram" in text
+    root = BENCH.parent
+    projects = [root / "pyproject.toml", root / "core/pyproject.toml"]
+    for pyproject in [*projects, *root.glob("plugins/*/pyproject.toml")]:
+        assert "aiogram" not in pyproject.read_text(), pyproject
+    assert "aiogram" not in (root / "uv.lock").read_text()
+    assert "aiogram" not in sys.modules
+
+
+def test_storable_prints_the_check_cost_per_event(capsys: pytest.CaptureFixture[str]) -> None:
+    import storable
+
+    asyncio.run(storable.main(200, 1))
+    printed = capsys.readouterr().out
+    assert "reference: append_inbound" in printed
+    for kind in ("ascii", "unicode", "meta", "surrogate"):
+        assert f"storable_event, {kind}" in printed
