@@ -8,9 +8,9 @@ conversation answered, no answer sent twice, the polling account taken over
 within the lease bound. Then a rolling restart (new worker up, old one SIGTERMed, one
 by one) under load, checked the same way.
 
-The issue asks for 5,000 events; this 2-core machine runs BACKCHANNEL_KILL_EVENTS
-(default 600) to stay within the suite's time budget. Set it to 5000 to run the
-full size (takes minutes).
+The issue asks for 5,000 events; the suite runs BACKCHANNEL_KILL_EVENTS (default
+600, about 50 s here) to stay within its time budget. BACKCHANNEL_KILL_EVENTS=5000
+runs the full size (it passed in about 100 s on this 2-core machine).
 """
 
 from __future__ import annotations

@@ -182,3 +182,25 @@ async def test_reading_commands_work_on_a_postgresql_store(
     assert listed.exit_code == 0 and "acct/c9" in listed.output, listed.output
     shown = await asyncio.to_thread(invoke, "show", "acct/c9", "-c", str(config))
     assert shown.exit_code == 0 and "hello from postgres" in shown.output, shown.output
+
+
+async def test_a_worker_taken_for_dead_that_beats_again_is_recovered_again_when_it_dies(
+    postgres_url: str,
+) -> None:
+    from backchannel.model import Address, Outbound, Sender
+
+    me = Sender("agent", "Agent", is_bot=True)
+    slow = PostgresStore(postgres_url, worker="slow")
+    other = PostgresStore(postgres_url, worker="other")
+    await slow.register_worker("host", 1)
+    conversation = await slow.ensure_conversation(Address("acct", "c1"))
+    await slow.record_outbound(conversation.id, Outbound(conversation.address, "a"), me)
+    assert list(await other.recover_dead_workers(ttl=0.0)) == ["slow"]  # a long pause
+    await slow.heartbeat(ttl=10)  # it was alive after all
+    (report,) = [w for w in await other.workers_report() if w["name"] == "slow"]
+    assert report["stopped_at"] is None
+    await slow.record_outbound(conversation.id, Outbound(conversation.address, "b"), me)
+    recovered = await other.recover_dead_workers(ttl=0.0)  # now it dies for real
+    assert [e.text for e in recovered["slow"]] == ["b"]
+    await slow.close()
+    await other.close()

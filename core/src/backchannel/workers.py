@@ -117,9 +117,11 @@ class WorkerCoordinator:
         self.stopping = True
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self._tasks:
+            # bounded: a connection stuck in the network must not hold a stop up
+            _, stuck = await asyncio.wait(self._tasks, timeout=5)
+            for task in stuck:
+                log.warning("worker %s: %s did not stop within 5 s", self.name, task.get_name())
         self._tasks = []
         try:
             await self.store.stop_worker()
@@ -229,8 +231,9 @@ class WorkerCoordinator:
                     self.store.url, autocommit=True, connect_timeout=10
                 ) as connection:
                     await connection.execute(f"LISTEN {WAKE_CHANNEL}")
-                    async for notification in connection.notifies():
-                        self._on_notification(notification.payload)
+                    while True:  # short waits: a stop cancels between them, not inside one
+                        async for notification in connection.notifies(timeout=self.heartbeat):
+                            self._on_notification(notification.payload)
             except asyncio.CancelledError:
                 raise
             except Exception as error:

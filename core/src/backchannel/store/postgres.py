@@ -765,8 +765,11 @@ class PostgresStore(PostgresAsks, Store):
         me = self._me()
 
         async def work(connection: Any) -> set[str]:
+            # alive again after another worker took it for dead (a long pause): it counts
+            # as running again, so that a real death later is recovered too
             await connection.execute(
-                f"UPDATE workers SET heartbeat_at = {DB_NOW} WHERE name = %s", (me,)
+                f"UPDATE workers SET heartbeat_at = {DB_NOW}, stopped_at = NULL WHERE name = %s",
+                (me,),
             )
             cursor = await connection.execute(
                 f"UPDATE leases SET expires_at = {DB_NOW} + %s WHERE worker = %s"
