@@ -114,7 +114,8 @@ def main() -> None:
         for _ in range(args.rounds):  # interleaved: both see the same machine load
             reference.append(timed(reference_command, b"", env))
             empty.append(timed(hook, payload, env))
-        print(f"{args.rounds} rounds, each a new process ({' '.join(hook)})")
+        load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+        print(f"{args.rounds} rounds, each a new process ({' '.join(hook)}); load average {load}")
         report("python -c pass (reference)", reference)
         report("hook, empty inbox", empty, reference)
         verdict = "meets" if statistics.median(empty) < 0.050 else "MISSES"

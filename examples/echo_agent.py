@@ -8,7 +8,7 @@ from backchannel import Run
 
 async def echo(run: Run) -> None:
     """Reply to the message that started this run with its own text."""
-    if run.trigger is None:  # nothing new to answer (e.g. a restart caught up)
+    if run.trigger is None:  # nothing to answer: a restart caught up, or it has our reply
         return
     said = run.trigger.text.strip() or "(an empty message)"
     await run.call("reply", {"message_id": run.trigger.seq, "text": f"You said: {said}"})

@@ -19,8 +19,8 @@ import re
 from backchannel import Run
 
 ASK = re.compile(r"what did (\w+) say(?:.*?\babout (?:the )?(\w+))?", re.IGNORECASE)
-TELL = re.compile(r"^tell (\w+) (?:that )?(.+)$", re.IGNORECASE | re.DOTALL)
-ASK_AGENT = re.compile(r"^ask (\S+) (.+)$", re.IGNORECASE | re.DOTALL)
+TELL = re.compile(r"\Atell (\w+) (?:that )?(.+)\Z", re.IGNORECASE | re.DOTALL)
+ASK_AGENT = re.compile(r"\Aask (\S+) (.+)\Z", re.IGNORECASE | re.DOTALL)
 KEY = re.compile(r"^- (\S+) \(id \d+\)", re.MULTILINE)
 
 

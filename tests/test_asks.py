@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import os
 import signal
 import socket
@@ -30,7 +31,8 @@ from backchannel.orchestration import orchestrator_of, scope_for_agent, set_mess
 from backchannel.store import Inbound, SQLiteStore
 from backchannel.switchboard import Switchboard
 from backchannel.testing.store_contract import make_event
-from backchannel_tinyplace.testing import FakeRelay
+from backchannel_tinyplace.envelope import parse_body
+from backchannel_tinyplace.testing import FakeRelay, RelayPeer
 from backchannel_webchat.testing import FakeBrowser
 from click.testing import CliRunner
 
@@ -47,6 +49,7 @@ from ask_rig import (
 )
 
 CHILD = Path(__file__).with_name("asks_child.py")
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 @pytest.fixture
@@ -219,6 +222,60 @@ async def test_two_asks_in_flight_to_two_peers_answered_in_reverse_order_each_re
     assert sorted(e["to"] for e in relay.sent_by(a.agent_id)) == sorted([b_id, c_id])
 
 
+async def test_a_harness_peers_auto_reply_answers_the_ask_though_it_starts_no_run(
+    deployment: Any, relay: FakeRelay
+) -> None:
+    start, _ = deployment
+    a = await start()
+    async with RelayPeer(relay.url) as harness:  # a Claude/Codex harness plugin, not backchannel
+        await harness.publish_keys()
+        relay.make_contacts(a.agent_id, harness.agent_id)
+        async with a.page() as page:
+            await page.say(f"ask {harness.agent_id} which branch are you on?")
+            await a.owner.wait(lambda: a.owner.asked)
+            [(_, body)] = await harness.receive()
+            question = parse_body(body)
+            assert question.text == "which branch are you on?" and question.session
+            # the plugin's auto-reply: tp.auto (it calls for no answer), tp.in_reply_to
+            await harness.send_text(
+                a.agent_id,
+                "on main",
+                session=question.session,
+                in_reply_to=question.message_id,
+                auto=True,
+            )
+            await page.wait_for(agent_says("Answer received: on main"), 30)
+            await a.board.wait_idle()
+    [ask] = await a.store.asks()
+    assert ask.state == "answered"
+    assert a.owner.session_runs == []
+
+
+async def test_report_verbatim_posts_the_answer_with_attribution_and_runs_nothing(
+    deployment: Any,
+) -> None:
+    start, peer = deployment
+    a = await start(report="verbatim")
+    b_board, b_id = await peer("b", PeerAgent("B"), a)
+    async with a.page() as page:
+        await page.say(f"ask {b_id} verbatim please")
+        await page.wait_for(agent_says("B answers: VERBATIM PLEASE"), 30)
+        await a.board.wait_idle()
+        await b_board.wait_idle()
+        session = await a.session_with(b_id)
+        assert agent_texts(page, "VERBATIM PLEASE") == [
+            f"[Answer from {b_label(b_id)} (session {session.address.thread}) to the question"
+            " asked at #1]\nB answers: VERBATIM PLEASE"
+        ]
+    assert a.owner.reporter_runs == [] and a.owner.session_runs == []
+    [ask] = await a.store.asks()
+    assert ask.state == "answered"
+
+
+def b_label(agent_id: str) -> str:
+    return f"tiny.place agent {agent_id[:4]}…{agent_id[-4:]}"
+
+
 async def test_an_ask_whose_send_times_out_is_uncertain_not_retried_and_the_agent_is_told(
     deployment: Any, relay: FakeRelay
 ) -> None:
@@ -290,7 +347,7 @@ async def test_refusals_and_a_cold_ask_store_nothing_and_send_nothing(
     assert "not one of your accounts that talk to other agents" in await ask(
         peer=linked, account="web"
     )
-    assert "cannot be a session id" in await ask(peer=linked, session_id="master")
+    assert "cannot be a session id" in await ask(peer=linked, session="master")
     await set_messaging(a.store, False)
     assert "switched off" in await ask(peer=linked)
     await set_messaging(a.store, True)
@@ -317,7 +374,7 @@ async def test_refusals_and_a_cold_ask_store_nothing_and_send_nothing(
         if t.name == "ask_agent"
     ]
     assert "is this conversation" in await from_session(
-        {"peer": linked, "session_id": "s1", "question": "?"}
+        {"peer": linked, "session": "s1", "question": "?"}
     )
     # nothing was stored or sent by any of them
     assert await a.store.asks() == []
@@ -488,3 +545,14 @@ def test_a_master_binding_names_exactly_one_conversation_and_an_account_has_one(
         parse_config({**base, "bindings": two}, check_plugins=False)
     with pytest.raises(ConfigError, match=r"orchestration\.ask_timeout: expected seconds > 0"):
         parse_config({**base, "orchestration": {"ask_timeout": 0}}, check_plugins=False)
+
+
+async def test_the_ask_demo_reports_bs_answer_in_the_web_chat(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("ask_demo", EXAMPLES / "ask_demo.py")
+    assert spec is not None and spec.loader is not None
+    ask_demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ask_demo)
+    answer = await ask_demo.demo(True, tmp_path)
+    assert answer == (
+        "The answer came: B here. You asked: 'what is the answer to everything?'. My answer: 42."
+    )

@@ -268,9 +268,9 @@ async def ask(page: FakeBrowser, text: str) -> str:
 
 
 async def test_the_messaging_control_and_the_kill_switch_reach_a_running_serve(
-    tmp_path: Path, fake: FakeTelegram
+    tmp_path: Path, fake: FakeTelegram, relay: FakeRelay
 ) -> None:
-    path = fake_config(tmp_path, fake)
+    path = fake_config(tmp_path, fake, relay.url)
     shutil.copy(EXAMPLES / "orchestrator_agent.py", tmp_path)
     serve = ServeProcess(path)
     url = await serve.start()

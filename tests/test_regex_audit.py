@@ -26,15 +26,26 @@ def _dollar_anchored_patterns() -> list[str]:
                     and isinstance(node.func.value, ast.Name)
                     and node.func.value.id == "re"
                     and node.args
-                    and isinstance(node.args[0], ast.Constant)
-                    and isinstance(node.args[0].value, str)
                 ):
                     continue
-                pattern = node.args[0].value
+                pattern = _literal_tail(node.args[0])
+                if pattern is None:
+                    continue
                 if pattern.endswith("$") and not pattern.endswith("\\$"):
                     where = path.relative_to(ROOT)
                     found.append(f"{where}:{node.lineno}: {pattern!r}")
     return found
+
+
+def _literal_tail(node: ast.expr) -> str | None:
+    """The pattern's text, or for an f-string its last literal part."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr) and node.values:
+        last = node.values[-1]
+        if isinstance(last, ast.Constant) and isinstance(last.value, str):
+            return last.value
+    return None
 
 
 def test_no_validation_regex_ends_with_a_dollar() -> None:

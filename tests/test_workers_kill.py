@@ -234,16 +234,27 @@ async def settle_and_check(setup: Setup, store: PostgresStore) -> None:
     """Wait for every update to be stored and answered, then check the guarantees."""
     total = sum(setup.injected.values())
 
+    stored: list[int] = [0]
+
     async def all_stored() -> bool:
         row = await store._fetchone("SELECT COUNT(*) FROM messages WHERE direction = 'in'")
-        return row is not None and row[0] >= total
+        stored[0] = row[0] if row else 0
+        return stored[0] >= total
 
-    await until(all_stored, 90, f"all {total} updates stored")
+    # the fakes deliver webhooks one at a time: allow time in proportion to the count
+    patience = 60 + total / 20
+    try:
+        await until(all_stored, patience, f"all {total} updates stored")
+    except AssertionError:
+        raise AssertionError(
+            f"{stored[0]} of {total} updates stored after {patience:.0f}s"
+            f" (injected per account: {dict(setup.injected)})"
+        ) from None
 
     async def all_answered() -> bool:
         return not await store.unhandled() and not await store.outbox(status="pending")
 
-    await until(all_answered, 90, "every conversation answered")
+    await until(all_answered, patience, "every conversation answered")
     async with await psycopg.AsyncConnection.connect(setup.url) as connection:
         cursor = await connection.execute(
             "SELECT c.account, COUNT(*), COUNT(DISTINCT m.event_id) FROM messages m"

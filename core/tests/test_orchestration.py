@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -366,7 +363,7 @@ async def test_kill_switch_holds_after_a_config_reload_and_after_a_restart(
         await again.board.stop()
 
 
-async def test_messaging_cli_in_another_process_reaches_a_running_board(
+async def test_messaging_cli_on_its_own_connection_reaches_a_running_board(
     store: SQLiteStore, rig: Any
 ) -> None:
     results: list[str] = []
@@ -381,12 +378,12 @@ async def test_messaging_cli_in_another_process_reaches_a_running_board(
 
     built = await rig(script)
     await seed(built)
-    off = _cli("messaging", "off", "--store", str(store.path))
+    off = await _cli("messaging", "off", "--store", str(store.path))
     assert "OFF, held by the messaging control" in off
     await owner_run(built, "ping Alice", 3)
     assert results[-1].startswith("refused:") and "switched off" in results[-1]
-    assert "messaging_on" in _cli("messaging", "status", "--json", "--store", str(store.path))
-    on = _cli("messaging", "on", "--store", str(store.path))
+    assert "messaging_on" in await _cli("messaging", "status", "--json", "--store", str(store.path))
+    on = await _cli("messaging", "on", "--store", str(store.path))
     assert "is ON" in on
     await owner_run(built, "ping Alice now", 4)
     assert results[-1].startswith("sent to work/alice-dm")
@@ -413,19 +410,15 @@ def _toml(*, enabled: bool) -> str:
     return f"[orchestration]\nenabled = {str(enabled).lower()}\n"
 
 
-def _cli(*args: str) -> str:
-    env = {**os.environ, "BACKCHANNEL_CONFIG": ""}
-    env.pop("BACKCHANNEL_CONFIG")
-    done = subprocess.run(
-        [sys.executable, "-m", "backchannel", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+async def _cli(*args: str) -> str:
+    """Run a backchannel command on its own store connection (a thread: the board keeps going)."""
+    from backchannel.cli import main
+    from click.testing import CliRunner
+
+    env = {"BACKCHANNEL_CONFIG": ""}
+    result = await asyncio.to_thread(CliRunner().invoke, main, list(args), env=env)
+    assert result.exit_code == 0, result.output
+    return result.output
 
 
 async def test_deliver_cross_with_a_config_goes_through_the_running_serve_with_its_origin(

@@ -71,7 +71,7 @@ async def test_a_plugin_migration_may_not_reuse_a_taken_name(
 def test_a_plugin_table_is_accepted_only_for_an_installed_plugin() -> None:
     config = parse_config({"owner": {"account": "webchat"}}, check_plugins=False)
     assert config.sections == {"owner": {"account": "webchat"}}
-    with pytest.raises(ConfigError, match=r"nosuch: unknown section \(expected one of store,"):
+    with pytest.raises(ConfigError, match=r"nosuch: unknown section .*owner"):
         parse_config({"nosuch": {}}, check_plugins=False)
     with pytest.raises(ConfigError, match="owner: expected a table"):
         parse_config({"owner": "yes"}, check_plugins=False)

@@ -6,6 +6,7 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -158,3 +159,26 @@ async def test_a_run_whose_claim_another_worker_took_cannot_send(postgres_url: s
     assert [e.text for e in await slow.outbox()] == ["a"]
     await slow.close()
     await other.close()
+
+
+async def test_reading_commands_work_on_a_postgresql_store(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    from backchannel.cli import main
+    from backchannel.store import Inbound
+    from backchannel.testing.store_contract import make_event
+    from click.testing import CliRunner
+
+    store = PostgresStore(postgres_url)
+    await store.append_inbound([Inbound(make_event("e1", "hello from postgres", chat="c9"))])
+    await store.close()
+    config = tmp_path / "bc.toml"
+    config.write_text(f'[store]\nurl = "{postgres_url}"\n')
+
+    def invoke(*args: str) -> Any:
+        return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+    listed = await asyncio.to_thread(invoke, "conversations", "-c", str(config))
+    assert listed.exit_code == 0 and "acct/c9" in listed.output, listed.output
+    shown = await asyncio.to_thread(invoke, "show", "acct/c9", "-c", str(config))
+    assert shown.exit_code == 0 and "hello from postgres" in shown.output, shown.output

@@ -1,18 +1,21 @@
 """Several workers on one PostgreSQL store, in one process: leases, takeover, run claims.
 
-Short leases (1 s, heartbeat 0.25 s) keep these quick; the defaults (10 s, 3 s) are
+Short leases (2 s, heartbeat 0.5 s) keep these quick; the defaults (10 s, 3 s) are
 checked by the documented bound. The multi-process kill test is test_workers_kill.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from backchannel import Binding, Switchboard
+from backchannel.cli import main
 from backchannel.runs import Run
 from backchannel.store.postgres import PostgresStore
 from backchannel.testing import RecordingAgent
@@ -22,9 +25,10 @@ from backchannel.workers import (
     DEFAULT_LEASE_TTL,
     WorkerCoordinator,
 )
+from click.testing import CliRunner
 
-TTL = 1.0
-BEAT = 0.25
+TTL = 2.0
+BEAT = 0.5
 
 
 class WebhookFakeAdapter(FakeChannelAdapter):
@@ -165,4 +169,61 @@ async def test_one_run_per_conversation_across_workers_and_every_message_answere
     runs = await store.runs(limit=500)
     assert all(run.status == "ok" for run in runs)
     assert len(platform.sent) == len(runs)  # one send per run, none doubled
+    await store.close()
+
+
+async def test_backchannel_workers_lists_workers_accounts_and_leases(
+    boards: Callable[..., Awaitable[Switchboard]], postgres_url: str, tmp_path: Path
+) -> None:
+    platform = FakePlatform()
+    agent = RecordingAgent()
+    await boards("w1", FakeChannelAdapter("fake", {}, platform), agent)
+    config = tmp_path / "bc.toml"
+    config.write_text(f'[store]\nurl = "{postgres_url}"\n\n[accounts.fake]\nchannel = "webchat"\n')
+
+    def invoke(*args: str) -> Any:
+        return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+    shown = await asyncio.to_thread(invoke, "workers", "-c", str(config))
+    assert shown.exit_code == 0, shown.output
+    assert "w1" in shown.output and "alive" in shown.output
+    assert "lease fake: w1" in shown.output
+    as_json = await asyncio.to_thread(invoke, "workers", "-c", str(config), "--json")
+    data = json.loads(as_json.output)
+    assert data["leases"]["fake"]["worker"] == "w1"
+    assert [w["accounts"] for w in data["workers"]] == [["fake"]]
+
+
+def test_serve_worker_needs_a_postgresql_store(tmp_path: Path) -> None:
+    config = tmp_path / "bc.toml"
+    config.write_text(f'[store]\npath = "{tmp_path / "bc.db"}"\n')
+    result = CliRunner().invoke(main, ["serve", "-c", str(config), "--worker", "w1"])
+    assert result.exit_code == 1
+    assert "--worker w1 needs a shared store: set [store] url" in result.output
+
+
+async def test_serve_as_a_named_worker_takes_the_lease_of_its_accounts(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    from backchannel.app import serve
+    from backchannel.config import load_config
+
+    config_file = tmp_path / "bc.toml"
+    config_file.write_text(f'[store]\nurl = "{postgres_url}"\n\n[server]\nport = 0\n')
+    config = load_config(config_file)
+    stop = asyncio.Event()
+    ready: asyncio.Future[Switchboard] = asyncio.get_running_loop().create_future()
+    serving = asyncio.create_task(
+        serve(config, on_ready=ready.set_result, stop=stop, worker="web-1", lease_ttl=4.0)
+    )
+    board = await asyncio.wait_for(ready, 60)
+    assert board.workers is not None and board.workers.owned == {"webchat"}
+    assert (board.workers.lease_ttl, board.workers.heartbeat) == (4.0, pytest.approx(1.2))
+    store = PostgresStore(postgres_url)
+    assert (await store.leases())["webchat"][0] == "web-1"
+    stop.set()
+    await asyncio.wait_for(serving, 60)
+    assert await store.leases() == {}  # a clean stop hands its leases back
+    (worker,) = await store.workers_report()
+    assert (worker["name"], worker["stopped_at"] is not None) == ("web-1", True)
     await store.close()

@@ -263,4 +263,4 @@ def _longest_prefix(text: str, limit: int, measure: Callable[[str], int]) -> str
 
 def utf16_len(text: str) -> int:
     """Length in UTF-16 code units (how Telegram counts)."""
-    return len(text.encode("utf-16-le")) // 2
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2

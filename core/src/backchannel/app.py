@@ -113,6 +113,7 @@ async def build_switchboard(
     agents: Mapping[str, Agent] | None = None,
     serve_http: bool = True,
     worker: str | None = None,
+    lease_ttl: float | None = None,
 ) -> Switchboard:
     """Return a Switchboard wired from `config` (not started).
 
@@ -120,7 +121,9 @@ async def build_switchboard(
     replaces the configured agents by name (the CLI's preview passes idle
     stand-ins so it never needs an agent's module or key). With `serve_http`
     False there is no HTTP server. `worker` makes this one of several workers
-    sharing the PostgreSQL store (account leases, run claims: see workers.py).
+    sharing the PostgreSQL store (account leases, run claims: see workers.py);
+    `lease_ttl` (default 10 s) is how long its leases and claims outlive it, and
+    it heartbeats every 0.3 of that.
     """
     if worker is not None:
         check_worker_name(config, worker)
@@ -146,10 +149,13 @@ async def build_switchboard(
     )
     if worker is not None:
         from .store.postgres import PostgresStore
-        from .workers import WorkerCoordinator
+        from .workers import DEFAULT_HEARTBEAT, DEFAULT_LEASE_TTL, WorkerCoordinator
 
         assert isinstance(store, PostgresStore)
-        board.workers = WorkerCoordinator(board, store)
+        ttl = DEFAULT_LEASE_TTL if lease_ttl is None else lease_ttl
+        board.workers = WorkerCoordinator(
+            board, store, lease_ttl=ttl, heartbeat=ttl * DEFAULT_HEARTBEAT / DEFAULT_LEASE_TTL
+        )
     for name in names:
         account = config.accounts[name]
         board.add_account(
@@ -185,9 +191,10 @@ async def serve(
     on_ready: Callable[[Switchboard], Awaitable[None] | None] | None = None,
     stop: asyncio.Event | None = None,
     worker: str | None = None,
+    lease_ttl: float | None = None,
 ) -> None:
     """Run the switchboard until SIGINT/SIGTERM (or `stop` is set), then stop gracefully."""
-    board = await build_switchboard(config, worker=worker)
+    board = await build_switchboard(config, worker=worker, lease_ttl=lease_ttl)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []

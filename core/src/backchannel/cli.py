@@ -155,8 +155,18 @@ verbose_option = click.option("-v", "--verbose", is_flag=True, help="Log debug d
     "--worker",
     help="Run as this named worker, one of several sharing the [store] url (PostgreSQL).",
 )
+@click.option(
+    "--lease-ttl",
+    type=click.FloatRange(1.0, 300.0),
+    default=10.0,
+    show_default=True,
+    help="With --worker: seconds before a dead worker's accounts are taken over"
+    " (takeover within 1.3x this; heartbeats every 0.3x).",
+)
 @verbose_option
-def serve_command(config_path: Path | None, worker: str | None, verbose: bool) -> None:
+def serve_command(
+    config_path: Path | None, worker: str | None, lease_ttl: float, verbose: bool
+) -> None:
     """Run the switchboard until Ctrl-C (in-flight runs and sends finish first)."""
     config = _load(config_path)
     _setup_logging(verbose)
@@ -166,7 +176,7 @@ def serve_command(config_path: Path | None, worker: str | None, verbose: bool) -
         + (" (this config's own, chosen by its path)" if config.store_defaulted else "")
         + as_worker
     )
-    _serve(config, verbose, worker=worker)
+    _serve(config, verbose, worker=worker, lease_ttl=lease_ttl)
 
 
 @main.command("demo")
@@ -203,9 +213,11 @@ def demo_command(host: str, port: int, store_path: Path | None, verbose: bool) -
     _serve(config, verbose)
 
 
-def _serve(config: Config, verbose: bool, *, worker: str | None = None) -> None:
+def _serve(
+    config: Config, verbose: bool, *, worker: str | None = None, lease_ttl: float | None = None
+) -> None:
     try:
-        _run(serve(config, on_ready=_announce, worker=worker))
+        _run(serve(config, on_ready=_announce, worker=worker, lease_ttl=lease_ttl))
     except BackchannelError:
         raise
     except OSError as error:

@@ -475,7 +475,11 @@ class _Parser:
             source=self.source,
             secret_keys=frozenset(self.secret_keys),
             secret_values=self.secret_values(),
-            sections={key: dict(data[key]) for key in data if key in plugin_sections},
+            sections={
+                key: dict(data[key])
+                for key in data
+                if key in plugin_sections and isinstance(data[key], Mapping)
+            },
         )
         if check_plugins:
             self.check_plugins(config)

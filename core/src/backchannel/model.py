@@ -77,10 +77,22 @@ class Sender:
     handle: str | None = None
     is_bot: bool = False
 
+    @classmethod
+    def unknown(cls) -> Sender:
+        """The one sender for a payload that names none (a Discord or Slack delete, an
+        authorless post): empty id and name, in every channel. Never a stand-in such as
+        the channel, the workspace or an id like "unknown"."""
+        return cls(id="", name="")
+
+    @property
+    def is_unknown(self) -> bool:
+        """True for `Sender.unknown()`: the platform did not say who it was."""
+        return self.id == ""
+
     @property
     def label(self) -> str:
-        """The name to show: display name, else handle, else id."""
-        return self.name or self.handle or self.id
+        """The name to show: display name, else handle, else id ("someone" when unknown)."""
+        return self.name or self.handle or self.id or "someone"
 
 
 @frozen

@@ -172,6 +172,13 @@ class RunBuilder:
         trigger = next((m for m in reversed(rows) if m.seq == trigger_seq), None)
         if trigger is None and trigger_seq:
             trigger = await self.store.message(conversation_id, trigger_seq)
+        owed = trigger_seq is not None and trigger_seq > conversation.handled_seq
+        answer = _answer_after(rows, trigger, RESTART_NOTE in notes) if owed else None
+        if trigger is not None and answer is not None:
+            # answered already (a crash came before the run was recorded as finished):
+            # offering it as unanswered would make the agent answer it twice
+            notes = (*notes, _already_answered_note(trigger, answer))
+            trigger = None
         participants = _participants_in(rows, me)
         hidden = max(conversation.visible_count - len(rows) - _visible_after(conversation, upto), 0)
         session = RunSession(conversation_id, upto, self.store.messages_after, me, trigger=trigger)
@@ -201,6 +208,53 @@ class RunBuilder:
             participants=tuple(participants),
         )
 
+
+def _answer_after(
+    rows: Sequence[Message], trigger: Message | None, after_restart: bool
+) -> Message | None:
+    """Return our message that answers `trigger` (sent, or perhaps sent), if there is one.
+
+    A reply to the trigger always answers it. After a restart, so does any message
+    of ours after it: the run that sent it saw the trigger and was cut short before
+    it could be recorded as finished. (Without a restart, a message after the
+    trigger may be a reply to an earlier message, written before the trigger came.)
+    A failed send does not count: it definitely did not arrive.
+    """
+    if trigger is None:
+        return None
+    return next(
+        (
+            m
+            for m in rows
+            if m.direction == "out"
+            and m.seq > trigger.seq
+            and m.status in {"sent", "uncertain", "pending"}
+            and (after_restart or m.reply_to_seq == trigger.seq)
+        ),
+        None,
+    )
+
+
+def _already_answered_note(trigger: Message, answer: Message) -> str:
+    delivery = (
+        "it was delivered"
+        if answer.status == "sent"
+        else "its delivery is uncertain: it may have arrived"
+    )
+    return (
+        f"Message #{trigger.seq} already has your reply #{answer.seq} ({delivery}), so this"
+        f" run has no new message to answer. Do not answer #{trigger.seq} again; send"
+        " something only if the conversation needs it."
+    )
+
+
+#: the note a run gets when a restart interrupted the conversation's previous turn
+RESTART_NOTE = (
+    "backchannel restarted since your last turn in this conversation. Nothing was lost:"
+    " every message you have not answered yet is shown below. A reply of yours marked"
+    " 'delivery uncertain' was cut short by the restart and may have arrived: do not send"
+    " it again unless the conversation shows it is missing."
+)
 
 #: tools that only read: the framing's "send tool" list leaves them out
 _READ_ONLY_TOOLS = frozenset({"read_history", "list_conversations", "read_conversation"})

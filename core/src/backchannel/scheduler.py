@@ -76,6 +76,8 @@ class _Slot:
     timer: asyncio.TimerHandle | None = None
     first_poke: float | None = None
     notes: list[str] = field(factory=list)
+    #: poked with `again` during a run: run once more afterwards, triggers or not
+    again: bool = False
 
 
 def _backoff(failures: int) -> float:
@@ -144,10 +146,14 @@ class Scheduler:
         if still:
             await asyncio.wait(still, timeout=2)
 
-    def poke(self, conversation_id: int, account: str, *, pause: float = 0.0) -> None:
+    def poke(
+        self, conversation_id: int, account: str, *, pause: float = 0.0, again: bool = False
+    ) -> None:
         """Ask for a run of this conversation (debounced; one at a time).
 
-        `pause` delays it at least that long (a backoff after failures).
+        `pause` delays it at least that long (a backoff after failures). A poke
+        during a run is dropped (the run's end looks for unhandled messages)
+        unless `again`: work a gate owes the conversation (an answer to report).
         """
         if self._stopping:
             return
@@ -155,6 +161,7 @@ class Scheduler:
         slot.account = account
         if slot.running:
             slot.poked_while_running = True
+            slot.again = slot.again or again
             return
         binding = self.accounts[account].binding
         loop = asyncio.get_running_loop()
@@ -228,7 +235,8 @@ class Scheduler:
                         self._forget(conversation_id)
                 elif claimed or failed:
                     conversation = await self.store.conversation(conversation_id)
-                    if conversation.trigger_seq > conversation.handled_seq:
+                    again, slot.again = slot.again, False
+                    if conversation.trigger_seq > conversation.handled_seq or again:
                         self.poke(conversation_id, account_name, pause=_backoff(slot.failures))
                     elif slot.timer is None and not slot.notes:
                         self._forget(conversation_id)

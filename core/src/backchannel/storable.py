@@ -19,7 +19,6 @@ was repaired.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,46 +40,59 @@ def storable_event(event: Event, account: str) -> Event | str:
     address = event.address
     if address.account != account:
         return f"event address names account {address.account!r}"
-    for label, value in (
-        ("chat id", address.chat),
-        ("thread id", address.thread),
-        ("event id", event.event_id),
-        ("sender id", event.sender.id),
-        ("message id", event.platform_message_id),
-        ("reply-to id", event.reply_to),
-    ):
-        problem = _id_problem(label, value)
-        if problem is not None:
-            return problem
+    sender = event.sender
+    # the model's converters make ids text; one isascii() clears them all in the usual case
+    ids = (
+        address.chat,
+        address.thread,
+        event.event_id,
+        sender.id,
+        event.platform_message_id,
+        event.reply_to,
+    )
+    if not "".join(i for i in ids if i is not None).isascii():
+        for label, value in zip(_ID_LABELS, ids, strict=True):
+            problem = _id_problem(label, value)
+            if problem is not None:
+                return problem
     if event.kind not in _KINDS:
         return f"event kind must be one of {sorted(_KINDS)}, not {event.kind!r}"
     if event.conversation_kind not in _CONVERSATION_KINDS:
         return f"conversation kind must be one of {sorted(_CONVERSATION_KINDS)}"
     sent_at = event.sent_at
-    if isinstance(sent_at, bool) or not isinstance(sent_at, int | float):
+    if type(sent_at) is not float and (
+        isinstance(sent_at, bool) or not isinstance(sent_at, int | float)
+    ):
         return f"sent_at must be a number of seconds, not {sent_at!r}"
-    if not math.isfinite(sent_at) or not -_LATEST < sent_at < _LATEST:
+    if not -_LATEST < sent_at < _LATEST:  # also false for NaN
         return f"sent_at must be a time in Unix seconds, not {sent_at!r}"
     changes: dict[str, Any] = {}
-    for name in ("text", "conversation_title"):
-        value = getattr(event, name)
-        if value is None and name == "conversation_title":
-            continue
-        if not isinstance(value, str):
-            return f"{name} must be text, not {type(value).__name__}"
-        repaired = repair_text(value)
-        if repaired is not value:
-            changes[name] = repaired
-    sender = _storable_sender(event.sender)
-    if isinstance(sender, str):
-        return sender
-    if sender is not event.sender:
-        changes["sender"] = sender
-    attachments = _storable_attachments(event.attachments)
-    if isinstance(attachments, str):
-        return attachments
-    if attachments is not event.attachments:
-        changes["attachments"] = attachments
+    title = event.conversation_title
+    try:
+        texts = "".join((event.text, title or "", sender.name, sender.handle or ""))
+    except TypeError:
+        texts = None  # something is not text: the slow path says what
+    if texts is None or not texts.isascii():
+        for name in ("text", "conversation_title"):
+            value = getattr(event, name)
+            if value is None and name == "conversation_title":
+                continue
+            if not isinstance(value, str):
+                return f"{name} must be text, not {type(value).__name__}"
+            repaired = repair_text(value)
+            if repaired is not value:
+                changes[name] = repaired
+        checked_sender = _storable_sender(sender)
+        if isinstance(checked_sender, str):
+            return checked_sender
+        if checked_sender is not sender:
+            changes["sender"] = checked_sender
+    if event.attachments:
+        attachments = _storable_attachments(event.attachments)
+        if isinstance(attachments, str):
+            return attachments
+        if attachments is not event.attachments:
+            changes["attachments"] = attachments
     if event.meta:
         meta = _storable_meta(event.meta)
         if isinstance(meta, str):
@@ -90,6 +102,9 @@ def storable_event(event: Event, account: str) -> Event | str:
     if not changes:
         return event
     return attrs.evolve(event, **changes)
+
+
+_ID_LABELS = ("chat id", "thread id", "event id", "sender id", "message id", "reply-to id")
 
 
 def _id_problem(label: str, value: object) -> str | None:
@@ -174,8 +189,6 @@ def _storable_meta(meta: Mapping[str, Any]) -> Mapping[str, Any] | str:
         return f"meta is nested deeper than {MAX_DEPTH} levels"
     if nesting_exceeds(meta, MAX_DEPTH, dumped):
         return f"meta is nested deeper than {MAX_DEPTH} levels"
-    try:
-        dumped.encode("utf-8")
-    except UnicodeEncodeError:
-        return dict(safe_copy(meta))
-    return meta
+    if dumped.isascii() or repair_text(dumped) is dumped:
+        return meta
+    return dict(safe_copy(meta))

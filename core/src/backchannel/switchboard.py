@@ -25,7 +25,7 @@ from .model import Address, Conversation, Event, Message, Sender, from_json, to_
 from .outbound import Deliverer, DeliveryResult, channel_tools
 from .plugins import get_plugin_manager
 from .policy import Policy
-from .runs import Agent, Run, RunBuilder, RunSession, WindowSettings
+from .runs import RESTART_NOTE, Agent, Run, RunBuilder, RunSession, WindowSettings
 from .scheduler import Busy, Scheduler
 from .secrets import register_secret
 from .storable import storable_event
@@ -59,12 +59,6 @@ class Service(Protocol):
     async def start(self, board: Switchboard) -> None: ...
 
     async def stop(self) -> None: ...
-
-
-RESTART_NOTE = (
-    "backchannel restarted since your last turn in this conversation. Nothing was lost:"
-    " every message you have not answered yet is shown below."
-)
 
 
 @define(init=False)

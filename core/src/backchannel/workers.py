@@ -33,6 +33,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -197,13 +198,24 @@ class WorkerCoordinator:
                 log.exception("account %s failed to stop cleanly", name)
 
     async def _poke_unanswered(self) -> None:
-        """The polling fallback: run what is owed here and nobody is running."""
+        """The polling fallback: run what is owed here and nobody is running.
+
+        Only conversations quiet for longer than their debounce bound plus the lease
+        time: newer ones are in the hands of the worker that received them (its debounce
+        decides when they run), and a dead worker's become old enough by the time its
+        claims lapse.
+        """
         if self.stopping:
             return
+        wall = time.time()
         for conversation in await self.store.unhandled():
             account = conversation.address.account
-            if self.may_run(account):
-                self.board.scheduler.poke(conversation.id, account)
+            if not self.may_run(account):
+                continue
+            grace = self.board.accounts[account].binding.max_wait + self.lease_ttl
+            if conversation.active_at > wall - grace:
+                continue
+            self.board.scheduler.poke(conversation.id, account)
 
     async def _listen(self) -> None:
         """LISTEN for wake-ups; on any failure fall back to the heartbeat's polling and retry."""

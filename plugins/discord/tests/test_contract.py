@@ -42,6 +42,11 @@ class DiscordHarness(ContractHarness):
         data = self.fake.message_payload(self.fake.general, self.fake.bot_id, text)
         return {"op": 0, "t": "MESSAGE_CREATE", "s": 8, "d": data}
 
+    def unnamed_sender_payloads(self) -> Sequence[Mapping[str, Any]]:
+        # MESSAGE_DELETE names the message and channel, never who deleted it
+        data = {"id": "1300000000000000099", "channel_id": self.fake.general}
+        return [{"op": 0, "t": "MESSAGE_DELETE", "s": 9, "d": data}]
+
     def malformed_payloads(self) -> Sequence[Mapping[str, Any]]:
         good = self.fake.message_payload(self.fake.general, self.fake.alice, "x")
         no_author = {k: v for k, v in good.items() if k != "author"}

@@ -219,3 +219,30 @@ def test_install_hooks_prints_or_writes_the_settings(
     settings.write_text("{broken")
     refused = CliRunner().invoke(main, ["owner", "install-hooks", "--write"])
     assert refused.exit_code == 1 and "is not valid JSON" in refused.output
+
+
+def test_a_marker_naming_a_vanished_store_is_one_line_and_creates_nothing(
+    inbox_root: Path, tmp_path: Path
+) -> None:
+    item = waiting(tmp_path / "bc.db")
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{tmp_path / 'bc.db'}{suffix}").unlink(missing_ok=True)
+    status, out, err = run_hook(post_tool_use())
+    assert (status, out) == (1, "") and err.count("\n") == 1 and "unable to open" in err
+    assert not (tmp_path / "bc.db").exists()
+    assert [m.id for m in list_markers(SESSION)] == [item.id]
+
+
+def test_the_empty_case_imports_nothing_heavy(inbox_root: Path) -> None:
+    code = (
+        "import io, sys\n"
+        "from backchannel_owner import hook\n"
+        "status = hook.run(io.StringIO('{}'), sys.stdout, sys.stderr)\n"
+        "heavy = [m for m in ('json', 're', 'typing', 'apsw', 'sqlite3', 'backchannel')"
+        " if m in sys.modules]\n"
+        "print(status, heavy)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.strip() == "0 []", done.stderr

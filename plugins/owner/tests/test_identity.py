@@ -164,3 +164,17 @@ def test_the_workspace_is_asked_of_x11_only() -> None:
     assert x11_workspace({}) is None
     assert x11_workspace({"DISPLAY": ":0", "WAYLAND_DISPLAY": "wayland-0"}) is None
     assert x11_workspace({"DISPLAY": ":0", "XDG_SESSION_TYPE": "wayland"}) is None
+
+
+def test_a_harness_without_session_files_names_its_session_in_the_environment(
+    proc: FakeProc, home: Path, tmp_path: Path
+) -> None:
+    proc.add(50, 1, "alacritty")
+    proc.add(70, 50, "codex", cwd=tmp_path)
+    session_file(home, 70, sessionId="ignored", name="ignored")
+    env = {"BACKCHANNEL_SESSION_ID": "codex-run-7", "BACKCHANNEL_SESSION_NAME": "lint sweep"}
+    found = resolve(proc, home, 70, environ=env)
+    assert (found.session_id, found.name, found.harness) == ("codex-run-7", "lint sweep", "env")
+    assert (found.terminal, found.cwd) == ("alacritty", str(tmp_path))
+    unnamed = resolve(proc, home, 70, environ={"BACKCHANNEL_SESSION_ID": "0123456789"})
+    assert unnamed.name == "01234567"

@@ -131,3 +131,24 @@ async def test_no_serve_and_no_token_here_is_one_line_naming_both(
     message = str(caught.value)
     assert "no serve answers on the store" in message and "start `backchannel serve`" in message
     assert "\n" not in message and world.fake.sent == []
+
+
+@pytest.mark.parametrize(
+    ("owner", "message"),
+    [
+        ({"chatt": "1"}, r"owner\.chatt: unknown key \(known keys: account, burst_window"),
+        ({"chat": None}, r"owner\.chat: missing"),
+        ({"account": "nope"}, r"owner\.account: no account called 'nope' \(configured: tg\)"),
+        ({"stale_after": -5}, r"owner\.stale_after: expected a positive number of seconds"),
+        ({"user": 12.5}, r"owner\.user: expected a string, got 12\.5"),
+    ],
+)
+async def test_a_bad_owner_table_is_one_error_naming_the_key_at_serve_start(
+    world: OwnerWorld, owner: dict[str, object], message: str
+) -> None:
+    from backchannel.app import build_switchboard
+    from backchannel.errors import ConfigError
+
+    world.write_config(**owner)
+    with pytest.raises(ConfigError, match=message):
+        await build_switchboard(world.config, serve_http=False)

@@ -179,15 +179,17 @@ async def test_staleness_notices_fire_once_per_edge_and_survive_a_restart(
 
 async def test_a_delivered_message_gets_no_notice(world: OwnerWorld, start: Start) -> None:
     board = await start(stale_after=0.3)
-    duplex = board._services[0]
+    from backchannel_owner.router import OwnerDuplex
+
+    duplex = next(s for s in board._services if isinstance(s, OwnerDuplex))
     checked = asyncio.Event()
-    original = duplex._escalate  # type: ignore[attr-defined]
+    original = duplex._escalate
 
     async def escalate_and_tell(message_id: str, edge: str) -> None:
         await original(message_id, edge)
         checked.set()
 
-    duplex._escalate = escalate_and_tell  # type: ignore[attr-defined]
+    duplex._escalate = escalate_and_tell  # type: ignore[method-assign]
     sent = await notify(world.config, "fyi", identity=identity())
     await say(world, world.owner_chat, world.owner, f"#{sent.id} quick one")
     (marker,) = list_markers(identity().session_id)
@@ -223,30 +225,6 @@ async def test_permission_prompts_take_only_yes_or_no_with_a_pending_id(
         what="the correction for an answered prompt",
     )
     assert len(rows(board)) == 1
-
-
-async def test_the_mcp_view_of_a_session_notifies_lists_and_delivers(
-    world: OwnerWorld, start: Start
-) -> None:
-    from backchannel_owner.api import mcp_owner_api
-
-    await start()
-    owner_api = mcp_owner_api(world.config, identity())
-    assert owner_api is not None and owner_api.session_name == "ci-cd-incremental-2"
-    said = await owner_api.notify("need a decision", needs_answer=True)
-    sent_id = said.removeprefix("sent to the owner as #")
-    assert len(sent_id) == 5 and owner_api.mark in world.fake.sent[-1].text
-    await say(world, world.owner_chat, world.owner, f"#{sent_id} option B")
-    (pending,) = await owner_api.pending()
-    assert (pending.text, pending.replying_to) == ("option B", sent_id)
-    text = await owner_api.inbox_text()
-    assert text.startswith(
-        f'Owner sent you a message #{pending.id} (replying to your #{sent_id}): "option B"'
-    )
-    assert await owner_api.pending() == []
-    answer = await owner_api.reply(pending.id, "going with B")
-    assert answer.startswith("sent to the owner as #")
-    assert world.fake.sent[-1].text.endswith(f"re #{pending.id} → #{answer[-5:]}: going with B")
 
 
 async def test_an_expired_permission_prompt_is_corrected_not_answered(

@@ -46,6 +46,19 @@ class SlackHarness(ContractHarness):
     def own_message_payload(self, text: str) -> Mapping[str, Any]:
         return self.fake.own_message(CHANNEL, text)
 
+    def unnamed_sender_payloads(self) -> Sequence[Mapping[str, Any]]:
+        # message_deleted of a message Slack no longer describes (no previous_message)
+        event = {
+            "type": "message",
+            "subtype": "message_deleted",
+            "channel": CHANNEL,
+            "deleted_ts": "1700000001.000100",
+            "ts": "1700000002.000200",
+            "event_ts": "1700000002.000200",
+            "hidden": True,
+        }
+        return [self.fake.event_callback(event)]
+
     def malformed_payloads(self) -> Sequence[Mapping[str, Any]]:
         good = self.fake.message(CHANNEL, "U0ALICE", "x")
         no_channel = dict(good["event"])

@@ -3,8 +3,9 @@
 Each payload is written out as JSON in our own words and ids, keeping the shape
 (which keys, nesting, types, odd values) of its source, named in a comment. The
 adapter under test is built but not started, the way a user normalizing a
-captured payload would use it: the bot's identity then comes from the payload's
-``authorizations`` (or from ``bot_user_id`` in the settings).
+captured payload would use it: the bot's identity then comes from ``bot_user_id``
+in the settings (at start, from auth.test), never from a payload's
+``authorizations``.
 
 A randomized test at the end mutates these payloads (drops keys, swaps types,
 nests nulls) and checks that only an Event, None or a NormalizeError comes out.
@@ -262,7 +263,7 @@ THREAD_REPLY_TO_BOT = """
 
 
 def test_reply_in_the_bots_thread_mentions_the_bot() -> None:
-    event = must(load(THREAD_REPLY_TO_BOT))
+    event = must(load(THREAD_REPLY_TO_BOT), bot_user_id=BOT_USER)
     assert event.mentions_me
     assert event.address == Address("test", "C0GENERAL", "1700000450.000100")
     assert event.meta["thread_ts"] == "1700000450.000100"
@@ -415,8 +416,8 @@ OWN_ECHO = """
 
 
 def test_own_echo_is_not_for_the_transcript() -> None:
-    assert norm(load(OWN_ECHO)) is None
-    # also when the identity is configured and the payload has no authorizations
+    assert norm(load(OWN_ECHO), bot_user_id=BOT_USER) is None
+    # also when the payload has no authorizations
     payload = load(OWN_ECHO)
     del payload["authorizations"]
     assert norm(payload, bot_user_id=BOT_USER, bot_id=BOT_ID) is None
@@ -755,7 +756,7 @@ def test_rich_text_only_message_reads_as_mrkdwn() -> None:
             ],
         }
     ]
-    event = must(payload)
+    event = must(payload, bot_user_id=BOT_USER)
     assert event.text.splitlines() == [
         "<!here> ping <@U0BOTBOT1> and <!subteam^S0ONCALL1> in <#C0OPS0001>:fire:",
         "a",

@@ -50,6 +50,12 @@ class TelegramHarness(ContractHarness):
         payload["message"]["from"] = dict(self.fake.bot)
         return payload
 
+    def unnamed_sender_payloads(self) -> Sequence[Mapping[str, Any]]:
+        # an unsigned channel post with no sender_chat: nothing names who wrote it
+        channel = {"id": -1001999000001, "type": "channel", "title": "News"}
+        post = {"message_id": 5, "chat": channel, "date": 1_760_000_000, "text": "news"}
+        return [{"update_id": 900_000_002, "channel_post": post}]
+
     def malformed_payloads(self) -> Sequence[Mapping[str, Any]]:
         good = self.user_message_payload("x")["message"]
         return [

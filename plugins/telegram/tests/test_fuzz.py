@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import aiohttp
+import pytest
 from backchannel.runs import Run
 from backchannel.store import SQLiteStore
 from backchannel.switchboard import Binding, Switchboard
@@ -158,3 +159,37 @@ async def test_fuzzed_webhook_requests_never_get_a_500(
     await answered_after_fuzz(fake, board)
     await board.stop()
     assert store_leaks(store.path, [fake.token, secret]) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"[" * 20_000, "application/json"),
+        (b'{"ok": true, "result": []}', "application/json; charset=x-no-such-charset"),
+        (b"\xff\xfe\xfd", "application/json"),
+    ],
+)
+async def test_an_unreadable_bot_api_answer_is_a_bad_answer_not_a_crash(
+    body: bytes, content_type: str
+) -> None:
+    from aiohttp import web
+    from backchannel.testing import serve_loopback
+    from backchannel_telegram.api import BotApi, TelegramError, Token
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner, url = await serve_loopback(app)
+    api = BotApi(Token("123456:" + "A" * 35), url, 5.0)
+    try:
+        if b"result" in body:  # an unknown charset label: the body is read as UTF-8, as JSON is
+            assert await api.call("getUpdates") == []
+        else:
+            with pytest.raises(TelegramError) as caught:
+                await api.call("getUpdates")
+            assert caught.value.outcome == "bad_answer"
+    finally:
+        await api.close()
+        await runner.cleanup()

@@ -726,20 +726,27 @@ def _group_command(text: str, length: int, offset: int = 0) -> str:
 @pytest.mark.parametrize(
     ("text", "length", "offset", "mentioned"),
     [
-        ("/help", 5, 0, True),  # a bare command is for every bot in the group
+        ("/help", 5, 0, True),  # a bare command that is one of ours
+        ("/start", 6, 0, False),  # a bare command that is not: meant for another bot
         ("/help@helper_bot", 16, 0, True),
+        ("/start@helper_bot", 17, 0, True),  # named: ours whatever our menu says
         ("/help@other_bot", 15, 0, False),
         ("try /help", 5, 4, False),  # not opening the message: quoted, not given
     ],
 )
-def test_group_commands_address_the_bot_unless_they_name_another(
+def test_group_commands_address_the_bot_only_when_named_or_its_own(
     text: str, length: int, offset: int, mentioned: bool
 ) -> None:
-    assert event(_group_command(text, length, offset)).mentions_me is mentioned
-    # without knowing its own username the bot still answers bare commands
-    assert event(_group_command(text, length, offset), BotIdentity()).mentions_me is (
-        mentioned and "@" not in text
-    )
+    ours = BotIdentity(BOT.id, BOT.username, frozenset({"help"}))
+    assert event(_group_command(text, length, offset), ours).mentions_me is mentioned
+    # knowing no commands of its own, a bare command in a group wakes no bot
+    assert event(_group_command(text, length, offset), BotIdentity()).mentions_me is False
+
+
+def test_a_bare_command_in_a_private_chat_is_for_the_bot() -> None:
+    private = json.loads(_group_command("/start", 6))
+    private["message"]["chat"] = {"id": 5550000002, "first_name": "Zoë", "type": "private"}
+    assert event(json.dumps(private), BotIdentity()).mentions_me
 
 
 def test_an_adapter_that_was_never_started_normalizes_every_real_shape() -> None:

@@ -244,3 +244,80 @@ async def test_rate_limited_message_is_resent_by_the_page_after_the_wait(
         assert [m.text for m in stored if m.direction == "in"] == texts
     finally:
         await switchboard.stop()
+
+
+async def test_the_conversation_is_the_browsers_across_tabs_until_new_chat(
+    browser: Browser, board: tuple[Switchboard, WebchatAdapter]
+) -> None:
+    _, adapter = board
+    context = await browser.new_context()  # one browser profile: tabs share localStorage
+    first = await context.new_page()
+    first.set_default_timeout(TIMEOUT_MS)
+    await first.goto(adapter.url or "")
+    await first.get_by_label("Your message").fill("remember me")
+    await first.get_by_label("Your message").press("Enter")
+    await expect(first.locator("li.agent .body")).to_have_count(1)
+
+    second = await context.new_page()  # another tab, later: the same conversation
+    second.set_default_timeout(TIMEOUT_MS)
+    await second.goto(adapter.url or "")
+    await expect(second.locator("li.visitor .body")).to_have_text(["remember me"])
+
+    await second.get_by_role("button", name="New chat").click()
+    await expect(second.locator("#log > li")).to_have_count(0)
+    third = await context.new_page()  # opened after "New chat": the new conversation
+    third.set_default_timeout(TIMEOUT_MS)
+    await third.goto(adapter.url or "")
+    await expect(third.get_by_role("status")).to_have_text("Online")
+    await expect(third.locator("#log > li")).to_have_count(0)
+    await first.reload()  # the first tab, reloaded, follows the browser's conversation too
+    await expect(first.get_by_role("status")).to_have_text("Online")
+    await expect(first.locator("#log > li")).to_have_count(0)
+    await context.close()
+
+
+OVERFLOW = """() => {
+  const width = document.documentElement.clientWidth;
+  const outside = [];
+  for (const element of document.querySelectorAll("body *")) {
+    const box = element.getBoundingClientRect();
+    if (box.width && (box.right > width + 0.5 || box.left < -0.5)) {
+      outside.push(`${element.tagName.toLowerCase()}.${element.className} ends at ${box.right}`);
+    }
+  }
+  return {width, scrollWidth: document.documentElement.scrollWidth, outside};
+}"""
+
+
+@pytest.mark.parametrize("width", [390, 1280], ids=["phone", "desktop"])
+async def test_nothing_overflows_a_phone_or_a_desktop_screen(
+    browser: Browser, board: tuple[Switchboard, WebchatAdapter], width: int
+) -> None:
+    switchboard, adapter = board
+    missing: list[str] = []
+    context = await browser.new_context(viewport={"width": width, "height": 800})
+    page = await context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.on("response", lambda r: missing.append(r.url) if r.status >= 400 else None)
+    await page.goto(adapter.url or "")
+    await expect(page.get_by_role("status")).to_have_text("Online")
+    unbroken = "https://example.com/" + "a" * 300  # a long link: no place to break
+    await page.get_by_label("Your message").fill(unbroken)
+    await page.get_by_label("Your message").press("Enter")
+    await expect(page.locator("li.agent .quote")).to_have_count(1)  # the reply quotes it
+    await switchboard.stop()  # the server goes away: the longest status there is
+    await expect(page.get_by_role("status")).to_have_text("Offline — reconnecting…")
+    await snap(page, f"layout-{width}")
+
+    layout = await page.evaluate(OVERFLOW)
+    title = await page.locator("#title").evaluate(
+        "h => [h.getBoundingClientRect().height, parseFloat(getComputedStyle(h).lineHeight)]"
+    )
+    icon = await page.evaluate("() => document.querySelector('link[rel=icon]')?.href || ''")
+    await context.close()
+
+    assert layout["outside"] == [], layout
+    assert layout["scrollWidth"] <= layout["width"], layout
+    assert title[0] <= title[1] * 1.2, f"the title wraps: {title}"  # one line, even so
+    assert icon.startswith("data:image/svg+xml")
+    assert missing == []  # no 404 (a favicon request would be one)

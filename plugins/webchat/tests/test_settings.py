@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from backchannel.errors import ConfigError
+from backchannel.lazy import load
 from backchannel_webchat import WebchatAdapter, WebchatSettings
 
 
@@ -60,4 +61,6 @@ def test_plugin_registers_the_webchat_channel() -> None:
 
     registered: dict[str, object] = {}
     backchannel_webchat.register_channels(lambda name, factory: registered.update({name: factory}))
-    assert registered == {"webchat": WebchatAdapter}
+    # by reference: the adapter (and aiohttp's server) is imported only when an account is built
+    assert registered == {"webchat": "backchannel_webchat.adapter:WebchatAdapter"}
+    assert load(registered["webchat"]) is WebchatAdapter  # type: ignore[arg-type]

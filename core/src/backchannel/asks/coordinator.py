@@ -9,11 +9,13 @@ answers still owe a report and which expiries still owe a notice.
   its new inbound messages to asks (`Store.correlate_reply`: the reply target,
   else the oldest open ask). When every new message was an answer, no run
   happens in the session (no ping-pong); otherwise the normal run sees them all.
-- **Reporting**: a matched answer is reported into the origin conversation by a
-  reporter run whose only tool is `send_message` there, the answer framed as the
-  peer's untrusted words (or, with ``report = "verbatim"``, posted as is with
-  attribution). The ask becomes "answered" only after that is recorded; a crash
-  before means the report is made again at the next start.
+- **Reporting**: a matched answer pokes the origin conversation; the same gate,
+  in the origin's own run slot (so never beside another run there, and within
+  the global run limit), reports it with a reporter run whose only tool is
+  `send_message` there, the answer framed as the peer's untrusted words (or,
+  with ``report = "verbatim"``, posts it as is with attribution). The ask
+  becomes "answered" only after that is recorded; a crash before means the
+  report is made again at the next start.
 - **Expiry** is edge-triggered in the store: a pending ask past its deadline
   becomes "expired" once, and its notice is posted once.
 """
@@ -58,8 +60,9 @@ class AskCoordinator:
     def __init__(self, board: Switchboard, settings: AskSettings | None = None):
         self.board = board
         self.settings = settings or AskSettings()
-        self._reporting: dict[int, asyncio.Task[None]] = {}
-        self._origin_locks: dict[int, asyncio.Lock] = {}
+        #: origin conversations owed a report (the store has the truth; this saves a query
+        #: per run of every other conversation)
+        self._owed: set[int] = set()
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -85,27 +88,47 @@ class AskCoordinator:
             conversation = await store.conversation(conversation_id)
             if conversation.last_seq > conversation.handled_seq:
                 self.board.scheduler.poke(conversation_id, conversation.address.account)
+        for ask in await store.asks(awaiting_report=True, limit=1_000_000):
+            await self._owe(ask)
         self._loop_task = asyncio.create_task(self._sweep_forever(), name="backchannel-asks")
 
     async def stop(self) -> None:
-        """Stop expiring; let reports in flight finish (bounded by the board's stop timeout)."""
+        """Stop the expiry sweep (reports are runs: the scheduler drains them)."""
         self._stopping = True
-        timeout = self.board._stop_timeout
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
-        pending = [task for task in self._reporting.values() if not task.done()]
-        if pending:
-            _, still = await asyncio.wait(pending, timeout=timeout)
-            for task in still:
-                task.cancel()
-            await asyncio.gather(*still, return_exceptions=True)
 
     # correlation -----------------------------------------------------------
     async def gate(self, conversation: Conversation) -> bool:
-        """Match a watched session's new inbound messages to asks; True when all were answers."""
-        if conversation.id not in self.board.watched:
+        """Before a run: report answers owed here, match a watched session's new messages.
+
+        Return True when the run is not needed: every new message of a watched
+        session was an answer, or reports were all this conversation was owed.
+        """
+        reported = await self._report_owed(conversation)
+        if conversation.id in self.board.watched or await self._asked_elsewhere(conversation):
+            return await self._correlate(conversation)
+        return reported and conversation.trigger_seq <= conversation.handled_seq
+
+    async def _asked_elsewhere(self, conversation: Conversation) -> bool:
+        """With several workers, whether another one asked in this session since we started.
+
+        One worker's `watched` set knows only its own asks and those open at its
+        start; with run claims (several workers on one store) the store is asked.
+        """
+        if self.board.scheduler.claims is None:
             return False
+        open_asks = await self.board.store.asks(
+            peer_conversation_id=conversation.id, states=ASK_OPEN_STATES, limit=1_000
+        )
+        if any(ask.answer_seq is None for ask in open_asks):
+            self.board.watched.add(conversation.id)
+            return True
+        return False
+
+    async def _correlate(self, conversation: Conversation) -> bool:
+        """Match a watched session's new inbound messages to asks; True when all were answers."""
         store = self.board.store
         fresh = await store.messages_after(conversation.id, conversation.handled_seq)
         others = False
@@ -116,7 +139,7 @@ class AskCoordinator:
             if ask is None:
                 others = others or message.triggers
             elif ask.reported_at is None:
-                self._report_soon(ask)
+                await self._owe(ask)
         open_asks = await store.asks(
             peer_conversation_id=conversation.id, states=ASK_OPEN_STATES, limit=1_000
         )
@@ -125,40 +148,45 @@ class AskCoordinator:
         return not others
 
     # reporting -------------------------------------------------------------
-    def _report_soon(self, ask: Ask) -> None:
-        if self._stopping or ask.id in self._reporting:
+    async def _owe(self, ask: Ask) -> None:
+        """Have the asking conversation run its gate soon, which reports the answer."""
+        if self._stopping:
             return
-        busy = self.board._busy
-        busy.enter()
-        task = asyncio.create_task(self._report(ask), name=f"backchannel-ask-{ask.id}")
-        self._reporting[ask.id] = task
+        origin = await self.board.store.conversation(ask.origin_conversation_id)
+        if origin.address.account not in self.board.accounts:
+            log.error("ask %s: the asking conversation's account is not served here", ask.id)
+            return
+        self._owed.add(origin.id)
+        self.board.scheduler.poke(origin.id, origin.address.account, again=True)
 
-        def done(_: asyncio.Task[None]) -> None:
-            self._reporting.pop(ask.id, None)
-            busy.leave()
+    async def _report_owed(self, origin: Conversation) -> bool:
+        """Report every matched answer owed to `origin`, oldest first; True when any was."""
+        reported = False
+        while origin.id in self._owed:  # answers matched meanwhile are reported too
+            self._owed.discard(origin.id)
+            owed = await self.board.store.asks(
+                origin_conversation_id=origin.id, awaiting_report=True, limit=1_000
+            )
+            for ask in sorted(owed, key=lambda ask: ask.matched_at or 0.0):
+                await self._report(ask, origin)
+            reported = reported or bool(owed)
+        return reported
 
-        task.add_done_callback(done)
-
-    async def _report(self, ask: Ask) -> None:
+    async def _report(self, ask: Ask, origin: Conversation) -> None:
         store = self.board.store
-        lock = self._origin_locks.setdefault(ask.origin_conversation_id, asyncio.Lock())
         try:
-            async with lock:  # one report at a time per origin: answers arrive in order
-                origin = await store.conversation(ask.origin_conversation_id)
-                session = await store.conversation(ask.peer_conversation_id)
-                answer = await store.message(session.id, ask.answer_seq or 0)
-                if answer is None:
-                    log.error(
-                        "ask %s: its answer #%s is gone; not reported", ask.id, ask.answer_seq
-                    )
-                    return
-                delivered = False
-                if self.settings.report == "run":
-                    delivered = await self._reporter_run(ask, origin, session, answer)
-                if not delivered:
-                    await self.board.send_outcome(origin, verbatim_report(ask, session, answer))
-                await store.mark_ask(ask.id, "answered")
-                log.info("ask %s answered and reported in %s", ask.id, origin.address.key)
+            session = await store.conversation(ask.peer_conversation_id)
+            answer = await store.message(session.id, ask.answer_seq or 0)
+            if answer is None:
+                log.error("ask %s: its answer #%s is gone; not reported", ask.id, ask.answer_seq)
+                return
+            delivered = False
+            if self.settings.report == "run":
+                delivered = await self._reporter_run(ask, origin, session, answer)
+            if not delivered:
+                await self.board.send_outcome(origin, verbatim_report(ask, session, answer))
+            await store.mark_ask(ask.id, "answered")
+            log.info("ask %s answered and reported in %s", ask.id, origin.address.key)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -241,7 +269,7 @@ class AskCoordinator:
         finally:
             busy.leave()
         for ask in await store.asks(awaiting_report=True, limit=1_000):
-            self._report_soon(ask)
+            await self._owe(ask)
         pending = await store.asks(states=("pending",), limit=1_000_000)
         return min((ask.deadline for ask in pending if ask.answer_seq is None), default=None)
 

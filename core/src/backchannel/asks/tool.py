@@ -45,7 +45,7 @@ def ask_tools(
     config: Callable[[], Config],
     *,
     scope: AgentScope,
-    session: RunSession,
+    run_session: RunSession,
     conversation: Conversation,
     trusted: bool,
 ) -> list[Tool]:
@@ -60,7 +60,7 @@ def ask_tools(
     origin = conversation
 
     async def ask_agent(
-        peer: str, question: str, session_id: str | None = None, account: str | None = None
+        peer: str, question: str, session: str | None = None, account: str | None = None
     ) -> str:
         """Ask another agent a question; its answer is reported in this conversation later.
 
@@ -72,7 +72,7 @@ def ask_tools(
         Args:
             peer: the other agent's id, or a session conversation key (like tinyplace/<agent id>/<session>) as list_conversations shows
             question: what to ask, as plain text
-            session_id: the session to ask in (leave out: reuse the newest live session with that agent, else start a new one)
+            session: the session id to ask in (leave out: reuse the newest live session with that agent, else start a new one)
             account: which of your agent accounts to ask through (leave out when you have one)
         """
         question = question.strip()
@@ -80,17 +80,17 @@ def ask_tools(
             return "error: question is empty"
         try:
             await check_cross_controls(board.store, config(), trusted=trusted, action="ask")
-            chosen, peer_id, session_name = _resolve(accounts, peer, account, session_id)
+            chosen, peer_id, session_name = _resolve(accounts, peer, account, session)
             outcome = await ask_peer(
                 board,
                 coordinator.settings,
                 origin=origin,
-                origin_seq=session.trigger.seq if session.trigger is not None else None,
+                origin_seq=run_session.trigger.seq if run_session.trigger is not None else None,
                 account=chosen,
                 peer=peer_id,
                 question=question,
                 session=session_name,
-                run_id=session.run_id,
+                run_id=run_session.run_id,
             )
         except Refused as refusal:
             log.info("ask_agent from %s refused: %s", origin.address.key, refusal.code)

@@ -70,14 +70,16 @@ def attach(board: Switchboard, config: Config) -> Orchestrator:
 
     orchestrator = Orchestrator(board, config)
     settings = config.orchestration
-    orchestrator.asks = AskCoordinator(
-        board,
-        AskSettings(
-            ask_timeout=settings.ask_timeout,
-            session_live=settings.session_live,
-            report=settings.report,
-        ),
-    ).attach()
+    # the ask flow only where answers can come from: an account whose channel has agent peers
+    if any(account.adapter.capabilities.agent_peers for account in board.accounts.values()):
+        orchestrator.asks = AskCoordinator(
+            board,
+            AskSettings(
+                ask_timeout=settings.ask_timeout,
+                session_live=settings.session_live,
+                report=settings.report,
+            ),
+        ).attach()
     board.run_tools.append(orchestrator)
     return orchestrator
 

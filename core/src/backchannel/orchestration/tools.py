@@ -245,7 +245,7 @@ class Orchestrator:
                 self.asks,
                 lambda: self.config,
                 scope=scope,
-                session=session,
+                run_session=session,
                 conversation=conversation,
                 trusted=trusted,
             )

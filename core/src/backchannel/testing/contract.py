@@ -23,7 +23,7 @@ import asyncio
 import pytest
 
 from ..errors import NormalizeError, RateLimited, Rejected, Uncertain
-from ..model import Event, Outbound
+from ..model import Event, Outbound, Sender
 from .context import ContractContext
 from .harness import ContractHarness
 
@@ -43,6 +43,16 @@ class AdapterContract:
         assert event.event_id
         assert event.address.account == contract_context.account
         assert not event.sender.is_bot or event.sender.id
+        assert not event.sender.is_unknown, "a user message names its sender"
+
+    async def test_a_sender_the_payload_does_not_name_is_the_unknown_sender(
+        self, harness: ContractHarness
+    ) -> None:
+        # one spelling in every channel: not the channel, not the workspace, not "unknown"
+        for payload in harness.unnamed_sender_payloads():
+            event = harness.adapter.normalize(payload)
+            assert isinstance(event, Event), payload
+            assert event.sender == Sender.unknown(), event.sender
 
     async def test_own_messages_normalize_to_none(self, harness: ContractHarness) -> None:
         assert harness.adapter.normalize(harness.own_message_payload("my own words")) is None

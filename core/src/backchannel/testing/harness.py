@@ -47,6 +47,12 @@ class ContractHarness(ABC):
     def malformed_payloads(self) -> Sequence[Mapping[str, Any]]:
         """Raw payloads that are broken in ways the platform could really produce."""
 
+    def unnamed_sender_payloads(self) -> Sequence[Mapping[str, Any]]:
+        """Raw payloads whose sender the platform does not name (a delete, an authorless
+        post); each must normalize to an Event whose sender is `Sender.unknown()`.
+        Channels where every payload names its sender keep this default: none."""
+        return ()
+
     @abstractmethod
     def sent_texts(self) -> list[str]:
         """Texts the platform received from the bot at `address`, oldest first."""

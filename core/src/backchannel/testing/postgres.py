@@ -5,7 +5,8 @@ unprivileged user (the ``postgres`` system user Debian's package creates when we
 run as root, ourselves otherwise), starts it with ``pg_ctl`` listening on
 127.0.0.1 only, on a free port, with its socket in that directory, and
 `stop()` removes the whole directory. Durability settings are off (``fsync``,
-``synchronous_commit``): the server is never killed in tests, only clients are.
+``synchronous_commit``) unless `durable`: the server is never killed in tests,
+only clients are.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class PostgresCluster:
     directory: Path
     port: int = 0
     run_as: str | None = None
+    #: keep PostgreSQL's crash-safe defaults (fsync, synchronous_commit) for benchmarks
+    durable: bool = False
     _next_database: int = field(default=0, init=False)
 
     @property
@@ -110,14 +113,13 @@ class PostgresCluster:
             "UTF8",
             "--no-sync",
         )
+        fast = ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
         options = " ".join(
             [
                 f"-p {self.port}",
                 "-c listen_addresses=127.0.0.1",
                 f"-c unix_socket_directories={self.directory}",
-                "-c fsync=off",
-                "-c synchronous_commit=off",
-                "-c full_page_writes=off",
+                *([] if self.durable else fast),
                 "-c max_connections=200",
                 "-c shared_buffers=64MB",
             ]
@@ -186,8 +188,11 @@ def _unprivileged_user() -> str | None:
 
 
 @contextmanager
-def throwaway_cluster() -> Iterator[PostgresCluster]:
-    """Start a cluster in a new temporary directory; stop it and remove the directory after."""
+def throwaway_cluster(*, durable: bool = False) -> Iterator[PostgresCluster]:
+    """Start a cluster in a new temporary directory; stop it and remove the directory after.
+
+    Tests run it with fsync and synchronous_commit off; `durable` keeps them on.
+    """
     bin_dir = find_postgres_bin()
     run_as = _unprivileged_user()
     directory = Path(tempfile.mkdtemp(prefix="backchannel-pg-"))
@@ -195,7 +200,7 @@ def throwaway_cluster() -> Iterator[PostgresCluster]:
     if run_as is not None:
         user = pwd.getpwnam(run_as)
         os.chown(directory, user.pw_uid, user.pw_gid)
-    cluster = PostgresCluster(bin_dir, directory, free_port(), run_as)
+    cluster = PostgresCluster(bin_dir, directory, free_port(), run_as, durable)
     try:
         cluster.start()
         yield cluster

@@ -63,3 +63,40 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
 def postgres_url(postgres_cluster: PostgresCluster) -> str:
     """The URL of a new, empty database on the session's throwaway cluster."""
     return postgres_cluster.fresh_database()
+
+
+#: what the kit's async tests and fixtures need, said once, before any test runs
+KIT_SETUP = (
+    'backchannel\'s test kit ({kit}) needs pytest-asyncio with asyncio_mode = "auto"; {problem}.'
+    ' Install it with `pip install "backchannel[testing]"` and add to pyproject.toml:'
+    ' [tool.pytest.ini_options] asyncio_mode = "auto"'
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Fail early, in one line, when a kit class is collected but async tests cannot run."""
+    from .contract import AdapterContract
+    from .store_contract import StoreContract
+
+    classes = {getattr(item, "cls", None) for item in items}
+    kits = {
+        kit.__name__
+        for cls in classes
+        for kit in (AdapterContract, StoreContract)
+        if isinstance(cls, type) and issubclass(cls, kit)
+    }
+    if not kits:
+        return
+    problem = kit_setup_problem(config)
+    if problem:
+        raise pytest.UsageError(KIT_SETUP.format(kit=", ".join(sorted(kits)), problem=problem))
+
+
+def kit_setup_problem(config: pytest.Config) -> str | None:
+    """Say what is missing for the kit's async tests, or None when all is there."""
+    if not config.pluginmanager.hasplugin("asyncio"):
+        return "pytest-asyncio is not installed (or is disabled with -p no:asyncio)"
+    mode = config.getini("asyncio_mode")
+    if mode != "auto":
+        return f"asyncio_mode is {mode or 'strict'!r}"
+    return None

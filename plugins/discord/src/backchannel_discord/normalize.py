@@ -220,7 +220,7 @@ def _delete(reader: _Reader, account: str, context: Mapping[str, Any]) -> Event:
     return Event(
         address=Address(account, channel_id),
         event_id=f"{message_id}:delete",
-        sender=Sender(id="unknown", name=""),
+        sender=Sender.unknown(),
         kind="delete",
         platform_message_id=message_id,
         conversation_kind=conversation_kind,
@@ -231,7 +231,7 @@ def _delete(reader: _Reader, account: str, context: Mapping[str, Any]) -> Event:
 
 def _sender(author: _Reader | None, member: Mapping[str, Any] | None, webhook_id: object) -> Sender:
     if author is None:
-        return Sender(id="unknown", name="")
+        return Sender.unknown()
     user_id = author.snowflake("id")
     assert user_id is not None
     username = author.text("username") or ""

@@ -59,7 +59,7 @@ CHANNEL_EVENT = "notifications/claude/channel"
 PERMISSION_REQUEST = "notifications/claude/channel/permission_request"
 PERMISSION_VERDICT = "notifications/claude/channel/permission"
 
-_REQUEST_ID = re.compile(r"^[a-km-z]{5}$")
+_REQUEST_ID = re.compile(r"\A[a-km-z]{5}\Z")
 #: store state lives under this pseudo-account
 _STATE = "mcp"
 

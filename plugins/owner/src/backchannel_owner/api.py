@@ -43,7 +43,6 @@ __all__ = [
     "inbox",
     "mark_attempt",
     "mark_delivered",
-    "mcp_owner_api",
     "notify",
     "open_sqlite_store",
     "request_permission",
@@ -483,71 +482,3 @@ def tell_owner_parked(item: InboxItem) -> None:
     delivery = asyncio.run(bounded())
     if delivery.status != "sent":
         raise OwnerError(f"the notice was {delivery.status}: {delivery.reason}")
-
-
-# the MCP server's view (backchannel_mcp.owner.OwnerApi) -------------------------------
-
-
-def mcp_owner_api(config: Config, identity: SessionIdentity | None = None) -> McpOwner | None:
-    """Return the owner API for the calling session, or None when there is no [owner] table."""
-    if "owner" not in config.sections:
-        return None
-    return McpOwner(config, identity or resolve_identity())
-
-
-class McpOwner:
-    """`backchannel_mcp.owner.OwnerApi` for one session: notify, inbox, reply, delivered."""
-
-    def __init__(self, config: Config, identity: SessionIdentity):
-        self.config = config
-        self.identity = identity
-        self.settings = OwnerSettings.from_config(config)
-        self.session_name = identity.name
-        store = open_sqlite_store(config)
-        try:
-            self.mark = OwnerRecords(store.db).mark_for(identity, time.time())
-        finally:
-            store.db.close()
-
-    async def notify(self, text: str, *, needs_answer: bool) -> str:
-        result = await notify(self.config, text, needs_answer=needs_answer, identity=self.identity)
-        return _describe(result)
-
-    async def reply(self, id: str, text: str) -> str:
-        result = await notify(self.config, text, reply_to=id, identity=self.identity)
-        return _describe(result)
-
-    async def inbox_text(self) -> str:
-        texts = []
-        for item in self._messages():
-            attempts = mark_attempt(item)
-            if attempts is None:
-                continue
-            texts.append(
-                lines.delivery_text(item.id, item.text, parent_id=item.parent_id, attempts=attempts)
-            )
-            mark_delivered(item)
-        return "\n\n".join(texts) or "no messages from the owner are waiting for this session"
-
-    async def pending(self) -> list[Any]:
-        from backchannel_mcp.owner import OwnerMessage as McpMessage
-
-        return [
-            McpMessage(id=item.id, text=item.text, replying_to=item.parent_id)
-            for item in self._messages()
-        ]
-
-    async def mark_delivered(self, id: str) -> None:
-        for item in self._messages():
-            if item.id == id:
-                mark_delivered(item)
-
-    def _messages(self) -> list[InboxItem]:
-        return [item for item in inbox(self.identity.session_id) if item.kind == "message"]
-
-
-def _describe(result: NotifyResult) -> str:
-    if result.status == "sent":
-        burst = " (added to your previous message)" if result.collapsed else ""
-        return f"sent to the owner as #{result.id}{burst}"
-    return f"message #{result.id} is {result.status}: {result.reason}"

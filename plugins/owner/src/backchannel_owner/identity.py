@@ -23,6 +23,8 @@ from attrs import frozen
 
 __all__ = [
     "MAX_HOPS",
+    "SESSION_ENV",
+    "SESSION_NAME_ENV",
     "TERMINALS",
     "ProcessInfo",
     "SessionIdentity",
@@ -33,6 +35,9 @@ __all__ = [
 ]
 
 MAX_HOPS = 40
+#: set by harnesses without session files: the session id (and name) to use as-is
+SESSION_ENV = "BACKCHANNEL_SESSION_ID"
+SESSION_NAME_ENV = "BACKCHANNEL_SESSION_NAME"
 #: process names (``/proc/<pid>/comm``, at most 15 characters) of terminal emulators
 TERMINALS = {
     "gnome-terminal-": "gnome-terminal",
@@ -135,6 +140,19 @@ def resolve_identity(
     home_path = Path(home) if home is not None else Path(environ.get("HOME") or Path.home())
     start = os.getppid() if pid is None else pid
     ancestry = list(_ancestry(start, Path(proc_root)))
+    named = _text(environ.get(SESSION_ENV))
+    if named is not None:  # a harness without session files names its session itself
+        cwd = _proc_cwd(Path(proc_root), start)
+        return SessionIdentity(
+            session_id=named,
+            name=_text(environ.get(SESSION_NAME_ENV)) or _name(None, cwd, named),
+            terminal=_terminal(ancestry),
+            workspace=workspace(environ),
+            cwd=cwd,
+            host=host if host is not None else socket.gethostname() or None,
+            pid=start,
+            harness="env",
+        )
     found: tuple[int, str, Mapping[str, Any]] | None = None
     for process in ancestry:
         for locate in locators:

@@ -11,7 +11,7 @@ ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 ID_LENGTH = 5
 #: a collision mints again, at most this many times in all
 MAX_MINTS = 8
-ID_PATTERN = re.compile(rf"^[{ALPHABET}]{{{ID_LENGTH}}}$")
+ID_PATTERN = re.compile(rf"\A[{ALPHABET}]{{{ID_LENGTH}}}\Z")
 
 
 def mint_id() -> str:

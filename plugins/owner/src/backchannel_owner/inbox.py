@@ -193,8 +193,11 @@ class _connect:
 
     def __enter__(self) -> sqlite3.Connection:
         import sqlite3  # only when there is something to stamp: the empty case stays fast
+        import urllib.parse
 
-        self.db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        # mode=rw: a marker naming a store that is gone must not create an empty one
+        uri = "file:" + urllib.parse.quote(self.path) + "?mode=rw"
+        self.db = sqlite3.connect(uri, uri=True, timeout=5.0, isolation_level=None)
         self.db.execute("BEGIN IMMEDIATE")
         return self.db
 

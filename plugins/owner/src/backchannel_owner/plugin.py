@@ -61,7 +61,7 @@ def configure_switchboard(board: Any, config: Any) -> None:
     if settings.account not in board.accounts or config.store.url:
         # another board (`backchannel send` through another account); or PostgreSQL, where
         # the owner tables do not exist yet: notify refuses there with one line
-        return  # a board for other accounts only (`backchannel send` through another account)
+        return
     duplex = OwnerDuplex(settings, config, board)
     board.add_inbound_router(settings.account, duplex.route)
     board.add_service(duplex)

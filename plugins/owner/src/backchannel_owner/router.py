@@ -32,7 +32,7 @@ log = logging.getLogger("backchannel.owner")
 
 _ID = f"[{ALPHABET}ilo]{{{ID_LENGTH}}}"
 _LEADING_ID = re.compile(rf"^\s*#({_ID})(?![0-9a-z])[\s:,.-]*", re.IGNORECASE)
-_PERMISSION = re.compile(rf"^\s*(yes|no)\s+#?({_ID})\s*$", re.IGNORECASE)
+_PERMISSION = re.compile(rf"\A\s*(yes|no)\s+#?({_ID})\s*\Z", re.IGNORECASE)
 #: Crockford's reading of look-alikes typed on a phone
 _LOOKALIKES = str.maketrans({"i": "1", "l": "1", "o": "0"})
 

@@ -242,7 +242,22 @@ class SlackAdapter:
                 f"({type(error).__name__})"
             ) from None
         user_id = _opt(auth.get("user_id"))
-        self.identity = BotIdentity(user_id or self.identity.user_id, _opt(auth.get("bot_id")))
+        configured = self.identity.user_id
+        if user_id is None and configured is None:
+            raise BackchannelError(
+                f"account {self.account}: Slack's auth.test named no bot user for this token;"
+                " set bot_user_id in the account's settings"
+            )
+        if user_id is not None and configured is not None and configured != user_id:
+            self._log.warning(
+                "configured bot_user_id %s is not the token's bot user %s (auth.test); using %s",
+                configured,
+                user_id,
+                user_id,
+            )
+        source = "auth.test" if user_id is not None else "the bot_user_id setting"
+        user_id = user_id or configured
+        self.identity = BotIdentity(user_id, _opt(auth.get("bot_id")) or self.identity.bot_id)
         self.team = _opt(auth.get("team_id"))
         name = _opt(auth.get("user")) or "bot"
         self.me = Sender(
@@ -251,7 +266,14 @@ class SlackAdapter:
             handle=self.identity.user_id,  # how mentions of the bot look in text: <@U…>
             is_bot=True,
         )
-        self._log.info("Slack bot %s (%s) in team %s", name, user_id, self.team)
+        self._log.info(
+            "Slack bot %s: user %s, bot %s, team %s (from %s)",
+            name,
+            user_id,
+            self.identity.bot_id,
+            self.team,
+            source,
+        )
 
     async def _connect_socket(self, logger: logging.Logger, proxy: str | None) -> None:
         socket = SocketModeClient(

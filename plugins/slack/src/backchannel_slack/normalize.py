@@ -120,10 +120,9 @@ def normalize_payload(
     extra = raw.get(ENRICHMENT_KEY) or {}
     if not isinstance(extra, Mapping):
         extra = {}
-    identity = me
-    if identity.user_id is None:
-        identity = BotIdentity(_authorized_bot(raw), me.bot_id)
-    reader = _Reader(event, where, account, identity, extra, thread_on_mention)
+    # the bot's identity comes from auth.test at start, never from a payload: in an org-wide
+    # install an event's `authorizations` may name another app's bot
+    reader = _Reader(event, where, account, me, extra, thread_on_mention)
     event_type = event.get("type")
     if event_type == "app_mention":
         return reader.message(event, mention=True)
@@ -139,15 +138,6 @@ def normalize_payload(
     if subtype == "message_deleted":
         return reader.delete(event)
     return None  # channel_join, channel_topic, message_replied, ...
-
-
-def _authorized_bot(raw: Mapping[str, Any]) -> str | None:
-    authorizations = raw.get("authorizations")
-    if isinstance(authorizations, list):
-        for entry in authorizations:
-            if isinstance(entry, Mapping) and entry.get("is_bot") and entry.get("user_id"):
-                return str(entry["user_id"])
-    return None
 
 
 class _Reader:
@@ -313,7 +303,7 @@ class _Reader:
         return Event(
             address=address,
             event_id=f"delete:{channel}:{deleted_ts}",
-            sender=sender or Sender(id="slack", name="Slack"),
+            sender=sender or Sender.unknown(),
             kind="delete",
             platform_message_id=deleted_ts,
             sent_at=_ts_seconds(stamp, self.at("event_ts")),

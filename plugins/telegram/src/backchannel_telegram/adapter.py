@@ -96,6 +96,14 @@ class TelegramAdapter:
         )
         self.me: Sender | None = Sender(self._token.bot_id, "", settings.get("username"), True)
         self._username: str | None = settings.get("username")
+        commands = settings.get("commands", [])
+        if not isinstance(commands, list | tuple) or not all(isinstance(c, str) for c in commands):
+            raise ConfigError(
+                'expected a list of command names, such as ["start", "help"]', key="commands"
+            )
+        #: the configured commands; those from getMyCommands join them at start
+        self._configured_commands = frozenset(c.strip().lstrip("/").lower() for c in commands)
+        self._commands = self._configured_commands
         self._api = BotApi(self._token, self.api_base, self.request_timeout)
         self._pacer = Pacer(self.pacing)
         self._ctx: AdapterContext | None = None
@@ -170,7 +178,7 @@ class TelegramAdapter:
         this process has seen that message (received or sent), the reaction is
         placed in its topic.
         """
-        identity = BotIdentity(self._token.bot_id, self._username)
+        identity = BotIdentity(self._token.bot_id, self._username, self._commands)
         event = normalize_update(raw, self.account, identity, self._aliases)
         if event is None or event.platform_message_id is None:
             return event
@@ -225,7 +233,26 @@ class TelegramAdapter:
         self._username = me.get("username") or self._username
         name = " ".join(str(p) for p in (me.get("first_name"), me.get("last_name")) if p)
         self.me = Sender(str(me.get("id", self._token.bot_id)), name, self._username, True)
+        await self._learn_commands()
         return True
+
+    async def _learn_commands(self) -> None:
+        """Add the bot's command menu (getMyCommands) to the configured `commands`."""
+        try:
+            menu = await self._api.call("getMyCommands")
+        except TelegramError as error:
+            self._log().info(
+                "getMyCommands failed (%s); a bare /command in a group counts as addressed to"
+                " this bot only if it is in `commands`",
+                error.description or error.outcome,
+            )
+            return
+        names = {
+            str(item["command"]).lower()
+            for item in menu or ()
+            if isinstance(item, Mapping) and isinstance(item.get("command"), str)
+        }
+        self._commands = self._configured_commands | names
 
     async def _learn_identity_later(self) -> None:
         delay = self.retry_initial

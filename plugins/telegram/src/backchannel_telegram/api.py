@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
+from backchannel.wire import BadPayload, parse_json
 
 __all__ = ["BotApi", "TelegramError", "Token"]
 
@@ -112,9 +113,9 @@ class BotApi:
         failure: TelegramError | None = None
         try:
             async with session.post(url, json=dict(params or {}), timeout=limit) as response:
-                try:
-                    body = await response.json(content_type=None)
-                except (ValueError, aiohttp.ContentTypeError):
+                try:  # bounded, and UTF-8 whatever charset the answer claims
+                    body = parse_json(await response.read())
+                except BadPayload:
                     body = None
                 status = response.status
         except TimeoutError:

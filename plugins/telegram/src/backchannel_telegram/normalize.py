@@ -80,6 +80,8 @@ class BotIdentity:
 
     id: str | None = None
     username: str | None = None
+    #: this bot's own /commands (lowercase, no slash): a bare one in a group is for us
+    commands: frozenset[str] = frozenset()
 
 
 def normalize_update(
@@ -133,7 +135,7 @@ def migration_of(update: Mapping[str, Any]) -> tuple[str, str] | None:
 
 def utf16_slice(text: str, offset: int, length: int) -> str:
     """Return the part of `text` at UTF-16 `offset` and `length` (how Telegram counts)."""
-    encoded = text.encode("utf-16-le")
+    encoded = text.encode("utf-16-le", "surrogatepass")
     return encoded[offset * 2 : (offset + length) * 2].decode("utf-16-le", errors="replace")
 
 
@@ -186,7 +188,8 @@ def _message_event(
         text=text,
         platform_message_id=str(message_id),
         reply_to=reply_to,
-        mentions_me=_mentions_bot(text, entities, bot) or _replies_to_bot(message, bot),
+        mentions_me=_mentions_bot(text, entities, bot, private=conversation_kind == "direct")
+        or _replies_to_bot(message, bot),
         attachments=_attachments(message, where),
         sent_at=sent_at,
         conversation_kind=conversation_kind,
@@ -250,8 +253,11 @@ def _sender(
             _opt_str(author.get("username")),
             is_bot=author.get("is_bot") is True,
         )
+    if _chat_type(chat) == "channel" and signature:
+        # a signed post with no sender_chat: its author's signature, in the channel's name
+        return Sender(str(chat_id), signature, _opt_str(chat.get("username")))
     if _chat_type(chat) == "channel":
-        return Sender(str(chat_id), signature or _title(chat) or "", _opt_str(chat.get("username")))
+        return Sender.unknown()  # an unsigned post that names no sender (see Sender.unknown)
     raise NormalizeError("message has neither from nor sender_chat", where=f"{where}.from")
 
 
@@ -293,7 +299,15 @@ def _reply_target(message: Mapping[str, Any]) -> str | None:
     return str(target)
 
 
-def _mentions_bot(text: str, entities: Sequence[Mapping[str, Any]], bot: BotIdentity) -> bool:
+def _mentions_bot(
+    text: str, entities: Sequence[Mapping[str, Any]], bot: BotIdentity, *, private: bool = False
+) -> bool:
+    """Say whether the message addresses the bot: @bot, a text mention, /cmd@bot, or a
+    bare /cmd that is one of the bot's own commands (any bare /cmd in a private chat).
+
+    A bare /start in a group with several bots is for whichever bot has that command;
+    counting it for every bot would wake them all.
+    """
     handle = f"@{bot.username}".lower() if bot.username else None
     for entity in entities:
         kind = entity.get("type")
@@ -307,7 +321,9 @@ def _mentions_bot(text: str, entities: Sequence[Mapping[str, Any]], bot: BotIden
                 continue
             word = utf16_slice(text, offset, length).lower()
             if kind == "bot_command" and offset == 0 and "@" not in word:
-                return True  # a bare /command opening a message is for the group's bots
+                if private or word.removeprefix("/") in bot.commands:
+                    return True
+                continue
             if handle and (word == handle or (kind == "bot_command" and word.endswith(handle))):
                 return True
     return False

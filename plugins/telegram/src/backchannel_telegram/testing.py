@@ -216,6 +216,8 @@ class FakeTelegram:
         }
         self.webhook_retry_delay = webhook_retry_delay
         self.max_hang = max_hang
+        #: the bot's command menu, as setMyCommands would have left it (getMyCommands)
+        self.commands: list[dict[str, str]] = []
         #: every call the fake answered: (method, params), in arrival order
         self.calls: list[tuple[str, dict[str, Any]]] = []
         #: time.monotonic() of each entry in `calls`
@@ -679,6 +681,9 @@ class FakeTelegram:
     async def _m_getme(self, params: dict[str, Any]) -> web.Response:
         return _ok(self.bot)
 
+    async def _m_getmycommands(self, params: dict[str, Any]) -> web.Response:
+        return _ok([dict(command) for command in self.commands])
+
     async def _m_getupdates(self, params: dict[str, Any]) -> web.Response:
         if self.webhook is not None:
             return _error(409, CONFLICT_WEBHOOK)
@@ -1012,11 +1017,25 @@ def _int(value: Any, default: int) -> int:
 
 
 def _mention_entities(text: str) -> list[dict[str, Any]]:
+    """The `mention` and `bot_command` entities Telegram's servers add to a text."""
     entities = []
-    for match in re.finditer(r"(?<![\w@])@[A-Za-z][A-Za-z0-9_]{3,31}", text):
+    found = [
+        *(
+            (m, "bot_command")
+            for m in re.finditer(
+                r"(?<![\w/])/[A-Za-z0-9_]{1,32}(?:@[A-Za-z][A-Za-z0-9_]{3,31})?", text
+            )
+        ),
+        *((m, "mention") for m in re.finditer(r"(?<![\w@/])@[A-Za-z][A-Za-z0-9_]{3,31}", text)),
+    ]
+    for match, kind in sorted(found, key=lambda pair: pair[0].start()):
+        if kind == "mention" and any(
+            k == "bot_command" and c.start() <= match.start() < c.end() for c, k in found
+        ):
+            continue  # the @bot of /cmd@bot belongs to the command
         offset = len(text[: match.start()].encode("utf-16-le")) // 2
         length = len(match.group(0).encode("utf-16-le")) // 2
-        entities.append({"offset": offset, "length": length, "type": "mention"})
+        entities.append({"offset": offset, "length": length, "type": kind})
     return entities
 
 

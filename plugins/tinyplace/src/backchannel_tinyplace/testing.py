@@ -535,10 +535,12 @@ class RelayPeer:
         in_reply_to: str | None = None,
         message_id: str | None = None,
         from_session: str | None = None,
+        auto: bool = False,
     ) -> str:
         """Send `text` (plain, or in a v1 envelope when `session` is given); return the relay id.
 
-        `from_session` is the session label a harness plugin puts in `tp.from_session`.
+        `from_session` is the session label a harness plugin puts in `tp.from_session`;
+        `auto` marks the envelope as an auto-reply (`tp.auto`, the plugins' loop guard).
         """
         message_id = message_id or new_message_id()
         body = text
@@ -549,6 +551,8 @@ class RelayPeer:
             data = json.loads(envelope)
             data["message"]["role"] = role
             data["harness"]["provider"] = "claude"
+            if auto:
+                data["tp"]["auto"] = True
             body = json.dumps(data)
         opening = not await self.session.has_session(to)
         try:

@@ -1,9 +1,10 @@
 """The web chat adapter: a page and a websocket on the switchboard's own HTTP server.
 
-Each browser tab is one conversation, ``Address(account, "<visitor>.<tab>")``.
-The page keeps a secret visitor token in localStorage and a tab id in
-sessionStorage and sends both in its first frame; the visitor's public id is
-a hash of the token, so knowing an address does not let anyone read it.
+Each browser is one conversation, ``Address(account, "<visitor>.<conversation>")``,
+across its tabs and reloads, until "New chat" starts another. The page keeps a
+secret visitor token and the conversation id in localStorage and sends both in
+its first frame; the visitor's public id is a hash of the token, so knowing an
+address does not let anyone read it.
 """
 
 from __future__ import annotations

@@ -55,7 +55,9 @@
     try { localStorage.setItem(KEY_NAME, params.get("name").slice(0, 64)); } catch (e) { /* ignore */ }
   }
   const visitor = remembered(localStorage, KEY_VISITOR, () => randomId(16));
-  let tab = remembered(sessionStorage, KEY_TAB, () => randomId(8));
+  // the conversation is the browser's, not the tab's: every tab and reload of this browser
+  // shows the same one until "New chat" starts another (for all tabs opened after it)
+  let tab = remembered(localStorage, KEY_TAB, () => randomId(8));
 
   function visitorName() {
     try { return localStorage.getItem(KEY_NAME) || ""; } catch (e) { return ""; }
@@ -381,7 +383,7 @@
 
   $("new-chat").addEventListener("click", () => {
     tab = randomId(8);
-    try { sessionStorage.setItem(KEY_TAB, tab); } catch (e) { /* ignore */ }
+    try { localStorage.setItem(KEY_TAB, tab); } catch (e) { /* ignore */ }
     pending = [];
     savePending();
     bySeq.clear(); byId.clear(); byClient.clear();

@@ -1,0 +1,147 @@
+"""After a crash mid-send, a trigger that already has our reply is not offered as unanswered.
+
+Issue 14, item 6: the README's echo agent replied again to a `run.trigger` whose reply
+was `uncertain` (killed during the send). The run now has no trigger then, says why,
+and marks the uncertain reply in the window; the example agent stays silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from backchannel.model import Outbound, Sender
+from backchannel.runs import Run
+from backchannel.store import SQLiteStore
+from backchannel.switchboard import RESTART_NOTE, Binding, Switchboard
+from backchannel.testing import FakeChannel, RecordingAgent
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def example_echo_agent() -> Any:
+    spec = importlib.util.spec_from_file_location("echo_agent", ROOT / "examples" / "echo_agent.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.echo
+
+
+async def crashed_mid_reply(path: Path, channel: FakeChannel, status: str) -> None:
+    """Leave a conversation as a kill during the agent's reply does: its run unfinished."""
+    never = asyncio.Event()
+    replying = asyncio.Event()
+
+    async def killed_while_sending(run: Run) -> None:
+        store = board.store
+        assert run.trigger is not None
+        me = Sender("bot", "Bot", is_bot=True)
+        outbound = Outbound(run.conversation.address, f"You said: {run.trigger.text}")
+        entry = await store.record_outbound(run.conversation.id, outbound, me)
+        if status == "sent":
+            from backchannel.model import Receipt
+
+            await store.mark_sent(entry.id, Receipt("m-sent"))
+        replying.set()
+        await never.wait()  # the process dies here: the run is never recorded as finished
+
+    board = Switchboard(SQLiteStore(path), stop_timeout=0.1)
+    board.add_account(channel.adapter("fake"), Binding(killed_while_sending))
+    await board.start()
+    channel.platform.user_says("hello")
+    await asyncio.wait_for(replying.wait(), 10)
+    await board.stop()
+
+
+async def test_the_example_agent_does_not_reply_twice_to_a_trigger_with_an_uncertain_reply(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "bc.db"
+    channel = FakeChannel()
+    await crashed_mid_reply(path, channel, "pending")  # pending at start becomes uncertain
+
+    echo = example_echo_agent()
+    seen = RecordingAgent(action=echo)
+    board = Switchboard(SQLiteStore(path))
+    board.add_account(channel.adapter("fake"), Binding(seen))
+    await board.start()
+    await seen.wait_runs(1)
+    await board.wait_idle()
+    (run,) = seen.runs
+    assert run.trigger is None  # answered already: not presented as unanswered
+    assert channel.platform.sent == []  # so the example agent sends nothing
+    assert RESTART_NOTE in run.instruction and "delivery uncertain" in run.instruction
+    assert "Message #1 already has your reply #2" in run.instruction
+    assert "delivery uncertain" in run.messages[-1]["content"]  # marked in the window
+    await board.stop()
+
+
+async def test_a_trigger_answered_before_the_crash_is_not_answered_again(tmp_path: Path) -> None:
+    path = tmp_path / "bc.db"
+    channel = FakeChannel()
+    await crashed_mid_reply(path, channel, "sent")
+    echo = example_echo_agent()
+    seen = RecordingAgent(action=echo)
+    board = Switchboard(SQLiteStore(path))
+    board.add_account(channel.adapter("fake"), Binding(seen))
+    await board.start()
+    await seen.wait_runs(1)
+    await board.wait_idle()
+    assert seen.runs[0].trigger is None and channel.platform.sent == []
+    # a new message afterwards is a trigger again, and is answered
+    channel.platform.user_says("still there?")
+    await seen.wait_runs(2)
+    await board.wait_idle()
+    assert seen.runs[1].trigger is not None
+    assert channel.platform.texts() == ["You said: still there?"]
+    await board.stop()
+
+
+async def test_a_failed_reply_leaves_the_trigger_unanswered(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    agent = RecordingAgent(lambda run: "first try")
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(agent))
+    await board.start()
+    channel.platform.fail_next_send("rejected")
+    channel.platform.user_says("hello")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    (conversation,) = await store.conversations()
+    run = await board.build_run(conversation.id)
+    assert run.trigger is not None and run.trigger.text == "hello"  # NOT delivered: answer it
+    await board.stop()
+
+
+async def test_a_message_that_came_during_a_run_is_still_answered_after_that_runs_reply(
+    store: SQLiteStore,
+) -> None:
+    # #1 starts a run; #2 arrives while it runs; the run's reply to #1 lands as #3 after
+    # #2. #2 has no answer yet: it must still be the next run's trigger.
+    channel = FakeChannel()
+    first_run = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow_then_quick(run: Run) -> None:
+        assert run.trigger is not None
+        if not first_run.is_set():
+            first_run.set()
+            await release.wait()
+        await run.call("reply", {"message_id": run.trigger.seq, "text": f"re {run.trigger.text}"})
+
+    seen = RecordingAgent(action=slow_then_quick)
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(seen))
+    await board.start()
+    channel.platform.user_says("first")
+    await asyncio.wait_for(first_run.wait(), 10)
+    second = await board.ingest("fake", {**channel.platform.make_message("second"), "update": 99})
+    assert second.status == "stored"  # committed while the first run is still running
+    release.set()
+    await seen.wait_runs(2)
+    await board.wait_idle()
+    assert seen.runs[1].trigger is not None and seen.runs[1].trigger.text == "second"
+    assert channel.platform.texts() == ["re first", "re second"]
+    await board.stop()

@@ -1,0 +1,41 @@
+"""A bare /command in a group wakes only the bot whose command it is (issue 14, item 7)."""
+
+from __future__ import annotations
+
+from backchannel.testing import ContractContext
+from backchannel_telegram import TelegramAdapter
+from backchannel_telegram.testing import FakeTelegram
+
+
+async def test_bare_commands_in_a_group_count_only_when_they_are_the_bots_own(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    fake.commands = [{"command": "report", "description": "the weekly report"}]
+    adapter = TelegramAdapter("test", fake.settings(commands=["deploy"]))
+    await adapter.start(contract_context.bind(adapter))
+    try:
+        alice = fake.user("Alice")
+        group = fake.group("Ops")
+        said = {
+            text: fake.inject_message(group, alice, text)
+            for text in ("/report", "/deploy now", "/start", "/start@backchannel_test_bot")
+        }
+        for update in said.values():
+            await contract_context.wait_ingested(str(update["update_id"]))
+        mentioned = {
+            text: next(
+                e.mentions_me for e in contract_context.events if e.event_id == str(u["update_id"])
+            )
+            for text, u in said.items()
+        }
+        assert mentioned == {
+            "/report": True,  # from getMyCommands
+            "/deploy now": True,  # from `commands`
+            "/start": False,  # another bot's, as far as we know
+            "/start@backchannel_test_bot": True,  # named: always ours
+        }
+        direct = fake.inject_message(fake.private_chat(alice), alice, "/start")
+        await contract_context.wait_ingested(str(direct["update_id"]))
+        assert contract_context.events[-1].mentions_me
+    finally:
+        await adapter.stop()
