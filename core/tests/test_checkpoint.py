@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
 import apsw
-from backchannel.store import SQLiteStore
+import pytest
+from backchannel.store import SQLiteStore, checkpoint
 from backchannel.store.checkpoint import Checkpointer
 
 
@@ -74,4 +76,17 @@ async def test_closing_the_store_stops_its_checkpoint_thread(tmp_path: Path) -> 
     checkpointer = store._checkpointer
     assert checkpointer is not None and checkpointer._thread.is_alive()
     await store.close()
+    assert not checkpointer._thread.is_alive()
+
+
+def test_the_thread_ends_when_its_store_is_dropped_without_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(checkpoint, "_OWNER_CHECK", 0.01)
+    db = _wal_database(tmp_path / "d.db")
+    checkpointer = Checkpointer(db, str(tmp_path / "d.db"))
+    db.close()
+    del db
+    gc.collect()
+    checkpointer._thread.join(30)
     assert not checkpointer._thread.is_alive()

@@ -217,8 +217,6 @@ class Scheduler:
             self.counters["run_errors"] += 1
             log.exception("the run of conversation %s could not be recorded", conversation_id)
         finally:
-            self._runs -= 1
-            self._start_ready()
             slot.running = False
             slot.failures = slot.failures + 1 if failed else 0
             poked, slot.poked_while_running = slot.poked_while_running, False
@@ -246,6 +244,9 @@ class Scheduler:
                 log.exception("could not check conversation %s for follow-up", conversation_id)
             finally:
                 self.busy.leave()
+                # the place is given up last: never more run tasks than max_concurrent_runs
+                self._runs -= 1
+                self._start_ready()
 
     def _forget(self, conversation_id: int) -> None:
         """Drop an idle conversation's slot: memory stays bounded by active conversations."""
@@ -294,7 +295,10 @@ class Scheduler:
         typing = self._start_typing(account, conversation.address)
         status, error = "ok", None
         try:
-            await asyncio.wait_for(account.binding.agent(run), account.binding.run_timeout)
+            # in this task, not a new one (as wait_for would make): an agent that answers
+            # without waiting costs no task, and no typing indicator goes out for it
+            async with asyncio.timeout(account.binding.run_timeout):
+                await account.binding.agent(run)
         except TimeoutError:
             status, error = "timeout", f"the agent ran past {account.binding.run_timeout:g}s"
         except asyncio.CancelledError:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 
 import apsw
 
@@ -30,6 +31,8 @@ log = logging.getLogger("backchannel.store")
 WAKE_PAGES = 1000
 #: past this, a commit checkpoints inline: the WAL cannot grow without bound
 LIMIT_PAGES = 16_000
+#: seconds between checks, while idle, that the store was not dropped without close()
+_OWNER_CHECK = 30.0
 
 
 class Checkpointer:
@@ -56,6 +59,8 @@ class Checkpointer:
         #: WAL size that wakes the thread next: `wake_pages` more than at the last wake
         self._wake_at = wake_pages
         self._stopping = False
+        #: weak: a store dropped without close() must not be kept alive by its thread
+        self._owner = weakref.ref(db)
         self._thread = threading.Thread(
             target=self._loop, name=f"backchannel-checkpoint {path}", daemon=True
         )
@@ -89,7 +94,10 @@ class Checkpointer:
             return
         try:
             while True:
-                self._wake.wait()
+                if not self._wake.wait(_OWNER_CHECK):
+                    if self._owner() is None:
+                        return  # the store was dropped without close(): end with it
+                    continue
                 self._wake.clear()
                 if self._stopping:
                     return

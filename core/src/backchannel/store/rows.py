@@ -101,28 +101,45 @@ def conversation_row(row: Sequence[Any]) -> Conversation:
 
 
 def message_row(row: Sequence[Any]) -> Message:
+    # positional, in Message's field order: a window builds fifty of these per run,
+    # and keyword arguments cost attrs' __init__ more than the rest of the row
     return Message(
-        conversation_id=row[0],
-        seq=row[1],
-        direction=row[2],
-        event_id=row[3],
-        sender=Sender(row[4], row[5], row[6], bool(row[7])),
-        text=row[8],
-        platform_message_id=row[9],
-        reply_to=row[10],
-        reply_to_seq=row[11],
-        mentions_me=bool(row[12]),
-        attachments=tuple(Attachment(**a) for a in json.loads(row[13])) if row[13] else (),
-        sent_at=row[14],
-        edited_at=row[15],
-        deleted_at=row[16],
-        held=bool(row[17]),
-        triggers=bool(row[18]),
-        status=row[19],
-        status_reason=row[20],
-        reactions=tuple((str(r[0]), str(r[1])) for r in json.loads(row[21])) if row[21] else (),
-        meta=json.loads(row[22]) if row[22] else {},
+        row[0],  # conversation_id
+        row[1],  # seq
+        row[2],  # direction
+        Sender(row[4], row[5], row[6], bool(row[7])),
+        row[8],  # text
+        row[14],  # sent_at
+        row[9],  # platform_message_id
+        row[10],  # reply_to
+        row[11],  # reply_to_seq
+        bool(row[12]),  # mentions_me
+        _attachments_of(row[13]) if row[13] else (),
+        row[15],  # edited_at
+        row[16],  # deleted_at
+        bool(row[17]),  # held
+        bool(row[18]),  # triggers
+        row[19],  # status
+        row[20],  # status_reason
+        row[3],  # event_id
+        tuple((str(r[0]), str(r[1])) for r in json.loads(row[21])) if row[21] else (),
+        json.loads(row[22]) if row[22] else {},  # meta: a fresh dict, callers may change it
     )
+
+
+#: decoded attachment lists by their JSON text: consecutive runs read the same rows, and
+#: Attachment values are immutable, so sharing them is safe
+_ATTACHMENTS: dict[str, tuple[Attachment, ...]] = {}
+
+
+def _attachments_of(text: str) -> tuple[Attachment, ...]:
+    found = _ATTACHMENTS.get(text)
+    if found is None:
+        found = tuple(Attachment(**a) for a in json.loads(text))
+        if len(_ATTACHMENTS) >= 1024:
+            del _ATTACHMENTS[next(iter(_ATTACHMENTS))]  # the oldest: bounded, FIFO
+        _ATTACHMENTS[text] = found
+    return found
 
 
 def outbox_row(row: Sequence[Any]) -> OutboxEntry:
