@@ -8,9 +8,9 @@ conversation answered, no answer sent twice, the polling account taken over
 within the lease bound. Then a rolling restart (new worker up, old one SIGTERMed, one
 by one) under load, checked the same way.
 
-The issue asks for 5,000 events; the suite runs BACKCHANNEL_KILL_EVENTS (default
-600, about 50 s here) to stay within its time budget. BACKCHANNEL_KILL_EVENTS=5000
-runs the full size (it passed in about 100 s on this 2-core machine).
+It runs the issue's 5,000 events (about 60 s on this 2-core machine when it is
+otherwise quiet, about 100 s under load); BACKCHANNEL_KILL_EVENTS sets another count
+(a smaller one for a quick local run).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from backchannel_slack.testing import FakeSlack
 from backchannel_telegram.testing import FakeTelegram
 
 CHILD = Path(__file__).with_name("workers_child.py")
-EVENTS = int(os.environ.get("BACKCHANNEL_KILL_EVENTS", "600"))
+EVENTS = int(os.environ.get("BACKCHANNEL_KILL_EVENTS", "5000"))
 LEASE_TTL = 2.0
 HEARTBEAT = 0.5
 #: the documented bound (ttl + heartbeat) plus room for a loaded 2-core machine
@@ -299,6 +299,7 @@ async def settle_and_check(setup: Setup, store: PostgresStore) -> None:
     assert len(last_triggers) == len(setup.last_text)
 
 
+@pytest.mark.timeout(600)
 async def test_sigkill_five_times_then_a_rolling_restart_loses_and_doubles_nothing(
     setup: tuple[Setup, list[Worker]],
 ) -> None:
