@@ -106,11 +106,22 @@ async def deployment(relay: FakeRelay, tmp_path: Path) -> AsyncIterator[Any]:
 
 
 def agent_says(text: str) -> Any:
-    return lambda f: f["type"] == "message" and f["role"] == "agent" and text in f["text"]
+    """A frame showing an agent message with `text`: pushed live, or in the transcript a page
+    gets when it opens (a report may land before the page connects)."""
+
+    def says(frame: Any) -> bool:
+        if frame["type"] == "transcript":
+            return any(
+                m["role"] == "agent" and text in m["text"] for m in frame.get("messages", ())
+            )
+        return frame["type"] == "message" and frame["role"] == "agent" and text in frame["text"]
+
+    return says
 
 
 def agent_texts(page: FakeBrowser, containing: str) -> list[str]:
-    return [text for text in page.agent_texts() if containing in text]
+    """The agent's messages the page shows (transcript and pushes, once per seq)."""
+    return [text for _seq, role, text in page.shown() if role == "agent" and containing in text]
 
 
 async def test_the_owner_asks_in_the_web_chat_and_the_peers_answer_is_reported_there_once(
