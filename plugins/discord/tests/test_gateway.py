@@ -87,16 +87,22 @@ async def test_a_thread_the_client_never_saw_is_looked_up_once_and_gets_one_addr
 
 
 async def test_a_thread_whose_parent_cannot_be_learned_is_refused_in_one_line(
-    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+    fake: FakeDiscord,
+    adapter: DiscordAdapter,
+    contract_context: ContractContext,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     thread = await fake.add_thread(fake.general, "hidden", announce=False)
     message = fake.message_payload(thread, fake.alice, "lost?")
     del fake.channels[thread]  # so the lookup answers 404 Unknown Channel
     await fake.dispatch("MESSAGE_CREATE", message)
-    await fake.wait_until(lambda: bool(contract_context.malformed), what="the refused payload")
+    await contract_context.wait_for(lambda: bool(contract_context.malformed), what="the refusal")
     (reason,) = contract_context.malformed
     assert f"Discord thread {thread} without its parent channel" in reason
     assert "\n" not in reason
+    (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert f"could not look up Discord channel {thread}" in warning.getMessage()
+    assert "Unknown Channel" in warning.getMessage()
     # the adapter keeps serving
     await said(fake, contract_context, fake.general, "still here")
     assert not [e for e in contract_context.events if e.address.chat == thread]
