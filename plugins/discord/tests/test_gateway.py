@@ -96,13 +96,19 @@ async def test_a_thread_whose_parent_cannot_be_learned_is_refused_in_one_line(
     message = fake.message_payload(thread, fake.alice, "lost?")
     del fake.channels[thread]  # so the lookup answers 404 Unknown Channel
     await fake.dispatch("MESSAGE_CREATE", message)
-    await contract_context.wait_for(lambda: bool(contract_context.malformed), what="the refusal")
-    (reason,) = contract_context.malformed
-    assert f"Discord thread {thread} without its parent channel" in reason
-    assert "\n" not in reason
-    (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
-    assert f"could not look up Discord channel {thread}" in warning.getMessage()
-    assert "Unknown Channel" in warning.getMessage()
+    # a delete names no more than the channel: it must not be guessed into one either
+    deleted = {"id": message["id"], "channel_id": thread, "guild_id": fake.guild_id}
+    await fake.dispatch("MESSAGE_DELETE", deleted)
+    await contract_context.wait_for(
+        lambda: len(contract_context.malformed) == 2, what="both refusals"
+    )
+    for reason in contract_context.malformed:
+        assert f"Discord channel {thread} is not in the bot's cache" in reason
+        assert "\n" not in reason
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2  # the lookup is tried again for the next payload
+    assert all(f"could not look up Discord channel {thread}" in w for w in warnings)
+    assert all("Unknown Channel" in w for w in warnings)
     # the adapter keeps serving
     await said(fake, contract_context, fake.general, "still here")
     assert not [e for e in contract_context.events if e.address.chat == thread]

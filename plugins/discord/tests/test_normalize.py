@@ -145,6 +145,15 @@ def test_every_thread_type_is_addressed_under_its_parent(channel_type: int) -> N
     assert deleted.address == event.address
 
 
+def test_a_channel_the_adapter_could_not_learn_is_refused_for_every_kind() -> None:
+    for kind, data in (
+        ("MESSAGE_CREATE", in_guild(channel_id=THREAD)),
+        ("MESSAGE_DELETE", {"id": "1", "channel_id": THREAD, "guild_id": GUILD}),
+    ):
+        with pytest.raises(NormalizeError, match=f"Discord channel {THREAD} is not in the bot"):
+            norm(envelope(kind, data, channel_unknown=True))
+
+
 def test_thread_message_captured_without_its_parent_is_refused_in_one_line() -> None:
     with pytest.raises(NormalizeError, match=f"Discord thread {THREAD} without its parent"):
         norm(envelope("MESSAGE_CREATE", in_guild(channel_id=THREAD, position=0)))

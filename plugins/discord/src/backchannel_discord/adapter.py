@@ -295,6 +295,9 @@ class DiscordAdapter:
         channel = client.get_channel(channel_id) if client is not None else None
         if channel is None and data.get("guild_id") is not None:
             channel = await self._fetch_channel(channel_id)
+            if channel is None:
+                # thread or not, normalize cannot tell: it refuses rather than guess an address
+                return {"channel_unknown": True}
         if channel is None:
             return {}
         context: dict[str, Any] = {}

@@ -8,8 +8,10 @@ Input is what the gateway sends, as JSON-decoded dicts:
 
 The adapter adds one key of its own to the envelope, ``"backchannel"``, with
 what its cache knows and the payload does not say: the channel's type and name,
-a thread's parent, the guild's name, the id of the bot's own role in the guild. Every field of it is optional, so a
-payload captured straight off the wire normalizes too.
+a thread's parent, the guild's name, the id of the bot's own role in the guild,
+or ``channel_unknown`` when it could not learn what the channel is. Every
+field of it is optional, so a payload captured straight off the wire
+normalizes too (except a thread message: see Addresses).
 
 Addresses: a guild text channel, a thread and a DM are each their own
 conversation. A channel or DM is ``Address(account, chat=<channel id>)``. A
@@ -327,6 +329,15 @@ def _conversation(
         channel_type is None and "position" in reader.data
     )
     channel_name = _str(context.get("channel_name"))
+    if channel_type is None and context.get("channel_unknown") is True:
+        # the adapter could not learn what this channel is: a thread's message here
+        # under chat=<its id> would give the thread a second address
+        raise NormalizeError(
+            f"Discord channel {reader.data.get('channel_id')} is not in the bot's cache and "
+            "Discord would not describe it, so whether it is a thread is not known; "
+            "check the bot's View Channel permission there",
+            where=f"{CONTEXT_KEY}.channel_unknown",
+        )
     if is_thread:
         parent_id = context.get("parent_id")
         if isinstance(parent_id, bool) or not isinstance(parent_id, str | int):
