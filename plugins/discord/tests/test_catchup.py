@@ -54,6 +54,31 @@ async def test_messages_posted_while_stopped_are_caught_up_in_order_on_the_next_
     )
 
 
+async def test_messages_missed_in_a_thread_are_caught_up_under_its_parent(
+    fake: FakeDiscord, contract_context: ContractContext
+) -> None:
+    thread = await fake.add_thread(fake.general, "incident 42")
+    first = DiscordAdapter("test", {**fake.settings, **FAST})
+    await first.start(contract_context.bind(first))
+    one = await fake.post_message(thread, fake.alice, "one")
+    await contract_context.wait_ingested(one["id"])
+    await first.stop()
+
+    missed = await fake.post_message(thread, fake.alice, "while away")
+
+    second = DiscordAdapter("test", {**fake.settings, **FAST})
+    await second.start(contract_context.bind(second))
+    try:
+        await contract_context.wait_ingested(missed["id"])
+    finally:
+        await second.stop()
+    transcript = await contract_context.transcript(Address("test", fake.general, thread))
+    assert [m.text for m in transcript] == ["one", "while away"]
+    caught = next(e for e in contract_context.events if e.event_id == missed["id"])
+    assert caught.conversation_kind == "thread"
+    assert await contract_context.transcript(Address("test", thread)) == []
+
+
 async def test_catch_up_can_be_turned_off(
     fake: FakeDiscord, contract_context: ContractContext
 ) -> None:

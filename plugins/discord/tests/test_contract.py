@@ -9,6 +9,7 @@ import pytest
 from backchannel.model import Address
 from backchannel.testing import AdapterContract, ContractContext, ContractHarness
 from backchannel_discord import DiscordAdapter
+from backchannel_discord.normalize import CONTEXT_KEY
 from backchannel_discord.testing import FakeDiscord
 
 from .conftest import FAST
@@ -41,6 +42,14 @@ class DiscordHarness(ContractHarness):
     def own_message_payload(self, text: str) -> Mapping[str, Any]:
         data = self.fake.message_payload(self.fake.general, self.fake.bot_id, text)
         return {"op": 0, "t": "MESSAGE_CREATE", "s": 8, "d": data}
+
+    def thread_message_payload(self, text: str) -> Mapping[str, Any]:
+        # off the wire a thread message names only the thread; the adapter adds the
+        # parent it knows (discord.py's cache or GET /channels/{id}) before ctx.ingest
+        thread = self.fake.new_thread(self.fake.general, "release plan")
+        data = self.fake.message_payload(thread["id"], self.fake.alice, text)
+        context = {"channel_type": thread["type"], "parent_id": self.fake.general}
+        return {"op": 0, "t": "MESSAGE_CREATE", "s": 10, "d": data, CONTEXT_KEY: context}
 
     def unnamed_sender_payloads(self) -> Sequence[Mapping[str, Any]]:
         # MESSAGE_DELETE names the message and channel, never who deleted it

@@ -24,10 +24,10 @@ def event_for(ctx: ContractContext, event_id: str) -> Event:
     return next(e for e in ctx.events if e.event_id == event_id)
 
 
-async def texts(ctx: ContractContext, chat: str) -> list[str]:
+async def texts(ctx: ContractContext, chat: str, thread: str | None = None) -> list[str]:
     from backchannel.model import Address
 
-    return [m.text for m in await ctx.transcript(Address(ctx.account, chat))]
+    return [m.text for m in await ctx.transcript(Address(ctx.account, chat, thread))]
 
 
 async def test_guild_channel_message_is_a_titled_group_conversation(
@@ -49,18 +49,69 @@ async def test_dm_is_a_direct_conversation(
     assert event.address.chat == dm
 
 
-async def test_thread_is_its_own_conversation(
+async def test_a_thread_is_its_own_conversation_under_its_parent(
     fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
 ) -> None:
     thread = await fake.add_thread(fake.general, "release plan")
     await said(fake, contract_context, fake.general, "in the channel")
     event = event_for(contract_context, await said(fake, contract_context, thread, "in the thread"))
     assert event.conversation_kind == "thread"
-    assert event.address.chat == thread
+    assert (event.address.chat, event.address.thread) == (fake.general, thread)
     assert event.conversation_title == "#general › release plan (Test Server)"
-    assert event.meta["parent_channel_id"] == fake.general
+    assert "parent_channel_id" not in event.meta
     assert await texts(contract_context, fake.general) == ["in the channel"]
-    assert await texts(contract_context, thread) == ["in the thread"]
+    assert await texts(contract_context, fake.general, thread) == ["in the thread"]
+    assert await texts(contract_context, thread) == []
+
+
+async def test_a_thread_the_client_never_saw_is_looked_up_once_and_gets_one_address(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    # no THREAD_CREATE: discord.py's cache has no such channel when the first message comes
+    thread = await fake.add_thread(fake.general, "old thread", announce=False)
+    first = await said(fake, contract_context, thread, "back to this")
+    second = await said(fake, contract_context, thread, "anyone?")
+    await fake.delete_message(first)
+    await contract_context.wait_ingested(f"{first}:delete")
+    addresses = {
+        (e.address.chat, e.address.thread, e.conversation_kind)
+        for e in contract_context.events
+        if e.platform_message_id in {first, second}
+    }
+    assert addresses == {(fake.general, thread, "thread")}
+    lookups = [r for r in fake.requests if r[:2] == ("GET", f"/channels/{thread}")]
+    assert len(lookups) == 1
+    # the message, the next one and the delete all landed in one stored conversation
+    assert len({r.conversation_id for r in contract_context.results}) == 1
+    assert await texts(contract_context, thread) == []
+
+
+async def test_a_thread_whose_parent_cannot_be_learned_is_refused_in_one_line(
+    fake: FakeDiscord,
+    adapter: DiscordAdapter,
+    contract_context: ContractContext,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    thread = await fake.add_thread(fake.general, "hidden", announce=False)
+    message = fake.message_payload(thread, fake.alice, "lost?")
+    del fake.channels[thread]  # so the lookup answers 404 Unknown Channel
+    await fake.dispatch("MESSAGE_CREATE", message)
+    # a delete names no more than the channel: it must not be guessed into one either
+    deleted = {"id": message["id"], "channel_id": thread, "guild_id": fake.guild_id}
+    await fake.dispatch("MESSAGE_DELETE", deleted)
+    await contract_context.wait_for(
+        lambda: len(contract_context.malformed) == 2, what="both refusals"
+    )
+    for reason in contract_context.malformed:
+        assert f"Discord channel {thread} is not in the bot's cache" in reason
+        assert "\n" not in reason
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2  # the lookup is tried again for the next payload
+    assert all(f"could not look up Discord channel {thread}" in w for w in warnings)
+    assert all("Unknown Channel" in w for w in warnings)
+    # the adapter keeps serving
+    await said(fake, contract_context, fake.general, "still here")
+    assert not [e for e in contract_context.events if e.address.chat == thread]
 
 
 async def test_edits_and_deletes_reach_the_store(

@@ -118,16 +118,45 @@ def test_thread_message_is_its_own_conversation_titled_by_parent() -> None:
         )
     )
     assert event.conversation_kind == "thread"
-    assert event.address.chat == THREAD
-    assert event.address.thread is None
+    assert (event.address.chat, event.address.thread) == (CHANNEL, THREAD)
+    assert event.address.key == f"main/{CHANNEL}/{THREAD}"
     assert event.conversation_title == "#general › release plan (Ops)"
-    assert event.meta["parent_channel_id"] == CHANNEL
+    assert "parent_channel_id" not in event.meta
 
 
-def test_thread_message_captured_without_cache_context_is_still_a_thread() -> None:
-    event = norm(envelope("MESSAGE_CREATE", in_guild(channel_id=THREAD, position=0)))
-    assert event.conversation_kind == "thread"
-    assert event.address.chat == THREAD
+@pytest.mark.parametrize("channel_type", [10, 11, 12])
+def test_every_thread_type_is_addressed_under_its_parent(channel_type: int) -> None:
+    message = in_guild(channel_id=THREAD)
+    raw = envelope("MESSAGE_CREATE", message, channel_type=channel_type, parent_id=CHANNEL)
+    event = norm(raw)
+    assert (event.conversation_kind, event.address.chat, event.address.thread) == (
+        "thread",
+        CHANNEL,
+        THREAD,
+    )
+    deleted = norm(
+        envelope(
+            "MESSAGE_DELETE",
+            {"id": message["id"], "channel_id": THREAD, "guild_id": GUILD},
+            channel_type=channel_type,
+            parent_id=CHANNEL,
+        )
+    )
+    assert deleted.address == event.address
+
+
+def test_a_channel_the_adapter_could_not_learn_is_refused_for_every_kind() -> None:
+    for kind, data in (
+        ("MESSAGE_CREATE", in_guild(channel_id=THREAD)),
+        ("MESSAGE_DELETE", {"id": "1", "channel_id": THREAD, "guild_id": GUILD}),
+    ):
+        with pytest.raises(NormalizeError, match=f"Discord channel {THREAD} is not in the bot"):
+            norm(envelope(kind, data, channel_unknown=True))
+
+
+def test_thread_message_captured_without_its_parent_is_refused_in_one_line() -> None:
+    with pytest.raises(NormalizeError, match=f"Discord thread {THREAD} without its parent"):
+        norm(envelope("MESSAGE_CREATE", in_guild(channel_id=THREAD, position=0)))
 
 
 def test_reply_sets_reply_to_and_a_reply_to_the_bot_mentions_it() -> None:

@@ -352,6 +352,13 @@ THREAD_MESSAGE = load("""
 }}
 """)
 
+# what the adapter hands to ctx.ingest for that payload: the parent it knows from
+# discord.py's cache or from GET /channels/{thread id}
+THREAD_MESSAGE_AS_HANDED_OVER: dict[str, Any] = {
+    **THREAD_MESSAGE,
+    "backchannel": {"channel_type": 11, "channel_name": "incident 42", "parent_id": GENERAL},
+}
+
 # -- 16. channel.mdx forum: a forum post's first message has the thread's own id,
 #        position 0; the adapter's context says it is a public thread (type 11)
 FORUM_STARTER = load("""
@@ -559,7 +566,7 @@ ALL_PAYLOADS: list[dict[str, Any]] = [
     SYSTEM_USER,
     OWN_MESSAGE,
     *SYSTEM_MESSAGES,
-    THREAD_MESSAGE,
+    THREAD_MESSAGE_AS_HANDED_OVER,
     FORUM_STARTER,
     FORWARD,
     SLASH_RESPONSE,
@@ -699,21 +706,29 @@ def test_system_messages_are_none(payload: dict[str, Any]) -> None:
     assert norm(payload) is None
 
 
-def test_thread_message_without_cache_context_is_its_own_thread_conversation() -> None:
-    got = event(THREAD_MESSAGE)
+def test_thread_message_is_addressed_under_its_parent_channel() -> None:
+    got = event(THREAD_MESSAGE_AS_HANDED_OVER)
     assert (got.conversation_kind, got.address.chat, got.address.thread) == (
         "thread",
+        GENERAL,
         THREAD,
-        None,
     )
     assert got.mentions_me
+
+
+def test_thread_message_without_its_parent_is_refused_not_given_a_second_address() -> None:
+    # off the wire a thread message names only the thread; without the parent there
+    # is no address that every message of the thread would share
+    with pytest.raises(NormalizeError, match=f"thread {THREAD} without its parent") as caught:
+        norm(copy.deepcopy(THREAD_MESSAGE))
+    assert caught.value.where == "backchannel.parent_id"
 
 
 def test_forum_post_starter_is_a_thread_titled_by_the_forum() -> None:
     got = event(FORUM_STARTER)
     assert got.conversation_kind == "thread"
     assert got.conversation_title == "#help › Printer on fire (Ops)"
-    assert got.meta["parent_channel_id"] == "1180000000000000210"
+    assert (got.address.chat, got.address.thread) == ("1180000000000000210", THREAD)
 
 
 def test_forward_carries_the_snapshot_text_and_files_and_is_not_a_reply() -> None:

@@ -101,6 +101,25 @@ async def test_typing_posts_to_the_channel(fake: FakeDiscord, adapter: DiscordAd
     assert fake.typing == [fake.general]
 
 
+async def test_a_thread_address_posts_types_edits_and_reacts_in_the_thread(
+    fake: FakeDiscord, adapter: DiscordAdapter
+) -> None:
+    thread = await fake.add_thread(fake.general, "release plan")
+    address = Address("test", fake.general, thread)
+    asked = await fake.post_message(thread, fake.alice, "ship it?")
+    receipt = await adapter.send(Outbound(address, "draft", reply_to=asked["id"]))
+    await adapter.send(
+        Outbound(address, "shipped", kind="edit", target=receipt.platform_message_id)
+    )
+    await adapter.send(Outbound(address, "👍", kind="reaction", target=asked["id"]))
+    await adapter.typing(address)
+    assert fake.sent_to(fake.general) == []
+    (sent,) = fake.sent_to(thread)
+    assert (sent["content"], sent["message_reference"]["channel_id"]) == ("shipped", thread)
+    assert fake.reactions == [(thread, asked["id"], "👍")]
+    assert fake.typing == [thread]
+
+
 async def test_quiet_send_is_silent(fake: FakeDiscord, adapter: DiscordAdapter) -> None:
     await adapter.send(Outbound(Address("test", fake.general), "psst", quiet=True))
     assert posts(fake)[-1]["flags"] & (1 << 12)  # SUPPRESS_NOTIFICATIONS

@@ -84,7 +84,9 @@ async def test_mention_in_a_guild_channel_and_a_dm_each_get_a_reply_to_that_mess
     assert replies_to(fake, fake.general, chatter["id"]) == []
 
 
-async def test_a_thread_is_its_own_conversation(fake: FakeDiscord, board_for: Any) -> None:
+async def test_a_thread_is_its_own_conversation_under_its_parent(
+    fake: FakeDiscord, board_for: Any
+) -> None:
     agent = RecordingAgent(lambda run: "answered in the thread")
     board = await board_for(agent, respond="mention")
     await fake.post_message(fake.general, fake.alice, "channel talk")
@@ -95,6 +97,10 @@ async def test_a_thread_is_its_own_conversation(fake: FakeDiscord, board_for: An
     await board.wait_idle()
     (run,) = agent.runs
     assert run.conversation.kind == "thread"
+    assert (run.conversation.address.chat, run.conversation.address.thread) == (
+        fake.general,
+        thread,
+    )
     assert run.conversation.title == "#general › incident 42 (Test Server)"
     assert [m["content"].split(": ", 1)[1] for m in run.messages] == [
         "thread context",

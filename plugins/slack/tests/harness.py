@@ -46,6 +46,12 @@ class SlackHarness(ContractHarness):
     def own_message_payload(self, text: str) -> Mapping[str, Any]:
         return self.fake.own_message(CHANNEL, text)
 
+    def thread_message_payload(self, text: str) -> Mapping[str, Any]:
+        # a reply in the thread of a channel message: thread_ts is the thread's first ts
+        started = self.fake.message(CHANNEL, "U0ALICE", "the thread starts here")
+        thread_ts = started["event"]["ts"]
+        return self.fake.message(CHANNEL, "U0ALICE", text, thread_ts=thread_ts)
+
     def unnamed_sender_payloads(self) -> Sequence[Mapping[str, Any]]:
         # message_deleted of a message Slack no longer describes (no previous_message)
         event = {

@@ -20,6 +20,8 @@ class TelegramHarness(ContractHarness):
         self.alice = fake.user("Alice", "Liddell", username="alice")
         self.chat = fake.private_chat(self.alice)
         self.address = Address(adapter.account, str(self.chat["id"]))
+        #: a supergroup with topics, for thread_message_payload
+        self.forum = fake.supergroup("Ops", forum=True)
 
     async def deliver_user_message(self, text: str) -> str:
         return str(self.fake.inject_message(self.chat, self.alice, text)["update_id"])
@@ -49,6 +51,18 @@ class TelegramHarness(ContractHarness):
         payload = self.user_message_payload(text)
         payload["message"]["from"] = dict(self.fake.bot)
         return payload
+
+    def thread_message_payload(self, text: str) -> Mapping[str, Any]:
+        # a message in a forum topic: the topic is message_thread_id, the forum the chat
+        payload = self.user_message_payload(text)
+        payload["message"].update(
+            {"chat": dict(self.forum), "message_thread_id": 42, "is_topic_message": True}
+        )
+        return payload
+
+    @property
+    def thread_parent(self) -> str:
+        return str(self.forum["id"])
 
     def unnamed_sender_payloads(self) -> Sequence[Mapping[str, Any]]:
         # an unsigned channel post with no sender_chat: nothing names who wrote it

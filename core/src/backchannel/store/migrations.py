@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 import apsw
 
 from ..model import now
+from .thread_addresses import PARENT_KEY, parent_in, without_parent
 
 Migration = Callable[[apsw.Connection], None]
 
@@ -260,11 +261,54 @@ def m006_asks(db: apsw.Connection) -> None:
     )
 
 
+def m007_thread_addresses(db: apsw.Connection) -> None:
+    """Move threads stored as their own chat (old Discord shape) to chat=<parent>, thread=<id>.
+
+    A conversation of kind 'thread' with an empty thread whose meta, or one of
+    its messages' meta, names a ``parent_channel_id`` becomes ``(account,
+    parent, thread=<old chat>)``; everything else hangs off its id and moves
+    with it. The parent key is dropped, the address now says it. Such a
+    conversation without a recorded parent, or whose new address is already
+    taken, stays as it was.
+    """
+    candidates = list(
+        db.execute(
+            "SELECT id, account, chat, meta FROM conversations WHERE kind = 'thread' AND thread = ''"
+        )
+    )
+    for conversation_id, account, chat, meta in candidates:
+        messages = list(
+            db.execute(
+                "SELECT seq, meta FROM messages WHERE conversation_id = ? AND meta LIKE ?",
+                (conversation_id, f"%{PARENT_KEY}%"),
+            )
+        )
+        parent = parent_in([meta, *(row[1] for row in messages)])
+        if parent is None or parent == chat:
+            continue
+        taken = db.execute(
+            "SELECT 1 FROM conversations WHERE account = ? AND chat = ? AND thread = ?",
+            (account, parent, chat),
+        ).fetchone()
+        if taken:
+            continue
+        db.execute(
+            "UPDATE conversations SET chat = ?, thread = ?, meta = ? WHERE id = ?",
+            (parent, chat, without_parent(meta) or "{}", conversation_id),
+        )
+        for seq, message_meta in messages:
+            db.execute(
+                "UPDATE messages SET meta = ? WHERE conversation_id = ? AND seq = ?",
+                (without_parent(message_meta), conversation_id, seq),
+            )
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_visible_index_and_orphan_edits,
     m003_orchestration,
     m006_asks,
+    m007_thread_addresses,
 ]
 
 

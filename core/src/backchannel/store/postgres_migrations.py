@@ -12,6 +12,7 @@ from typing import Any
 
 from ..model import now
 from .postgres_asks import pg006_asks
+from .thread_addresses import PARENT_KEY, parent_in, without_parent
 
 __all__ = ["MIGRATION_LOCK", "PG_MIGRATIONS", "migrate"]
 
@@ -196,11 +197,49 @@ async def pg002_workers(connection: Any) -> None:
     )
 
 
+async def pg007_thread_addresses(connection: Any) -> None:
+    """Move threads stored as their own chat (old Discord shape) to chat=<parent>, thread=<id>.
+
+    The same move as SQLite's m007_thread_addresses (see there): a kind
+    'thread' conversation with an empty thread and a recorded
+    ``parent_channel_id`` becomes ``(account, parent, thread=<old chat>)``;
+    one without a recorded parent, or whose new address is taken, stays.
+    """
+    cursor = await connection.execute(
+        "SELECT id, account, chat, meta FROM conversations WHERE kind = 'thread' AND thread = ''"
+    )
+    for conversation_id, account, chat, meta in await cursor.fetchall():
+        cursor = await connection.execute(
+            "SELECT seq, meta FROM messages WHERE conversation_id = %s AND meta LIKE %s",
+            (conversation_id, f"%{PARENT_KEY}%"),
+        )
+        messages = await cursor.fetchall()
+        parent = parent_in([meta, *(row[1] for row in messages)])
+        if parent is None or parent == chat:
+            continue
+        cursor = await connection.execute(
+            "SELECT 1 FROM conversations WHERE account = %s AND chat = %s AND thread = %s",
+            (account, parent, chat),
+        )
+        if await cursor.fetchone():
+            continue
+        await connection.execute(
+            "UPDATE conversations SET chat = %s, thread = %s, meta = %s WHERE id = %s",
+            (parent, chat, without_parent(meta) or "{}", conversation_id),
+        )
+        for seq, message_meta in messages:
+            await connection.execute(
+                "UPDATE messages SET meta = %s WHERE conversation_id = %s AND seq = %s",
+                (without_parent(message_meta), conversation_id, seq),
+            )
+
+
 PG_MIGRATIONS: list[Migration] = [
     pg001_initial,
     pg002_orchestration,
     pg002_workers,
     pg006_asks,
+    pg007_thread_addresses,
 ]
 
 

@@ -54,6 +54,22 @@ class AdapterContract:
             assert isinstance(event, Event), payload
             assert event.sender == Sender.unknown(), event.sender
 
+    async def test_a_thread_is_addressed_under_its_parent_chat(
+        self, harness: ContractHarness, contract_context: ContractContext
+    ) -> None:
+        # one rule in every channel: chat=<the parent>, thread=<the thread id>, kind "thread"
+        payload = harness.thread_message_payload("in a thread")
+        if payload is None:
+            return  # the channel has no threads
+        event = harness.adapter.normalize(payload)
+        assert isinstance(event, Event)
+        assert event.text == "in a thread"
+        assert event.conversation_kind == "thread"
+        assert event.address.account == contract_context.account
+        assert event.address.chat == harness.thread_parent, "chat must be the thread's parent"
+        assert event.address.thread, "a thread's id goes in Address.thread"
+        assert event.address.thread != event.address.chat
+
     async def test_own_messages_normalize_to_none(self, harness: ContractHarness) -> None:
         assert harness.adapter.normalize(harness.own_message_payload("my own words")) is None
 

@@ -53,6 +53,21 @@ class ContractHarness(ABC):
         Channels where every payload names its sender keep this default: none."""
         return ()
 
+    def thread_message_payload(self, text: str) -> Mapping[str, Any] | None:
+        """A raw payload of a user message in a thread, as the adapter hands it to ctx.ingest.
+
+        The one thread rule (docs/concepts.md, "Addresses"): its event is
+        addressed ``Address(account, chat=<the parent chat>, thread=<thread
+        id>)`` with conversation kind "thread". The parent is `thread_parent`.
+        Keep this default (None) when the channel has no threads.
+        """
+        return None
+
+    @property
+    def thread_parent(self) -> str:
+        """The chat the thread of `thread_message_payload` lives in; default: `address.chat`."""
+        return self.address.chat
+
     @abstractmethod
     def sent_texts(self) -> list[str]:
         """Texts the platform received from the bot at `address`, oldest first."""

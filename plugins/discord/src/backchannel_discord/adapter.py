@@ -70,6 +70,8 @@ class DiscordAdapter:
         self._ready = asyncio.Event()
         self._committed: OrderedDict[str, None] = OrderedDict()
         self._cursors = Cursors()
+        #: channels discord.py's cache did not have, as fetched over REST (recent ones)
+        self._fetched: OrderedDict[int, Any] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"DiscordAdapter(account={self.account!r}, me={self.me!r})"
@@ -252,7 +254,7 @@ class DiscordAdapter:
         data = payload.get("d")
         if not isinstance(data, dict):
             data = {}  # normalize says what is wrong with the payload
-        context = self._context_for(data)
+        context = await self._context_for(data)
         if context:
             payload[CONTEXT_KEY] = context
         state = self._cursors.advance(data) if payload.get("t") == "MESSAGE_CREATE" else None
@@ -275,8 +277,14 @@ class DiscordAdapter:
                     self._committed.popitem(last=False)
             return
 
-    def _context_for(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        """What discord.py's cache knows about the message's channel and guild."""
+    async def _context_for(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """What discord.py's cache knows about the message's channel and guild.
+
+        A guild channel that is not in the cache (a thread the bot never saw
+        created, an archived thread someone wrote in again) is fetched once
+        (``GET /channels/{id}``) so a thread's parent is known before normalize
+        addresses it; the answer is kept in `_fetched`.
+        """
         client = self._client
         if not isinstance(data, Mapping):
             return {}  # normalize says what is wrong with it
@@ -285,6 +293,11 @@ class DiscordAdapter:
         except (TypeError, ValueError, OverflowError):
             return {}
         channel = client.get_channel(channel_id) if client is not None else None
+        if channel is None and data.get("guild_id") is not None:
+            channel = await self._fetch_channel(channel_id)
+            if channel is None:
+                # thread or not, normalize cannot tell: it refuses rather than guess an address
+                return {"channel_unknown": True}
         if channel is None:
             return {}
         context: dict[str, Any] = {}
@@ -307,6 +320,29 @@ class DiscordAdapter:
                 context["parent_name"] = parent.name
         return context
 
+    async def _fetch_channel(self, channel_id: int) -> Any:
+        """The channel `channel_id` as Discord's REST API describes it, or None if it cannot say."""
+        if channel_id in self._fetched:
+            self._fetched.move_to_end(channel_id)
+            return self._fetched[channel_id]
+        client = self._client
+        if client is None:
+            return None
+        try:
+            channel = await self._call(client.fetch_channel(channel_id))
+        except (RateLimited, Rejected, Uncertain) as error:
+            if self._ctx is not None:
+                self._ctx.log.warning(
+                    "could not look up Discord channel %s (to learn a thread's parent): %s",
+                    channel_id,
+                    error.reason,
+                )
+            return None
+        self._fetched[channel_id] = channel
+        while len(self._fetched) > 1_000:
+            self._fetched.popitem(last=False)
+        return channel
+
     # ------------------------------------------------------------ sending
 
     async def send(self, outbound: Outbound) -> Receipt:
@@ -314,7 +350,7 @@ class DiscordAdapter:
         client = self._client
         if client is None:
             raise RateLimited(5.0, f"Discord account {self.account!r} is not connected")
-        channel = client.get_partial_messageable(_snowflake(outbound.address.chat, "chat"))
+        channel = client.get_partial_messageable(_channel_of(outbound.address))
         if outbound.kind == "reaction":
             target = channel.get_partial_message(_snowflake(outbound.target, "target"))
             await self._call(target.add_reaction(outbound.text.strip()))
@@ -338,7 +374,7 @@ class DiscordAdapter:
         if client is None:
             return
         with contextlib.suppress(RateLimited, Rejected, Uncertain):
-            await self._call(client.http.send_typing(_snowflake(address.chat, "chat")))
+            await self._call(client.http.send_typing(_channel_of(address)))
 
     async def _post(self, channel: discord.PartialMessageable, outbound: Outbound) -> Receipt:
         parts = split_text(outbound.text, self.capabilities.max_text_len) or [""]
@@ -422,6 +458,13 @@ def _nonce(outbound: Outbound, index: int, part: str) -> str | None:
         return None
     digest = zlib.crc32(f"{outbound.address.key}\n{part}".encode())
     return f"b{outbound.outbox_id}.{index}.{digest:08x}"[:25]
+
+
+def _channel_of(address: Address) -> int:
+    """The Discord channel to post to: a thread's own id (a thread is a channel), else the chat."""
+    if address.thread:
+        return _snowflake(address.thread, "thread")
+    return _snowflake(address.chat, "chat")
 
 
 def _snowflake(value: str | None, what: str) -> int:

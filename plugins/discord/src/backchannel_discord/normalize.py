@@ -8,14 +8,20 @@ Input is what the gateway sends, as JSON-decoded dicts:
 
 The adapter adds one key of its own to the envelope, ``"backchannel"``, with
 what its cache knows and the payload does not say: the channel's type and name,
-a thread's parent, the guild's name, the id of the bot's own role in the guild. Every field of it is optional, so a
-payload captured straight off the wire normalizes too.
+a thread's parent, the guild's name, the id of the bot's own role in the guild,
+or ``channel_unknown`` when it could not learn what the channel is. Every
+field of it is optional, so a payload captured straight off the wire
+normalizes too (except a thread message: see Addresses).
 
 Addresses: a guild text channel, a thread and a DM are each their own
-conversation, addressed by the id of the channel the message was posted in
-(``Address(account, chat=channel_id)``). A Discord thread *is* a channel, so
-a thread's messages live at ``chat=<thread id>``; the parent channel is kept in
-``meta["parent_channel_id"]``. Posting to that id posts in the thread.
+conversation. A channel or DM is ``Address(account, chat=<channel id>)``. A
+thread follows the rule every channel follows (docs/concepts.md, "Addresses"):
+``Address(account, chat=<parent channel id>, thread=<thread id>)``, kind
+"thread". A Discord thread *is* a channel, so the payload names only the
+thread (``channel_id``); its parent comes from the adapter's context
+(``parent_id``). A message that is in a thread whose parent the context does
+not give raises NormalizeError rather than getting a second address for the
+thread. The adapter posts to a thread address by the thread's id.
 """
 
 from __future__ import annotations
@@ -169,7 +175,7 @@ def _message(
     replied_to_me = bool(
         bot_id and replied_author and replied_author.snowflake("id", required=False) == bot_id
     )
-    conversation_kind, title, meta = _conversation(reader, context)
+    conversation_kind, title, meta, parent_id = _conversation(reader, context)
     if reader.data.get("webhook_id") is not None:
         meta["webhook_id"] = str(reader.data["webhook_id"])
     text = content or ""
@@ -193,7 +199,7 @@ def _message(
     sent_at = _timestamp(reader.text("timestamp")) or snowflake_time(message_id)
     event_id = f"{message_id}:edit:{edited}" if is_edit else message_id
     return Event(
-        address=Address(account, channel_id),
+        address=_address(account, channel_id, parent_id),
         event_id=event_id,
         sender=sender,
         kind="edit" if is_edit else "message",
@@ -216,9 +222,9 @@ def _delete(reader: _Reader, account: str, context: Mapping[str, Any]) -> Event:
     message_id = reader.snowflake("id")
     channel_id = reader.snowflake("channel_id")
     assert message_id is not None and channel_id is not None
-    conversation_kind, title, meta = _conversation(reader, context)
+    conversation_kind, title, meta, parent_id = _conversation(reader, context)
     return Event(
-        address=Address(account, channel_id),
+        address=_address(account, channel_id, parent_id),
         event_id=f"{message_id}:delete",
         sender=Sender.unknown(),
         kind="delete",
@@ -297,13 +303,21 @@ def _mentions_role(reader: _Reader, role_id: object) -> bool:
     return any(str(role) == str(role_id) for role in reader.items("mention_roles"))
 
 
+def _address(account: str, channel_id: str, parent_id: str | None) -> Address:
+    """A channel's or DM's address, or a thread's: the parent as chat, the thread as thread."""
+    if parent_id is None:
+        return Address(account, channel_id)
+    return Address(account, parent_id, thread=channel_id)
+
+
 def _conversation(
     reader: _Reader, context: Mapping[str, Any]
-) -> tuple[ConversationKind, str | None, dict[str, Any]]:
+) -> tuple[ConversationKind, str | None, dict[str, Any], str | None]:
+    """The kind, title and meta of the message's conversation, and its parent channel for a thread."""
     guild_id = reader.snowflake("guild_id", required=False)
     meta: dict[str, Any] = {}
     if guild_id is None:
-        return "direct", None, meta
+        return "direct", None, meta, None
     meta["guild_id"] = guild_id
     guild_name = _str(context.get("guild_name"))
     if guild_name:
@@ -315,15 +329,33 @@ def _conversation(
         channel_type is None and "position" in reader.data
     )
     channel_name = _str(context.get("channel_name"))
+    if channel_type is None and context.get("channel_unknown") is True:
+        # the adapter could not learn what this channel is: a thread's message here
+        # under chat=<its id> would give the thread a second address
+        raise NormalizeError(
+            f"Discord channel {reader.data.get('channel_id')} is not in the bot's cache and "
+            "Discord would not describe it, so whether it is a thread is not known; "
+            "check the bot's View Channel permission there",
+            where=f"{CONTEXT_KEY}.channel_unknown",
+        )
     if is_thread:
         parent_id = context.get("parent_id")
+        if isinstance(parent_id, bool) or not isinstance(parent_id, str | int):
+            parent_id = None
+        parent = str(parent_id) if parent_id is not None else ""
+        if not (parent.isascii() and parent.isdigit()):
+            thread_id = reader.data.get("channel_id")
+            raise NormalizeError(
+                f"a message in Discord thread {thread_id} without its parent channel: "
+                f"the adapter must put the parent's id in {CONTEXT_KEY}.parent_id "
+                "(a thread is addressed chat=<parent id>, thread=<thread id>)",
+                where=f"{CONTEXT_KEY}.parent_id",
+            )
         parent_name = _str(context.get("parent_name"))
-        if isinstance(parent_id, str | int) and parent_id:
-            meta["parent_channel_id"] = str(parent_id)
         title = f"#{parent_name} › {channel_name}" if parent_name and channel_name else channel_name
-        return "thread", _with_guild(title or None, guild_name), meta
+        return "thread", _with_guild(title or None, guild_name), meta, parent
     title = f"#{channel_name}" if channel_name else None
-    return "group", _with_guild(title, guild_name), meta
+    return "group", _with_guild(title, guild_name), meta, None
 
 
 def _with_guild(title: str | None, guild_name: object) -> str | None:

@@ -117,10 +117,18 @@ class FakeDiscord(RestServer):
 
     # ------------------------------------------------------------ users act
 
-    async def add_thread(self, parent_id: str, name: str, *, private: bool = False) -> str:
-        """Create a thread under a text channel (dispatches THREAD_CREATE); return its id."""
+    async def add_thread(
+        self, parent_id: str, name: str, *, private: bool = False, announce: bool = True
+    ) -> str:
+        """Create a thread under a text channel; return its id.
+
+        Dispatches THREAD_CREATE unless `announce` is False: then the bot's
+        client learns of the thread only from a message in it (as with an
+        archived thread someone writes in again), and must ask REST for it.
+        """
         thread = self.new_thread(parent_id, name, private=private)
-        await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
+        if announce:
+            await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
         return str(thread["id"])
 
     async def post_message(

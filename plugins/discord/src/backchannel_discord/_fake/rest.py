@@ -151,6 +151,16 @@ class RestServer(GatewayServer):
                     "max_concurrency": 1,
                 }
             return self._json(200, answer)
+        if len(parts) == 2 and parts[0] == "channels" and method == "GET":
+            # Get Channel: the channel object; a thread's names its parent in parent_id
+            channel = self.channels.get(parts[1])
+            if channel is None:
+                return self._json(404, {"message": "Unknown Channel", "code": 10003})
+            bucket = f"get-channel:{parts[1]}"
+            over_limit = self._take(bucket)
+            if over_limit is not None:
+                return over_limit
+            return self._limited(bucket, self._json(200, dict(channel)))
         if len(parts) >= 3 and parts[0] == "channels":
             channel_id = parts[1]
             if channel_id not in self.channels:
