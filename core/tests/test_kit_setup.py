@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from attrs import frozen
 
+LOOP_SCOPE = 'asyncio_default_fixture_loop_scope = "function"\n'
+
 KIT_USER = """
 import pytest
 from backchannel.store import SQLiteStore
@@ -48,7 +50,9 @@ def project(tmp_path: Path) -> Path:
 def test_without_auto_mode_the_kit_says_what_to_add_before_any_test(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (project / "pyproject.toml").write_text("[project]\nname = 'mine'\n", encoding="utf-8")
+    (project / "pyproject.toml").write_text(
+        "[project]\nname = 'mine'\n[tool.pytest.ini_options]\n" + LOOP_SCOPE, encoding="utf-8"
+    )
 
     done = run_pytest(project, capsys)
 
@@ -73,7 +77,7 @@ def test_with_the_documented_setup_the_kit_runs(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (project / "pyproject.toml").write_text(
-        '[tool.pytest.ini_options]\nasyncio_mode = "auto"\n', encoding="utf-8"
+        '[tool.pytest.ini_options]\nasyncio_mode = "auto"\n' + LOOP_SCOPE, encoding="utf-8"
     )
 
     done = run_pytest(project, capsys)
