@@ -45,7 +45,6 @@ from .rows import (
     OUTBOX_COLUMNS,
     Batch,
     ConversationCounters,
-    SeenSender,
     conversation_row,
     dump_attachments,
     message_row,
@@ -1150,43 +1149,7 @@ class _Append:
                 )
                 row = await cursor.fetchone()
                 reply_to_seq = row[0] if row else None
-        if event.platform_message_id is not None:
-            batch.new_message_ids.setdefault((conversation_id, event.platform_message_id), seq)
-        sender = event.sender
-        batch.message_rows.append(
-            (
-                conversation_id,
-                seq,
-                "in",
-                event.event_id,
-                sender.id,
-                sender.name,
-                sender.handle,
-                int(sender.is_bot),
-                event.text,
-                event.platform_message_id,
-                event.reply_to,
-                reply_to_seq,
-                int(event.mentions_me),
-                dump_attachments(event.attachments),
-                event.sent_at,
-                None,
-                None,
-                held,
-                triggers,
-                "received",
-                None,
-                None,
-                json.dumps(dict(event.meta)) if event.meta else None,
-            )
-        )
-        people_key = (conversation_id, sender.id)
-        seen = batch.participants.get(people_key)
-        if seen is None:
-            seen = batch.participants[people_key] = SeenSender(first_seq=seq)
-        seen.name, seen.handle, seen.is_bot = sender.name, sender.handle, int(sender.is_bot)
-        seen.count += 1
-        seen.last_seq = seq
+        batch.add_inbound(conversation_id, seq, event, reply_to_seq, held, triggers)
         return AppendResult("stored", conversation_id, seq, bool(triggers))
 
     async def _apply_change(self, conversation_id: int, item: Inbound) -> AppendResult:

@@ -9,7 +9,7 @@ from typing import Any
 from attrs import define, field
 
 from ..errors import StoreError
-from ..model import Address, Attachment, Conversation, Message, Sender
+from ..model import Address, Attachment, Conversation, Event, Message, Sender
 from .base import OutboxEntry
 
 MESSAGE_COLUMNS = (
@@ -63,6 +63,30 @@ class Batch:
     #: (conversation, platform message id) -> seq of rows gathered but not yet written
     new_message_ids: dict[tuple[int, str], int] = field(factory=dict)
 
+    def add_inbound(
+        self,
+        conversation_id: int,
+        seq: int,
+        event: Event,
+        reply_to_seq: int | None,
+        held: int,
+        triggers: int,
+    ) -> None:
+        """Gather a new inbound event's message row and count its sender as a participant."""
+        if event.platform_message_id is not None:
+            self.new_message_ids.setdefault((conversation_id, event.platform_message_id), seq)
+        self.message_rows.append(
+            inbound_message_row(conversation_id, seq, event, reply_to_seq, held, triggers)
+        )
+        sender = event.sender
+        key = (conversation_id, sender.id)
+        seen = self.participants.get(key)
+        if seen is None:
+            seen = self.participants[key] = SeenSender(first_seq=seq)
+        seen.name, seen.handle, seen.is_bot = sender.name, sender.handle, int(sender.is_bot)
+        seen.count += 1
+        seen.last_seq = seq
+
 
 def first(cursor: Any) -> Any:
     """Return the first column of the only row; the cursor is drained so no statement stays open."""
@@ -81,6 +105,48 @@ def dump_attachments(attachments: Sequence[Attachment]) -> str | None:
             for a in attachments
         ]
     )
+
+
+def inbound_message_row(
+    conversation_id: int,
+    seq: int,
+    event: Event,
+    reply_to_seq: int | None,
+    held: int,
+    triggers: int,
+) -> tuple[Any, ...]:
+    """The `messages` row of a new inbound event, in the order both stores insert it."""
+    sender = event.sender
+    return (
+        conversation_id,
+        seq,
+        "in",
+        event.event_id,
+        sender.id,
+        sender.name,
+        sender.handle,
+        int(sender.is_bot),
+        event.text,
+        event.platform_message_id,
+        event.reply_to,
+        reply_to_seq,
+        int(event.mentions_me),
+        dump_attachments(event.attachments),
+        event.sent_at,
+        None,
+        None,
+        held,
+        triggers,
+        "received",
+        None,
+        None,
+        dump_meta(event.meta) if event.meta else None,
+    )
+
+
+def dump_meta(meta: Any) -> str:
+    """Meta as stored: JSON, without copying a meta that is already a dict."""
+    return json.dumps(meta if type(meta) is dict else dict(meta))
 
 
 def conversation_row(row: Sequence[Any]) -> Conversation:

@@ -32,7 +32,6 @@ from .rows import (
     OUTBOX_COLUMNS,
     Batch,
     ConversationCounters,
-    SeenSender,
     conversation_row,
     dump_attachments,
     first,
@@ -386,43 +385,7 @@ class SQLiteStore(SQLiteAsks, Store):
                     (conversation_id, event.reply_to),
                 ).fetchone()
                 reply_to_seq = row[0] if row else None
-        if event.platform_message_id is not None:
-            batch.new_message_ids.setdefault((conversation_id, event.platform_message_id), seq)
-        sender = event.sender
-        batch.message_rows.append(
-            (
-                conversation_id,
-                seq,
-                "in",
-                event.event_id,
-                sender.id,
-                sender.name,
-                sender.handle,
-                int(sender.is_bot),
-                event.text,
-                event.platform_message_id,
-                event.reply_to,
-                reply_to_seq,
-                int(event.mentions_me),
-                dump_attachments(event.attachments),
-                event.sent_at,
-                None,
-                None,
-                held,
-                triggers,
-                "received",
-                None,
-                None,
-                _dump_meta(event.meta) if event.meta else None,
-            )
-        )
-        key = (conversation_id, sender.id)
-        seen = batch.participants.get(key)
-        if seen is None:
-            seen = batch.participants[key] = SeenSender(first_seq=seq)
-        seen.name, seen.handle, seen.is_bot = sender.name, sender.handle, int(sender.is_bot)
-        seen.count += 1
-        seen.last_seq = seq
+        batch.add_inbound(conversation_id, seq, event, reply_to_seq, held, triggers)
         return AppendResult("stored", conversation_id, seq, bool(triggers))
 
     def _apply_change(self, conversation_id: int, item: Inbound) -> AppendResult:
@@ -1032,10 +995,6 @@ class SQLiteStore(SQLiteAsks, Store):
         for status, number in db.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status"):
             figures[f"outbox_{status}"] = int(number)
         return figures
-
-
-def _dump_meta(meta: Mapping[str, Any]) -> str:
-    return json.dumps(meta if type(meta) is dict else dict(meta))
 
 
 #: letters and digits: what the unicode61 tokenizer keeps as one token (so each quoted
