@@ -273,7 +273,21 @@ def test_send_into_a_thread_uses_the_thread_address(tmp_path: Path, platform: Fa
         "send", "ops", "c1", "in the thread", "--thread", "t9", "--json", "-c", str(path)
     )
 
-    assert json.loads(result.stdout)["conversation"] == "ops/c1/t9"
+    outcome = json.loads(result.stdout)
+    assert outcome["conversation"] == "ops/c1/t9"
+    # the keys docs/cli.md lists
+    assert set(outcome) == {
+        "conversation",
+        "conversation_id",
+        "status",
+        "result",
+        "seq",
+        "platform_message_id",
+        "reason",
+        "channel",
+        "via",
+    }
+    assert (outcome["status"], outcome["via"], outcome["channel"]) == ("sent", "direct", "fake")
     assert [(m.chat, m.thread) for m in platform.sent] == [("c1", "t9")]
 
 

@@ -608,8 +608,9 @@ async def _send(config: Config, where: list[str], thread: str | None, text: str)
     except control.ControlUnavailable:
         outcome = await _send_directly(config, address, text)
         via = "direct"
+    status = outcome.pop("state")  # printed as `status`, the name `send --json` has always used
     channel = config.accounts[address.account].channel
-    return {**outcome, "status": outcome["state"], "via": via, "channel": channel}
+    return {**outcome, "status": status, "via": via, "channel": channel}
 
 
 async def _send_address(
