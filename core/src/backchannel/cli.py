@@ -728,25 +728,21 @@ def _with_store(config: Config, read: Any, **kwargs: Any) -> Any:
 
 async def _find(store: Store, reference: str) -> Conversation:
     """Return the conversation named by a numeric id or an address key account/chat[/thread]."""
-    if reference.isdigit():
-        try:
-            return await store.conversation(int(reference))
-        except StoreError:
-            raise StoreError(f"no conversation with id {reference}") from None
+    from .store import find_by_reference
+
     account, _, rest = reference.partition("/")
-    if not account or not rest:
+    if not reference.isdigit() and not (account and rest):
         raise StoreError(
             f"{reference!r} is not a conversation: give its id (see"
             f" `{hints.command('conversations')}`)"
             " or its key, like webchat/v1a2b3c.tab1"
         )
-    found = await store.find_conversation(Address(account, rest))
-    if found is None and "/" in rest:
-        chat, _, thread = rest.rpartition("/")
-        found = await store.find_conversation(Address(account, chat, thread))
-    if found is None:
-        raise StoreError(f"no conversation {reference} (see `{hints.command('conversations')}`)")
-    return found
+    found = await find_by_reference(store, reference)
+    if found is not None:
+        return found
+    if reference.isdigit():
+        raise StoreError(f"no conversation with id {reference}")
+    raise StoreError(f"no conversation {reference} (see `{hints.command('conversations')}`)")
 
 
 def _idle_agents(config: Config) -> dict[str, Any]:

@@ -262,23 +262,12 @@ BUILTIN_OPS: dict[str, Handler] = {"ping": _ping, "send": _send, "edit": _edit}
 
 async def resolve_conversation(board: Switchboard, reference: str) -> Conversation:
     """Return the stored conversation named by an id or key, on an account this board serves."""
-    from .model import Address
+    from .store import find_by_reference
 
-    store = board.store
-    found: Conversation | None
-    if reference.isdigit():
-        try:
-            found = await store.conversation(int(reference))
-        except StoreError:
-            raise StoreError(f"no conversation with id {reference}") from None
-    else:
-        account, _, rest = reference.partition("/")
-        found = await store.find_conversation(Address(account, rest)) if rest else None
-        if found is None and "/" in rest:
-            chat, _, thread = rest.rpartition("/")
-            found = await store.find_conversation(Address(account, chat, thread))
+    found = await find_by_reference(board.store, reference)
     if found is None:
-        raise StoreError(f"no conversation {reference} (see `backchannel conversations`)")
+        what = f"with id {reference}" if reference.isdigit() else reference
+        raise StoreError(f"no conversation {what} (see `backchannel conversations`)")
     if found.address.account not in board.accounts:
         raise ConfigError(f"this serve has no account {found.address.account!r}")
     return found

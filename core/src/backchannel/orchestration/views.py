@@ -7,10 +7,9 @@ from collections.abc import Collection, Mapping, Sequence
 
 from attrs import frozen
 
-from ..errors import StoreError
 from ..framing import format_message, untrusted
-from ..model import Address, Conversation
-from ..store import Store
+from ..model import Conversation
+from ..store import Store, find_by_reference
 from .scope import AgentScope
 
 __all__ = [
@@ -194,21 +193,8 @@ async def read_conversation(
 
 
 async def resolve_conversation(store: Store, reference: str | int) -> Conversation | None:
-    """Return the conversation named by an id (``12``) or a key (``telegram/123[/topic]``)."""
-    text = str(reference).strip().lstrip("#")
-    if text.isdigit():
-        try:
-            return await store.conversation(int(text))
-        except StoreError:
-            return None
-    account, _, rest = text.partition("/")
-    if not account or not rest:
-        return None
-    found = await store.find_conversation(Address(account, rest))
-    if found is None and "/" in rest:
-        chat, _, thread = rest.rpartition("/")
-        found = await store.find_conversation(Address(account, chat, thread))
-    return found
+    """Return the conversation named by an id (``12``, ``#12``) or a key (``telegram/123[/topic]``)."""
+    return await find_by_reference(store, str(reference).strip().lstrip("#"))
 
 
 async def _ask_pending(store: Store, conversation_id: int) -> bool:

@@ -12,6 +12,7 @@ from .base import (
     Participant,
     RunRecord,
     Store,
+    find_by_reference,
 )
 from .sqlite import SQLiteStore, open_store
 
@@ -26,5 +27,6 @@ __all__ = [
     "RunRecord",
     "SQLiteStore",
     "Store",
+    "find_by_reference",
     "open_store",
 ]

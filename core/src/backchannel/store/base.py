@@ -13,6 +13,7 @@ from typing import Any
 
 from attrs import frozen
 
+from ..errors import StoreError
 from ..model import Address, Conversation, Event, Message, Outbound, Receipt, Sender
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "Participant",
     "RunRecord",
     "Store",
+    "find_by_reference",
 ]
 
 
@@ -385,3 +387,25 @@ class Store(ABC):
         limit: int = 100,
     ) -> list[Ask]:
         """Return asks, oldest first, filtered; `awaiting_report`: matched but not reported yet."""
+
+
+async def find_by_reference(store: Store, reference: str) -> Conversation | None:
+    """Return the conversation named by an id (``12``) or a key (``account/chat[/thread]``).
+
+    The key is the one `backchannel conversations` prints. A chat id may itself
+    hold a ``/``, so the whole rest is tried as the chat before the last part is
+    taken as a thread. None when nothing matches.
+    """
+    if reference.isdigit():
+        try:
+            return await store.conversation(int(reference))
+        except StoreError:
+            return None
+    account, _, rest = reference.partition("/")
+    if not account or not rest:
+        return None
+    found = await store.find_conversation(Address(account, rest))
+    if found is None and "/" in rest:
+        chat, _, thread = rest.rpartition("/")
+        found = await store.find_conversation(Address(account, chat, thread))
+    return found
