@@ -132,6 +132,20 @@ async def owner_run(rig: Rig, text: str, runs_before: int) -> Run:
     return rig.agent.runs[-1]
 
 
+def owner_sends_to_alice(text: str, results: list[str]) -> Any:
+    """A scripted agent: on the owner's message, send `text` to Alice's DM; keep the tool's answer."""
+
+    async def script(run: Run) -> None:
+        if run.trigger is not None and run.trigger.sender.id == OWNER:
+            results.append(
+                await run.call(
+                    "send_to_conversation", {"conversation": "work/alice-dm", "text": text}
+                )
+            )
+
+    return script
+
+
 async def test_owner_run_lists_only_its_agents_conversations_and_reads_them(rig: Any) -> None:
     results: list[str] = []
 
@@ -180,15 +194,7 @@ async def test_send_to_conversation_delivers_with_attribution_and_records_its_or
     rig: Any,
 ) -> None:
     results: list[str] = []
-
-    async def script(run: Run) -> None:
-        if run.trigger is not None and run.trigger.sender.id == OWNER:
-            results.append(
-                await run.call(
-                    "send_to_conversation",
-                    {"conversation": "work/alice-dm", "text": "I'll pay on Friday"},
-                )
-            )
+    script = owner_sends_to_alice("I'll pay on Friday", results)
 
     built = await rig(script)
     ids = await seed(built)
@@ -302,14 +308,7 @@ async def test_binding_without_orchestrate_gets_no_cross_tools(rig: Any) -> None
 
 async def test_uncertain_send_is_reported_and_never_retried(rig: Any) -> None:
     results: list[str] = []
-
-    async def script(run: Run) -> None:
-        if run.trigger is not None and run.trigger.sender.id == OWNER:
-            results.append(
-                await run.call(
-                    "send_to_conversation", {"conversation": "work/alice-dm", "text": "paid"}
-                )
-            )
+    script = owner_sends_to_alice("paid", results)
 
     built = await rig(script)
     ids = await seed(built)
@@ -328,14 +327,7 @@ async def test_kill_switch_holds_after_a_config_reload_and_after_a_restart(
     store: SQLiteStore, tmp_path: Path, rig: Any
 ) -> None:
     results: list[str] = []
-
-    async def script(run: Run) -> None:
-        if run.trigger is not None and run.trigger.sender.id == OWNER:
-            results.append(
-                await run.call(
-                    "send_to_conversation", {"conversation": "work/alice-dm", "text": "hello"}
-                )
-            )
+    script = owner_sends_to_alice("hello", results)
 
     path = tmp_path / "bot.toml"
     path.write_text(_toml(enabled=True))
@@ -367,14 +359,7 @@ async def test_messaging_cli_on_its_own_connection_reaches_a_running_board(
     store: SQLiteStore, rig: Any
 ) -> None:
     results: list[str] = []
-
-    async def script(run: Run) -> None:
-        if run.trigger is not None and run.trigger.sender.id == OWNER:
-            results.append(
-                await run.call(
-                    "send_to_conversation", {"conversation": "work/alice-dm", "text": "ping"}
-                )
-            )
+    script = owner_sends_to_alice("ping", results)
 
     built = await rig(script)
     await seed(built)
@@ -460,14 +445,7 @@ async def test_deliver_cross_with_a_config_goes_through_the_running_serve_with_i
 
 async def test_a_send_already_under_way_finishes_when_messaging_is_turned_off(rig: Any) -> None:
     results: list[str] = []
-
-    async def script(run: Run) -> None:
-        if run.trigger is not None and run.trigger.sender.id == OWNER:
-            results.append(
-                await run.call(
-                    "send_to_conversation", {"conversation": "work/alice-dm", "text": "on its way"}
-                )
-            )
+    script = owner_sends_to_alice("on its way", results)
 
     built = await rig(script)
     await seed(built)
