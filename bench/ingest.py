@@ -21,13 +21,10 @@ Prints min and median over rounds; never fails for being slow.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
-import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -39,6 +36,7 @@ from backchannel import Binding, Run, Switchboard
 from backchannel.runtime import tune_gc
 from backchannel.store import SQLiteStore
 from ceiling import ceiling_seconds
+from figures import bench_parser, emit
 from telegram_updates import ACCOUNT, make_adapter, message_shapes, sample_events, updates
 
 SHAPES = ("poller", "webhook", "in-flight")
@@ -163,11 +161,10 @@ LABELS = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--conversations", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--profile", choices=SHAPES, help="print a cProfile summary of one shape")
     args = parser.parse_args()
     if args.profile:
@@ -181,11 +178,7 @@ def main() -> None:
         return
     tune_gc()  # as `serve` does once started
     figures = measure(args.events, args.conversations, args.rounds)
-    if args.json:
-        json.dump(figures, sys.stdout)
-        print()
-    else:
-        report(figures)
+    emit(figures, args.json, report)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,8 @@ slow.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +23,7 @@ from typing import Any
 from backchannel import Binding, Run, Switchboard
 from backchannel.runtime import tune_gc
 from backchannel.store import SQLiteStore
+from figures import bench_parser, emit
 from telegram_updates import ACCOUNT, make_adapter, message_shapes, updates
 
 
@@ -104,19 +102,14 @@ def report(figures: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--rate", type=int, default=100)
     parser.add_argument("--conversations", type=int, default=50)
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     tune_gc()  # as `serve` does once started
     figures = asyncio.run(measure(args.seconds, args.rate, args.conversations))
-    if args.json:
-        json.dump(figures, sys.stdout)
-        print()
-    else:
-        report(figures)
+    emit(figures, args.json, report)
 
 
 if __name__ == "__main__":

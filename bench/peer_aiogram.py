@@ -15,18 +15,16 @@ in flight, 1,000 in flight. Prints our speed as a multiple of aiogram's
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import statistics
-import sys
 import time
 from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
 from backchannel.runtime import tune_gc
+from figures import bench_parser, emit
 from ingest import IN_FLIGHT, POLL_LIMIT, SHAPES, WEBHOOK_CONNECTIONS, shape_seconds
 from telegram_updates import TOKEN, make_adapter, message_shapes, updates
 
@@ -132,19 +130,14 @@ def report(figures: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--conversations", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     tune_gc()  # as `serve` does once started
     figures = measure(args.events, args.conversations, args.rounds)
-    if args.json:
-        json.dump(figures, sys.stdout)
-        print()
-    else:
-        report(figures)
+    emit(figures, args.json, report)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,9 @@ again is the framework's cost of a run. Prints min and median over all runs.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from itertools import islice
@@ -26,6 +23,7 @@ from backchannel import Binding, Run, Switchboard
 from backchannel.runs import WindowSettings
 from backchannel.runtime import tune_gc
 from backchannel.store import SQLiteStore
+from figures import bench_parser, emit
 from telegram_updates import ACCOUNT, make_adapter, message_shapes, updates
 
 
@@ -81,19 +79,14 @@ def report(figures: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--history", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     tune_gc()  # as `serve` does once started
     figures = asyncio.run(measure(args.conversations, args.history, args.rounds))
-    if args.json:
-        json.dump(figures, sys.stdout)
-        print()
-    else:
-        report(figures)
+    emit(figures, args.json, report)
 
 
 if __name__ == "__main__":
