@@ -121,19 +121,15 @@ class Orchestrator:
             str(config.orchestration.enabled).lower(),
         )
 
-    def offers(self, conversation: Conversation, session: RunSession) -> bool:
-        """Return True when a run in `conversation` started by `session.trigger` gets the tools."""
+    def __call__(self, account: str, session: RunSession, conversation: Conversation) -> list[Tool]:
+        """The tools a run in `conversation` gets: none unless its binding opts in and its
+        trigger came from a sender that binding trusts to steer."""
         binding = binding_for(self.config, conversation.address)
         if binding is None or not (binding.orchestrate or binding.master):
-            return False
-        sender = session.trigger.sender.id if session.trigger is not None else None
-        if session.trigger is not None and session.trigger.direction != "in":
-            sender = None
-        return trusts_to_steer(binding, conversation.kind, sender)
-
-    def __call__(self, account: str, session: RunSession, conversation: Conversation) -> list[Tool]:
-        binding = binding_for(self.config, conversation.address)
-        if binding is None or not self.offers(conversation, session):
+            return []
+        trigger = session.trigger
+        sender = trigger.sender.id if trigger is not None and trigger.direction == "in" else None
+        if not trusts_to_steer(binding, conversation.kind, sender):
             return []
         scope = scope_for_agent(self.config, binding.agent)
         # a master conversation without orchestrate gets the read and ask tools, not sends
