@@ -80,8 +80,21 @@ async def test_send_through_the_socket_is_delivered_by_serve_and_recorded(
 
         edited = await control.call(config, "edit", conversation="ops/c1", seq=1, text="at 6")
         assert edited["state"] == "sent"
+        reacted = await control.call(config, "react", conversation="ops/c1", seq=1, text="👍")
+        assert (reacted["state"], reacted["seq"]) == ("sent", 1)
+        target = sent["platform_message_id"]
+        assert [(m.kind, m.target, m.text) for m in platform.sent[1:]] == [
+            ("edit", target, "at 6"),
+            ("reaction", target, "👍"),
+        ]
         stored = await board.store.outbox(conversation_id=sent["conversation_id"])
-        assert [entry.status for entry in stored] == ["sent", "sent"]
+        assert [(e.kind, e.status) for e in sorted(stored, key=lambda e: e.id)] == [
+            ("message", "sent"),
+            ("edit", "sent"),
+            ("reaction", "sent"),
+        ]
+        with pytest.raises(control.ControlError, match="there is no message #9 in ops/c1"):
+            await control.call(config, "react", conversation="ops/c1", seq=9, text="👍")
     # serve removed its socket on the way out; nothing answers now
     assert path is not None and not path.exists()
     with pytest.raises(control.ControlUnavailable):

@@ -16,7 +16,7 @@ import logging
 import re
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,9 @@ __all__ = [
     "build_agent",
     "build_bindings",
     "build_switchboard",
+    "idle_agents",
     "open_config_store",
+    "operator_board",
     "serve",
 ]
 
@@ -183,6 +185,34 @@ def check_worker_name(config: Config, worker: str) -> None:
             f"worker name {worker!r} must be 1-64 letters, digits, '_', '.' or '-'",
             path=config.source,
         )
+
+
+def idle_agents(config: Config) -> dict[str, Agent]:
+    """Stand-ins for the configured agents that do nothing (operator commands never run one,
+    so they need neither an agent's module nor its key)."""
+
+    async def idle(run: Run) -> None:
+        return None
+
+    return {name: idle for name in config.agents}
+
+
+@contextlib.asynccontextmanager
+async def operator_board(config: Config, account: str) -> AsyncIterator[Switchboard]:
+    """A switchboard with only `account`'s adapter started, for one operator action.
+
+    For a command that runs beside (or instead of) `serve`: no recovery, no
+    agent runs, no HTTP server, so another process's pending sends and
+    unanswered conversations are left alone.
+    """
+    board = await build_switchboard(
+        config, accounts=[account], agents=idle_agents(config), serve_http=False
+    )
+    try:
+        await board.start_accounts([account])
+        yield board
+    finally:
+        await board.stop()
 
 
 async def serve(

@@ -24,14 +24,22 @@ from attrs import evolve
 from . import hints
 from .config import Config, default_config, load_config
 from .errors import BackchannelError, ConfigError, PluginError, StoreError, combine
-from .lazy import LazyCommand, LazyModule, deferred
+from .lazy import LazyModule, deferred
 from .model import Address, Conversation, Message, to_json
 from .plugins import get_plugin_manager, plugin_summary
 from .secrets import redact
 
 if TYPE_CHECKING:
     from . import control
-    from .app import build_adapter, build_agent, build_switchboard, open_config_store, serve
+    from .app import (
+        build_adapter,
+        build_agent,
+        build_switchboard,
+        idle_agents,
+        open_config_store,
+        operator_board,
+        serve,
+    )
     from .render import (
         conversation_json,
         conversation_title,
@@ -49,6 +57,8 @@ else:
     build_adapter = deferred("backchannel.app:build_adapter")
     build_agent = deferred("backchannel.app:build_agent")
     build_switchboard = deferred("backchannel.app:build_switchboard")
+    idle_agents = deferred("backchannel.app:idle_agents")
+    operator_board = deferred("backchannel.app:operator_board")
     open_config_store = deferred("backchannel.app:open_config_store")
     serve = deferred("backchannel.app:serve")
     conversation_json = deferred("backchannel.render:conversation_json")
@@ -537,7 +547,7 @@ def preview_command(
 
 async def _preview(config: Config, reference: str) -> Run:
     _require_store(config)
-    board = await build_switchboard(config, agents=_idle_agents(config), serve_http=False)
+    board = await build_switchboard(config, agents=idle_agents(config), serve_http=False)
     try:
         found = await _find(board.store, reference)
         if found.address.account not in board.accounts:
@@ -660,31 +670,8 @@ async def _resolve_send_address(config: Config, where: list[str], thread: str | 
 
 
 async def _send_directly(config: Config, address: Address, text: str) -> dict[str, Any]:
-    board = await build_switchboard(
-        config, accounts=[address.account], agents=_idle_agents(config), serve_http=False
-    )
-    try:
-        # start only the adapter: starting the board would also recover and run agents
-        await board.start_accounts([address.account])
+    async with operator_board(config, address.account) as board:
         return await board.send_outcome(await board.conversation_for(address), text)
-    finally:
-        await board.stop()
-
-
-main.add_command(
-    LazyCommand(
-        "fake-model",
-        "backchannel.fake_model:fake_model_command",
-        "Serve a fake OpenAI-compatible model on 127.0.0.1 (no key, no network).",
-    )
-)
-main.add_command(
-    LazyCommand(
-        "messaging",
-        "backchannel.orchestration.cli:messaging_command",
-        "Turn cross-conversation sends off or on, or say what holds them.",
-    )
-)
 
 
 # helpers --------------------------------------------------------------------------------
@@ -743,13 +730,6 @@ async def _find(store: Store, reference: str) -> Conversation:
     if reference.isdigit():
         raise StoreError(f"no conversation with id {reference}")
     raise StoreError(f"no conversation {reference} (see `{hints.command('conversations')}`)")
-
-
-def _idle_agents(config: Config) -> dict[str, Any]:
-    async def idle(run: Run) -> None:
-        return None
-
-    return {name: idle for name in config.agents}
 
 
 def _run(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -13,7 +13,8 @@ answered by ``{"ok": true, "result": {...}}`` or ``{"ok": false, "error": "..."}
 The socket is created ``0600`` inside the store's ``0700`` directory, and a
 connection from another user id is refused (``SO_PEERCRED``).
 
-Plugins add operations through the ``register_control_ops`` hook.
+Built in: ``ping``, ``send``, ``edit`` and ``react``; plugins add operations
+through the ``register_control_ops`` hook.
 """
 
 from __future__ import annotations
@@ -257,7 +258,13 @@ async def _edit(board: Switchboard, args: Mapping[str, Any]) -> Mapping[str, Any
     return await board.edit_outcome(conversation, seq, text)
 
 
-BUILTIN_OPS: dict[str, Handler] = {"ping": _ping, "send": _send, "edit": _edit}
+async def _react(board: Switchboard, args: Mapping[str, Any]) -> Mapping[str, Any]:
+    seq, emoji = int(args["seq"]), str(args["text"])
+    conversation = await resolve_conversation(board, str(args["conversation"]))
+    return await board.react_outcome(conversation, seq, emoji)
+
+
+BUILTIN_OPS: dict[str, Handler] = {"ping": _ping, "send": _send, "edit": _edit, "react": _react}
 
 
 async def resolve_conversation(board: Switchboard, reference: str) -> Conversation:

@@ -34,6 +34,7 @@ from .tools import Tool
 from .wire import BadPayload, dump_for_dead_letter, parse_json, repair_text
 
 if TYPE_CHECKING:
+    from .model import OutboundKind
     from .server import HttpServer
     from .workers import WorkerCoordinator
 
@@ -611,15 +612,27 @@ class Switchboard:
 
     async def edit_outcome(self, conversation: Conversation, seq: int, text: str) -> dict[str, Any]:
         """Edit our own message `seq` of a stored conversation; return the recorded outcome."""
-        from .model import Outbound
-
-        account = self._account_of(conversation)
         message = await self.store.message(conversation.id, seq)
         if message is None or message.direction != "out":
             raise StoreError(f"#{seq} of {conversation.address.key} is not a message we sent")
+        return await self._act_on(conversation, seq, text, "edit")
+
+    async def react_outcome(
+        self, conversation: Conversation, seq: int, emoji: str
+    ) -> dict[str, Any]:
+        """React with `emoji` to message `seq` of a stored conversation; return the outcome."""
+        return await self._act_on(conversation, seq, emoji, "reaction")
+
+    async def _act_on(
+        self, conversation: Conversation, seq: int, text: str, kind: OutboundKind
+    ) -> dict[str, Any]:
+        """Edit or react to message `seq` through the outbox; the outcome names that message."""
+        from .model import Outbound
+
+        account = self._account_of(conversation)
         target = await self._platform_id(conversation, seq)
         result = await account.deliverer.deliver(
-            conversation, Outbound(conversation.address, text, kind="edit", target=target)
+            conversation, Outbound(conversation.address, text, kind=kind, target=target)
         )
         outcome = _outcome(conversation, result)
         outcome["seq"] = seq

@@ -11,7 +11,7 @@ from typing import Any
 from backchannel.hookspecs import hookimpl
 from backchannel.lazy import LazyCommand
 
-__all__ = ["register_commands", "register_control_ops"]
+__all__ = ["register_commands"]
 
 
 @hookimpl
@@ -24,11 +24,3 @@ def register_commands(cli: Any) -> None:
             "Serve backchannel to MCP clients (Claude Code, Codex, Cursor, Claude Desktop, ...).",
         )
     )
-
-
-@hookimpl
-def register_control_ops(register: Any) -> None:
-    """Let `serve` do the MCP server's reactions (`mcp.react`), as it does its sends."""
-    from .sending import REACT_OP, react_op
-
-    register(REACT_OP, react_op)

@@ -11,19 +11,16 @@ goes out and the outcome is one of sent / failed / uncertain.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from attrs import frozen
 from backchannel.config import Config
-from backchannel.model import Conversation, Outbound
+from backchannel.model import Conversation
 
-__all__ = ["REACT_OP", "SendOutcome", "react_op", "send_to_conversation"]
+__all__ = ["SendOutcome", "send_to_conversation"]
 
 log = logging.getLogger("backchannel.mcp")
 
-#: the control operation this plugin adds to `serve` for reactions
-REACT_OP = "mcp.react"
 #: how long a send handed to `serve` may take before it is reported uncertain
 SEND_TIMEOUT = 60.0
 
@@ -84,7 +81,7 @@ async def _hand_to_serve(
     key = conversation.address.key
     args: dict[str, Any] = {"conversation": key, "text": text}
     if react_to is not None:
-        op, args["seq"] = REACT_OP, react_to
+        op, args["seq"] = "react", react_to
     else:
         op = "send"
         if reply_to is not None:
@@ -115,28 +112,6 @@ async def _hand_to_serve(
     )
 
 
-async def react_op(board: Any, args: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Control op `mcp.react` {conversation, seq, text}: react inside `serve`; return the outcome."""
-    from backchannel.control import resolve_conversation
-
-    conversation = await resolve_conversation(board, str(args["conversation"]))
-    seq = int(args["seq"])
-    target = await board.store.message(conversation.id, seq)
-    if target is None or target.platform_message_id is None:
-        return {"state": "failed", "seq": seq, "reason": f"#{seq} has no platform id"}
-    account = board.accounts[conversation.address.account]
-    result = await account.deliverer.deliver(
-        conversation,
-        Outbound(
-            conversation.address,
-            str(args["text"]),
-            kind="reaction",
-            target=target.platform_message_id,
-        ),
-    )
-    return {"state": result.entry.status, "seq": seq, "reason": result.entry.reason}
-
-
 def _kind(react_to: int | None) -> str:
     return "message" if react_to is None else "reaction"
 
@@ -148,48 +123,24 @@ async def _send_directly(
     reply_to: int | None,
     react_to: int | None,
 ) -> SendOutcome:
-    from backchannel.app import build_switchboard
+    from backchannel.app import operator_board
+    from backchannel.errors import StoreError
 
-    account = conversation.address.account
-    board = await build_switchboard(
-        config, accounts=[account], agents=_idle_agents(config), serve_http=False
-    )
-    try:
-        # only the adapter: starting the board would recover and run agents
-        await board.start_accounts([account])
-        address = conversation.address
-        if react_to is not None:
-            target = await board.store.message(conversation.id, react_to)
-            outbound = Outbound(
-                address,
-                text,
-                kind="reaction",
-                target=target.platform_message_id if target else None,
-            )
-        elif reply_to is not None:
-            parent = await board.store.message(conversation.id, reply_to)
-            outbound = Outbound(
-                address, text, reply_to=parent.platform_message_id if parent else None
-            )
-        else:
-            outbound = Outbound(address, text)
+    key = conversation.address.key
+    async with operator_board(config, conversation.address.account) as board:
         fresh = await board.store.conversation(conversation.id)
-        result = await board.accounts[account].deliverer.deliver(fresh, outbound)
-        entry = result.entry
-        return SendOutcome(
-            state=entry.status,
-            conversation=address.key,
-            seq=entry.message_seq,
-            platform_message_id=entry.platform_ids[0] if entry.platform_ids else None,
-            reason=entry.reason,
-            kind=entry.kind,
-        )
-    finally:
-        await board.stop()
-
-
-def _idle_agents(config: Config) -> dict[str, Any]:
-    async def idle(run: Any) -> None:
-        return None
-
-    return {name: idle for name in config.agents}
+        try:
+            if react_to is not None:
+                outcome = await board.react_outcome(fresh, react_to, text)
+            else:
+                outcome = await board.send_outcome(fresh, text, reply_to_seq=reply_to)
+        except StoreError as error:  # no such message, or it has no platform id
+            return SendOutcome("failed", key, reason=str(error), kind=_kind(react_to))
+    return SendOutcome(
+        state=outcome["state"],
+        conversation=key,
+        seq=outcome["seq"],
+        platform_message_id=outcome["platform_message_id"],
+        reason=outcome["reason"],
+        kind=_kind(react_to),
+    )
