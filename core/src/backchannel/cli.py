@@ -24,7 +24,7 @@ from attrs import evolve
 from . import hints
 from .config import Config, default_config, load_config
 from .errors import BackchannelError, ConfigError, PluginError, StoreError, combine
-from .lazy import LazyModule, deferred
+from .lazy import LazyCommand, LazyModule, deferred
 from .model import Address, Conversation, Message, to_json
 from .plugins import get_plugin_manager, plugin_summary
 from .secrets import redact
@@ -672,6 +672,22 @@ async def _resolve_send_address(config: Config, where: list[str], thread: str | 
 async def _send_directly(config: Config, address: Address, text: str) -> dict[str, Any]:
     async with operator_board(config, address.account) as board:
         return await board.send_outcome(await board.conversation_for(address), text)
+
+
+main.add_command(
+    LazyCommand(
+        "fake-model",
+        "backchannel.fake_model:fake_model_command",
+        "Serve a fake OpenAI-compatible model on 127.0.0.1 (no key, no network).",
+    )
+)
+main.add_command(
+    LazyCommand(
+        "messaging",
+        "backchannel.orchestration.cli:messaging_command",
+        "Turn cross-conversation sends off or on, or say what holds them.",
+    )
+)
 
 
 # helpers --------------------------------------------------------------------------------
