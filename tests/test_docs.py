@@ -37,3 +37,14 @@ def test_every_channel_and_topic_has_a_page() -> None:
         "orchestration",
     ):
         assert (ROOT / "docs" / f"{topic}.md").exists(), topic
+
+
+def test_every_command_docs_cli_describes_is_a_command_and_the_other_way_round() -> None:
+    from backchannel.cli import main
+    from click.testing import CliRunner
+
+    described = set(re.findall(r"^## `([a-z-]+)", (ROOT / "docs" / "cli.md").read_text(), re.M))
+    listed = CliRunner().invoke(main, ["--help"]).output.split("Commands:", 1)[1]
+    commands = set(re.findall(r"^  ([a-z-]+) ", listed, re.M))
+    plugin_commands = {"mcp", "notify", "owner", "tinyplace"}  # each plugin's own page
+    assert described == commands - plugin_commands
