@@ -1,22 +1,35 @@
 """Tail latency at a steady rate: message -> commit and message -> agent invoked.
 
 Real-shaped Telegram updates arrive at a steady `--rate` per second (default
-100) spread over `--conversations` chats (default 50), each handed to
-`ingest` as a webhook request would be (nobody waits for the one before).
-Every message triggers (respond = "always", debounce 0). Prints p50, p95 and
-p99 of the time from the update's arrival to its commit (ingest returned)
-and to the agent being invoked with it as the trigger. Never fails for being
-slow.
+100) spread over `--conversations` chats (default 50). Arrivals come from
+outside the event loop, as a webhook's requests would: a thread writes each
+update's number to a socket at its scheduled time (begin + n / rate), and the
+loop reads it and hands the update to `ingest` (nobody waits for the one
+before). Every message triggers (respond = "always", debounce 0).
 
-    uv run python bench/latency.py [--seconds N] [--rate N] [--conversations N] [--json]
+Both latencies are measured from the update's *scheduled* arrival, so a loop
+that was busy (a collection, a checkpoint, a long callback) when the update
+was due is charged for the wait: message -> commit is until its `ingest`
+returned; message -> agent invoked is until the first run whose window holds
+the message started the agent (every message is counted, also those a run
+took together with later ones). Prints p50, p95, p99 and the worst, and
+with `--trace` where the time went (loop stalls, collections, checkpoints).
+Never fails for being slow.
+
+    uv run python bench/latency.py [--seconds N] [--rate N] [--conversations N] [--trace] [--json]
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
+import socket
 import tempfile
+import threading
 import time
+from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,58 +39,185 @@ from backchannel.store import SQLiteStore
 from figures import bench_parser, emit
 from telegram_updates import ACCOUNT, make_adapter, message_shapes, updates
 
+#: updates made ahead of the schedule, so making one never delays the next arrival
+_AHEAD = 256
+
 
 def percentiles(samples: list[float]) -> dict[str, float]:
-    """Return p50, p95 and p99 of `samples` (seconds) in milliseconds."""
-    ordered = sorted(samples)
+    """Return p50, p95, p99 and the worst of `samples` (seconds) in milliseconds."""
+    ordered = sorted(samples) or [0.0]
 
     def at(fraction: float) -> float:
         return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1000
 
-    return {"p50": at(0.50), "p95": at(0.95), "p99": at(0.99), "count": len(ordered)}
+    return {
+        "p50": at(0.50),
+        "p95": at(0.95),
+        "p99": at(0.99),
+        "max": ordered[-1] * 1000,
+        "count": len(samples),
+    }
 
 
-async def measure(seconds: float, rate: int, conversations: int) -> dict[str, Any]:
+def _arrivals(begin: float, rate: int, events: int, sink: socket.socket) -> None:
+    """Thread: send update number n to the loop at begin + n / rate (the steady schedule)."""
+    for number in range(events):
+        delay = begin + number / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        sink.sendall(number.to_bytes(4, "little"))
+    sink.close()
+
+
+class Trace:
+    """Where time went while measuring: loop stalls, collections, checkpoints (--trace)."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.store = store
+        self.gc_pauses: list[tuple[int, float]] = []
+        self._gc_started = 0.0
+        self.stalls: list[float] = []
+
+    def on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.gc_pauses.append((info["generation"], time.perf_counter() - self._gc_started))
+
+    async def watch_loop(self, stop: asyncio.Event) -> None:
+        """Record how late a 1 ms timer fires: the loop's stalls."""
+        while not stop.is_set():
+            asked = time.perf_counter()
+            await asyncio.sleep(0.001)
+            late = time.perf_counter() - asked - 0.001
+            if late > 0.001:
+                self.stalls.append(late)
+
+    def figures(self) -> dict[str, Any]:
+        checkpointer = self.store._checkpointer
+        by_generation: dict[str, Any] = {}
+        for generation in (0, 1, 2):
+            pauses = [p for g, p in self.gc_pauses if g == generation]
+            by_generation[f"gen{generation}"] = {
+                "count": len(pauses),
+                "max_ms": max(pauses, default=0.0) * 1000,
+                "total_ms": sum(pauses) * 1000,
+            }
+        return {
+            "gc": by_generation,
+            "stalls_over_1ms": len(self.stalls),
+            "stalls_over_5ms": sum(1 for s in self.stalls if s > 0.005),
+            "worst_stall_ms": max(self.stalls, default=0.0) * 1000,
+            "checkpoints": {
+                "background": checkpointer.background_checkpoints if checkpointer else 0,
+                "inline": checkpointer.inline_checkpoints if checkpointer else 0,
+            },
+        }
+
+
+async def measure(seconds: float, rate: int, conversations: int, trace: bool) -> dict[str, Any]:
     events = int(seconds * rate)
-    arrived: dict[str, float] = {}
+    #: scheduled arrival of each update, by its event id
+    scheduled: dict[str, float] = {}
+    #: per conversation, the event ids not yet seen by a run, oldest first
+    waiting: dict[int, deque[str]] = {}
+    conversation_of: dict[str, int] = {}
     to_commit: list[float] = []
     to_agent: list[float] = []
 
     async def agent(run: Run) -> None:
         invoked = time.perf_counter()
-        if run.trigger is not None and run.trigger.event_id in arrived:
-            to_agent.append(invoked - arrived.pop(run.trigger.event_id))
+        if run.trigger is None or run.trigger.event_id not in conversation_of:
+            return
+        pending = waiting[conversation_of[run.trigger.event_id]]
+        # messages of one conversation commit in arrival order: the run's window holds its
+        # trigger and every message before it
+        while pending:
+            event_id = pending.popleft()
+            to_agent.append(invoked - scheduled.pop(event_id))
+            if event_id == run.trigger.event_id:
+                break
 
     with tempfile.TemporaryDirectory() as folder:
-        board = Switchboard(SQLiteStore(Path(folder) / "latency.db"))
+        store = SQLiteStore(Path(folder) / "latency.db")
+        board = Switchboard(store)
         await board.start()
         adapter = make_adapter()
         board.add_account(adapter, Binding(agent, respond="always", debounce=0))
         context = board.accounts[ACCOUNT].context
         loop = asyncio.get_running_loop()
+        tracer = Trace(store) if trace else None
+        stop_watch = asyncio.Event()
+        watcher = asyncio.create_task(tracer.watch_loop(stop_watch)) if tracer else None
+        if tracer:
+            gc.callbacks.append(tracer.on_gc)
         requests: set[asyncio.Task[None]] = set()
+        stream: Iterator[dict[str, Any]] = updates(events, conversations, shapes=message_shapes())
+        made: deque[dict[str, Any]] = deque()
+        for update in stream:
+            made.append(update)
+            if len(made) >= _AHEAD:
+                break
 
-        async def request(update: dict[str, Any]) -> None:
-            started = time.perf_counter()
-            arrived[str(update["update_id"])] = started
+        async def request(update: dict[str, Any], due: float) -> None:
             await context.ingest(update)
-            to_commit.append(time.perf_counter() - started)
+            to_commit.append(time.perf_counter() - due)
 
-        begin = loop.time()
-        stream = updates(events, conversations, shapes=message_shapes())
-        for number, update in enumerate(stream):
-            # the arrival schedule, not the previous request, sets when the next one comes
-            delay = begin + number / rate - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            task = asyncio.create_task(request(update))
-            requests.add(task)
-            task.add_done_callback(requests.discard)
+        source, sink = socket.socketpair()
+        source.setblocking(False)
+        received = 0
+        done = loop.create_future()
+        begin = time.perf_counter() + 0.05
+
+        def arrived() -> None:
+            nonlocal received
+            data = source.recv(4096)
+            for start in range(0, len(data), 4):
+                number = int.from_bytes(data[start : start + 4], "little")
+                update = made.popleft()
+                event_id = str(update["update_id"])
+                due = begin + number / rate
+                scheduled[event_id] = due
+                conversation = number % conversations
+                conversation_of[event_id] = conversation
+                waiting.setdefault(conversation, deque()).append(event_id)
+                task = asyncio.create_task(request(update, due))
+                requests.add(task)
+                task.add_done_callback(requests.discard)
+                received += 1
+            if not data or received == events:
+                loop.remove_reader(source.fileno())
+                if not done.done():
+                    done.set_result(None)
+            # top the made-ahead queue up outside the arrival's own path
+            loop.call_soon(top_up)
+
+        def top_up() -> None:
+            while len(made) < _AHEAD:
+                update = next(stream, None)
+                if update is None:
+                    return
+                made.append(update)
+
+        loop.add_reader(source.fileno(), arrived)
+        sender = threading.Thread(
+            target=_arrivals, args=(begin, rate, events, sink), name="arrivals", daemon=True
+        )
+        sender.start()
+        await done
         await asyncio.gather(*requests)
         await board.wait_idle(timeout=60)
+        sender.join()
+        source.close()
+        stop_watch.set()
+        if watcher is not None:
+            await watcher
+        if tracer:
+            gc.callbacks.remove(tracer.on_gc)
+        traced = tracer.figures() if tracer else None
         await board.stop()
         await adapter.stop()
-    return {
+    figures = {
         "events": events,
         "rate": rate,
         "conversations": conversations,
@@ -85,30 +225,46 @@ async def measure(seconds: float, rate: int, conversations: int) -> dict[str, An
         "agent": percentiles(to_agent),
         "load": os.getloadavg()[0],
     }
+    if traced is not None:
+        figures["trace"] = traced
+    return figures
 
 
 def report(figures: dict[str, Any]) -> None:
     print(
         f"latency: {figures['events']:,} updates at {figures['rate']}/s over"
-        f" {figures['conversations']} conversations, debounce 0"
-        f" (1-minute load {figures['load']:.1f} on {os.cpu_count()} cores)"
+        f" {figures['conversations']} conversations, debounce 0, from each update's"
+        f" scheduled arrival (1-minute load {figures['load']:.1f} on {os.cpu_count()} cores)"
     )
     for name, label in (("commit", "message -> commit"), ("agent", "message -> agent invoked")):
         p = figures[name]
         print(
             f"  {label:<26} p50 {p['p50']:6.2f} ms   p95 {p['p95']:6.2f} ms"
-            f"   p99 {p['p99']:6.2f} ms   ({p['count']:,} samples)"
+            f"   p99 {p['p99']:6.2f} ms   max {p['max']:7.2f} ms   ({p['count']:,} samples)"
+        )
+    trace = figures.get("trace")
+    if trace:
+        gcs = "  ".join(
+            f"{name} {g['count']}x max {g['max_ms']:.2f} ms" for name, g in trace["gc"].items()
+        )
+        print(f"  collections: {gcs}")
+        print(
+            f"  loop stalls: {trace['stalls_over_1ms']} over 1 ms, {trace['stalls_over_5ms']}"
+            f" over 5 ms, worst {trace['worst_stall_ms']:.2f} ms;  checkpoints:"
+            f" {trace['checkpoints']['background']} background,"
+            f" {trace['checkpoints']['inline']} inline"
         )
 
 
 def main() -> None:
     parser = bench_parser(__doc__)
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--rate", type=int, default=100)
     parser.add_argument("--conversations", type=int, default=50)
+    parser.add_argument("--trace", action="store_true", help="say where the time went")
     args = parser.parse_args()
     tune_gc()  # as `serve` does once started
-    figures = asyncio.run(measure(args.seconds, args.rate, args.conversations))
+    figures = asyncio.run(measure(args.seconds, args.rate, args.conversations, args.trace))
     emit(figures, args.json, report)
 
 

@@ -42,6 +42,62 @@ def test_commits_leave_checkpoints_to_the_background_thread(tmp_path: Path) -> N
         db.close()
 
 
+def test_the_background_checkpoint_copies_the_wal_into_the_database_file(tmp_path: Path) -> None:
+    # the thread's connection must have opened the WAL: a connection that never read the
+    # database checkpoints nothing (SQLite reports -1, -1) and the WAL grows to the limit
+    path = tmp_path / "copy.db"
+    db = _wal_database(path)
+    checkpointer = Checkpointer(db, str(path), wake_pages=20, limit_pages=10**9)
+    try:
+        before = os.path.getsize(path)
+        _write_pages(db, 40)
+        assert checkpointer.checkpointed.wait(30)
+        assert checkpointer.caught_up >= 1
+        assert os.path.getsize(path) >= before + 40 * 3000
+        # everything was copied: the next commit starts the WAL over from its beginning
+        sizes: list[int] = []
+
+        def note_size(_db: apsw.Connection, _name: str, pages: int) -> int:
+            sizes.append(pages)
+            return apsw.SQLITE_OK
+
+        db.set_wal_hook(note_size)
+        _write_pages(db, 1)
+        assert sizes and sizes[-1] <= 3, f"the WAL was not restarted: {sizes[-1]} pages"
+    finally:
+        checkpointer.stop()
+        db.close()
+
+
+class _ScriptedWal:
+    """Stands in for the thread's connection: each checkpoint returns the next (frames, copied)."""
+
+    def __init__(self, results: list[tuple[int, int]]) -> None:
+        self.results = results
+        self.passes = 0
+
+    def wal_checkpoint(self) -> tuple[int, int]:
+        self.passes += 1
+        return self.results.pop(0)
+
+
+def test_checkpoints_repeat_until_no_commit_came_in_between(tmp_path: Path) -> None:
+    db = _wal_database(tmp_path / "s.db")
+    checkpointer = Checkpointer(db, str(tmp_path / "s.db"), limit_pages=10**9)
+    try:
+        # commits during the first two passes added frames; the third found nothing new
+        wal = _ScriptedWal([(1005, 1005), (1012, 1012), (1012, 1012), (1020, 1020)])
+        checkpointer._catch_up(wal)  # type: ignore[arg-type]
+        assert (wal.passes, checkpointer.caught_up) == (3, 1)
+        # a pass that could not copy everything (a reader holds old frames) is no catch-up
+        wal = _ScriptedWal([(900, 800), (900, 800), (900, 900), (900, 900)])
+        checkpointer._catch_up(wal)  # type: ignore[arg-type]
+        assert (wal.passes, checkpointer.caught_up) == (4, 2)
+    finally:
+        checkpointer.stop()
+        db.close()
+
+
 def test_the_thread_is_woken_once_per_wake_pages_of_growth_not_per_commit(
     tmp_path: Path,
 ) -> None:

@@ -31,6 +31,8 @@ log = logging.getLogger("backchannel.store")
 WAKE_PAGES = 1000
 #: past this, a commit checkpoints inline: the WAL cannot grow without bound
 LIMIT_PAGES = 16_000
+#: checkpoints in a row, at most, to copy what commits added during the previous one
+_CATCH_UP_PASSES = 16
 #: seconds between checks, while idle, that the store was not dropped without close()
 _OWNER_CHECK = 30.0
 
@@ -53,6 +55,8 @@ class Checkpointer:
         self.background_checkpoints = 0
         self.inline_checkpoints = 0
         self.wakes = 0
+        #: wakes that ended with the whole WAL copied (the next commit restarts it)
+        self.caught_up = 0
         #: set after each background checkpoint
         self.checkpointed = threading.Event()
         self._wake = threading.Event()
@@ -87,6 +91,9 @@ class Checkpointer:
         try:
             db = apsw.Connection(self.path)
             db.set_busy_timeout(5000)
+            # a connection that has not read the database yet has not opened its WAL
+            # either: a checkpoint through it is a no-op that reports (-1, -1)
+            db.execute("SELECT COUNT(*) FROM sqlite_schema").fetchall()
         except apsw.Error as error:
             log.error(
                 "cannot open %s for checkpoints (%s): commits will checkpoint", self.path, error
@@ -102,13 +109,38 @@ class Checkpointer:
                 if self._stopping:
                     return
                 try:
-                    db.wal_checkpoint()  # PASSIVE: copies what it can, blocks no one
-                    self.background_checkpoints += 1
-                    self.checkpointed.set()
+                    self._catch_up(db)
                 except apsw.Error as error:
                     log.warning("background checkpoint of %s failed: %s", self.path, error)
         finally:
             db.close()
+
+    def _catch_up(self, db: apsw.Connection) -> None:
+        """Checkpoint until the whole WAL is in the database file (a bounded number of passes).
+
+        SQLite only restarts a WAL from its beginning (instead of appending to it)
+        when a commit finds every frame of it copied. A PASSIVE checkpoint copies
+        the frames committed before it started, and it reports the WAL's size as of
+        then: commits during its fsyncs are left over, unseen. One pass per wake
+        would thus let the WAL grow at every wake, up to `limit_pages`, where a
+        commit checkpoints all of it inline (the worst pause a commit ever sees).
+        So passes repeat until one starts with nothing left to copy: only then may
+        the next commit restart the WAL.
+        """
+        copied_upto = -1
+        for _ in range(_CATCH_UP_PASSES):
+            if self._stopping:
+                break
+            wal_frames, copied = db.wal_checkpoint()  # PASSIVE: copies what it can, blocks no one
+            if wal_frames < 0:
+                log.warning("%s is not in WAL mode: the background checkpoints stop", self.path)
+                break
+            self.background_checkpoints += 1
+            if copied >= wal_frames and wal_frames <= copied_upto:
+                self.caught_up += 1  # nothing was added since the last pass: all copied
+                break
+            copied_upto = copied if copied >= wal_frames else -1
+        self.checkpointed.set()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the thread (after a checkpoint in progress finishes)."""
