@@ -127,6 +127,25 @@ def test_a_wal_past_its_limit_is_checkpointed_by_the_commit(tmp_path: Path) -> N
         db.close()
 
 
+class _LockedWal:
+    """A connection whose checkpoint finds another connection checkpointing."""
+
+    def wal_checkpoint(self, name: str) -> tuple[int, int]:
+        raise apsw.BusyError("database is locked")
+
+
+def test_a_commit_that_finds_another_checkpoint_running_still_succeeds(tmp_path: Path) -> None:
+    db = _wal_database(tmp_path / "busy.db")
+    checkpointer = Checkpointer(db, str(tmp_path / "busy.db"), limit_pages=30)
+    try:
+        # an error from the WAL hook would fail a COMMIT that already happened
+        status = checkpointer._committed(_LockedWal(), "main", 31)  # type: ignore[arg-type]
+        assert (status, checkpointer.inline_busy) == (apsw.SQLITE_OK, 1)
+    finally:
+        checkpointer.stop()
+        db.close()
+
+
 async def test_closing_the_store_stops_its_checkpoint_thread(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "c.db")
     checkpointer = store._checkpointer

@@ -54,6 +54,8 @@ class Checkpointer:
         #: checkpoints run by the thread / inline by a commit (for tests and benches)
         self.background_checkpoints = 0
         self.inline_checkpoints = 0
+        #: inline checkpoints that found another connection checkpointing
+        self.inline_busy = 0
         self.wakes = 0
         #: wakes that ended with the whole WAL copied (the next commit restarts it)
         self.caught_up = 0
@@ -76,7 +78,14 @@ class Checkpointer:
         """Called by SQLite after each commit with the WAL's size in pages."""
         if pages >= self.limit_pages:
             self.inline_checkpoints += 1
-            db.wal_checkpoint(name)
+            try:
+                db.wal_checkpoint(name)
+            except apsw.BusyError:
+                # another connection is checkpointing right now (the thread, or a tool):
+                # the WAL is being copied; the commit itself succeeded and must say so
+                self.inline_busy += 1
+            except apsw.Error as error:
+                log.warning("checkpoint of %s after a commit failed: %s", self.path, error)
             self._wake_at = self.wake_pages
         elif pages >= self._wake_at:
             # once per `wake_pages` of growth, not on every commit until the WAL restarts
@@ -110,6 +119,8 @@ class Checkpointer:
                     return
                 try:
                     self._catch_up(db)
+                except apsw.BusyError:
+                    pass  # a commit past the limit is checkpointing inline: nothing to do
                 except apsw.Error as error:
                     log.warning("background checkpoint of %s failed: %s", self.path, error)
         finally:
