@@ -138,6 +138,7 @@ async def measure(seconds: float, rate: int, conversations: int, trace: bool) ->
             if event_id == run.trigger.event_id:
                 break
 
+    shapes = message_shapes()
     with tempfile.TemporaryDirectory() as folder:
         store = SQLiteStore(Path(folder) / "latency.db")
         board = Switchboard(store)
@@ -146,13 +147,14 @@ async def measure(seconds: float, rate: int, conversations: int, trace: bool) ->
         board.add_account(adapter, Binding(agent, respond="always", debounce=0))
         context = board.accounts[ACCOUNT].context
         loop = asyncio.get_running_loop()
+        restore_gc = tune_gc()  # as `serve` does once started
         tracer = Trace(store) if trace else None
         stop_watch = asyncio.Event()
         watcher = asyncio.create_task(tracer.watch_loop(stop_watch)) if tracer else None
         if tracer:
             gc.callbacks.append(tracer.on_gc)
         requests: set[asyncio.Task[None]] = set()
-        stream: Iterator[dict[str, Any]] = updates(events, conversations, shapes=message_shapes())
+        stream: Iterator[dict[str, Any]] = updates(events, conversations, shapes=shapes)
         made: deque[dict[str, Any]] = deque()
         for update in stream:
             made.append(update)
@@ -215,6 +217,7 @@ async def measure(seconds: float, rate: int, conversations: int, trace: bool) ->
         if tracer:
             gc.callbacks.remove(tracer.on_gc)
         traced = tracer.figures() if tracer else None
+        restore_gc()
         await board.stop()
         await adapter.stop()
     figures = {
@@ -263,7 +266,6 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=50)
     parser.add_argument("--trace", action="store_true", help="say where the time went")
     args = parser.parse_args()
-    tune_gc()  # as `serve` does once started
     figures = asyncio.run(measure(args.seconds, args.rate, args.conversations, args.trace))
     emit(figures, args.json, report)
 

@@ -24,6 +24,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+import apsw
 from backchannel import Binding, Run, Switchboard
 from backchannel.runtime import tune_gc
 from backchannel.store import SQLiteStore
@@ -63,8 +64,11 @@ async def measure_one(conversations: int, warm_up: int = WARM_UP) -> dict[str, A
         # the warm-up is the baseline: code paths, statements and buffers a first batch allocates
         await feed(warm_up)
         base = rss_bytes()
+        sqlite_base = apsw.status(apsw.SQLITE_STATUS_MEMORY_USED)[0]
         await feed(conversations)
         grown = rss_bytes() - base
+        # SQLite's share: its page caches (bounded by PRAGMA cache_size) and statements
+        sqlite_grown = apsw.status(apsw.SQLITE_STATUS_MEMORY_USED)[0] - sqlite_base
         stats = await board.store.stats()
         await board.stop()
         await adapter.stop()
@@ -73,6 +77,7 @@ async def measure_one(conversations: int, warm_up: int = WARM_UP) -> dict[str, A
         "stored": stats["conversations"] - warm_up,
         "runs": stats["runs"] - warm_up,
         "bytes_per_conversation": grown / conversations,
+        "sqlite_bytes_per_conversation": sqlite_grown / conversations,
     }
 
 
@@ -103,7 +108,7 @@ def main() -> None:
     for one in figures:
         print(
             f"  {one['conversations']:>7,} conversations   {one['bytes_per_conversation']:,.0f} B each"
-            f"   ({one['runs']:,} runs)"
+            f"   (SQLite {one['sqlite_bytes_per_conversation']:,.0f} B of it; {one['runs']:,} runs)"
         )
 
 

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import apsw
 import pytest
 from backchannel.runs import Run
 from backchannel.store import Inbound, SQLiteStore
@@ -41,6 +42,25 @@ async def test_conversations_evicted_from_the_caches_keep_their_numbering(
     assert len(store._known_participants) <= 3
     (participant,) = await store.participants(results[0].conversation_id)
     assert participant.message_count == 2
+    await store.close()
+
+
+async def test_the_page_cache_stays_within_its_bound_as_the_database_grows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "PAGE_CACHE_KIB", 256)
+    store = SQLiteStore(tmp_path / "pages.db")
+    for batch in range(10):
+        await store.append_inbound(
+            [
+                Inbound(make_event(f"e{batch}-{chat}", "x" * 400, chat=f"c{batch}-{chat}"))
+                for chat in range(200)
+            ]
+        )
+    database = (tmp_path / "pages.db").stat().st_size + (tmp_path / "pages.db-wal").stat().st_size
+    assert database > 1024 * 1024  # four times the cache: an unbounded cache would hold it all
+    cache_used, _ = store.db.status(apsw.SQLITE_DBSTATUS_CACHE_USED)
+    assert cache_used <= 1.25 * 256 * 1024, f"the page cache holds {cache_used:,} bytes"
     await store.close()
 
 

@@ -44,6 +44,10 @@ __all__ = ["SQLiteStore", "open_store"]
 
 #: conversations whose ids and counters are kept in memory (the most recently active)
 CACHED_CONVERSATIONS = 4096
+#: SQLite's page cache per connection, in KiB: the pages a batch over thousands of
+#: conversations touches; more only grows the process with the database (the OS caches
+#: the file anyway, so a page read again costs a copy, not a disk read)
+PAGE_CACHE_KIB = 2048
 
 
 def open_store(path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> SQLiteStore:
@@ -71,9 +75,7 @@ class SQLiteStore(SQLiteAsks, Store):
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={synchronous.upper()}")
         db.execute("PRAGMA foreign_keys=ON")
-        # 16 MiB: the pages a batch over thousands of conversations touches; more only
-        # grows the process by the size of the database (the OS caches the file anyway)
-        db.execute("PRAGMA cache_size=-16384")
+        db.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
         db.execute("PRAGMA journal_size_limit=16777216")  # a reset WAL shrinks back to 16 MiB
         if str(path) != ":memory:":
             for suffix in ("", "-wal", "-shm"):
