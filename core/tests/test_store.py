@@ -107,3 +107,25 @@ class TestPostgresStoreContract(StoreContract):
         opened = PostgresStore(postgres_url)
         yield opened
         await opened.close()
+
+
+async def test_a_store_made_before_m008_loses_its_recency_index_and_keeps_the_order(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "bc.db"
+    store = SQLiteStore(path)
+    # as a store migrated before m008 was: the index, and no record of m008
+    store.db.execute("CREATE INDEX conversations_active ON conversations (active_at DESC)")
+    store.db.execute("DELETE FROM _migrations WHERE name = 'm008_no_recency_index'")
+    for number, chat in enumerate(["a", "b", "c"]):
+        await store.append_inbound(
+            [Inbound(make_event(f"e{number}", chat=chat, sent_at=100.0 + number))]
+        )
+    await store.close()
+    store = SQLiteStore(path)
+    indexes = {row[0] for row in store.db.execute("SELECT name FROM sqlite_master")}
+    assert "conversations_active" not in indexes
+    # a message in "a" makes it the most recent again, without the index
+    await store.append_inbound([Inbound(make_event("e9", chat="a", sent_at=200.0))])
+    assert [c.address.chat for c in await store.conversations()] == ["a", "c", "b"]
+    await store.close()

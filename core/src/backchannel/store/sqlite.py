@@ -305,7 +305,12 @@ class SQLiteStore(SQLiteAsks, Store):
             conversation_id = self._conversation_id(
                 event.address, event.conversation_kind, event.conversation_title, event.sent_at
             )
-            orphan = self._orphan_edit_row(conversation_id, event.platform_message_id)
+            counters = self._counters(conversation_id)
+            orphan = (
+                self._orphan_edit_row(conversation_id, counters, event.platform_message_id)
+                if counters.orphan_edits
+                else None
+            )
             if orphan is not None:
                 # its edit came first and already made the row (with the newer text)
                 batch.event_rows.append(
@@ -313,7 +318,7 @@ class SQLiteStore(SQLiteAsks, Store):
                 )
                 batch.claimed[key] = (conversation_id, orphan)
                 return AppendResult("applied", conversation_id, orphan)
-            result = self._append_message(conversation_id, item)
+            result = self._append_message(conversation_id, item, counters)
             batch.event_rows.append(
                 (event.account, event.event_id, conversation_id, result.seq, "message")
             )
@@ -337,9 +342,13 @@ class SQLiteStore(SQLiteAsks, Store):
         )
         return result
 
-    def _orphan_edit_row(self, conversation_id: int, platform_message_id: str | None) -> int | None:
+    def _orphan_edit_row(
+        self,
+        conversation_id: int,
+        counters: ConversationCounters,
+        platform_message_id: str | None,
+    ) -> int | None:
         """Return the seq of a row an early edit made for this message, if there is one."""
-        counters = self._counters(conversation_id)
         if not counters.orphan_edits or platform_message_id is None:
             return None
         batch = self._batch
@@ -360,12 +369,18 @@ class SQLiteStore(SQLiteAsks, Store):
         )
         return int(row[0])
 
-    def _append_message(self, conversation_id: int, item: Inbound) -> AppendResult:
+    def _append_message(
+        self,
+        conversation_id: int,
+        item: Inbound,
+        counters: ConversationCounters | None = None,
+    ) -> AppendResult:
         db = self.db
         event = item.event
         held = 1 if item.held else 0
         triggers = 1 if item.triggers and not item.held else 0
-        counters = self._counters(conversation_id)
+        if counters is None:
+            counters = self._counters(conversation_id)
         counters.last_seq += 1
         seq = counters.last_seq
         counters.visible += 1 - held
