@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from attrs import define, field
@@ -349,7 +349,8 @@ class Switchboard:
         entry = self.accounts.get(account)
         if entry is None:
             raise ConfigError(f"unknown account {account!r}")
-        state = _storable_state(state)
+        if state:
+            state = _storable_state(state)
         counters = self.counters
         counters["ingested"] += 1
         try:
@@ -375,10 +376,14 @@ class Switchboard:
             held, triggers = not policy.may_reach(event), policy.triggers(event)
         else:
             held, triggers = verdict == "held", False
+        busy = self._busy
+        busy.enter()
         try:
-            (appended,) = await self._commit([Inbound(event, held, triggers, state)])
+            (appended,) = await self._group_commit.commit([Inbound(event, held, triggers, state)])
         except RefusedData as error:
             return await self._malformed(account, raw, str(error), state)
+        finally:
+            busy.leave()
         return self._settle(account, event, held, appended)
 
     async def ingest_many(
@@ -682,10 +687,11 @@ class AccountContext(AdapterContext):
             logging.getLogger(f"backchannel.account.{account}"), {"account": account}
         )
 
-    async def ingest(
+    def ingest(
         self, raw: Mapping[str, Any], *, state: Mapping[str, str | None] | None = None
-    ) -> IngestResult:
-        return await self.board.ingest(self.account, raw, state=state)
+    ) -> Coroutine[Any, Any, IngestResult]:
+        # hands over the board's coroutine itself: no frame of its own on every ingest
+        return self.board.ingest(self.account, raw, state=state)
 
     async def ingest_many(
         self,

@@ -303,12 +303,29 @@ def m007_thread_addresses(db: apsw.Connection) -> None:
             )
 
 
+def m008_fewer_conversation_indexes(db: apsw.Connection) -> None:
+    """Drop the two indexes on `conversations` that every stored message rewrote.
+
+    `conversations_active` (recency) moved its conversation's entry on every
+    message: a delete on a leaf page anywhere, an insert on the newest one.
+    `conversations_unhandled` (a partial index on trigger_seq) did the same
+    for every message that triggers, and again when its run was done. In a
+    100-event transaction over 100 conversations they were a third of the
+    pages written. What read them is rare: the "most recent conversations"
+    lists, and the look for owed runs when `serve` starts; a scan of the
+    conversations table serves both.
+    """
+    db.execute("DROP INDEX IF EXISTS conversations_active")
+    db.execute("DROP INDEX IF EXISTS conversations_unhandled")
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_visible_index_and_orphan_edits,
     m003_orchestration,
     m006_asks,
     m007_thread_addresses,
+    m008_fewer_conversation_indexes,
 ]
 
 
