@@ -115,7 +115,9 @@ class Trace:
         }
 
 
-async def measure(seconds: float, rate: int, conversations: int, trace: bool) -> dict[str, Any]:
+async def measure(
+    seconds: float, rate: int, conversations: int, trace: bool = False
+) -> dict[str, Any]:
     events = int(seconds * rate)
     #: scheduled arrival of each update, by its event id
     scheduled: dict[str, float] = {}

@@ -32,9 +32,11 @@ def test_ingest_runs_every_shape_against_the_ceiling() -> None:
 def test_latency_measures_commit_and_agent_percentiles() -> None:
     import latency
 
-    figures = asyncio.run(latency.measure(seconds=0.3, rate=100, conversations=5))
+    figures = asyncio.run(latency.measure(seconds=0.3, rate=100, conversations=5, trace=True))
     assert figures["commit"]["count"] == 30
-    assert figures["agent"]["count"] >= 1
+    # every message is counted, also those a run took together with later ones
+    assert figures["agent"]["count"] == 30
+    assert figures["trace"]["checkpoints"]["inline"] == 0
 
 
 def test_runs_measures_the_overhead_of_each_run() -> None:
