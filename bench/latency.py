@@ -2,19 +2,23 @@
 
 Real-shaped Telegram updates arrive at a steady `--rate` per second (default
 100) spread over `--conversations` chats (default 50). Arrivals come from
-outside the event loop, as a webhook's requests would: a thread writes each
-update's number to a socket at its scheduled time (begin + n / rate), and the
-loop reads it and hands the update to `ingest` (nobody waits for the one
-before). Every message triggers (respond = "always", debounce 0).
+outside, as a webhook's requests would: another process (bench/arrivals.py)
+writes each update's number to a socket at its scheduled time
+(begin + n / rate), whatever this process is doing, and the event loop reads
+it and hands the update to `ingest` (nobody waits for the one before). Every
+message triggers (respond = "always", debounce 0).
 
 Both latencies are measured from the update's *scheduled* arrival, so a loop
 that was busy (a collection, a checkpoint, a long callback) when the update
 was due is charged for the wait: message -> commit is until its `ingest`
 returned; message -> agent invoked is until the first run whose window holds
 the message started the agent (every message is counted, also those a run
-took together with later ones). Prints p50, p95, p99 and the worst, and
-with `--trace` where the time went (loop stalls, collections, checkpoints).
-Never fails for being slow.
+took together with later ones). Prints p50, p95, p99 and the worst; with
+`--trace`, where the slowest 1% of commits spent their time (the sender's
+lag, the wait before the loop read them, the loop's own CPU, off the CPU),
+the loop's stalls, collections and checkpoints. On a machine shared with
+other work, the tail is mostly time off the CPU: compare runs made one after
+another. Never fails for being slow.
 
     uv run python bench/latency.py [--seconds N] [--rate N] [--conversations N] [--trace] [--json]
 """
@@ -25,20 +29,23 @@ import asyncio
 import gc
 import os
 import socket
+import statistics
+import sys
 import tempfile
-import threading
 import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from arrivals import ARRIVAL
 from backchannel import Binding, Run, Switchboard
 from backchannel.runtime import tune_gc
 from backchannel.store import SQLiteStore
 from figures import bench_parser, emit
 from telegram_updates import ACCOUNT, make_adapter, message_shapes, updates
 
+_SENDER = Path(__file__).resolve().parent / "arrivals.py"
 #: updates made ahead of the schedule, so making one never delays the next arrival
 _AHEAD = 256
 
@@ -59,16 +66,6 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     }
 
 
-def _arrivals(begin: float, rate: int, events: int, sink: socket.socket) -> None:
-    """Thread: send update number n to the loop at begin + n / rate (the steady schedule)."""
-    for number in range(events):
-        delay = begin + number / rate - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        sink.sendall(number.to_bytes(4, "little"))
-    sink.close()
-
-
 class Trace:
     """Where time went while measuring: loop stalls, collections, checkpoints (--trace)."""
 
@@ -77,6 +74,9 @@ class Trace:
         self.gc_pauses: list[tuple[int, float]] = []
         self._gc_started = 0.0
         self.stalls: list[float] = []
+        #: per commit, seconds: due to committed, due to sent (the sending thread's lag),
+        #: sent to read by the loop, main thread CPU from read to committed
+        self.commits: list[tuple[float, float, float, float]] = []
 
     def on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -103,7 +103,18 @@ class Trace:
                 "max_ms": max(pauses, default=0.0) * 1000,
                 "total_ms": sum(pauses) * 1000,
             }
+        # the slowest 1%: was the loop late to read them, busy with them, or off the CPU?
+        slowest = sorted(self.commits, reverse=True)[: max(1, len(self.commits) // 100)]
+        tail = {
+            "count": len(slowest),
+            "median_ms": statistics.median(c[0] for c in slowest) * 1000,
+            "sent_late_ms": statistics.median(c[1] for c in slowest) * 1000,
+            "read_late_ms": statistics.median(c[2] for c in slowest) * 1000,
+            "loop_cpu_ms": statistics.median(c[3] for c in slowest) * 1000,
+            "off_cpu_ms": statistics.median(c[0] - c[1] - c[2] - c[3] for c in slowest) * 1000,
+        }
         return {
+            "slowest_commits": tail,
             "gc": by_generation,
             "stalls_over_1ms": len(self.stalls),
             "stalls_over_5ms": sum(1 for s in self.stalls if s > 0.005),
@@ -163,29 +174,34 @@ async def measure(
             if len(made) >= _AHEAD:
                 break
 
-        async def request(update: dict[str, Any], due: float) -> None:
+        async def request(update: dict[str, Any], due: float, sent: float, read: float) -> None:
+            cpu_at = time.thread_time()
             await context.ingest(update)
-            to_commit.append(time.perf_counter() - due)
+            committed = time.perf_counter()
+            to_commit.append(committed - due)
+            if tracer is not None:
+                tracer.commits.append(
+                    (committed - due, sent - due, read - sent, time.thread_time() - cpu_at)
+                )
 
-        source, sink = socket.socketpair()
+        # datagrams in order: each read is one whole arrival
+        source, sink = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         source.setblocking(False)
         received = 0
         done = loop.create_future()
-        begin = time.perf_counter() + 0.05
 
         def arrived() -> None:
             nonlocal received
-            data = source.recv(4096)
-            for start in range(0, len(data), 4):
-                number = int.from_bytes(data[start : start + 4], "little")
+            data = source.recv(ARRIVAL.size)
+            if data:
+                number, due, sent = ARRIVAL.unpack(data)
                 update = made.popleft()
                 event_id = str(update["update_id"])
-                due = begin + number / rate
                 scheduled[event_id] = due
                 conversation = number % conversations
                 conversation_of[event_id] = conversation
                 waiting.setdefault(conversation, deque()).append(event_id)
-                task = asyncio.create_task(request(update, due))
+                task = asyncio.create_task(request(update, due, sent, time.perf_counter()))
                 requests.add(task)
                 task.add_done_callback(requests.discard)
                 received += 1
@@ -204,15 +220,23 @@ async def measure(
                 made.append(update)
 
         loop.add_reader(source.fileno(), arrived)
-        sender = threading.Thread(
-            target=_arrivals, args=(begin, rate, events, sink), name="arrivals", daemon=True
+        sender = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(_SENDER),
+            str(sink.fileno()),
+            str(rate),
+            str(events),
+            pass_fds=(sink.fileno(),),
         )
-        sender.start()
-        await done
-        await asyncio.gather(*requests)
-        await board.wait_idle(timeout=60)
-        sender.join()
-        source.close()
+        sink.close()
+        try:
+            await done
+            await asyncio.gather(*requests)
+            await board.wait_idle(timeout=60)
+        finally:
+            if await asyncio.wait_for(sender.wait(), 30) != 0:
+                raise SystemExit(f"the arrivals process {_SENDER} failed ({sender.returncode})")
+            source.close()
         stop_watch.set()
         if watcher is not None:
             await watcher
@@ -251,6 +275,13 @@ def report(figures: dict[str, Any]) -> None:
     if trace:
         gcs = "  ".join(
             f"{name} {g['count']}x max {g['max_ms']:.2f} ms" for name, g in trace["gc"].items()
+        )
+        tail = trace["slowest_commits"]
+        print(
+            f"  slowest 1% of commits ({tail['count']}), medians: {tail['median_ms']:.2f} ms ="
+            f" sent {tail['sent_late_ms']:.2f} late + read {tail['read_late_ms']:.2f} after"
+            f" + main thread on CPU {tail['loop_cpu_ms']:.2f}"
+            f" + off CPU or waiting {tail['off_cpu_ms']:.2f}"
         )
         print(f"  collections: {gcs}")
         print(
