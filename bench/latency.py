@@ -121,7 +121,9 @@ class Trace:
             "worst_stall_ms": max(self.stalls, default=0.0) * 1000,
             "checkpoints": {
                 "background": checkpointer.background_checkpoints if checkpointer else 0,
+                "caught_up": checkpointer.caught_up if checkpointer else 0,
                 "inline": checkpointer.inline_checkpoints if checkpointer else 0,
+                "wal_peak_pages": checkpointer.peak_pages if checkpointer else 0,
             },
         }
 
@@ -287,8 +289,10 @@ def report(figures: dict[str, Any]) -> None:
         print(
             f"  loop stalls: {trace['stalls_over_1ms']} over 1 ms, {trace['stalls_over_5ms']}"
             f" over 5 ms, worst {trace['worst_stall_ms']:.2f} ms;  checkpoints:"
-            f" {trace['checkpoints']['background']} background,"
-            f" {trace['checkpoints']['inline']} inline"
+            f" {trace['checkpoints']['background']} background passes"
+            f" ({trace['checkpoints']['caught_up']} times all of the WAL),"
+            f" {trace['checkpoints']['inline']} inline; WAL peak"
+            f" {trace['checkpoints']['wal_peak_pages']:,} pages"
         )
 
 

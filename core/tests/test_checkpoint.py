@@ -34,6 +34,7 @@ def test_commits_leave_checkpoints_to_the_background_thread(tmp_path: Path) -> N
         assert checkpointer.checkpointed.wait(30)
         assert checkpointer.background_checkpoints >= 1
         assert checkpointer.inline_checkpoints == 0
+        assert checkpointer.peak_pages >= 20
         # what was written is in the database file now: a fresh reader sees all of it
         with apsw.Connection(str(tmp_path / "a.db")) as reader:
             assert reader.execute("SELECT COUNT(*) FROM blobs").fetchone() == (40,)

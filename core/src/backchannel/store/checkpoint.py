@@ -59,6 +59,8 @@ class Checkpointer:
         self.wakes = 0
         #: wakes that ended with the whole WAL copied (the next commit restarts it)
         self.caught_up = 0
+        #: the largest WAL a commit left behind, in pages
+        self.peak_pages = 0
         #: set after each background checkpoint
         self.checkpointed = threading.Event()
         self._wake = threading.Event()
@@ -76,6 +78,8 @@ class Checkpointer:
 
     def _committed(self, db: apsw.Connection, name: str, pages: int) -> int:
         """Called by SQLite after each commit with the WAL's size in pages."""
+        if pages > self.peak_pages:
+            self.peak_pages = pages
         if pages >= self.limit_pages:
             self.inline_checkpoints += 1
             try:
