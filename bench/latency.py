@@ -32,6 +32,7 @@ import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -66,6 +67,15 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     }
 
 
+def _waited_for_cpu() -> float:
+    """Seconds this thread has spent ready to run but waiting for a CPU (Linux; else 0)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except OSError:
+        return 0.0
+
+
 class Trace:
     """Where time went while measuring: loop stalls, collections, checkpoints (--trace)."""
 
@@ -74,9 +84,10 @@ class Trace:
         self.gc_pauses: list[tuple[int, float]] = []
         self._gc_started = 0.0
         self.stalls: list[float] = []
-        #: per commit, seconds: due to committed, due to sent (the sending thread's lag),
-        #: sent to read by the loop, main thread CPU from read to committed
-        self.commits: list[tuple[float, float, float, float]] = []
+        #: per commit, seconds: due to committed, due to sent (the sender's lag), sent to
+        #: read by the loop, then from read to committed the main thread's CPU and its wait
+        #: for a CPU while ready to run (preempted: the machine was busy)
+        self.commits: list[tuple[float, float, float, float, float]] = []
 
     def on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -111,7 +122,9 @@ class Trace:
             "sent_late_ms": statistics.median(c[1] for c in slowest) * 1000,
             "read_late_ms": statistics.median(c[2] for c in slowest) * 1000,
             "loop_cpu_ms": statistics.median(c[3] for c in slowest) * 1000,
-            "off_cpu_ms": statistics.median(c[0] - c[1] - c[2] - c[3] for c in slowest) * 1000,
+            "runnable_ms": statistics.median(c[4] for c in slowest) * 1000,
+            "blocked_ms": statistics.median(c[0] - c[1] - c[2] - c[3] - c[4] for c in slowest)
+            * 1000,
         }
         return {
             "slowest_commits": tail,
@@ -177,13 +190,19 @@ async def measure(
                 break
 
         async def request(update: dict[str, Any], due: float, sent: float, read: float) -> None:
-            cpu_at = time.thread_time()
+            cpu_at, queued_at = time.thread_time(), _waited_for_cpu()
             await context.ingest(update)
             committed = time.perf_counter()
             to_commit.append(committed - due)
             if tracer is not None:
                 tracer.commits.append(
-                    (committed - due, sent - due, read - sent, time.thread_time() - cpu_at)
+                    (
+                        committed - due,
+                        sent - due,
+                        read - sent,
+                        time.thread_time() - cpu_at,
+                        _waited_for_cpu() - queued_at,
+                    )
                 )
 
         # datagrams in order: each read is one whole arrival
@@ -283,7 +302,8 @@ def report(figures: dict[str, Any]) -> None:
             f"  slowest 1% of commits ({tail['count']}), medians: {tail['median_ms']:.2f} ms ="
             f" sent {tail['sent_late_ms']:.2f} late + read {tail['read_late_ms']:.2f} after"
             f" + main thread on CPU {tail['loop_cpu_ms']:.2f}"
-            f" + off CPU or waiting {tail['off_cpu_ms']:.2f}"
+            f" + ready but waiting for a CPU {tail['runnable_ms']:.2f}"
+            f" + the rest (blocked in a system call) {tail['blocked_ms']:.2f}"
         )
         print(f"  collections: {gcs}")
         print(
