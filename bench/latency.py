@@ -118,12 +118,13 @@ class Trace:
         slowest = sorted(self.commits, reverse=True)[: max(1, len(self.commits) // 100)]
         tail = {
             "count": len(slowest),
-            "median_ms": statistics.median(c[0] for c in slowest) * 1000,
-            "sent_late_ms": statistics.median(c[1] for c in slowest) * 1000,
-            "read_late_ms": statistics.median(c[2] for c in slowest) * 1000,
-            "loop_cpu_ms": statistics.median(c[3] for c in slowest) * 1000,
-            "runnable_ms": statistics.median(c[4] for c in slowest) * 1000,
-            "blocked_ms": statistics.median(c[0] - c[1] - c[2] - c[3] - c[4] for c in slowest)
+            # means, so the parts add up to the whole
+            "mean_ms": statistics.fmean(c[0] for c in slowest) * 1000,
+            "sent_late_ms": statistics.fmean(c[1] for c in slowest) * 1000,
+            "read_late_ms": statistics.fmean(c[2] for c in slowest) * 1000,
+            "loop_cpu_ms": statistics.fmean(c[3] for c in slowest) * 1000,
+            "runnable_ms": statistics.fmean(c[4] for c in slowest) * 1000,
+            "blocked_ms": statistics.fmean(c[0] - c[1] - c[2] - c[3] - c[4] for c in slowest)
             * 1000,
         }
         return {
@@ -299,7 +300,7 @@ def report(figures: dict[str, Any]) -> None:
         )
         tail = trace["slowest_commits"]
         print(
-            f"  slowest 1% of commits ({tail['count']}), medians: {tail['median_ms']:.2f} ms ="
+            f"  slowest 1% of commits ({tail['count']}), means: {tail['mean_ms']:.2f} ms ="
             f" sent {tail['sent_late_ms']:.2f} late + read {tail['read_late_ms']:.2f} after"
             f" + main thread on CPU {tail['loop_cpu_ms']:.2f}"
             f" + ready but waiting for a CPU {tail['runnable_ms']:.2f}"
