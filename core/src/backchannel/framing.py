@@ -138,26 +138,51 @@ def _markers(message: Message) -> list[str]:
 
 
 def _inbound_line(message: Message) -> str:
+    # a run formats its whole window each time: the common message (no markers, no
+    # attachment, no reaction) is one f-string
     sender = message.sender
-    name = sender.label + (" [bot]" if sender.is_bot else "")
-    markers = _markers(message)
-    head = f"[#{message.seq}] {name}"
-    if markers:
-        head += f" ({', '.join(markers)})"
-    body = message.text if message.deleted_at is None else f"(deleted; it said: {message.text})"
-    parts = [f"{head}: {body}"]
+    name = sender.label + " [bot]" if sender.is_bot else sender.label
+    if (
+        message.reply_to_seq is None
+        and message.reply_to is None
+        and message.edited_at is None
+        and message.deleted_at is None
+    ):
+        line = f"[#{message.seq}] {name}: {message.text}"
+    else:
+        head = f"[#{message.seq}] {name} ({', '.join(_markers(message))})"
+        body = message.text if message.deleted_at is None else f"(deleted; it said: {message.text})"
+        line = f"{head}: {body}"
+    if not message.attachments and not message.reactions:
+        return line
+    parts = [line]
     for attachment in message.attachments:
-        bits = [attachment.kind]
-        if attachment.name:
-            bits.append(attachment.name)
-        if attachment.size:
-            bits.append(_size(attachment.size))
-        parts.append(f"[attached {', '.join(bits)}]")
+        parts.append(_attachment_line(attachment.kind, attachment.name, attachment.size))
     if message.reactions:
         parts.append(
             "[reactions: " + ", ".join(f"{e} by {who}" for who, e in message.reactions) + "]"
         )
     return "\n".join(parts)
+
+
+#: "[attached ...]" lines by (kind, name, size): a window shows the same files run after run
+_ATTACHMENT_LINES: dict[tuple[str, str | None, int | None], str] = {}
+
+
+def _attachment_line(kind: str, name: str | None, size: int | None) -> str:
+    key = (kind, name, size)
+    line = _ATTACHMENT_LINES.get(key)
+    if line is None:
+        bits = [kind]
+        if name:
+            bits.append(name)
+        if size:
+            bits.append(_size(size))
+        line = f"[attached {', '.join(bits)}]"
+        if len(_ATTACHMENT_LINES) >= 1024:
+            del _ATTACHMENT_LINES[next(iter(_ATTACHMENT_LINES))]  # the oldest: bounded, FIFO
+        _ATTACHMENT_LINES[key] = line
+    return line
 
 
 def _own_line(message: Message) -> str:

@@ -168,7 +168,7 @@ class RunBuilder:
         rows = await self.store.window(conversation_id, self.window.messages, upto)
         rows = _trim_to_chars(rows, self.window.chars)
         me = self.me()
-        messages = tuple(format_message(m, me) for m in rows)
+        messages = tuple([format_message(m, me) for m in rows])
         trigger = next((m for m in reversed(rows) if m.seq == trigger_seq), None)
         if trigger is None and trigger_seq:
             trigger = await self.store.message(conversation_id, trigger_seq)
