@@ -3,7 +3,16 @@
 Conversations of `--history` stored messages (real-shaped Telegram updates)
 get one run each, one at a time, with a no-op agent and a window of 50
 messages; the time from asking for the run to the switchboard being idle
-again is the framework's cost of a run. Prints min and median over all runs.
+again is the framework's cost of a run. Prints min and median over all runs,
+and beside them a same-run reference: plain apsw reading a 50-row window of
+another conversation (every column, the store's own query and connection)
+just before each run, so the ratio holds on a loaded machine where the
+absolute figures swing.
+
+The agent answers without awaiting anything, so the typing indicator the
+Telegram adapter would send (to a closed loopback port here) never goes out:
+its task is made and cancelled inside the run, as in production for such an
+agent. The bench counts typing calls and prints them (0 expected).
 
     uv run python bench/runs.py [--conversations N] [--history N] [--json]
 """
@@ -20,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from backchannel import Binding, Run, Switchboard
+from backchannel.model import Address
 from backchannel.runs import WindowSettings
 from backchannel.runtime import tune_gc
 from backchannel.store import SQLiteStore
+from backchannel.store.rows import MESSAGE_COLUMNS
 from figures import bench_parser, emit
 from telegram_updates import ACCOUNT, make_adapter, message_shapes, updates
 
@@ -34,6 +45,8 @@ async def _noop(run: Run) -> None:
 async def measure(conversations: int, history: int, rounds: int) -> dict[str, Any]:
     window = 50
     took: list[float] = []
+    reference: list[float] = []
+    typing_calls = 0
     seen_window: list[int] = []
 
     async def agent(run: Run) -> None:
@@ -50,8 +63,27 @@ async def measure(conversations: int, history: int, rounds: int) -> dict[str, An
         while batch := list(islice(stream, 500)):
             await context.ingest_many(batch)
         ids = [c.id for c in await board.store.conversations(limit=conversations)]
+        real_typing = adapter.typing
+
+        async def counted_typing(address: Address) -> None:
+            nonlocal typing_calls
+            typing_calls += 1
+            await real_typing(address)
+
+        adapter.typing = counted_typing  # type: ignore[method-assign]
+        db = board.store.db
+        window_sql = (
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq <= ?"
+            " AND held = 0 ORDER BY seq DESC LIMIT ?"
+        )
         for _ in range(rounds):
-            for conversation_id in ids:
+            for number, conversation_id in enumerate(ids):
+                # another conversation's window: reading this one would warm the caches for
+                # the run
+                other = ids[(number + len(ids) // 2) % len(ids)]
+                started = time.perf_counter()
+                db.execute(window_sql, (other, 2**62, window)).fetchall()
+                reference.append(time.perf_counter() - started)
                 started = time.perf_counter()
                 board.scheduler.poke(conversation_id, ACCOUNT)
                 await board.wait_idle()
@@ -63,6 +95,11 @@ async def measure(conversations: int, history: int, rounds: int) -> dict[str, An
         "window": statistics.median(seen_window),
         "min_us": min(took) * 1e6,
         "median_us": statistics.median(took) * 1e6,
+        "reference_min_us": min(reference) * 1e6,
+        "reference_median_us": statistics.median(reference) * 1e6,
+        "ratio_min": min(took) / min(reference),
+        "ratio_median": statistics.median(took) / statistics.median(reference),
+        "typing_calls": typing_calls,
         "load": os.getloadavg()[0],
     }
 
@@ -75,6 +112,14 @@ def report(figures: dict[str, Any]) -> None:
     print(
         f"  framework overhead per run   min {figures['min_us']:.0f} µs"
         f"   median {figures['median_us']:.0f} µs"
+    )
+    print(
+        f"  reference: apsw reads the window   min {figures['reference_min_us']:.0f} µs"
+        f"   median {figures['reference_median_us']:.0f} µs"
+    )
+    print(
+        f"  run / reference   min {figures['ratio_min']:.2f}×   median {figures['ratio_median']:.2f}×"
+        f"   (typing indicator calls: {figures['typing_calls']})"
     )
 
 

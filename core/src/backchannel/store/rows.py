@@ -162,7 +162,7 @@ def conversation_row(row: Sequence[Any]) -> Conversation:
         visible_count=row[9],
         held_count=row[10],
         created_at=row[11],
-        meta=json.loads(row[12] or "{}"),
+        meta=json_value(row[12]) if row[12] else {},
         active_at=row[13],
     )
 
@@ -258,7 +258,7 @@ def _message_of(row: Sequence[Any], sender: Sender) -> Message:
     _set_reply_to(message, row[10])
     _set_reply_to_seq(message, row[11])
     _set_mentions_me(message, bool(row[12]))
-    _set_attachments(message, _attachments_of(row[13]) if row[13] else ())
+    _set_attachments(message, attachments_of(row[13]) if row[13] else ())
     _set_edited_at(message, row[15])
     _set_deleted_at(message, row[16])
     _set_held(message, bool(row[17]))
@@ -266,19 +266,22 @@ def _message_of(row: Sequence[Any], sender: Sender) -> Message:
     _set_status(message, row[19])
     _set_status_reason(message, row[20])
     _set_event_id(message, row[3])
-    _set_reactions(
-        message, tuple((str(r[0]), str(r[1])) for r in json.loads(row[21])) if row[21] else ()
-    )
+    _set_reactions(message, reactions_of(row[21]) if row[21] else ())
     # meta: a fresh dict, callers may change it
-    _set_meta(message, _json_value(row[22]) if row[22] else {})
+    _set_meta(message, json_value(row[22]) if row[22] else {})
     return message
+
+
+def reactions_of(text: str) -> tuple[tuple[str, str], ...]:
+    """The `reactions` column's (who, emoji) pairs."""
+    return tuple((str(r[0]), str(r[1])) for r in json.loads(text))
 
 
 #: the decoder's scanner (C): one JSON value at an index -> (value, end); typeshed omits it
 _scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
-def _json_value(text: str) -> Any:
+def json_value(text: str) -> Any:
     """json.loads(text) without its wrappers (the C scanner alone), for text json.dumps wrote."""
     try:
         value, end = _scan_json(text, 0)
@@ -294,7 +297,8 @@ def _json_value(text: str) -> Any:
 _ATTACHMENTS: dict[str, tuple[Attachment, ...]] = {}
 
 
-def _attachments_of(text: str) -> tuple[Attachment, ...]:
+def attachments_of(text: str) -> tuple[Attachment, ...]:
+    """The `attachments` column's values (shared: Attachment values are immutable)."""
     found = _ATTACHMENTS.get(text)
     if found is None:
         found = tuple(Attachment(**a) for a in json.loads(text))

@@ -634,13 +634,24 @@ class SQLiteStore(SQLiteAsks, Store):
     async def window(
         self, conversation_id: int, limit: int, upto_seq: int | None = None
     ) -> list[Message]:
+        return message_rows(await self.window_rows(conversation_id, limit, upto_seq))
+
+    async def window_rows(
+        self, conversation_id: int, limit: int, upto_seq: int | None = None
+    ) -> list[tuple[Any, ...]]:
+        """`window` as the rows themselves (`MESSAGE_COLUMNS`, oldest first), not Messages.
+
+        Not part of `Store`: a run formats its window straight from these
+        (RunBuilder uses it where a store has it), building Messages only for
+        the few it hands on.
+        """
         rows = self.db.execute(
             f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq <= ?"
             " AND held = 0 ORDER BY seq DESC LIMIT ?",
             (conversation_id, upto_seq if upto_seq is not None else 2**62, limit),
         ).fetchall()
         rows.reverse()
-        return message_rows(rows)
+        return rows
 
     async def history(self, conversation_id: int, before_seq: int, limit: int) -> list[Message]:
         return await self.window(conversation_id, limit, before_seq - 1)
