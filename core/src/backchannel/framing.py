@@ -153,7 +153,7 @@ def _markers(
 def _inbound_line(message: Message) -> str:
     return inbound_line(
         message.seq,
-        message.sender,
+        speaker(message.sender),
         message.text,
         message.reply_to_seq,
         message.reply_to,
@@ -164,9 +164,14 @@ def _inbound_line(message: Message) -> str:
     )
 
 
+def speaker(sender: Sender) -> str:
+    """How a message from `sender` names them in the transcript: label, and [bot] for bots."""
+    return sender.label + " [bot]" if sender.is_bot else sender.label
+
+
 def inbound_line(
     seq: int,
-    sender: Sender,
+    name: str,
     text: str,
     reply_to_seq: int | None,
     reply_to: str | None,
@@ -177,11 +182,11 @@ def inbound_line(
 ) -> str:
     """The transcript line of a message from someone else (format_message's "user" content).
 
-    Field by field, so a run can format its window straight from the store's rows.
+    Field by field, so a run can format its window straight from the store's rows;
+    `name` is `speaker(sender)`.
     """
     # a run formats its whole window each time: the common message (no markers, no
     # attachment, no reaction) is one f-string
-    name = sender.label + " [bot]" if sender.is_bot else sender.label
     if reply_to_seq is None and reply_to is None and edited_at is None and deleted_at is None:
         line = f"[#{seq}] {name}: {text}"
     else:

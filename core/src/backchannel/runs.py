@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from attrs import define, field, frozen
 
-from .framing import default_framing, format_message, inbound_line, own_line
+from .framing import default_framing, format_message, inbound_line, own_line, speaker
 from .model import Conversation, Message, Sender
 from .secrets import redact
 from .store.rows import attachments_of, json_value, message_row, reactions_of
@@ -263,45 +263,47 @@ class _RowWindow:
     def __init__(self, rows: list[tuple[Any, ...]]):
         self.rows = rows
         self.count = len(rows)
-        self._senders: dict[tuple[Any, ...], Sender] = {}
+        #: (sender_id, sender_name, sender_handle, sender_is_bot) -> (Sender, speaker name)
+        self._senders: dict[tuple[Any, ...], tuple[Sender, str]] = {}
 
-    def _sender(self, row: tuple[Any, ...]) -> Sender:
-        key = (row[4], row[5], row[6], row[7])
-        sender = self._senders.get(key)
-        if sender is None:
-            sender = self._senders[key] = Sender(row[4], row[5], row[6], bool(row[7]))
-        return sender
+    def _sender(self, row: tuple[Any, ...]) -> tuple[Sender, str]:
+        key = row[4:8]
+        known = self._senders.get(key)
+        if known is None:
+            sender = Sender(row[4], row[5], row[6], bool(row[7]))
+            known = self._senders[key] = (sender, speaker(sender))
+        return known
 
     def lines(self, me: Sender | None) -> tuple[dict[str, str], ...]:
         return tuple([self._line(row) for row in self.rows])
 
     def _line(self, row: tuple[Any, ...]) -> dict[str, str]:
-        if row[2] == "out":
-            meta = json_value(row[22]) if row[22] else None
-            content = own_line(
+        if row[2] != "out":
+            content = inbound_line(
                 row[1],
+                self._sender(row)[1],
                 row[8],
                 row[11],
                 row[10],
                 row[15],
                 row[16],
-                meta.get("origin") if meta else None,
-                row[19],
-                row[20],
+                attachments_of(row[13]) if row[13] else (),
+                reactions_of(row[21]) if row[21] else (),
             )
-            return {"role": "assistant", "content": content}
-        content = inbound_line(
+            return {"role": "user", "content": content}
+        meta = json_value(row[22]) if row[22] else None
+        content = own_line(
             row[1],
-            self._sender(row),
             row[8],
             row[11],
             row[10],
             row[15],
             row[16],
-            attachments_of(row[13]) if row[13] else (),
-            reactions_of(row[21]) if row[21] else (),
+            meta.get("origin") if meta else None,
+            row[19],
+            row[20],
         )
-        return {"role": "user", "content": content}
+        return {"role": "assistant", "content": content}
 
     def message(self, seq: int) -> Message | None:
         row = next((row for row in reversed(self.rows) if row[1] == seq), None)
@@ -327,7 +329,7 @@ class _RowWindow:
         seen: dict[str, Sender] = {}
         for row in self.rows:
             if row[2] == "in":
-                seen[row[4]] = self._sender(row)
+                seen[row[4]] = self._sender(row)[0]
         return list(seen.values())
 
 
