@@ -14,7 +14,12 @@ Telegram adapter would send (to a closed loopback port here) never goes out:
 its task is made and cancelled inside the run, as in production for such an
 agent. The bench counts typing calls and prints them (0 expected).
 
-    uv run python bench/runs.py [--conversations N] [--history N] [--json]
+`--split` also times the parts of each run (the scheduler's conversation read,
+RunBuilder.build, begin_run + finish_run; the rest is the scheduler, the event
+loop and the bench's own wait_idle). Off by default: the timers wrapped around
+those calls add to the headline figure.
+
+    uv run python bench/runs.py [--conversations N] [--history N] [--split] [--json]
 """
 
 from __future__ import annotations
@@ -37,12 +42,26 @@ from backchannel.store.rows import MESSAGE_COLUMNS
 from figures import bench_parser, emit
 from telegram_updates import ACCOUNT, make_adapter, message_shapes, updates
 
+#: the parts --split times
+PARTS = ("conversation", "build", "begin_run", "finish_run")
 
-async def _noop(run: Run) -> None:
-    return None
+
+def _timed(function: Any, spent: list[float]) -> Any:
+    """`function` (async), adding the seconds each call takes to spent[0]."""
+
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await function(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - started
+
+    return timed
 
 
-async def measure(conversations: int, history: int, rounds: int) -> dict[str, Any]:
+async def measure(
+    conversations: int, history: int, rounds: int, split: bool = False
+) -> dict[str, Any]:
     window = 50
     took: list[float] = []
     reference: list[float] = []
@@ -71,6 +90,13 @@ async def measure(conversations: int, history: int, rounds: int) -> dict[str, An
             await real_typing(address)
 
         adapter.typing = counted_typing  # type: ignore[method-assign]
+        spent = {part: [0.0] for part in PARTS}
+        parts: dict[str, list[float]] = {part: [] for part in PARTS}
+        if split:
+            store, builder = board.store, board.accounts[ACCOUNT].builder
+            for part in ("conversation", "begin_run", "finish_run"):
+                setattr(store, part, _timed(getattr(store, part), spent[part]))
+            builder.build = _timed(builder.build, spent["build"])  # type: ignore[method-assign]
         db = board.store.db
         window_sql = (
             f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq <= ?"
@@ -84,10 +110,14 @@ async def measure(conversations: int, history: int, rounds: int) -> dict[str, An
                 started = time.perf_counter()
                 db.execute(window_sql, (other, 2**62, window)).fetchall()
                 reference.append(time.perf_counter() - started)
+                for part in PARTS:
+                    spent[part][0] = 0.0
                 started = time.perf_counter()
                 board.scheduler.poke(conversation_id, ACCOUNT)
                 await board.wait_idle()
                 took.append(time.perf_counter() - started)
+                for part in PARTS:
+                    parts[part].append(spent[part][0])
         await board.stop()
         await adapter.stop()
     return {
@@ -101,6 +131,11 @@ async def measure(conversations: int, history: int, rounds: int) -> dict[str, An
         "ratio_median": statistics.median(took) / statistics.median(reference),
         "typing_calls": typing_calls,
         "load": os.getloadavg()[0],
+        **(
+            {f"{part}_median_us": statistics.median(parts[part]) * 1e6 for part in PARTS}
+            if split
+            else {}
+        ),
     }
 
 
@@ -121,6 +156,13 @@ def report(figures: dict[str, Any]) -> None:
         f"  run / reference   min {figures['ratio_min']:.2f}×   median {figures['ratio_median']:.2f}×"
         f"   (typing indicator calls: {figures['typing_calls']})"
     )
+    if "build_median_us" in figures:
+        named = sum(figures[f"{part}_median_us"] for part in PARTS)
+        print(
+            "  split (medians): "
+            + "   ".join(f"{part} {figures[f'{part}_median_us']:.0f} µs" for part in PARTS)
+            + f"   rest ~{figures['median_us'] - named:.0f} µs"
+        )
 
 
 def main() -> None:
@@ -128,9 +170,10 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--history", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--split", action="store_true", help="also time the parts of a run")
     args = parser.parse_args()
     tune_gc()  # as `serve` does once started
-    figures = asyncio.run(measure(args.conversations, args.history, args.rounds))
+    figures = asyncio.run(measure(args.conversations, args.history, args.rounds, args.split))
     emit(figures, args.json, report)
 
 
