@@ -265,6 +265,8 @@ class _RowWindow:
         self.count = len(rows)
         #: (sender_id, sender_name, sender_handle, sender_is_bot) -> (Sender, speaker name)
         self._senders: dict[tuple[Any, ...], tuple[Sender, str]] = {}
+        #: sender id -> latest Sender of the inbound rows, as `lines` met them
+        self._seen: dict[str, Sender] | None = None
 
     def _sender(self, row: tuple[Any, ...]) -> tuple[Sender, str]:
         key = row[4:8]
@@ -275,13 +277,17 @@ class _RowWindow:
         return known
 
     def lines(self, me: Sender | None) -> tuple[dict[str, str], ...]:
+        self._seen = {}
         return tuple([self._line(row) for row in self.rows])
 
     def _line(self, row: tuple[Any, ...]) -> dict[str, str]:
         if row[2] != "out":
+            sender, name = self._sender(row)
+            if self._seen is not None:
+                self._seen[row[4]] = sender
             content = inbound_line(
                 row[1],
-                self._sender(row)[1],
+                name,
                 row[8],
                 row[11],
                 row[10],
@@ -326,11 +332,10 @@ class _RowWindow:
         return None if row is None else message_row(row)
 
     def participants(self) -> list[Sender]:
-        seen: dict[str, Sender] = {}
-        for row in self.rows:
-            if row[2] == "in":
-                seen[row[4]] = self._sender(row)[0]
-        return list(seen.values())
+        if self._seen is None:
+            self.lines(None)  # they are met while making the lines
+        assert self._seen is not None
+        return list(self._seen.values())
 
 
 def _trim_rows(rows: list[tuple[Any, ...]], limit: int) -> list[tuple[Any, ...]]:
