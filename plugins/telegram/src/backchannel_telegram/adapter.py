@@ -104,6 +104,8 @@ class TelegramAdapter:
         #: the configured commands; those from getMyCommands join them at start
         self._configured_commands = frozenset(c.strip().lstrip("/").lower() for c in commands)
         self._commands = self._configured_commands
+        #: who normalize is told the bot is (rebuilt when username or commands change)
+        self._identity = BotIdentity(self._token.bot_id, self._username, self._commands)
         self._api = BotApi(self._token, self.api_base, self.request_timeout)
         self._pacer = Pacer(self.pacing)
         self._ctx: AdapterContext | None = None
@@ -178,8 +180,13 @@ class TelegramAdapter:
         this process has seen that message (received or sent), the reaction is
         placed in its topic.
         """
-        identity = BotIdentity(self._token.bot_id, self._username, self._commands)
-        event = normalize_update(raw, self.account, identity, self._aliases)
+        identity = self._identity
+        if identity.username != self._username or identity.commands is not self._commands:
+            # getMe and getMyCommands may have taught us more since the last update
+            identity = BotIdentity(self._token.bot_id, self._username, self._commands)
+            self._identity = identity
+        aliases = self._aliases if self._migrated else None
+        event = normalize_update(raw, self.account, identity, aliases)
         if event is None or event.platform_message_id is None:
             return event
         key = (event.address.chat, event.platform_message_id)

@@ -96,23 +96,30 @@ def normalize_update(
     (a supergroup to the group it was upgraded from). Raise NormalizeError
     naming the offending field when the update is malformed.
     """
-    aliases = chat_aliases or {}
-    if not _is_mapping(update):
+    # Hot path (every update a bot receives): the usual shapes -- dicts from a
+    # JSON decoder, int ids -- are recognised with `type(x) is ...` and take
+    # no helper call; anything else goes through the helpers that check it.
+    if type(update) is not dict and not _is_mapping(update):
         raise NormalizeError("an update must be a JSON object", where="update")
-    update_id = _opt_int(update.get("update_id"))
-    if update_id is None:
-        raise NormalizeError(
-            f"missing or non-integer update_id: {update.get('update_id')!r}", where="update_id"
-        )
+    update_id = update.get("update_id")
+    if type(update_id) is not int:
+        update_id = _opt_int(update_id)
+        if update_id is None:
+            raise NormalizeError(
+                f"missing or non-integer update_id: {update.get('update_id')!r}",
+                where="update_id",
+            )
     for field_name, kind in _MESSAGE_KINDS.items():
         if field_name in update:
-            message = _mapping(update[field_name], field_name)
+            message = update[field_name]
+            if type(message) is not dict:
+                message = _mapping(message, field_name)
             return _message_event(
-                update, update_id, message, field_name, kind, account, bot, aliases
+                update, update_id, message, field_name, kind, account, bot, chat_aliases
             )
     if "message_reaction" in update:
         reaction = _mapping(update["message_reaction"], "message_reaction")
-        return _reaction_event(update_id, update, reaction, account, bot, aliases)
+        return _reaction_event(update_id, update, reaction, account, bot, chat_aliases or {})
     return None
 
 
@@ -150,69 +157,109 @@ def _message_event(
     kind: EventKind,
     account: str,
     bot: BotIdentity,
-    aliases: Mapping[str, str],
+    aliases: Mapping[str, str] | None,
 ) -> Event | None:
-    message_id = _int(message.get("message_id"), f"{where}.message_id")
-    chat = _mapping(message.get("chat"), f"{where}.chat")
-    chat_id = _int(chat.get("id"), f"{where}.chat.id")
-    date = _int(message.get("date"), f"{where}.date")
-    author = message.get("from")
+    # Checks run in a fixed order (ids, chat, date, from, text, sender,
+    # attachments): a payload with several faults is always reported by the first.
+    get = message.get
+    message_id = get("message_id")
+    if type(message_id) is not int:
+        message_id = _int(message_id, f"{where}.message_id")
+    chat = get("chat")
+    if type(chat) is not dict:
+        chat = _mapping(chat, f"{where}.chat")
+    chat_id = chat.get("id")
+    if type(chat_id) is not int:
+        chat_id = _int(chat_id, f"{where}.chat.id")
+    date = get("date")
+    if type(date) is not int:
+        date = _int(date, f"{where}.date")
+    author = get("from")
+    author_id: str | None = None
     if author is not None:
-        author = _mapping(author, f"{where}.from")
-        if bot.id is not None and _id_text(author.get("id")) == bot.id:
+        if type(author) is not dict:
+            author = _mapping(author, f"{where}.from")
+        raw_author_id = author.get("id")
+        author_id = str(raw_author_id) if type(raw_author_id) is int else _id_text(raw_author_id)
+        if bot.id is not None and author_id == bot.id:
             return None
-    if _CONTENT_FIELD_SET.isdisjoint(message.keys()):
+    if _CONTENT_FIELD_SET.isdisjoint(message):
         return None  # a service message: members joined, a pin, a topic created, a migration, ...
 
-    text, entities = _text_and_entities(message, where)
-    address, conversation_kind = _address(message, chat_id, _chat_type(chat), account, aliases)
-    meta: dict[str, Any] = {"update_id": update_id, "chat_type": _chat_type(chat)}
-    if address.chat != str(chat_id):
+    if "text" in message:
+        text, entities_key = message["text"], "entities"
+        if type(text) is not str and not isinstance(text, str):
+            raise NormalizeError(
+                f"expected a string, got {type(text).__name__}", where=f"{where}.text"
+            )
+    else:
+        text, entities_key = get("caption", ""), "caption_entities"
+        if type(text) is not str and not isinstance(text, str):
+            raise NormalizeError(
+                f"expected a string, got {type(text).__name__}", where=f"{where}.caption"
+            )
+    entities = get(entities_key) or None
+    if entities is not None and not isinstance(entities, list):
+        raise NormalizeError("expected a list", where=f"{where}.{entities_key}")
+
+    chat_type = chat.get("type")
+    if type(chat_type) is not str:
+        chat_type = _chat_type(chat)
+    chat_text = str(chat_id)
+    filed_under = aliases.get(chat_text, chat_text) if aliases else chat_text
+    in_topic = get("is_topic_message") is True
+    thread = _opt_int(get("message_thread_id")) if in_topic else None
+    conversation_kind: ConversationKind
+    if thread is not None:
+        address, conversation_kind = Address(account, filed_under, str(thread)), "thread"
+    else:
+        address = Address(account, filed_under)
+        conversation_kind = "direct" if chat_type == "private" else "group"
+    meta: dict[str, Any] = {"update_id": update_id, "chat_type": chat_type}
+    if address.chat != chat_text:
         meta["chat_id"] = chat_id
         meta["migrated_from_chat_id"] = _opt_int(address.chat)
-    for key in ("media_group_id", "author_signature"):
-        if key in message:
-            meta[key] = message[key]
+    if "media_group_id" in message:
+        meta["media_group_id"] = message["media_group_id"]
+    if "author_signature" in message:
+        meta["author_signature"] = message["author_signature"]
     if "forward_origin" in message or "forward_date" in message:
         meta["forwarded"] = True
     sent_at = float(date)
-    edited_at = _opt_int(message.get("edit_date"))
-    if kind == "edit" and edited_at is not None:
-        sent_at = float(edited_at)
-    reply_to = _reply_target(message)
+    if kind == "edit":
+        edited_at = _opt_int(get("edit_date"))
+        if edited_at is not None:
+            sent_at = float(edited_at)
+    reply_to = None if get("reply_to_message") is None else _reply_target(message)
+    sender = _sender(message, chat_id, chat, chat_type, where, author, author_id)
+    mentions_me = entities is not None and _mentions_bot(
+        text, entities, bot, private=conversation_kind == "direct"
+    )
+    if not mentions_me and reply_to is not None and bot.id is not None:
+        mentions_me = _replies_to_bot(message, bot)
+    if _ATTACHMENT_FIELDS.isdisjoint(message):
+        attachments: Sequence[Attachment] = ()  # plain text, the usual case
+    else:
+        attachments = _attachments(message, where)
+    title = chat.get("title")
+    if type(title) is not str or not title:
+        title = _title(chat)
     return Event(
         address=address,
         event_id=str(update_id),
-        sender=_sender(message, chat_id, chat, where),
+        sender=sender,
         kind=kind,
         text=text,
         platform_message_id=str(message_id),
         reply_to=reply_to,
-        mentions_me=_mentions_bot(text, entities, bot, private=conversation_kind == "direct")
-        or _replies_to_bot(message, bot),
-        attachments=_attachments(message, where),
+        mentions_me=mentions_me,
+        attachments=attachments,
         sent_at=sent_at,
         conversation_kind=conversation_kind,
-        conversation_title=_title(chat),
+        conversation_title=title,
         meta=meta,
         raw=update,
     )
-
-
-def _address(
-    message: Mapping[str, Any],
-    chat_id: int,
-    chat_type: str,
-    account: str,
-    aliases: Mapping[str, str],
-) -> tuple[Address, ConversationKind]:
-    filed_under = aliases.get(str(chat_id), str(chat_id))
-    thread = _opt_int(message.get("message_thread_id"))
-    if message.get("is_topic_message") is True and thread is not None:
-        return Address(account, filed_under, str(thread)), "thread"
-    if chat_type == "private":
-        return Address(account, filed_under), "direct"
-    return Address(account, filed_under), "group"
 
 
 def _chat_type(chat: Mapping[str, Any]) -> str:
@@ -232,55 +279,50 @@ def _title(chat: Mapping[str, Any]) -> str | None:
 
 
 def _sender(
-    message: Mapping[str, Any], chat_id: int, chat: Mapping[str, Any], where: str
+    message: Mapping[str, Any],
+    chat_id: int,
+    chat: Mapping[str, Any],
+    chat_type: str,
+    where: str,
+    author: Mapping[str, Any] | None,
+    author_id: str | None,
 ) -> Sender:
+    """Return who wrote `message`; `author` is its checked ``from`` and `author_id` that id."""
     # Anonymous admins and channels posting into a group speak as `sender_chat`;
     # `from` is then a placeholder bot (GroupAnonymousBot, Channel_Bot).
-    signature = _opt_str(message.get("author_signature"))
     sender_chat = message.get("sender_chat")
-    if _is_mapping(sender_chat) and _id_text(sender_chat.get("id")) is not None:
-        name = signature or _opt_str(sender_chat.get("title")) or ""
-        handle = _opt_str(sender_chat.get("username"))
-        return Sender(str(_id_text(sender_chat["id"])), name, handle, is_bot=False)
-    author = message.get("from")
-    if _is_mapping(author):
-        author_id = _id_text(author.get("id"))
+    if sender_chat is not None and _is_mapping(sender_chat):
+        chat_sender_id = _id_text(sender_chat.get("id"))
+        if chat_sender_id is not None:
+            signature = _opt_str(message.get("author_signature"))
+            name = signature or _opt_str(sender_chat.get("title")) or ""
+            handle = _opt_str(sender_chat.get("username"))
+            return Sender(chat_sender_id, name, handle, is_bot=False)
+    if author is not None:
         if author_id is None:
             raise NormalizeError("sender has no id", where=f"{where}.from.id")
-        return Sender(
-            author_id,
-            _full_name(author),
-            _opt_str(author.get("username")),
-            is_bot=author.get("is_bot") is True,
-        )
-    if _chat_type(chat) == "channel" and signature:
+        handle = author.get("username")
+        if handle is not None and not isinstance(handle, str):
+            handle = None
+        return Sender(author_id, _full_name(author), handle, is_bot=author.get("is_bot") is True)
+    signature = _opt_str(message.get("author_signature"))
+    if chat_type == "channel" and signature:
         # a signed post with no sender_chat: its author's signature, in the channel's name
         return Sender(str(chat_id), signature, _opt_str(chat.get("username")))
-    if _chat_type(chat) == "channel":
+    if chat_type == "channel":
         return Sender.unknown()  # an unsigned post that names no sender (see Sender.unknown)
     raise NormalizeError("message has neither from nor sender_chat", where=f"{where}.from")
 
 
 def _full_name(person: Mapping[str, Any]) -> str:
-    parts = (_opt_str(person.get("first_name")), _opt_str(person.get("last_name")))
+    first, last = person.get("first_name"), person.get("last_name")
+    if type(first) is str:  # the usual case: a first name, perhaps a last name
+        if last is None or last == "":
+            return first
+        if type(last) is str:
+            return f"{first} {last}" if first else last
+    parts = (_opt_str(first), _opt_str(last))
     return " ".join(part for part in parts if part)
-
-
-def _text_and_entities(
-    message: Mapping[str, Any], where: str
-) -> tuple[str, Sequence[Mapping[str, Any]]]:
-    if "text" in message:
-        text, text_key, entities_key = message["text"], "text", "entities"
-    else:
-        text, text_key, entities_key = message.get("caption", ""), "caption", "caption_entities"
-    if not isinstance(text, str):
-        raise NormalizeError(
-            f"expected a string, got {type(text).__name__}", where=f"{where}.{text_key}"
-        )
-    entities = message.get(entities_key) or []
-    if not isinstance(entities, list):
-        raise NormalizeError("expected a list", where=f"{where}.{entities_key}")
-    return text, [e for e in entities if _is_mapping(e)]
 
 
 def _reply_target(message: Mapping[str, Any]) -> str | None:
@@ -300,7 +342,7 @@ def _reply_target(message: Mapping[str, Any]) -> str | None:
 
 
 def _mentions_bot(
-    text: str, entities: Sequence[Mapping[str, Any]], bot: BotIdentity, *, private: bool = False
+    text: str, entities: Sequence[Any], bot: BotIdentity, *, private: bool = False
 ) -> bool:
     """Say whether the message addresses the bot: @bot, a text mention, /cmd@bot, or a
     bare /cmd that is one of the bot's own commands (any bare /cmd in a private chat).
@@ -310,6 +352,8 @@ def _mentions_bot(
     """
     handle = f"@{bot.username}".lower() if bot.username else None
     for entity in entities:
+        if not _is_mapping(entity):
+            continue
         kind = entity.get("type")
         if kind == "text_mention":
             user = entity.get("user")
@@ -341,8 +385,6 @@ def _replies_to_bot(message: Mapping[str, Any], bot: BotIdentity) -> bool:
 
 
 def _attachments(message: Mapping[str, Any], where: str) -> list[Attachment]:
-    if _ATTACHMENT_FIELDS.isdisjoint(message.keys()):
-        return []  # plain text, the usual case: none of the twenty lookups below can match
     found: list[Attachment] = []
     photo = message.get("photo")
     if isinstance(photo, list) and photo:
@@ -352,11 +394,13 @@ def _attachments(message: Mapping[str, Any], where: str) -> list[Attachment]:
     # An animation message also carries `document` for old clients: report it once.
     file_kinds = ("animation", "video", "audio", "voice", "video_note", "sticker")
     for kind in file_kinds:
-        if _is_mapping(message.get(kind)):
-            found.append(_file(kind, message[kind], f"{where}.{kind}"))
+        item = message.get(kind)
+        if item is not None and _is_mapping(item):
+            found.append(_file(kind, item, f"{where}.{kind}"))
     if _is_mapping(message.get("document")) and "animation" not in message:
         found.append(_file("document", message["document"], f"{where}.document"))
-    found.extend(_shared_things(message))
+    if not _SHARED_FIELDS.isdisjoint(message):
+        found.extend(_shared_things(message))
     return found
 
 
@@ -401,6 +445,12 @@ _ATTACHMENT_FIELDS = frozenset(
         "story",
         "paid_media",
     }
+)
+
+
+#: every key _shared_things looks at
+_SHARED_FIELDS = frozenset(
+    {"contact", "venue", "location", "dice", "poll", "game", "checklist", "story", "paid_media"}
 )
 
 
