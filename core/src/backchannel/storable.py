@@ -41,37 +41,37 @@ def storable_event(event: Event, account: str) -> Event | str:
     if address.account != account:
         return f"event address names account {address.account!r}"
     sender = event.sender
-    # the model's converters make ids text
-    ids = (
-        address.chat,
-        address.thread,
-        event.event_id,
-        sender.id,
-        event.platform_message_id,
-        event.reply_to,
-    )
-    title = event.conversation_title
+    thread, message_id, reply_to = address.thread, event.platform_message_id, event.reply_to
+    title, handle = event.conversation_title, sender.handle
     # The usual case in one pass: every id and text joined, then one isascii() (or,
     # for other scripts, one UTF-8 encode, which fails exactly on a lone surrogate)
     # clears them all; only when that fails is each field looked at on its own.
     try:
         every_text: str | None = "".join(
             (
-                *[i for i in ids if i is not None],
+                address.chat,
+                "" if thread is None else thread,
+                event.event_id,
+                sender.id,
+                "" if message_id is None else message_id,
+                "" if reply_to is None else reply_to,
                 event.text,
                 "" if title is None else title,
                 sender.name,
-                "" if sender.handle is None else sender.handle,
+                "" if handle is None else handle,
             )
         )
     except TypeError:
         every_text = None  # something is not text: the field by field checks say what
     texts_clean = every_text is not None and (every_text.isascii() or _encodes(every_text))
-    if not texts_clean and not "".join(i for i in ids if i is not None).isascii():
-        for label, value in zip(_ID_LABELS, ids, strict=True):
-            problem = _id_problem(label, value)
-            if problem is not None:
-                return problem
+    if not texts_clean:
+        # the model's converters make ids text; one isascii() clears them all in the usual case
+        ids = (address.chat, thread, event.event_id, sender.id, message_id, reply_to)
+        if not "".join(i for i in ids if i is not None).isascii():
+            for label, value in zip(_ID_LABELS, ids, strict=True):
+                problem = _id_problem(label, value)
+                if problem is not None:
+                    return problem
     if event.kind not in _KINDS:
         return f"event kind must be one of {sorted(_KINDS)}, not {event.kind!r}"
     if event.conversation_kind not in _CONVERSATION_KINDS:
@@ -110,7 +110,7 @@ def storable_event(event: Event, account: str) -> Event | str:
             return attachments
         if attachments is not event.attachments:
             changes["attachments"] = attachments
-    if event.meta:
+    if event.meta and not _flat_plain(event.meta):
         meta = _storable_meta(event.meta)
         if isinstance(meta, str):
             return meta

@@ -189,14 +189,14 @@ class TelegramAdapter:
         event = normalize_update(raw, self.account, identity, aliases)
         if event is None or event.platform_message_id is None:
             return event
-        key = (event.address.chat, event.platform_message_id)
-        if event.kind == "reaction" and event.address.thread is None:
-            thread = self._topics.get(key)
+        chat, thread = event.address.chat, event.address.thread
+        if event.kind == "reaction" and thread is None:
+            thread = self._topics.get((chat, event.platform_message_id))
             if thread is not None:
-                address = Address(self.account, event.address.chat, thread)
+                address = Address(self.account, chat, thread)
                 return evolve(event, address=address, conversation_kind="thread")
-        elif event.address.thread is not None:
-            self._topics.remember(key, event.address.thread)
+        elif thread is not None:
+            self._topics.remember((chat, event.platform_message_id), thread)
         return event
 
     @property
