@@ -30,7 +30,7 @@ carried into the Event.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeGuard
 
 from attrs import frozen
@@ -386,22 +386,31 @@ def _replies_to_bot(message: Mapping[str, Any], bot: BotIdentity) -> bool:
 
 
 def _attachments(message: Mapping[str, Any], where: str) -> list[Attachment]:
+    """Files first (largest photo, then each file kind), then the things shared by name."""
+    present = _ATTACHMENT_FIELDS.intersection(message)
+    kinds: Iterable[str] = (
+        sorted(present, key=_ATTACHMENT_RANK.__getitem__) if len(present) > 1 else present
+    )
     found: list[Attachment] = []
-    photo = message.get("photo")
-    if isinstance(photo, list) and photo:
-        # PhotoSize variants of one picture, smallest first: keep the largest.
-        largest = photo[-1]
-        found.append(_file("photo", largest, f"{where}.photo", mime="image/jpeg"))
-    # An animation message also carries `document` for old clients: report it once.
-    file_kinds = ("animation", "video", "audio", "voice", "video_note", "sticker")
-    for kind in file_kinds:
-        item = message.get(kind)
-        if item is not None and _is_mapping(item):
+    for kind in kinds:
+        item = message[kind]
+        if kind == "photo":
+            if isinstance(item, list) and item:
+                # PhotoSize variants of one picture, smallest first: keep the largest.
+                found.append(_file("photo", item[-1], f"{where}.photo", mime="image/jpeg"))
+        elif not _is_mapping(item):
+            continue  # every other kind is an object; anything else is not one
+        elif kind in _FILE_KINDS:
             found.append(_file(kind, item, f"{where}.{kind}"))
-    if _is_mapping(message.get("document")) and "animation" not in message:
-        found.append(_file("document", message["document"], f"{where}.document"))
-    if not _SHARED_FIELDS.isdisjoint(message):
-        found.extend(_shared_things(message))
+        elif kind == "document":
+            # An animation message also carries `document` for old clients: report it once.
+            if "animation" not in message:
+                found.append(_file("document", item, f"{where}.document"))
+        elif kind == "location":
+            if not _is_mapping(message.get("venue")):  # a venue names its place itself
+                found.append(Attachment(kind="location", name=_place(item)))
+        else:
+            found.append(_shared_thing(kind, item))
     return found
 
 
@@ -425,68 +434,51 @@ def _file(kind: str, item: Any, where: str, mime: str | None = None) -> Attachme
     )
 
 
-#: every key _attachments and _shared_things look at
-_ATTACHMENT_FIELDS = frozenset(
-    {
-        "photo",
-        "animation",
-        "video",
-        "audio",
-        "voice",
-        "video_note",
-        "sticker",
-        "document",
-        "contact",
-        "venue",
-        "location",
-        "dice",
-        "poll",
-        "game",
-        "checklist",
-        "story",
-        "paid_media",
-    }
+_FILE_KINDS = frozenset({"animation", "video", "audio", "voice", "video_note", "sticker"})
+#: every key _attachments looks at, in the order it reports what it finds
+_ATTACHMENT_ORDER = (
+    "photo",
+    "animation",
+    "video",
+    "audio",
+    "voice",
+    "video_note",
+    "sticker",
+    "document",
+    "contact",
+    "venue",
+    "location",
+    "dice",
+    "poll",
+    "game",
+    "checklist",
+    "story",
+    "paid_media",
 )
+_ATTACHMENT_FIELDS = frozenset(_ATTACHMENT_ORDER)
+_ATTACHMENT_RANK = {kind: rank for rank, kind in enumerate(_ATTACHMENT_ORDER)}
+#: the field naming each shared thing that has a title
+_TITLE_KEYS = {"poll": "question", "game": "title", "checklist": "title"}
 
 
-#: every key _shared_things looks at
-_SHARED_FIELDS = frozenset(
-    {"contact", "venue", "location", "dice", "poll", "game", "checklist", "story", "paid_media"}
-)
-
-
-def _shared_things(message: Mapping[str, Any]) -> list[Attachment]:
-    """Contacts, places, polls, dice, games, stories, checklists, paid media: named, not files."""
-    found: list[Attachment] = []
-    contact = message.get("contact")
-    if _is_mapping(contact):
-        parts = (_full_name(contact), _opt_str(contact.get("phone_number")))
-        found.append(Attachment(kind="contact", name=" ".join(p for p in parts if p) or None))
-    venue = message.get("venue")
-    location = message.get("location")
-    if _is_mapping(venue):
-        found.append(Attachment(kind="venue", name=_venue_name(venue)))
-    elif _is_mapping(location):
-        found.append(Attachment(kind="location", name=_place(location)))
-    dice = message.get("dice")
-    if _is_mapping(dice):
-        value = _opt_int(dice.get("value"))
-        throw = (_opt_str(dice.get("emoji")), None if value is None else str(value))
-        found.append(Attachment(kind="dice", name=" ".join(p for p in throw if p) or None))
-    for kind, title_key in (("poll", "question"), ("game", "title"), ("checklist", "title")):
-        thing = message.get(kind)
-        if _is_mapping(thing):
-            found.append(Attachment(kind=kind, name=_opt_str(thing.get(title_key)) or None))
-    story = message.get("story")
-    if _is_mapping(story):
-        poster = story.get("chat")
-        name = _title(poster) if _is_mapping(poster) else None
-        found.append(Attachment(kind="story", name=name))
-    paid = message.get("paid_media")
-    if _is_mapping(paid):
-        stars = _opt_int(paid.get("star_count"))
-        found.append(Attachment(kind="paid_media", name=None if stars is None else f"{stars} ⭐"))
-    return found
+def _shared_thing(kind: str, thing: Mapping[str, Any]) -> Attachment:
+    """A contact, venue, poll, dice, game, story, checklist or paid media: named, not a file."""
+    if kind == "contact":
+        parts = (_full_name(thing), _opt_str(thing.get("phone_number")))
+        return Attachment(kind="contact", name=" ".join(p for p in parts if p) or None)
+    if kind == "venue":
+        return Attachment(kind="venue", name=_venue_name(thing))
+    if kind == "dice":
+        value = _opt_int(thing.get("value"))
+        throw = (_opt_str(thing.get("emoji")), None if value is None else str(value))
+        return Attachment(kind="dice", name=" ".join(p for p in throw if p) or None)
+    if kind == "story":
+        poster = thing.get("chat")
+        return Attachment(kind="story", name=_title(poster) if _is_mapping(poster) else None)
+    if kind == "paid_media":
+        stars = _opt_int(thing.get("star_count"))
+        return Attachment(kind="paid_media", name=None if stars is None else f"{stars} ⭐")
+    return Attachment(kind=kind, name=_opt_str(thing.get(_TITLE_KEYS[kind])) or None)
 
 
 def _place(location: Mapping[str, Any]) -> str | None:
