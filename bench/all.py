@@ -61,6 +61,8 @@ def main() -> None:
                 targets[shape],
             )
         )
+    for size, ratio in ingest["smaller_transactions"].items():
+        rows.append((f"  (plain apsw itself at {size} a transaction)", "", f"{ratio:.2f}", ""))
     rows.append(
         (
             "  (ceiling events/s, for scale)",

@@ -14,6 +14,10 @@ Agent runs are not inside the window (their debounce outlasts it; the
 runs bench measures them). In each round the ceiling (bench/ceiling.py:
 plain apsw, same rows, same schema, 1,000 rows a transaction) runs first, and
 each shape is reported as its events/s divided by that round's ceiling.
+Plain apsw also runs at 100 and 40 rows a transaction (the most a poll and
+40 webhook connections can put in one commit), and each shape prints the
+events it averaged per transaction: a shape cannot gather more than its
+callers hand over, and a small transaction costs SQLite more per row.
 Prints min and median over rounds; never fails for being slow.
 
     uv run python bench/ingest.py [--events N] [--conversations N] [--rounds N] [--json]
@@ -50,11 +54,20 @@ async def _noop(run: Run) -> None:
 
 
 async def shape_seconds(
-    shape: str, events: int, conversations: int, shapes: list[dict[str, Any]]
+    shape: str,
+    events: int,
+    conversations: int,
+    shapes: list[dict[str, Any]],
+    transactions: list[int] | None = None,
 ) -> tuple[float, float]:
-    """Return the wall and CPU seconds `events` updates take to be committed (fresh store)."""
+    """Return the wall and CPU seconds `events` updates take to be committed (fresh store).
+
+    `transactions`, when given, gets the number of append transactions the shape made.
+    """
     with tempfile.TemporaryDirectory() as folder:
         store = SQLiteStore(Path(folder) / "bench.db")
+        if transactions is not None:
+            _count_transactions(store, transactions)
         board = Switchboard(store)
         await board.start()
         # runs wait out a debounce longer than the window: they are measured on their own
@@ -75,6 +88,18 @@ async def shape_seconds(
     if stats["messages"] != events:
         raise SystemExit(f"{shape}: stored {stats['messages']} messages, not {events}")
     return elapsed
+
+
+def _count_transactions(store: SQLiteStore, into: list[int]) -> None:
+    """Count the store's append transactions into `into` (one element)."""
+    append = store.append_inbound
+    into.append(0)
+
+    async def counted(items: Any) -> Any:
+        into[-1] += 1
+        return await append(items)
+
+    store.append_inbound = counted  # type: ignore[method-assign]
 
 
 async def _poll(context: Any, stream: Iterator[dict[str, Any]]) -> None:
@@ -99,18 +124,36 @@ def measure(events: int, conversations: int, rounds: int) -> dict[str, Any]:
         "rounds": rounds,
         **{name: {"wall": [], "cpu": []} for name in ("ceiling", *SHAPES)},
     }
+    smaller = {size: {"wall": [], "cpu": []} for size in (POLL_LIMIT, WEBHOOK_CONNECTIONS)}
     for _ in range(rounds):
         gc.collect()
         wall, cpu = ceiling_seconds(events, conversations, 1_000, samples)
         figures["ceiling"]["wall"].append(wall)
         figures["ceiling"]["cpu"].append(cpu)
+        # the same rows in the poller's and the webhook's own transaction sizes: what
+        # plain apsw reaches when it may not gather more than they can
+        for size, one in smaller.items():
+            wall, cpu = ceiling_seconds(events, conversations, size, samples)
+            one["wall"].append(wall)
+            one["cpu"].append(cpu)
         for shape in SHAPES:
             gc.collect()
-            wall, cpu = asyncio.run(shape_seconds(shape, events, conversations, shapes))
+            transactions: list[int] = []
+            wall, cpu = asyncio.run(
+                shape_seconds(shape, events, conversations, shapes, transactions)
+            )
             figures[shape]["wall"].append(wall)
             figures[shape]["cpu"].append(cpu)
+            figures[shape].setdefault("per_transaction", []).append(events / transactions[0])
     for shape in SHAPES:
         figures[shape].update(ratios(figures["ceiling"], figures[shape]))
+        figures[shape]["per_transaction"] = statistics.median(figures[shape]["per_transaction"])
+    figures["smaller_transactions"] = {
+        str(size): statistics.median(
+            [c / s for c, s in zip(figures["ceiling"]["wall"], one["wall"], strict=True)]
+        )
+        for size, one in smaller.items()
+    }
     figures["ceiling"]["events_per_second"] = events / statistics.median(figures["ceiling"]["wall"])
     figures["load"] = os.getloadavg()[0]
     return figures
@@ -144,12 +187,19 @@ def report(figures: dict[str, Any]) -> None:
         f"  ceiling (plain apsw, 1,000 a transaction):"
         f" {figures['ceiling']['events_per_second']:,.0f} events/s median"
     )
-    print(f"  {'ratio to the ceiling':<30} {'min':>6} {'median':>7} {'best':>6} {'cpu':>6}")
+    for size, ratio in figures["smaller_transactions"].items():
+        print(
+            f"  plain apsw at {size} a transaction, as a ratio to that ceiling: {ratio:.2f} median"
+        )
+    print(
+        f"  {'ratio to the ceiling':<30} {'min':>6} {'median':>7} {'best':>6} {'cpu':>6}"
+        f" {'events/transaction':>19}"
+    )
     for shape in SHAPES:
         one = figures[shape]
         print(
             f"  {LABELS[shape]:<30} {one['min']:>6.2f} {one['median']:>7.2f}"
-            f" {one['best']:>6.2f} {one['cpu']:>6.2f}"
+            f" {one['best']:>6.2f} {one['cpu']:>6.2f} {one['per_transaction']:>19.0f}"
         )
 
 

@@ -23,6 +23,10 @@ def test_ingest_runs_every_shape_against_the_ceiling() -> None:
     for shape in ingest.SHAPES:
         assert figures[shape]["median"] > 0
         assert figures[shape]["cpu"] > 0
+    # each shape's own transaction size: a poll commits 100 at most, 40 connections 40
+    assert figures["poller"]["per_transaction"] == 100
+    assert figures["webhook"]["per_transaction"] <= 40
+    assert set(figures["smaller_transactions"]) == {"100", "40"}
 
 
 def test_latency_measures_commit_and_agent_percentiles() -> None:

@@ -107,3 +107,53 @@ class TestPostgresStoreContract(StoreContract):
         opened = PostgresStore(postgres_url)
         yield opened
         await opened.close()
+
+
+async def test_a_store_made_before_m008_loses_its_recency_index_and_keeps_the_order(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "bc.db"
+    store = SQLiteStore(path)
+    # as a store migrated before m008 was: the index, and no record of m008
+    store.db.execute("CREATE INDEX conversations_active ON conversations (active_at DESC)")
+    store.db.execute("DELETE FROM _migrations WHERE name = 'm008_no_recency_index'")
+    for number, chat in enumerate(["a", "b", "c"]):
+        await store.append_inbound(
+            [Inbound(make_event(f"e{number}", chat=chat, sent_at=100.0 + number))]
+        )
+    await store.close()
+    store = SQLiteStore(path)
+    indexes = {row[0] for row in store.db.execute("SELECT name FROM sqlite_master")}
+    assert "conversations_active" not in indexes
+    # a message in "a" makes it the most recent again, without the index
+    await store.append_inbound([Inbound(make_event("e9", chat="a", sent_at=200.0))])
+    assert [c.address.chat for c in await store.conversations()] == ["a", "c", "b"]
+    await store.close()
+
+
+async def test_the_stored_inbound_row_is_the_one_both_stores_build(tmp_path: Path) -> None:
+    """SQLite writes a new message's row inline (its hot path); it must equal rows.py's."""
+    from backchannel.model import Attachment, Sender
+    from backchannel.store.rows import MESSAGE_COLUMNS, inbound_message_row
+
+    store = SQLiteStore(tmp_path / "bc.db")
+    first = make_event("m1", "first", sent_at=10.0)
+    reply = make_event(
+        "m2",
+        "second",
+        sent_at=11.0,
+        reply_to="m1",
+        mentions_me=True,
+        sender=Sender("u9", "Bot Nine", "nine", is_bot=True),
+        attachments=(Attachment("photo", "p.jpg", "image/jpeg", 12, "ref-1"),),
+        meta={"chat_type": "group", "n": 1},
+    )
+    await store.append_inbound([Inbound(first, triggers=True)])
+    await store.append_inbound([Inbound(reply, held=True, triggers=True)])
+    stored = list(store.db.execute(f"SELECT {MESSAGE_COLUMNS} FROM messages ORDER BY seq"))
+    conversation_id = stored[0][0]
+    assert stored == [
+        inbound_message_row(conversation_id, 1, first, None, 0, 1),
+        inbound_message_row(conversation_id, 2, reply, 1, 1, 0),
+    ]
+    await store.close()

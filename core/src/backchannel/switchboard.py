@@ -349,7 +349,8 @@ class Switchboard:
         entry = self.accounts.get(account)
         if entry is None:
             raise ConfigError(f"unknown account {account!r}")
-        state = _storable_state(state)
+        if state:
+            state = _storable_state(state)
         counters = self.counters
         counters["ingested"] += 1
         try:
@@ -375,10 +376,14 @@ class Switchboard:
             held, triggers = not policy.may_reach(event), policy.triggers(event)
         else:
             held, triggers = verdict == "held", False
+        busy = self._busy
+        busy.enter()
         try:
-            (appended,) = await self._commit([Inbound(event, held, triggers, state)])
+            (appended,) = await self._group_commit.commit([Inbound(event, held, triggers, state)])
         except RefusedData as error:
             return await self._malformed(account, raw, str(error), state)
+        finally:
+            busy.leave()
         return self._settle(account, event, held, appended)
 
     async def ingest_many(

@@ -303,12 +303,25 @@ def m007_thread_addresses(db: apsw.Connection) -> None:
             )
 
 
+def m008_no_recency_index(db: apsw.Connection) -> None:
+    """Drop the index on `conversations.active_at`.
+
+    Every stored message moves its conversation's entry in that index (a
+    delete on a leaf page anywhere, an insert on the newest one), which cost
+    a third of a 100-event transaction's writes. What reads it (the operator's
+    and the agents' "most recent conversations" lists) is rare; a scan of the
+    conversations table with a top-N sort serves it.
+    """
+    db.execute("DROP INDEX IF EXISTS conversations_active")
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_visible_index_and_orphan_edits,
     m003_orchestration,
     m006_asks,
     m007_thread_addresses,
+    m008_no_recency_index,
 ]
 
 

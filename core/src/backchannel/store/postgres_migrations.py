@@ -234,12 +234,24 @@ async def pg007_thread_addresses(connection: Any) -> None:
             )
 
 
+async def pg008_no_recency_index(connection: Any) -> None:
+    """Drop the index on `conversations.active_at`, as SQLite's m008_no_recency_index does.
+
+    Every stored message changes its conversation's `active_at`; with that
+    column indexed, PostgreSQL can never update the row in place (a HOT
+    update) and writes an index entry per message. The rare "most recent
+    conversations" lists sort a scan instead.
+    """
+    await connection.execute("DROP INDEX IF EXISTS conversations_active")
+
+
 PG_MIGRATIONS: list[Migration] = [
     pg001_initial,
     pg002_orchestration,
     pg002_workers,
     pg006_asks,
     pg007_thread_addresses,
+    pg008_no_recency_index,
 ]
 
 

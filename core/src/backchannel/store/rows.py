@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from attrs import define, field
@@ -96,10 +96,44 @@ def first(cursor: Any) -> Any:
     return rows[0][0]
 
 
+def _make_dump_json() -> Callable[[Any], str]:
+    """Return a function that gives exactly `json.dumps(value)`, made once instead of per call.
+
+    `json.dumps` builds a new C encoder for every value; every stored message
+    encodes its meta (and its attachments), so the encoder is built once here.
+    A value it cannot encode raises as `json.dumps` would, and the encoder is
+    then rebuilt (its circular-reference markers may hold stale entries).
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # an interpreter without the C accelerator
+        return json.dumps
+    default = json.JSONEncoder().default
+    ascii_text = json.encoder.encode_basestring_ascii
+
+    def build() -> Any:
+        return make({}, default, ascii_text, None, ": ", ", ", False, False, True)
+
+    encoder = build()
+
+    def dump_json(value: Any) -> str:
+        nonlocal encoder
+        try:
+            return "".join(encoder(value, 0))
+        except BaseException:
+            encoder = build()
+            raise
+
+    return dump_json
+
+
+#: `json.dumps(value)`, faster for the many small values the append path encodes
+dump_json = _make_dump_json()
+
+
 def dump_attachments(attachments: Sequence[Attachment]) -> str | None:
     if not attachments:
         return None
-    return json.dumps(
+    return dump_json(
         [
             {"kind": a.kind, "name": a.name, "mime": a.mime, "size": a.size, "ref": a.ref}
             for a in attachments
@@ -146,7 +180,7 @@ def inbound_message_row(
 
 def dump_meta(meta: Any) -> str:
     """Meta as stored: JSON, without copying a meta that is already a dict."""
-    return json.dumps(meta if type(meta) is dict else dict(meta))
+    return dump_json(meta if type(meta) is dict else dict(meta))
 
 
 def conversation_row(row: Sequence[Any]) -> Conversation:

@@ -32,8 +32,10 @@ from .rows import (
     OUTBOX_COLUMNS,
     Batch,
     ConversationCounters,
+    SeenSender,
     conversation_row,
     dump_attachments,
+    dump_meta,
     first,
     message_row,
     outbox_row,
@@ -305,7 +307,12 @@ class SQLiteStore(SQLiteAsks, Store):
             conversation_id = self._conversation_id(
                 event.address, event.conversation_kind, event.conversation_title, event.sent_at
             )
-            orphan = self._orphan_edit_row(conversation_id, event.platform_message_id)
+            counters = self._counters(conversation_id)
+            orphan = (
+                self._orphan_edit_row(conversation_id, counters, event.platform_message_id)
+                if counters.orphan_edits
+                else None
+            )
             if orphan is not None:
                 # its edit came first and already made the row (with the newer text)
                 batch.event_rows.append(
@@ -313,7 +320,7 @@ class SQLiteStore(SQLiteAsks, Store):
                 )
                 batch.claimed[key] = (conversation_id, orphan)
                 return AppendResult("applied", conversation_id, orphan)
-            result = self._append_message(conversation_id, item)
+            result = self._append_message(conversation_id, item, counters)
             batch.event_rows.append(
                 (event.account, event.event_id, conversation_id, result.seq, "message")
             )
@@ -337,9 +344,13 @@ class SQLiteStore(SQLiteAsks, Store):
         )
         return result
 
-    def _orphan_edit_row(self, conversation_id: int, platform_message_id: str | None) -> int | None:
+    def _orphan_edit_row(
+        self,
+        conversation_id: int,
+        counters: ConversationCounters,
+        platform_message_id: str | None,
+    ) -> int | None:
         """Return the seq of a row an early edit made for this message, if there is one."""
-        counters = self._counters(conversation_id)
         if not counters.orphan_edits or platform_message_id is None:
             return None
         batch = self._batch
@@ -360,33 +371,89 @@ class SQLiteStore(SQLiteAsks, Store):
         )
         return int(row[0])
 
-    def _append_message(self, conversation_id: int, item: Inbound) -> AppendResult:
-        db = self.db
+    def _append_message(
+        self,
+        conversation_id: int,
+        item: Inbound,
+        counters: ConversationCounters | None = None,
+    ) -> AppendResult:
+        """Gather a new inbound message's rows in the batch (written by _flush_rows).
+
+        The path every new message takes, so it is written out in one function:
+        counters, reply lookup, the messages row, the sender as a participant.
+        """
         event = item.event
         held = 1 if item.held else 0
-        triggers = 1 if item.triggers and not item.held else 0
-        counters = self._counters(conversation_id)
-        counters.last_seq += 1
-        seq = counters.last_seq
-        counters.visible += 1 - held
-        counters.held += held
+        triggers = 1 if item.triggers and not held else 0
+        if counters is None:
+            counters = self._counters(conversation_id)
+        seq = counters.last_seq = counters.last_seq + 1
+        if held:
+            counters.held += 1
+        else:
+            counters.visible += 1
         if triggers:
             counters.trigger_seq = seq
-        counters.active_at = max(counters.active_at, event.sent_at)
+        sent_at = event.sent_at
+        if sent_at > counters.active_at:
+            counters.active_at = sent_at
         batch = self._batch
         assert batch is not None
+        reply_to = event.reply_to
         reply_to_seq = None
-        if event.reply_to is not None:
-            reply_to_seq = batch.new_message_ids.get((conversation_id, event.reply_to))
+        if reply_to is not None:
+            reply_to_seq = batch.new_message_ids.get((conversation_id, reply_to))
             if reply_to_seq is None:
-                row = db.execute(
+                row = self.db.execute(
                     "SELECT seq FROM messages WHERE conversation_id = ?"
                     " AND platform_message_id = ?",
-                    (conversation_id, event.reply_to),
+                    (conversation_id, reply_to),
                 ).fetchone()
                 reply_to_seq = row[0] if row else None
-        batch.add_inbound(conversation_id, seq, event, reply_to_seq, held, triggers)
-        return AppendResult("stored", conversation_id, seq, bool(triggers))
+        platform_message_id = event.platform_message_id
+        if platform_message_id is not None:
+            batch.new_message_ids.setdefault((conversation_id, platform_message_id), seq)
+        sender = event.sender
+        sender_id = sender.id
+        is_bot = 1 if sender.is_bot else 0
+        attachments = event.attachments
+        meta = event.meta
+        # the row in MESSAGE_COLUMNS order, as rows.inbound_message_row builds it
+        batch.message_rows.append(
+            (
+                conversation_id,
+                seq,
+                "in",
+                event.event_id,
+                sender_id,
+                sender.name,
+                sender.handle,
+                is_bot,
+                event.text,
+                platform_message_id,
+                reply_to,
+                reply_to_seq,
+                1 if event.mentions_me else 0,
+                dump_attachments(attachments) if attachments else None,
+                sent_at,
+                None,
+                None,
+                held,
+                triggers,
+                "received",
+                None,
+                None,
+                dump_meta(meta) if meta else None,
+            )
+        )
+        key = (conversation_id, sender_id)
+        seen = batch.participants.get(key)
+        if seen is None:
+            seen = batch.participants[key] = SeenSender(first_seq=seq)
+        seen.name, seen.handle, seen.is_bot = sender.name, sender.handle, is_bot
+        seen.count += 1
+        seen.last_seq = seq
+        return AppendResult("stored", conversation_id, seq, triggers == 1)
 
     def _apply_change(self, conversation_id: int, item: Inbound) -> AppendResult:
         db = self.db
