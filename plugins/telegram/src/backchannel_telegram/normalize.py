@@ -64,6 +64,9 @@ _CONTENT_FIELDS = (
 )
 _CONTENT_FIELD_SET = frozenset(_CONTENT_FIELDS)
 
+#: the message fields that add to meta
+_META_FIELDS = frozenset({"media_group_id", "author_signature", "forward_origin", "forward_date"})
+
 _DIGITS = re.compile(r"-?[0-9]{1,20}")
 
 _MESSAGE_KINDS: dict[str, EventKind] = {
@@ -183,15 +186,14 @@ def _message_event(
         author_id = str(raw_author_id) if type(raw_author_id) is int else _id_text(raw_author_id)
         if bot.id is not None and author_id == bot.id:
             return None
-    if _CONTENT_FIELD_SET.isdisjoint(message):
-        return None  # a service message: members joined, a pin, a topic created, a migration, ...
-
     if "text" in message:
         text, entities_key = message["text"], "entities"
         if type(text) is not str and not isinstance(text, str):
             raise NormalizeError(
                 f"expected a string, got {type(text).__name__}", where=f"{where}.text"
             )
+    elif _CONTENT_FIELD_SET.isdisjoint(message):
+        return None  # a service message: members joined, a pin, a topic created, a migration, ...
     else:
         text, entities_key = get("caption", ""), "caption_entities"
         if type(text) is not str and not isinstance(text, str):
@@ -216,22 +218,31 @@ def _message_event(
         address = Address(account, filed_under)
         conversation_kind = "direct" if chat_type == "private" else "group"
     meta: dict[str, Any] = {"update_id": update_id, "chat_type": chat_type}
-    if address.chat != chat_text:
+    if filed_under is not chat_text and address.chat != chat_text:
         meta["chat_id"] = chat_id
         meta["migrated_from_chat_id"] = _opt_int(address.chat)
-    if "media_group_id" in message:
-        meta["media_group_id"] = message["media_group_id"]
-    if "author_signature" in message:
-        meta["author_signature"] = message["author_signature"]
-    if "forward_origin" in message or "forward_date" in message:
-        meta["forwarded"] = True
+    if not _META_FIELDS.isdisjoint(message):
+        if "media_group_id" in message:
+            meta["media_group_id"] = message["media_group_id"]
+        if "author_signature" in message:
+            meta["author_signature"] = message["author_signature"]
+        if "forward_origin" in message or "forward_date" in message:
+            meta["forwarded"] = True
     sent_at = float(date)
     if kind == "edit":
         edited_at = _opt_int(get("edit_date"))
         if edited_at is not None:
             sent_at = float(edited_at)
     reply_to = None if get("reply_to_message") is None else _reply_target(message)
-    sender = _sender(message, chat_id, chat, chat_type, where, author, author_id)
+    if author_id is not None and get("sender_chat") is None:
+        # the usual case, inline: a person (or bot) wrote it
+        assert author is not None  # author_id is read from it
+        handle = author.get("username")
+        if handle is not None and not isinstance(handle, str):
+            handle = None
+        sender = Sender(author_id, _full_name(author), handle, author.get("is_bot") is True)
+    else:
+        sender = _sender(message, chat_id, chat, chat_type, where, author, author_id)
     mentions_me = entities is not None and _mentions_bot(
         text, entities, bot, private=conversation_kind == "direct"
     )
