@@ -11,9 +11,11 @@ Policy for text the store cannot encode (a lone UTF-16 surrogate, which JSON's
   makes the event a dead letter: a repaired id would no longer name anything
   on the platform, so replies and dedupe would go astray.
 
-Cheap on purpose (it runs for every event on the hot path): ASCII strings are
-accepted after one `str.isascii()`; the event is copied only when something
-was repaired.
+Cheap on purpose (it runs for every event on the hot path): every id and text
+of the event is joined once and accepted after one `str.isascii()`, or for
+other scripts one UTF-8 encode (which fails exactly when a lone surrogate is
+there); attachments and flat meta likewise. Only when that fails is each field
+checked on its own, and the event is copied only when something was repaired.
 """
 
 from __future__ import annotations
