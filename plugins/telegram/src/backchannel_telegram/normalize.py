@@ -145,6 +145,8 @@ def migration_of(update: Mapping[str, Any]) -> tuple[str, str] | None:
 
 def utf16_slice(text: str, offset: int, length: int) -> str:
     """Return the part of `text` at UTF-16 `offset` and `length` (how Telegram counts)."""
+    if text.isascii():  # a flag on the string, not a scan: one code unit a character
+        return text[offset : offset + length]
     encoded = text.encode("utf-16-le", "surrogatepass")
     return encoded[offset * 2 : (offset + length) * 2].decode("utf-16-le", errors="replace")
 
