@@ -109,14 +109,18 @@ class TestPostgresStoreContract(StoreContract):
         await opened.close()
 
 
-async def test_a_store_made_before_m008_loses_its_recency_index_and_keeps_the_order(
+async def test_a_store_made_before_m008_loses_two_indexes_and_keeps_the_order(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "bc.db"
     store = SQLiteStore(path)
-    # as a store migrated before m008 was: the index, and no record of m008
+    # as a store migrated before m008 was: the indexes, and no record of m008
     store.db.execute("CREATE INDEX conversations_active ON conversations (active_at DESC)")
-    store.db.execute("DELETE FROM _migrations WHERE name = 'm008_no_recency_index'")
+    store.db.execute(
+        "CREATE INDEX conversations_unhandled ON conversations (trigger_seq)"
+        " WHERE trigger_seq > handled_seq"
+    )
+    store.db.execute("DELETE FROM _migrations WHERE name = 'm008_fewer_conversation_indexes'")
     for number, chat in enumerate(["a", "b", "c"]):
         await store.append_inbound(
             [Inbound(make_event(f"e{number}", chat=chat, sent_at=100.0 + number))]
@@ -128,6 +132,12 @@ async def test_a_store_made_before_m008_loses_its_recency_index_and_keeps_the_or
     # a message in "a" makes it the most recent again, without the index
     await store.append_inbound([Inbound(make_event("e9", chat="a", sent_at=200.0))])
     assert [c.address.chat for c in await store.conversations()] == ["a", "c", "b"]
+    # what is owed a run is still found (in order of activity), and handling clears it
+    await store.append_inbound([Inbound(make_event("e10", chat="b", sent_at=150.0), triggers=True)])
+    owed = await store.unhandled()
+    assert [c.address.chat for c in owed] == ["b"]
+    await store.mark_handled(owed[0].id, owed[0].trigger_seq)
+    assert await store.unhandled() == []
     await store.close()
 
 

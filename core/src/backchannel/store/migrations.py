@@ -303,16 +303,20 @@ def m007_thread_addresses(db: apsw.Connection) -> None:
             )
 
 
-def m008_no_recency_index(db: apsw.Connection) -> None:
-    """Drop the index on `conversations.active_at`.
+def m008_fewer_conversation_indexes(db: apsw.Connection) -> None:
+    """Drop the two indexes on `conversations` that every stored message rewrote.
 
-    Every stored message moves its conversation's entry in that index (a
-    delete on a leaf page anywhere, an insert on the newest one), which cost
-    a third of a 100-event transaction's writes. What reads it (the operator's
-    and the agents' "most recent conversations" lists) is rare; a scan of the
-    conversations table with a top-N sort serves it.
+    `conversations_active` (recency) moved its conversation's entry on every
+    message: a delete on a leaf page anywhere, an insert on the newest one.
+    `conversations_unhandled` (a partial index on trigger_seq) did the same
+    for every message that triggers, and again when its run was done. In a
+    100-event transaction over 100 conversations they were a third of the
+    pages written. What read them is rare: the "most recent conversations"
+    lists, and the look for owed runs when `serve` starts; a scan of the
+    conversations table serves both.
     """
     db.execute("DROP INDEX IF EXISTS conversations_active")
+    db.execute("DROP INDEX IF EXISTS conversations_unhandled")
 
 
 MIGRATIONS: list[Migration] = [
@@ -321,7 +325,7 @@ MIGRATIONS: list[Migration] = [
     m003_orchestration,
     m006_asks,
     m007_thread_addresses,
-    m008_no_recency_index,
+    m008_fewer_conversation_indexes,
 ]
 
 

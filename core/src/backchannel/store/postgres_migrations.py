@@ -235,12 +235,14 @@ async def pg007_thread_addresses(connection: Any) -> None:
 
 
 async def pg008_no_recency_index(connection: Any) -> None:
-    """Drop the index on `conversations.active_at`, as SQLite's m008_no_recency_index does.
+    """Drop the index on `conversations.active_at`, as SQLite's m008 does.
 
     Every stored message changes its conversation's `active_at`; with that
     column indexed, PostgreSQL can never update the row in place (a HOT
     update) and writes an index entry per message. The rare "most recent
-    conversations" lists sort a scan instead.
+    conversations" lists sort a scan instead. (SQLite's m008 drops the partial
+    index on unhandled conversations too; here it stays: the workers' polling
+    fallback reads it every few seconds.)
     """
     await connection.execute("DROP INDEX IF EXISTS conversations_active")
 
