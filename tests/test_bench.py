@@ -73,3 +73,13 @@ def test_storable_prints_the_check_cost_per_event(capsys: pytest.CaptureFixture[
     assert "reference: append_inbound" in printed
     for kind in ("ascii", "unicode", "meta", "surrogate"):
         assert f"storable_event, {kind}" in printed
+
+
+def test_normalize_prints_the_cost_per_update(capsys: pytest.CaptureFixture[str]) -> None:
+    import normalize
+
+    figures = normalize.measure(count=200, conversations=20, rounds=1)
+    for name in normalize.FIGURES:
+        assert figures[name]["median"] > 0
+    normalize.report(figures)
+    assert "normalize+storable" in capsys.readouterr().out
