@@ -71,6 +71,17 @@ def main() -> None:
             "",
         )
     )
+    normalize = run("normalize.py", *(("--updates", "500", "--rounds", "1") if quick else ()))
+    rows.append(("CPU per Telegram update", "min", "median", ""))
+    for name in ("normalize", "normalize+storable"):
+        rows.append(
+            (
+                f"  {name}",
+                f"{normalize[name]['min']:.1f} µs",
+                f"{normalize[name]['median']:.1f} µs",
+                "",
+            )
+        )
     latency = run("latency.py", *(("--seconds", "1") if quick else ()))
     rows.append(("latency at 100 events/s, 50 conversations", "p95", "p99", "target p99"))
     rows.append(

@@ -3,9 +3,23 @@
 Conversations of `--history` stored messages (real-shaped Telegram updates)
 get one run each, one at a time, with a no-op agent and a window of 50
 messages; the time from asking for the run to the switchboard being idle
-again is the framework's cost of a run. Prints min and median over all runs.
+again is the framework's cost of a run. Prints min and median over all runs,
+and beside them a same-run reference: plain apsw reading a 50-row window of
+another conversation (every column, the store's own query and connection)
+just before each run, so the ratio holds on a loaded machine where the
+absolute figures swing.
 
-    uv run python bench/runs.py [--conversations N] [--history N] [--json]
+The agent answers without awaiting anything, so the typing indicator the
+Telegram adapter would send (to a closed loopback port here) never goes out:
+its task is made and cancelled inside the run, as in production for such an
+agent. The bench counts typing calls and prints them (0 expected).
+
+`--split` also times the parts of each run (the scheduler's conversation read,
+RunBuilder.build, begin_run + finish_run; the rest is the scheduler, the event
+loop and the bench's own wait_idle). Off by default: the timers wrapped around
+those calls add to the headline figure.
+
+    uv run python bench/runs.py [--conversations N] [--history N] [--split] [--json]
 """
 
 from __future__ import annotations
@@ -20,20 +34,38 @@ from pathlib import Path
 from typing import Any
 
 from backchannel import Binding, Run, Switchboard
+from backchannel.model import Address
 from backchannel.runs import WindowSettings
 from backchannel.runtime import tune_gc
 from backchannel.store import SQLiteStore
+from backchannel.store.rows import MESSAGE_COLUMNS
 from figures import bench_parser, emit
 from telegram_updates import ACCOUNT, make_adapter, message_shapes, updates
 
+#: the parts --split times
+PARTS = ("conversation", "build", "begin_run", "finish_run")
 
-async def _noop(run: Run) -> None:
-    return None
+
+def _timed(function: Any, spent: list[float]) -> Any:
+    """`function` (async), adding the seconds each call takes to spent[0]."""
+
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await function(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - started
+
+    return timed
 
 
-async def measure(conversations: int, history: int, rounds: int) -> dict[str, Any]:
+async def measure(
+    conversations: int, history: int, rounds: int, split: bool = False
+) -> dict[str, Any]:
     window = 50
     took: list[float] = []
+    reference: list[float] = []
+    typing_calls = 0
     seen_window: list[int] = []
 
     async def agent(run: Run) -> None:
@@ -50,12 +82,42 @@ async def measure(conversations: int, history: int, rounds: int) -> dict[str, An
         while batch := list(islice(stream, 500)):
             await context.ingest_many(batch)
         ids = [c.id for c in await board.store.conversations(limit=conversations)]
+        real_typing = adapter.typing
+
+        async def counted_typing(address: Address) -> None:
+            nonlocal typing_calls
+            typing_calls += 1
+            await real_typing(address)
+
+        adapter.typing = counted_typing  # type: ignore[method-assign]
+        spent = {part: [0.0] for part in PARTS}
+        parts: dict[str, list[float]] = {part: [] for part in PARTS}
+        if split:
+            store, builder = board.store, board.accounts[ACCOUNT].builder
+            for part in ("conversation", "begin_run", "finish_run"):
+                setattr(store, part, _timed(getattr(store, part), spent[part]))
+            builder.build = _timed(builder.build, spent["build"])  # type: ignore[method-assign]
+        db = board.store.db
+        window_sql = (
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq <= ?"
+            " AND held = 0 ORDER BY seq DESC LIMIT ?"
+        )
         for _ in range(rounds):
-            for conversation_id in ids:
+            for number, conversation_id in enumerate(ids):
+                # another conversation's window: reading this one would warm the caches for
+                # the run
+                other = ids[(number + len(ids) // 2) % len(ids)]
+                started = time.perf_counter()
+                db.execute(window_sql, (other, 2**62, window)).fetchall()
+                reference.append(time.perf_counter() - started)
+                for part in PARTS:
+                    spent[part][0] = 0.0
                 started = time.perf_counter()
                 board.scheduler.poke(conversation_id, ACCOUNT)
                 await board.wait_idle()
                 took.append(time.perf_counter() - started)
+                for part in PARTS:
+                    parts[part].append(spent[part][0])
         await board.stop()
         await adapter.stop()
     return {
@@ -63,7 +125,17 @@ async def measure(conversations: int, history: int, rounds: int) -> dict[str, An
         "window": statistics.median(seen_window),
         "min_us": min(took) * 1e6,
         "median_us": statistics.median(took) * 1e6,
+        "reference_min_us": min(reference) * 1e6,
+        "reference_median_us": statistics.median(reference) * 1e6,
+        "ratio_min": min(took) / min(reference),
+        "ratio_median": statistics.median(took) / statistics.median(reference),
+        "typing_calls": typing_calls,
         "load": os.getloadavg()[0],
+        **(
+            {f"{part}_median_us": statistics.median(parts[part]) * 1e6 for part in PARTS}
+            if split
+            else {}
+        ),
     }
 
 
@@ -76,6 +148,21 @@ def report(figures: dict[str, Any]) -> None:
         f"  framework overhead per run   min {figures['min_us']:.0f} µs"
         f"   median {figures['median_us']:.0f} µs"
     )
+    print(
+        f"  reference: apsw reads the window   min {figures['reference_min_us']:.0f} µs"
+        f"   median {figures['reference_median_us']:.0f} µs"
+    )
+    print(
+        f"  run / reference   min {figures['ratio_min']:.2f}×   median {figures['ratio_median']:.2f}×"
+        f"   (typing indicator calls: {figures['typing_calls']})"
+    )
+    if "build_median_us" in figures:
+        named = sum(figures[f"{part}_median_us"] for part in PARTS)
+        print(
+            "  split (medians): "
+            + "   ".join(f"{part} {figures[f'{part}_median_us']:.0f} µs" for part in PARTS)
+            + f"   rest ~{figures['median_us'] - named:.0f} µs"
+        )
 
 
 def main() -> None:
@@ -83,9 +170,10 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--history", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--split", action="store_true", help="also time the parts of a run")
     args = parser.parse_args()
     tune_gc()  # as `serve` does once started
-    figures = asyncio.run(measure(args.conversations, args.history, args.rounds))
+    figures = asyncio.run(measure(args.conversations, args.history, args.rounds, args.split))
     emit(figures, args.json, report)
 
 

@@ -45,6 +45,8 @@ def test_runs_measures_the_overhead_of_each_run() -> None:
     figures = asyncio.run(runs.measure(conversations=3, history=60, rounds=1))
     assert figures["runs"] == 3
     assert figures["window"] == 50
+    assert figures["ratio_median"] > 0  # to the same-run reference: apsw reading a window
+    assert figures["typing_calls"] == 0  # the no-op agent's typing task never sends
 
 
 def test_memory_measures_rss_per_conversation() -> None:
@@ -73,3 +75,13 @@ def test_storable_prints_the_check_cost_per_event(capsys: pytest.CaptureFixture[
     assert "reference: append_inbound" in printed
     for kind in ("ascii", "unicode", "meta", "surrogate"):
         assert f"storable_event, {kind}" in printed
+
+
+def test_normalize_prints_the_cost_per_update(capsys: pytest.CaptureFixture[str]) -> None:
+    import normalize
+
+    figures = normalize.measure(count=200, conversations=20, rounds=1)
+    for name in normalize.FIGURES:
+        assert figures[name]["median"] > 0
+    normalize.report(figures)
+    assert "normalize+storable" in capsys.readouterr().out

@@ -92,3 +92,37 @@ async def test_decorated_tools_keep_their_own_schemas() -> None:
     assert second.description == "Add two numbers."
     assert list(second.parameters["properties"]) == ["x", "y"]
     assert await second({"x": 2, "y": 3}) == 5
+
+
+async def test_tools_made_afresh_per_run_each_call_their_own_closure() -> None:
+    # channel_tools makes the same closures for every run: what they describe is known
+    # from their code after the first, but each tool must still call its own closure
+    def make(greeting: str, asynchronous: bool) -> Tool:
+        async def greet(name: str) -> str:
+            """Greet someone."""
+            return f"{greeting}, {name}"
+
+        def greet_sync(name: str) -> str:
+            """Greet someone, synchronously."""
+            return f"{greeting}, {name}"
+
+        return Tool.from_function(greet if asynchronous else greet_sync)
+
+    for asynchronous in (True, False):
+        hello, hi = make("hello", asynchronous), make("hi", asynchronous)
+        assert hello.parameters is hi.parameters  # described once
+        assert await hello({"name": "Ann"}) == "hello, Ann"
+        assert await hi({"name": "Bo"}) == "hi, Bo"
+    assert make("x", True).description == "Greet someone."
+    assert make("x", False).description == "Greet someone, synchronously."
+
+
+async def test_a_function_with_attributes_is_described_from_itself() -> None:
+    async def tagged(city: str) -> str:
+        """Return the weather."""
+        return f"sun in {city}"
+
+    tagged.label = "weather"  # type: ignore[attr-defined]
+    tool = Tool.from_function(tagged, name="weather_now")
+    assert (tool.name, tool.description) == ("weather_now", "Return the weather.")
+    assert await tool({"city": "Oslo"}) == "sun in Oslo"

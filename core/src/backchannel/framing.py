@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from .model import Conversation, Message, Sender
+from .model import Attachment, Conversation, Message, Sender
 
 __all__ = ["default_framing", "format_message", "strip_id_prefix", "untrusted"]
 
@@ -14,6 +14,10 @@ _KIND_WORDS = {
     "group": "a group conversation",
     "thread": "a thread inside a group conversation",
 }
+
+
+#: json.dumps(text, ensure_ascii=False) without making an encoder per call
+_quote = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def untrusted(value: str, limit: int = 80) -> str:
@@ -26,7 +30,7 @@ def untrusted(value: str, limit: int = 80) -> str:
     text = " ".join(str(value).split())
     if len(text) > limit:
         text = text[: limit - 1] + "…"
-    return json.dumps(text, ensure_ascii=False)
+    return _quote(text)
 
 
 def default_framing(
@@ -35,13 +39,17 @@ def default_framing(
     channel: str,
     channel_name: str,
     me: Sender | None,
-    window: Sequence[Message],
     participants: Sequence[Sender],
     hidden_before: int,
     tool_names: Sequence[str],
     notes: Sequence[str] = (),
+    window: Sequence[Message] = (),
 ) -> str:
-    """Return the default framing instruction for a run."""
+    """Return the default framing instruction for a run.
+
+    `window` (the messages shown) is accepted for callers that pass it; the
+    framing needs only `participants` and `hidden_before` from it.
+    """
     address = conversation.address
     where = _KIND_WORDS.get(conversation.kind, "a conversation")
     title = f" called {untrusted(conversation.title)}" if conversation.title else ""
@@ -124,55 +132,137 @@ def _plain(value: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _markers(message: Message) -> list[str]:
+def _markers(
+    reply_to_seq: int | None,
+    reply_to: str | None,
+    edited_at: float | None,
+    deleted_at: float | None,
+) -> list[str]:
     markers = []
-    if message.reply_to_seq is not None:
-        markers.append(f"replying to #{message.reply_to_seq}")
-    elif message.reply_to is not None:
+    if reply_to_seq is not None:
+        markers.append(f"replying to #{reply_to_seq}")
+    elif reply_to is not None:
         markers.append("replying to an earlier message")
-    if message.deleted_at is not None:
+    if deleted_at is not None:
         markers.append("deleted")
-    elif message.edited_at is not None:
+    elif edited_at is not None:
         markers.append("edited")
     return markers
 
 
 def _inbound_line(message: Message) -> str:
-    sender = message.sender
-    name = sender.label + (" [bot]" if sender.is_bot else "")
-    markers = _markers(message)
-    head = f"[#{message.seq}] {name}"
-    if markers:
-        head += f" ({', '.join(markers)})"
-    body = message.text if message.deleted_at is None else f"(deleted; it said: {message.text})"
-    parts = [f"{head}: {body}"]
-    for attachment in message.attachments:
-        bits = [attachment.kind]
-        if attachment.name:
-            bits.append(attachment.name)
-        if attachment.size:
-            bits.append(_size(attachment.size))
-        parts.append(f"[attached {', '.join(bits)}]")
-    if message.reactions:
-        parts.append(
-            "[reactions: " + ", ".join(f"{e} by {who}" for who, e in message.reactions) + "]"
-        )
+    return inbound_line(
+        message.seq,
+        speaker(message.sender),
+        message.text,
+        message.reply_to_seq,
+        message.reply_to,
+        message.edited_at,
+        message.deleted_at,
+        message.attachments,
+        message.reactions,
+    )
+
+
+def speaker(sender: Sender) -> str:
+    """How a message from `sender` names them in the transcript: label, and [bot] for bots."""
+    return sender.label + " [bot]" if sender.is_bot else sender.label
+
+
+def inbound_line(
+    seq: int,
+    name: str,
+    text: str,
+    reply_to_seq: int | None,
+    reply_to: str | None,
+    edited_at: float | None,
+    deleted_at: float | None,
+    attachments: Sequence[Attachment],
+    reactions: Sequence[tuple[str, str]],
+) -> str:
+    """The transcript line of a message from someone else (format_message's "user" content).
+
+    Field by field, so a run can format its window straight from the store's rows;
+    `name` is `speaker(sender)`.
+    """
+    # a run formats its whole window each time: the common message (no markers, no
+    # attachment, no reaction) is one f-string
+    if reply_to_seq is None and reply_to is None and edited_at is None and deleted_at is None:
+        line = f"[#{seq}] {name}: {text}"
+    else:
+        head = f"[#{seq}] {name} ({', '.join(_markers(reply_to_seq, reply_to, edited_at, deleted_at))})"
+        body = text if deleted_at is None else f"(deleted; it said: {text})"
+        line = f"{head}: {body}"
+    if not attachments and not reactions:
+        return line
+    parts = [line]
+    for attachment in attachments:
+        parts.append(_attachment_line(attachment.kind, attachment.name, attachment.size))
+    if reactions:
+        parts.append("[reactions: " + ", ".join(f"{e} by {who}" for who, e in reactions) + "]")
     return "\n".join(parts)
 
 
+#: "[attached ...]" lines by (kind, name, size): a window shows the same files run after run
+_ATTACHMENT_LINES: dict[tuple[str, str | None, int | None], str] = {}
+
+
+def _attachment_line(kind: str, name: str | None, size: int | None) -> str:
+    key = (kind, name, size)
+    line = _ATTACHMENT_LINES.get(key)
+    if line is None:
+        bits = [kind]
+        if name:
+            bits.append(name)
+        if size:
+            bits.append(_size(size))
+        line = f"[attached {', '.join(bits)}]"
+        if len(_ATTACHMENT_LINES) >= 1024:
+            del _ATTACHMENT_LINES[next(iter(_ATTACHMENT_LINES))]  # the oldest: bounded, FIFO
+        _ATTACHMENT_LINES[key] = line
+    return line
+
+
 def _own_line(message: Message) -> str:
-    markers = _markers(message)
-    origin = message.meta.get("origin") if message.meta else None
+    return own_line(
+        message.seq,
+        message.text,
+        message.reply_to_seq,
+        message.reply_to,
+        message.edited_at,
+        message.deleted_at,
+        message.meta.get("origin") if message.meta else None,
+        message.status,
+        message.status_reason,
+    )
+
+
+def own_line(
+    seq: int,
+    text: str,
+    reply_to_seq: int | None,
+    reply_to: str | None,
+    edited_at: float | None,
+    deleted_at: float | None,
+    origin: object,
+    status: str,
+    status_reason: str | None,
+) -> str:
+    """The transcript line of one of our own messages (format_message's "assistant" content).
+
+    `origin` is the message's meta["origin"] (the conversation whose run asked for it).
+    """
+    markers = _markers(reply_to_seq, reply_to, edited_at, deleted_at)
     if origin:
         markers.append(f"sent on request of conversation {_plain(str(origin))}")
-    if message.status == "failed":
-        markers.append(f"NOT delivered: {message.status_reason or 'refused'}")
-    elif message.status in {"uncertain", "pending"}:
+    if status == "failed":
+        markers.append(f"NOT delivered: {status_reason or 'refused'}")
+    elif status in {"uncertain", "pending"}:
         markers.append("delivery uncertain: it may or may not have arrived")
-    head = f"[#{message.seq}]"
+    head = f"[#{seq}]"
     if markers:
         head += f" ({', '.join(markers)})"
-    return f"{head} {message.text}"
+    return f"{head} {text}"
 
 
 def _size(size: int) -> str:

@@ -10,9 +10,10 @@ from typing import Any, Protocol
 
 from attrs import define, field, frozen
 
-from .framing import default_framing, format_message
+from .framing import default_framing, format_message, inbound_line, own_line, speaker
 from .model import Conversation, Message, Sender
 from .secrets import redact
+from .store.rows import attachments_of, json_value, message_row, reactions_of
 from .tools import Tool, ToolArgumentError
 
 __all__ = ["Agent", "Run", "RunBuilder", "RunSession", "WindowSettings"]
@@ -165,22 +166,32 @@ class RunBuilder:
         if conversation is None or conversation.id != conversation_id:
             conversation = await self.store.conversation(conversation_id)
         upto = upto_seq if upto_seq is not None else conversation.last_seq
-        rows = await self.store.window(conversation_id, self.window.messages, upto)
-        rows = _trim_to_chars(rows, self.window.chars)
         me = self.me()
-        messages = tuple(format_message(m, me) for m in rows)
-        trigger = next((m for m in reversed(rows) if m.seq == trigger_seq), None)
+        window_rows = getattr(self.store, "window_rows", None)
+        window: _Window
+        if window_rows is not None:
+            # the store hands over its rows: the lines are made from them, and only the
+            # messages handed on (trigger, answer) become Message values
+            rows = await window_rows(conversation_id, self.window.messages, upto)
+            window = _RowWindow(_trim_rows(rows, self.window.chars))
+        else:
+            messages = await self.store.window(conversation_id, self.window.messages, upto)
+            window = _MessageWindow(_trim_to_chars(messages, self.window.chars))
+        lines = window.lines(me)
+        trigger = window.message(trigger_seq) if trigger_seq is not None else None
         if trigger is None and trigger_seq:
             trigger = await self.store.message(conversation_id, trigger_seq)
         owed = trigger_seq is not None and trigger_seq > conversation.handled_seq
-        answer = _answer_after(rows, trigger, RESTART_NOTE in notes) if owed else None
+        answer = window.answer_after(trigger, RESTART_NOTE in notes) if owed else None
         if trigger is not None and answer is not None:
             # answered already (a crash came before the run was recorded as finished):
             # offering it as unanswered would make the agent answer it twice
             notes = (*notes, _already_answered_note(trigger, answer))
             trigger = None
-        participants = _participants_in(rows, me)
-        hidden = max(conversation.visible_count - len(rows) - _visible_after(conversation, upto), 0)
+        participants = window.participants()
+        hidden = max(
+            conversation.visible_count - window.count - _visible_after(conversation, upto), 0
+        )
         session = RunSession(conversation_id, upto, self.store.messages_after, me, trigger=trigger)
         tools = tuple(self.tools(session, conversation))
         instruction = default_framing(
@@ -188,7 +199,6 @@ class RunBuilder:
             channel=self.channel,
             channel_name=self.channel_name,
             me=me,
-            window=rows,
             participants=participants,
             hidden_before=hidden,
             tool_names=[t.name for t in tools if t.name not in _READ_ONLY_TOOLS],
@@ -198,7 +208,7 @@ class RunBuilder:
             instruction = self.framing_hook(conversation, self.channel, instruction) or instruction
         return Run(
             instruction,
-            messages,
+            lines,
             tools,
             conversation,
             trigger,
@@ -207,6 +217,140 @@ class RunBuilder:
             channel_name=self.channel_name,
             participants=tuple(participants),
         )
+
+
+class _Window(Protocol):
+    """The messages a run shows, whichever shape the store handed them over in."""
+
+    count: int
+
+    def lines(self, me: Sender | None) -> tuple[dict[str, str], ...]: ...
+
+    def message(self, seq: int) -> Message | None: ...
+
+    def answer_after(self, trigger: Message | None, after_restart: bool) -> Message | None: ...
+
+    def participants(self) -> list[Sender]: ...
+
+
+class _MessageWindow:
+    """A window the store handed over as Messages (`Store.window`)."""
+
+    def __init__(self, messages: list[Message]):
+        self.messages = messages
+        self.count = len(messages)
+
+    def lines(self, me: Sender | None) -> tuple[dict[str, str], ...]:
+        return tuple([format_message(m, me) for m in self.messages])
+
+    def message(self, seq: int) -> Message | None:
+        return next((m for m in reversed(self.messages) if m.seq == seq), None)
+
+    def answer_after(self, trigger: Message | None, after_restart: bool) -> Message | None:
+        return _answer_after(self.messages, trigger, after_restart)
+
+    def participants(self) -> list[Sender]:
+        return _participants_in(self.messages)
+
+
+class _RowWindow:
+    """A window the store handed over as its rows (`MESSAGE_COLUMNS`: see store/rows.py).
+
+    Each line comes from the row's fields through the same functions
+    format_message uses; the messages of one sender share one Sender.
+    """
+
+    def __init__(self, rows: list[tuple[Any, ...]]):
+        self.rows = rows
+        self.count = len(rows)
+        #: (sender_id, sender_name, sender_handle, sender_is_bot) -> (Sender, speaker name)
+        self._senders: dict[tuple[Any, ...], tuple[Sender, str]] = {}
+        #: sender id -> latest Sender of the inbound rows, as `lines` met them
+        self._seen: dict[str, Sender] | None = None
+
+    def _sender(self, row: tuple[Any, ...]) -> tuple[Sender, str]:
+        key = row[4:8]
+        known = self._senders.get(key)
+        if known is None:
+            sender = Sender(row[4], row[5], row[6], bool(row[7]))
+            known = self._senders[key] = (sender, speaker(sender))
+        return known
+
+    def lines(self, me: Sender | None) -> tuple[dict[str, str], ...]:
+        self._seen = {}
+        return tuple([self._line(row) for row in self.rows])
+
+    def _line(self, row: tuple[Any, ...]) -> dict[str, str]:
+        if row[2] != "out":
+            sender, name = self._sender(row)
+            if self._seen is not None:
+                self._seen[row[4]] = sender
+            content = inbound_line(
+                row[1],
+                name,
+                row[8],
+                row[11],
+                row[10],
+                row[15],
+                row[16],
+                attachments_of(row[13]) if row[13] else (),
+                reactions_of(row[21]) if row[21] else (),
+            )
+            return {"role": "user", "content": content}
+        meta = json_value(row[22]) if row[22] else None
+        content = own_line(
+            row[1],
+            row[8],
+            row[11],
+            row[10],
+            row[15],
+            row[16],
+            meta.get("origin") if meta else None,
+            row[19],
+            row[20],
+        )
+        return {"role": "assistant", "content": content}
+
+    def message(self, seq: int) -> Message | None:
+        row = next((row for row in reversed(self.rows) if row[1] == seq), None)
+        return None if row is None else message_row(row)
+
+    def answer_after(self, trigger: Message | None, after_restart: bool) -> Message | None:
+        if trigger is None:
+            return None
+        row = next(
+            (
+                row
+                for row in self.rows
+                if row[2] == "out"
+                and row[1] > trigger.seq
+                and row[19] in {"sent", "uncertain", "pending"}
+                and (after_restart or row[11] == trigger.seq)
+            ),
+            None,
+        )
+        return None if row is None else message_row(row)
+
+    def participants(self) -> list[Sender]:
+        if self._seen is None:
+            self.lines(None)  # they are met while making the lines
+        assert self._seen is not None
+        return list(self._seen.values())
+
+
+def _trim_rows(rows: list[tuple[Any, ...]], limit: int) -> list[tuple[Any, ...]]:
+    """_trim_to_chars for rows (the text is column 8)."""
+    if sum([len(row[8]) for row in rows]) + 32 * len(rows) <= limit:
+        return rows
+    total = 0
+    kept: list[tuple[Any, ...]] = []
+    for row in reversed(rows):
+        total += len(row[8]) + 32
+        if kept and total > limit:
+            break
+        kept.append(row)
+    kept.reverse()
+    return kept
 
 
 def _answer_after(
@@ -261,6 +405,8 @@ _READ_ONLY_TOOLS = frozenset({"read_history", "list_conversations", "read_conver
 
 
 def _trim_to_chars(rows: list[Message], limit: int) -> list[Message]:
+    if sum([len(message.text) for message in rows]) + 32 * len(rows) <= limit:
+        return rows  # all of it fits (the usual case): no copy
     total = 0
     kept: list[Message] = []
     for message in reversed(rows):
@@ -272,7 +418,7 @@ def _trim_to_chars(rows: list[Message], limit: int) -> list[Message]:
     return kept
 
 
-def _participants_in(rows: Sequence[Message], me: Sender | None) -> list[Sender]:
+def _participants_in(rows: Sequence[Message]) -> list[Sender]:
     seen: dict[str, Sender] = {}
     for message in rows:
         if message.direction == "in":

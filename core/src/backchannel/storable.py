@@ -11,9 +11,11 @@ Policy for text the store cannot encode (a lone UTF-16 surrogate, which JSON's
   makes the event a dead letter: a repaired id would no longer name anything
   on the platform, so replies and dedupe would go astray.
 
-Cheap on purpose (it runs for every event on the hot path): ASCII strings are
-accepted after one `str.isascii()`; the event is copied only when something
-was repaired.
+Cheap on purpose (it runs for every event on the hot path): every id and text
+of the event is joined once and accepted after one `str.isascii()`, or for
+other scripts one UTF-8 encode (which fails exactly when a lone surrogate is
+there); attachments and flat meta likewise. Only when that fails is each field
+checked on its own, and the event is copied only when something was repaired.
 """
 
 from __future__ import annotations
@@ -41,20 +43,37 @@ def storable_event(event: Event, account: str) -> Event | str:
     if address.account != account:
         return f"event address names account {address.account!r}"
     sender = event.sender
-    # the model's converters make ids text; one isascii() clears them all in the usual case
-    ids = (
-        address.chat,
-        address.thread,
-        event.event_id,
-        sender.id,
-        event.platform_message_id,
-        event.reply_to,
-    )
-    if not "".join(i for i in ids if i is not None).isascii():
-        for label, value in zip(_ID_LABELS, ids, strict=True):
-            problem = _id_problem(label, value)
-            if problem is not None:
-                return problem
+    thread, message_id, reply_to = address.thread, event.platform_message_id, event.reply_to
+    title, handle = event.conversation_title, sender.handle
+    # The usual case in one pass: every id and text joined, then one isascii() (or,
+    # for other scripts, one UTF-8 encode, which fails exactly on a lone surrogate)
+    # clears them all; only when that fails is each field looked at on its own.
+    try:
+        every_text: str | None = "".join(
+            (
+                address.chat,
+                "" if thread is None else thread,
+                event.event_id,
+                sender.id,
+                "" if message_id is None else message_id,
+                "" if reply_to is None else reply_to,
+                event.text,
+                "" if title is None else title,
+                sender.name,
+                "" if handle is None else handle,
+            )
+        )
+    except TypeError:
+        every_text = None  # something is not text: the field by field checks say what
+    texts_clean = every_text is not None and (every_text.isascii() or _encodes(every_text))
+    if not texts_clean:
+        # the model's converters make ids text; one isascii() clears them all in the usual case
+        ids = (address.chat, thread, event.event_id, sender.id, message_id, reply_to)
+        if not "".join(i for i in ids if i is not None).isascii():
+            for label, value in zip(_ID_LABELS, ids, strict=True):
+                problem = _id_problem(label, value)
+                if problem is not None:
+                    return problem
     if event.kind not in _KINDS:
         return f"event kind must be one of {sorted(_KINDS)}, not {event.kind!r}"
     if event.conversation_kind not in _CONVERSATION_KINDS:
@@ -67,33 +86,33 @@ def storable_event(event: Event, account: str) -> Event | str:
     if not -_LATEST < sent_at < _LATEST:  # also false for NaN
         return f"sent_at must be a time in Unix seconds, not {sent_at!r}"
     changes: dict[str, Any] = {}
-    title = event.conversation_title
-    try:
-        texts = "".join((event.text, title or "", sender.name, sender.handle or ""))
-    except TypeError:
-        texts = None  # something is not text: the slow path says what
-    if texts is None or not texts.isascii():
-        for name in ("text", "conversation_title"):
-            value = getattr(event, name)
-            if value is None and name == "conversation_title":
-                continue
-            if not isinstance(value, str):
-                return f"{name} must be text, not {type(value).__name__}"
-            repaired = repair_text(value)
-            if repaired is not value:
-                changes[name] = repaired
-        checked_sender = _storable_sender(sender)
-        if isinstance(checked_sender, str):
-            return checked_sender
-        if checked_sender is not sender:
-            changes["sender"] = checked_sender
+    if not texts_clean:
+        try:
+            texts = "".join((event.text, title or "", sender.name, sender.handle or ""))
+        except TypeError:
+            texts = None  # something is not text: the slow path says what
+        if texts is None or not texts.isascii():
+            for name in ("text", "conversation_title"):
+                value = getattr(event, name)
+                if value is None and name == "conversation_title":
+                    continue
+                if not isinstance(value, str):
+                    return f"{name} must be text, not {type(value).__name__}"
+                repaired = repair_text(value)
+                if repaired is not value:
+                    changes[name] = repaired
+            checked_sender = _storable_sender(sender)
+            if isinstance(checked_sender, str):
+                return checked_sender
+            if checked_sender is not sender:
+                changes["sender"] = checked_sender
     if event.attachments:
         attachments = _storable_attachments(event.attachments)
         if isinstance(attachments, str):
             return attachments
         if attachments is not event.attachments:
             changes["attachments"] = attachments
-    if event.meta:
+    if event.meta and not _flat_plain(event.meta):
         meta = _storable_meta(event.meta)
         if isinstance(meta, str):
             return meta
@@ -102,6 +121,15 @@ def storable_event(event: Event, account: str) -> Event | str:
     if not changes:
         return event
     return attrs.evolve(event, **changes)
+
+
+def _encodes(text: str) -> bool:
+    """Return True when `text` holds no lone surrogate (UTF-8 can encode it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 _ID_LABELS = ("chat id", "thread id", "event id", "sender id", "message id", "reply-to id")
@@ -145,6 +173,21 @@ def _storable_attachments(
             isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < 2**63
         ):
             return f"attachment size must be a byte count, not {size!r}"
+        file_name, file_mime, file_ref = attachment.name, attachment.mime, attachment.ref
+        try:
+            joined: str | None = "".join(
+                (
+                    attachment.kind,
+                    "" if file_name is None else file_name,
+                    "" if file_mime is None else file_mime,
+                    "" if file_ref is None else file_ref,
+                )
+            )
+        except TypeError:
+            joined = None  # something is not text: the field by field checks say what
+        if joined is not None and (joined.isascii() or _encodes(joined)):
+            repaired.append(attachment)  # nothing to repair (the usual case)
+            continue
         changes: dict[str, Any] = {}
         for name in ("kind", "name", "mime", "ref"):
             value = getattr(attachment, name)
@@ -165,13 +208,14 @@ def _storable_attachments(
 _SCALARS = (int, float, type(None))
 
 
-def _flat_ascii(meta: Mapping[str, Any]) -> bool:
-    """Return True when every key is ASCII text and every value an ASCII string or a scalar."""
+def _flat_plain(meta: Mapping[str, Any]) -> bool:
+    """Return True when every key is text and every value text or a scalar, and no text
+    holds a lone surrogate (what JSON then takes as it is, with nothing to repair)."""
     for key, value in meta.items():
-        if type(key) is not str or not key.isascii():
+        if type(key) is not str or not (key.isascii() or _encodes(key)):
             return False
         if type(value) is str:
-            if not value.isascii():
+            if not (value.isascii() or _encodes(value)):
                 return False
         elif not isinstance(value, _SCALARS):  # bool is an int
             return False
@@ -179,7 +223,7 @@ def _flat_ascii(meta: Mapping[str, Any]) -> bool:
 
 
 def _storable_meta(meta: Mapping[str, Any]) -> Mapping[str, Any] | str:
-    if _flat_ascii(meta):
+    if _flat_plain(meta):
         return meta  # what adapters put there: ids, kinds, flags; JSON takes it as it is
     try:
         dumped = json.dumps(dict(meta), ensure_ascii=False)

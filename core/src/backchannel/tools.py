@@ -42,20 +42,28 @@ class Tool:
         description: str | None = None,
     ) -> Tool:
         """Build a Tool from a typed function; sync functions are wrapped to be awaitable."""
-        summary, parameters = _describe(function)
-        if inspect.iscoroutinefunction(function):
+        if type(function) is types.FunctionType and not function.__dict__:
+            # a plain function (no decorator, no attribute: channel_tools makes five per
+            # run): what it describes and whether it is async is known from its code
+            key = (function.__code__, function.__qualname__, function.__module__)
+            known = _plain.get(key)
+            if known is None:
+                summary, parameters = _describe(function)
+                known = (summary, parameters, inspect.iscoroutinefunction(function))
+                if len(_plain) < 4096:
+                    _plain[key] = known
+            summary, parameters, is_async = known
+        else:
+            summary, parameters = _describe(function)
+            is_async = inspect.iscoroutinefunction(function)
+        if is_async:
             implementation = function
         else:
 
             async def implementation(**kwargs: Any) -> Any:
                 return function(**kwargs)
 
-        return cls(
-            name=name or function.__name__,
-            description=description or summary,
-            parameters=parameters,
-            function=implementation,
-        )
+        return cls(name or function.__name__, description or summary, parameters, implementation)
 
     def coerce(self, arguments: Mapping[str, Any] | str | None) -> dict[str, Any]:
         """Parse and check `arguments` (a dict or a JSON string) against the schema."""
@@ -103,6 +111,8 @@ class Tool:
 
 
 _described: dict[tuple[Any, Any, Any], tuple[str, dict[str, Any]]] = {}
+#: plain functions by (code, qualified name, module): (summary, schema, is a coroutine function)
+_plain: dict[tuple[Any, Any, Any], tuple[str, dict[str, Any], bool]] = {}
 
 
 def _describe(function: Callable[..., Any]) -> tuple[str, dict[str, Any]]:

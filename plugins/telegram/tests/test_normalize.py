@@ -292,6 +292,49 @@ def test_sticker_contact_and_location_are_described() -> None:
     assert contact is not None and contact.attachments[0].name == "Bob +441234"
 
 
+def test_several_attachments_keep_their_order_and_a_venue_names_its_own_place() -> None:
+    # keys in an order unlike the reported one: files first, then things shared by name
+    update = group_message(
+        "",
+        poll={"question": "Lunch?"},
+        dice={"emoji": "🎲", "value": 4},
+        location={"latitude": 1.0, "longitude": 2.0},
+        venue={"title": "Cafe", "address": "Main St", "location": {"latitude": 1, "longitude": 2}},
+        contact={"first_name": "Bob", "last_name": "Ray", "phone_number": "+100"},
+        document={"file_id": "d1", "file_name": "a.pdf", "mime_type": "application/pdf"},
+        video={"file_id": "v1", "file_size": 10},
+        photo=[{"file_id": "small", "file_size": 1}, {"file_id": "large", "file_size": 9}],
+    )
+    del update["message"]["text"]
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None
+    assert [(a.kind, a.name, a.mime, a.size, a.ref) for a in event.attachments] == [
+        ("photo", None, "image/jpeg", 9, "large"),
+        ("video", None, None, 10, "v1"),
+        ("document", "a.pdf", "application/pdf", None, "d1"),
+        ("contact", "Bob Ray +100", None, None, None),
+        ("venue", "Cafe, Main St, 1.000000,2.000000", None, None, None),
+        ("dice", "🎲 4", None, None, None),
+        ("poll", "Lunch?", None, None, None),
+    ]
+    # a venue that is not an object does not hide the location beside it
+    update["message"]["venue"] = "Cafe"
+    update["message"]["video"] = {"file_size": 10}  # and a file without a file_id is an error
+    with pytest.raises(NormalizeError, match=r"message\.video\.file_id"):
+        normalize_update(update, "tg", BOT)
+    del update["message"]["video"]
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None
+    assert [a.kind for a in event.attachments] == [
+        "photo",
+        "document",
+        "contact",
+        "location",
+        "dice",
+        "poll",
+    ]
+
+
 def test_mention_entity_counts_utf16_offsets() -> None:
     text = "👋🏽 hey @backchannel_test_bot, and @alice"
     # 👋🏽 is four UTF-16 units: the entity offsets Telegram sends count those

@@ -10,13 +10,15 @@ gives an Event, None, or a NormalizeError, never another exception.
 from __future__ import annotations
 
 import json
+import os
 import random
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from backchannel.errors import NormalizeError
-from backchannel.model import Event
+from backchannel.model import Event, to_json
 from backchannel.testing import mutate_payload
 from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.normalize import BotIdentity, migration_of, normalize_update
@@ -760,3 +762,76 @@ def test_an_adapter_that_was_never_started_normalizes_every_real_shape() -> None
     # the adapter knows the bot from its token and settings, as normalize_update did
     (reply,) = [e for e in events if e.event_id == "800000001"]
     assert reply.mentions_me and reply.address.thread == "2391"
+
+
+# --- exact outputs: every real payload (and mangled ones) against recorded events ------
+
+#: what normalize made of each payload when it was last changed on purpose (see below)
+EXPECTED_EVENTS = Path(__file__).with_name("real_payload_events.json")
+#: recorded mangled payloads: each gave a different outcome than the others kept
+MANGLED_KEPT = 80
+COMMANDS_BOT = BotIdentity(id="7000000001", username="helper_bot", commands=frozenset({"ask"}))
+ALIASES = {"-1002471000001": "-4518000001", "-4000000003": "-4000000000"}
+
+
+def _outcome(compute: Callable[[], Any]) -> Any:
+    """One normalize result as JSON-ready data: the Event's fields, None, or the error."""
+    try:
+        got = compute()
+    except NormalizeError as error:
+        return {"error": str(error), "where": error.where}
+    if isinstance(got, Event):
+        fields = to_json(got)
+        assert fields.pop("raw") is not None
+        return fields
+    return got
+
+
+def _outcomes(payload: dict[str, Any]) -> dict[str, Any]:
+    adapter = TelegramAdapter(ACCOUNT, {"token": "7000000001:AAH-not-a-real-token_0123456789"})
+    return {
+        "commands_bot_aliases": _outcome(
+            lambda: normalize_update(load(json.dumps(payload)), ACCOUNT, COMMANDS_BOT, ALIASES)
+        ),
+        "no_bot": _outcome(lambda: normalize_update(load(json.dumps(payload)), ACCOUNT)),
+        "adapter": _outcome(lambda: adapter.normalize(load(json.dumps(payload)))),
+        "migration_of": _outcome(lambda: migration_of(load(json.dumps(payload)))),
+    }
+
+
+def _cases() -> list[dict[str, Any]]:
+    names = {text: name for name, text in globals().items() if text in ALL_PAYLOADS}
+    cases = [{"name": names[text], "payload": load(text)} for text in ALL_PAYLOADS]
+    rng = random.Random(2026)
+    seen: set[str] = set()
+    for number in range(2_000):
+        if len(seen) >= MANGLED_KEPT:
+            break
+        mangled = _mutate(load(rng.choice(ALL_PAYLOADS)), rng)
+        try:
+            json.dumps(mangled, allow_nan=False)
+        except ValueError:
+            continue
+        key = json.dumps(_outcomes(mangled)["commands_bot_aliases"], sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            cases.append({"name": f"mangled {number}", "payload": mangled})
+    return cases
+
+
+def test_every_payload_gives_exactly_the_recorded_event() -> None:
+    """Fails when any field of any outcome changes (ids, text, kinds, meta, errors, ...).
+
+    After a deliberate change of what normalize makes, re-record with
+    ``BACKCHANNEL_RECORD_EVENTS=1 pytest plugins/telegram/tests/test_real_payloads.py``
+    and review the diff of real_payload_events.json.
+    """
+    if os.environ.get("BACKCHANNEL_RECORD_EVENTS") == "1":
+        recorded = [{**case, "expected": _outcomes(case["payload"])} for case in _cases()]
+        EXPECTED_EVENTS.write_text(json.dumps(recorded, indent=1, ensure_ascii=False) + "\n")
+    recorded = json.loads(EXPECTED_EVENTS.read_text())
+    assert len(recorded) >= len(ALL_PAYLOADS) + MANGLED_KEPT // 2
+    for case in recorded:
+        got = json.dumps(_outcomes(case["payload"]), sort_keys=True)
+        want = json.dumps(case["expected"], sort_keys=True)
+        assert got == want, case["name"]

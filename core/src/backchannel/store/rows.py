@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import attrs
 from attrs import define, field
 
 from ..errors import StoreError
@@ -195,36 +196,134 @@ def conversation_row(row: Sequence[Any]) -> Conversation:
         visible_count=row[9],
         held_count=row[10],
         created_at=row[11],
-        meta=json.loads(row[12] or "{}"),
+        meta=json_value(row[12]) if row[12] else {},
         active_at=row[13],
     )
 
 
 def message_row(row: Sequence[Any]) -> Message:
-    # positional, in Message's field order: a window builds fifty of these per run,
-    # and keyword arguments cost attrs' __init__ more than the rest of the row
-    return Message(
-        row[0],  # conversation_id
-        row[1],  # seq
-        row[2],  # direction
-        Sender(row[4], row[5], row[6], bool(row[7])),
-        row[8],  # text
-        row[14],  # sent_at
-        row[9],  # platform_message_id
-        row[10],  # reply_to
-        row[11],  # reply_to_seq
-        bool(row[12]),  # mentions_me
-        _attachments_of(row[13]) if row[13] else (),
-        row[15],  # edited_at
-        row[16],  # deleted_at
-        bool(row[17]),  # held
-        bool(row[18]),  # triggers
-        row[19],  # status
-        row[20],  # status_reason
-        row[3],  # event_id
-        tuple((str(r[0]), str(r[1])) for r in json.loads(row[21])) if row[21] else (),
-        json.loads(row[22]) if row[22] else {},  # meta: a fresh dict, callers may change it
-    )
+    """The Message of one `MESSAGE_COLUMNS` row."""
+    return _message_of(row, _sender_of(row))
+
+
+def message_rows(rows: Iterable[Sequence[Any]]) -> list[Message]:
+    """The Messages of `MESSAGE_COLUMNS` rows, in order; one Sender per distinct sender.
+
+    A window repeats a handful of senders fifty times: Sender values are
+    immutable, so the messages of one sender share one.
+    """
+    senders: dict[tuple[Any, ...], Sender] = {}
+    messages = []
+    for row in rows:
+        key = (row[4], row[5], row[6], row[7])
+        sender = senders.get(key)
+        if sender is None:
+            sender = senders[key] = _sender_of(row)
+        messages.append(_message_of(row, sender))
+    return messages
+
+
+def _sender_of(row: Sequence[Any]) -> Sender:
+    return Sender(row[4], row[5], row[6], bool(row[7]))
+
+
+# Message values built from rows skip attrs' __init__ (a window builds fifty per run, and
+# __init__ sets each field through object.__setattr__ and runs the attachments converter):
+# every value below already has its field's type, and each slot is set through its own
+# descriptor. `_MESSAGE_FIELDS` fails the import if Message's fields change under it.
+_MESSAGE_FIELDS = (
+    "conversation_id",
+    "seq",
+    "direction",
+    "sender",
+    "text",
+    "sent_at",
+    "platform_message_id",
+    "reply_to",
+    "reply_to_seq",
+    "mentions_me",
+    "attachments",
+    "edited_at",
+    "deleted_at",
+    "held",
+    "triggers",
+    "status",
+    "status_reason",
+    "event_id",
+    "reactions",
+    "meta",
+)
+if tuple(f.name for f in attrs.fields(Message)) != _MESSAGE_FIELDS:
+    raise ImportError("store/rows.py builds Message from rows field by field: update it")
+_new = object.__new__
+(
+    _set_conversation_id,
+    _set_seq,
+    _set_direction,
+    _set_sender,
+    _set_text,
+    _set_sent_at,
+    _set_platform_message_id,
+    _set_reply_to,
+    _set_reply_to_seq,
+    _set_mentions_me,
+    _set_attachments,
+    _set_edited_at,
+    _set_deleted_at,
+    _set_held,
+    _set_triggers,
+    _set_status,
+    _set_status_reason,
+    _set_event_id,
+    _set_reactions,
+    _set_meta,
+) = (Message.__dict__[name].__set__ for name in _MESSAGE_FIELDS)
+
+
+def _message_of(row: Sequence[Any], sender: Sender) -> Message:
+    message = _new(Message)
+    _set_conversation_id(message, row[0])
+    _set_seq(message, row[1])
+    _set_direction(message, row[2])
+    _set_sender(message, sender)
+    _set_text(message, row[8])
+    _set_sent_at(message, row[14])
+    _set_platform_message_id(message, row[9])
+    _set_reply_to(message, row[10])
+    _set_reply_to_seq(message, row[11])
+    _set_mentions_me(message, bool(row[12]))
+    _set_attachments(message, attachments_of(row[13]) if row[13] else ())
+    _set_edited_at(message, row[15])
+    _set_deleted_at(message, row[16])
+    _set_held(message, bool(row[17]))
+    _set_triggers(message, bool(row[18]))
+    _set_status(message, row[19])
+    _set_status_reason(message, row[20])
+    _set_event_id(message, row[3])
+    _set_reactions(message, reactions_of(row[21]) if row[21] else ())
+    # meta: a fresh dict, callers may change it
+    _set_meta(message, json_value(row[22]) if row[22] else {})
+    return message
+
+
+def reactions_of(text: str) -> tuple[tuple[str, str], ...]:
+    """The `reactions` column's (who, emoji) pairs."""
+    return tuple((str(r[0]), str(r[1])) for r in json.loads(text))
+
+
+#: the decoder's scanner (C): one JSON value at an index -> (value, end); typeshed omits it
+_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def json_value(text: str) -> Any:
+    """json.loads(text) without its wrappers (the C scanner alone), for text json.dumps wrote."""
+    try:
+        value, end = _scan_json(text, 0)
+    except StopIteration:
+        end = -1
+    if end != len(text):
+        return json.loads(text)  # not a lone JSON value: json.loads says exactly what is wrong
+    return value
 
 
 #: decoded attachment lists by their JSON text: consecutive runs read the same rows, and
@@ -232,7 +331,8 @@ def message_row(row: Sequence[Any]) -> Message:
 _ATTACHMENTS: dict[str, tuple[Attachment, ...]] = {}
 
 
-def _attachments_of(text: str) -> tuple[Attachment, ...]:
+def attachments_of(text: str) -> tuple[Attachment, ...]:
+    """The `attachments` column's values (shared: Attachment values are immutable)."""
     found = _ATTACHMENTS.get(text)
     if found is None:
         found = tuple(Attachment(**a) for a in json.loads(text))

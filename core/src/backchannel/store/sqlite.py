@@ -38,6 +38,7 @@ from .rows import (
     dump_meta,
     first,
     message_row,
+    message_rows,
     outbox_row,
 )
 from .sqlite_asks import SQLiteAsks
@@ -702,13 +703,24 @@ class SQLiteStore(SQLiteAsks, Store):
     async def window(
         self, conversation_id: int, limit: int, upto_seq: int | None = None
     ) -> list[Message]:
+        return message_rows(await self.window_rows(conversation_id, limit, upto_seq))
+
+    async def window_rows(
+        self, conversation_id: int, limit: int, upto_seq: int | None = None
+    ) -> list[tuple[Any, ...]]:
+        """`window` as the rows themselves (`MESSAGE_COLUMNS`, oldest first), not Messages.
+
+        Not part of `Store`: a run formats its window straight from these
+        (RunBuilder uses it where a store has it), building Messages only for
+        the few it hands on.
+        """
         rows = self.db.execute(
             f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq <= ?"
             " AND held = 0 ORDER BY seq DESC LIMIT ?",
             (conversation_id, upto_seq if upto_seq is not None else 2**62, limit),
         ).fetchall()
         rows.reverse()
-        return [message_row(row) for row in rows]
+        return rows
 
     async def history(self, conversation_id: int, before_seq: int, limit: int) -> list[Message]:
         return await self.window(conversation_id, limit, before_seq - 1)
@@ -721,7 +733,7 @@ class SQLiteStore(SQLiteAsks, Store):
             " AND held = 0 ORDER BY seq LIMIT ?",
             (conversation_id, after_seq, limit),
         )
-        return [message_row(row) for row in rows]
+        return message_rows(rows)
 
     async def count_visible(self, conversation_id: int, before_seq: int | None = None) -> int:
         if before_seq is None:
@@ -958,14 +970,14 @@ class SQLiteStore(SQLiteAsks, Store):
         return [conversation_row(row) for row in rows]
 
     async def begin_run(self, conversation_id: int, trigger_seq: int, upto_seq: int) -> int:
-        with self._write():
-            row = self.db.execute(
-                "INSERT INTO runs (conversation_id, trigger_seq, upto_seq, started_at)"
-                " VALUES (?,?,?,?) RETURNING id",
-                (conversation_id, trigger_seq, upto_seq, now()),
-            )
-            run_id = first(row)
-        return int(run_id)
+        # one statement, so its own transaction (or part of the one already open): no
+        # BEGIN/COMMIT round around it
+        row = self.db.execute(
+            "INSERT INTO runs (conversation_id, trigger_seq, upto_seq, started_at)"
+            " VALUES (?,?,?,?) RETURNING id",
+            (conversation_id, trigger_seq, upto_seq, now()),
+        )
+        return int(first(row))
 
     async def finish_run(
         self,
@@ -978,16 +990,15 @@ class SQLiteStore(SQLiteAsks, Store):
     ) -> None:
         db = self.db
         with self._write():
-            db.execute(
+            finished = db.execute(
                 "UPDATE runs SET status = ?, error = ?, finished_at = ?,"
-                " upto_seq = COALESCE(?, upto_seq) WHERE id = ?",
+                " upto_seq = COALESCE(?, upto_seq) WHERE id = ? RETURNING conversation_id",
                 (status, redact(error) if error else error, now(), upto_seq, run_id),
-            )
-            if handled_seq is not None:
+            ).fetchall()
+            if handled_seq is not None and finished:
                 db.execute(
-                    "UPDATE conversations SET handled_seq = MAX(handled_seq, ?)"
-                    " WHERE id = (SELECT conversation_id FROM runs WHERE id = ?)",
-                    (handled_seq, run_id),
+                    "UPDATE conversations SET handled_seq = MAX(handled_seq, ?) WHERE id = ?",
+                    (handled_seq, finished[0][0]),
                 )
 
     async def runs(self, conversation_id: int | None = None, limit: int = 50) -> list[RunRecord]:

@@ -104,6 +104,8 @@ class TelegramAdapter:
         #: the configured commands; those from getMyCommands join them at start
         self._configured_commands = frozenset(c.strip().lstrip("/").lower() for c in commands)
         self._commands = self._configured_commands
+        #: who normalize is told the bot is (rebuilt when username or commands change)
+        self._identity = BotIdentity(self._token.bot_id, self._username, self._commands)
         self._api = BotApi(self._token, self.api_base, self.request_timeout)
         self._pacer = Pacer(self.pacing)
         self._ctx: AdapterContext | None = None
@@ -178,18 +180,23 @@ class TelegramAdapter:
         this process has seen that message (received or sent), the reaction is
         placed in its topic.
         """
-        identity = BotIdentity(self._token.bot_id, self._username, self._commands)
-        event = normalize_update(raw, self.account, identity, self._aliases)
+        identity = self._identity
+        if identity.username != self._username or identity.commands is not self._commands:
+            # getMe and getMyCommands may have taught us more since the last update
+            identity = BotIdentity(self._token.bot_id, self._username, self._commands)
+            self._identity = identity
+        aliases = self._aliases if self._migrated else None
+        event = normalize_update(raw, self.account, identity, aliases)
         if event is None or event.platform_message_id is None:
             return event
-        key = (event.address.chat, event.platform_message_id)
-        if event.kind == "reaction" and event.address.thread is None:
-            thread = self._topics.get(key)
+        chat, thread = event.address.chat, event.address.thread
+        if event.kind == "reaction" and thread is None:
+            thread = self._topics.get((chat, event.platform_message_id))
             if thread is not None:
-                address = Address(self.account, event.address.chat, thread)
+                address = Address(self.account, chat, thread)
                 return evolve(event, address=address, conversation_kind="thread")
-        elif event.address.thread is not None:
-            self._topics.remember(key, event.address.thread)
+        elif thread is not None:
+            self._topics.remember((chat, event.platform_message_id), thread)
         return event
 
     @property

@@ -30,7 +30,7 @@ carried into the Event.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeGuard
 
 from attrs import frozen
@@ -64,6 +64,9 @@ _CONTENT_FIELDS = (
 )
 _CONTENT_FIELD_SET = frozenset(_CONTENT_FIELDS)
 
+#: the message fields that add to meta
+_META_FIELDS = frozenset({"media_group_id", "author_signature", "forward_origin", "forward_date"})
+
 _DIGITS = re.compile(r"-?[0-9]{1,20}")
 
 _MESSAGE_KINDS: dict[str, EventKind] = {
@@ -96,23 +99,30 @@ def normalize_update(
     (a supergroup to the group it was upgraded from). Raise NormalizeError
     naming the offending field when the update is malformed.
     """
-    aliases = chat_aliases or {}
-    if not _is_mapping(update):
+    # Hot path (every update a bot receives): the usual shapes -- dicts from a
+    # JSON decoder, int ids -- are recognised with `type(x) is ...` and take
+    # no helper call; anything else goes through the helpers that check it.
+    if type(update) is not dict and not _is_mapping(update):
         raise NormalizeError("an update must be a JSON object", where="update")
-    update_id = _opt_int(update.get("update_id"))
-    if update_id is None:
-        raise NormalizeError(
-            f"missing or non-integer update_id: {update.get('update_id')!r}", where="update_id"
-        )
+    update_id = update.get("update_id")
+    if type(update_id) is not int:
+        update_id = _opt_int(update_id)
+        if update_id is None:
+            raise NormalizeError(
+                f"missing or non-integer update_id: {update.get('update_id')!r}",
+                where="update_id",
+            )
     for field_name, kind in _MESSAGE_KINDS.items():
         if field_name in update:
-            message = _mapping(update[field_name], field_name)
+            message = update[field_name]
+            if type(message) is not dict:
+                message = _mapping(message, field_name)
             return _message_event(
-                update, update_id, message, field_name, kind, account, bot, aliases
+                update, update_id, message, field_name, kind, account, bot, chat_aliases
             )
     if "message_reaction" in update:
         reaction = _mapping(update["message_reaction"], "message_reaction")
-        return _reaction_event(update_id, update, reaction, account, bot, aliases)
+        return _reaction_event(update_id, update, reaction, account, bot, chat_aliases or {})
     return None
 
 
@@ -135,6 +145,8 @@ def migration_of(update: Mapping[str, Any]) -> tuple[str, str] | None:
 
 def utf16_slice(text: str, offset: int, length: int) -> str:
     """Return the part of `text` at UTF-16 `offset` and `length` (how Telegram counts)."""
+    if text.isascii():  # a flag on the string, not a scan: one code unit a character
+        return text[offset : offset + length]
     encoded = text.encode("utf-16-le", "surrogatepass")
     return encoded[offset * 2 : (offset + length) * 2].decode("utf-16-le", errors="replace")
 
@@ -150,69 +162,118 @@ def _message_event(
     kind: EventKind,
     account: str,
     bot: BotIdentity,
-    aliases: Mapping[str, str],
+    aliases: Mapping[str, str] | None,
 ) -> Event | None:
-    message_id = _int(message.get("message_id"), f"{where}.message_id")
-    chat = _mapping(message.get("chat"), f"{where}.chat")
-    chat_id = _int(chat.get("id"), f"{where}.chat.id")
-    date = _int(message.get("date"), f"{where}.date")
-    author = message.get("from")
+    # Checks run in a fixed order (ids, chat, date, from, text, sender,
+    # attachments): a payload with several faults is always reported by the first.
+    get = message.get
+    message_id = get("message_id")
+    if type(message_id) is not int:
+        message_id = _int(message_id, f"{where}.message_id")
+    chat = get("chat")
+    if type(chat) is not dict:
+        chat = _mapping(chat, f"{where}.chat")
+    chat_id = chat.get("id")
+    if type(chat_id) is not int:
+        chat_id = _int(chat_id, f"{where}.chat.id")
+    date = get("date")
+    if type(date) is not int:
+        date = _int(date, f"{where}.date")
+    author = get("from")
+    author_id: str | None = None
     if author is not None:
-        author = _mapping(author, f"{where}.from")
-        if bot.id is not None and _id_text(author.get("id")) == bot.id:
+        if type(author) is not dict:
+            author = _mapping(author, f"{where}.from")
+        raw_author_id = author.get("id")
+        author_id = str(raw_author_id) if type(raw_author_id) is int else _id_text(raw_author_id)
+        if bot.id is not None and author_id == bot.id:
             return None
-    if _CONTENT_FIELD_SET.isdisjoint(message.keys()):
+    if "text" in message:
+        text, entities_key = message["text"], "entities"
+        if type(text) is not str and not isinstance(text, str):
+            raise NormalizeError(
+                f"expected a string, got {type(text).__name__}", where=f"{where}.text"
+            )
+    elif _CONTENT_FIELD_SET.isdisjoint(message):
         return None  # a service message: members joined, a pin, a topic created, a migration, ...
+    else:
+        text, entities_key = get("caption", ""), "caption_entities"
+        if type(text) is not str and not isinstance(text, str):
+            raise NormalizeError(
+                f"expected a string, got {type(text).__name__}", where=f"{where}.caption"
+            )
+    entities = get(entities_key) or None
+    if entities is not None and not isinstance(entities, list):
+        raise NormalizeError("expected a list", where=f"{where}.{entities_key}")
 
-    text, entities = _text_and_entities(message, where)
-    address, conversation_kind = _address(message, chat_id, _chat_type(chat), account, aliases)
-    meta: dict[str, Any] = {"update_id": update_id, "chat_type": _chat_type(chat)}
-    if address.chat != str(chat_id):
+    chat_type = chat.get("type")
+    if type(chat_type) is not str:
+        chat_type = _chat_type(chat)
+    chat_text = str(chat_id)
+    filed_under = aliases.get(chat_text, chat_text) if aliases else chat_text
+    in_topic = get("is_topic_message") is True
+    thread = _opt_int(get("message_thread_id")) if in_topic else None
+    conversation_kind: ConversationKind
+    if thread is not None:
+        address, conversation_kind = Address(account, filed_under, str(thread)), "thread"
+    else:
+        address = Address(account, filed_under)
+        conversation_kind = "direct" if chat_type == "private" else "group"
+    meta: dict[str, Any] = {"update_id": update_id, "chat_type": chat_type}
+    if filed_under is not chat_text and address.chat != chat_text:
         meta["chat_id"] = chat_id
         meta["migrated_from_chat_id"] = _opt_int(address.chat)
-    for key in ("media_group_id", "author_signature"):
-        if key in message:
-            meta[key] = message[key]
-    if "forward_origin" in message or "forward_date" in message:
-        meta["forwarded"] = True
+    if not _META_FIELDS.isdisjoint(message):
+        if "media_group_id" in message:
+            meta["media_group_id"] = message["media_group_id"]
+        if "author_signature" in message:
+            meta["author_signature"] = message["author_signature"]
+        if "forward_origin" in message or "forward_date" in message:
+            meta["forwarded"] = True
     sent_at = float(date)
-    edited_at = _opt_int(message.get("edit_date"))
-    if kind == "edit" and edited_at is not None:
-        sent_at = float(edited_at)
-    reply_to = _reply_target(message)
-    return Event(
-        address=address,
-        event_id=str(update_id),
-        sender=_sender(message, chat_id, chat, where),
-        kind=kind,
-        text=text,
-        platform_message_id=str(message_id),
-        reply_to=reply_to,
-        mentions_me=_mentions_bot(text, entities, bot, private=conversation_kind == "direct")
-        or _replies_to_bot(message, bot),
-        attachments=_attachments(message, where),
-        sent_at=sent_at,
-        conversation_kind=conversation_kind,
-        conversation_title=_title(chat),
-        meta=meta,
-        raw=update,
+    if kind == "edit":
+        edited_at = _opt_int(get("edit_date"))
+        if edited_at is not None:
+            sent_at = float(edited_at)
+    reply_to = None if get("reply_to_message") is None else _reply_target(message)
+    if author_id is not None and get("sender_chat") is None:
+        # the usual case, inline: a person (or bot) wrote it
+        assert author is not None  # author_id is read from it
+        handle = author.get("username")
+        if handle is not None and not isinstance(handle, str):
+            handle = None
+        sender = Sender(author_id, _full_name(author), handle, author.get("is_bot") is True)
+    else:
+        sender = _sender(message, chat_id, chat, chat_type, where, author, author_id)
+    mentions_me = entities is not None and _mentions_bot(
+        text, entities, bot, private=conversation_kind == "direct"
     )
-
-
-def _address(
-    message: Mapping[str, Any],
-    chat_id: int,
-    chat_type: str,
-    account: str,
-    aliases: Mapping[str, str],
-) -> tuple[Address, ConversationKind]:
-    filed_under = aliases.get(str(chat_id), str(chat_id))
-    thread = _opt_int(message.get("message_thread_id"))
-    if message.get("is_topic_message") is True and thread is not None:
-        return Address(account, filed_under, str(thread)), "thread"
-    if chat_type == "private":
-        return Address(account, filed_under), "direct"
-    return Address(account, filed_under), "group"
+    if not mentions_me and reply_to is not None and bot.id is not None:
+        mentions_me = _replies_to_bot(message, bot)
+    if _ATTACHMENT_FIELDS.isdisjoint(message):
+        attachments: Sequence[Attachment] = ()  # plain text, the usual case
+    else:
+        attachments = _attachments(message, where)
+    title = chat.get("title")
+    if type(title) is not str or not title:
+        title = _title(chat)
+    # positional (in Event's field order): fourteen keywords cost more than the check itself
+    return Event(
+        address,
+        str(update_id),  # event_id
+        sender,
+        kind,
+        text,
+        str(message_id),  # platform_message_id
+        reply_to,
+        mentions_me,
+        attachments,
+        sent_at,
+        conversation_kind,
+        title,  # conversation_title
+        meta,
+        update,  # raw
+    )
 
 
 def _chat_type(chat: Mapping[str, Any]) -> str:
@@ -232,55 +293,50 @@ def _title(chat: Mapping[str, Any]) -> str | None:
 
 
 def _sender(
-    message: Mapping[str, Any], chat_id: int, chat: Mapping[str, Any], where: str
+    message: Mapping[str, Any],
+    chat_id: int,
+    chat: Mapping[str, Any],
+    chat_type: str,
+    where: str,
+    author: Mapping[str, Any] | None,
+    author_id: str | None,
 ) -> Sender:
+    """Return who wrote `message`; `author` is its checked ``from`` and `author_id` that id."""
     # Anonymous admins and channels posting into a group speak as `sender_chat`;
     # `from` is then a placeholder bot (GroupAnonymousBot, Channel_Bot).
-    signature = _opt_str(message.get("author_signature"))
     sender_chat = message.get("sender_chat")
-    if _is_mapping(sender_chat) and _id_text(sender_chat.get("id")) is not None:
-        name = signature or _opt_str(sender_chat.get("title")) or ""
-        handle = _opt_str(sender_chat.get("username"))
-        return Sender(str(_id_text(sender_chat["id"])), name, handle, is_bot=False)
-    author = message.get("from")
-    if _is_mapping(author):
-        author_id = _id_text(author.get("id"))
+    if sender_chat is not None and _is_mapping(sender_chat):
+        chat_sender_id = _id_text(sender_chat.get("id"))
+        if chat_sender_id is not None:
+            signature = _opt_str(message.get("author_signature"))
+            name = signature or _opt_str(sender_chat.get("title")) or ""
+            handle = _opt_str(sender_chat.get("username"))
+            return Sender(chat_sender_id, name, handle, is_bot=False)
+    if author is not None:
         if author_id is None:
             raise NormalizeError("sender has no id", where=f"{where}.from.id")
-        return Sender(
-            author_id,
-            _full_name(author),
-            _opt_str(author.get("username")),
-            is_bot=author.get("is_bot") is True,
-        )
-    if _chat_type(chat) == "channel" and signature:
+        handle = author.get("username")
+        if handle is not None and not isinstance(handle, str):
+            handle = None
+        return Sender(author_id, _full_name(author), handle, author.get("is_bot") is True)
+    signature = _opt_str(message.get("author_signature"))
+    if chat_type == "channel" and signature:
         # a signed post with no sender_chat: its author's signature, in the channel's name
         return Sender(str(chat_id), signature, _opt_str(chat.get("username")))
-    if _chat_type(chat) == "channel":
+    if chat_type == "channel":
         return Sender.unknown()  # an unsigned post that names no sender (see Sender.unknown)
     raise NormalizeError("message has neither from nor sender_chat", where=f"{where}.from")
 
 
 def _full_name(person: Mapping[str, Any]) -> str:
-    parts = (_opt_str(person.get("first_name")), _opt_str(person.get("last_name")))
+    first, last = person.get("first_name"), person.get("last_name")
+    if type(first) is str:  # the usual case: a first name, perhaps a last name
+        if last is None or last == "":
+            return first
+        if type(last) is str:
+            return f"{first} {last}" if first else last
+    parts = (_opt_str(first), _opt_str(last))
     return " ".join(part for part in parts if part)
-
-
-def _text_and_entities(
-    message: Mapping[str, Any], where: str
-) -> tuple[str, Sequence[Mapping[str, Any]]]:
-    if "text" in message:
-        text, text_key, entities_key = message["text"], "text", "entities"
-    else:
-        text, text_key, entities_key = message.get("caption", ""), "caption", "caption_entities"
-    if not isinstance(text, str):
-        raise NormalizeError(
-            f"expected a string, got {type(text).__name__}", where=f"{where}.{text_key}"
-        )
-    entities = message.get(entities_key) or []
-    if not isinstance(entities, list):
-        raise NormalizeError("expected a list", where=f"{where}.{entities_key}")
-    return text, [e for e in entities if _is_mapping(e)]
 
 
 def _reply_target(message: Mapping[str, Any]) -> str | None:
@@ -300,7 +356,7 @@ def _reply_target(message: Mapping[str, Any]) -> str | None:
 
 
 def _mentions_bot(
-    text: str, entities: Sequence[Mapping[str, Any]], bot: BotIdentity, *, private: bool = False
+    text: str, entities: Sequence[Any], bot: BotIdentity, *, private: bool = False
 ) -> bool:
     """Say whether the message addresses the bot: @bot, a text mention, /cmd@bot, or a
     bare /cmd that is one of the bot's own commands (any bare /cmd in a private chat).
@@ -310,6 +366,8 @@ def _mentions_bot(
     """
     handle = f"@{bot.username}".lower() if bot.username else None
     for entity in entities:
+        if not _is_mapping(entity):
+            continue
         kind = entity.get("type")
         if kind == "text_mention":
             user = entity.get("user")
@@ -341,22 +399,31 @@ def _replies_to_bot(message: Mapping[str, Any], bot: BotIdentity) -> bool:
 
 
 def _attachments(message: Mapping[str, Any], where: str) -> list[Attachment]:
-    if _ATTACHMENT_FIELDS.isdisjoint(message.keys()):
-        return []  # plain text, the usual case: none of the twenty lookups below can match
+    """Files first (largest photo, then each file kind), then the things shared by name."""
+    present = _ATTACHMENT_FIELDS.intersection(message)
+    kinds: Iterable[str] = (
+        sorted(present, key=_ATTACHMENT_RANK.__getitem__) if len(present) > 1 else present
+    )
     found: list[Attachment] = []
-    photo = message.get("photo")
-    if isinstance(photo, list) and photo:
-        # PhotoSize variants of one picture, smallest first: keep the largest.
-        largest = photo[-1]
-        found.append(_file("photo", largest, f"{where}.photo", mime="image/jpeg"))
-    # An animation message also carries `document` for old clients: report it once.
-    file_kinds = ("animation", "video", "audio", "voice", "video_note", "sticker")
-    for kind in file_kinds:
-        if _is_mapping(message.get(kind)):
-            found.append(_file(kind, message[kind], f"{where}.{kind}"))
-    if _is_mapping(message.get("document")) and "animation" not in message:
-        found.append(_file("document", message["document"], f"{where}.document"))
-    found.extend(_shared_things(message))
+    for kind in kinds:
+        item = message[kind]
+        if kind == "photo":
+            if isinstance(item, list) and item:
+                # PhotoSize variants of one picture, smallest first: keep the largest.
+                found.append(_file("photo", item[-1], f"{where}.photo", mime="image/jpeg"))
+        elif not _is_mapping(item):
+            continue  # every other kind is an object; anything else is not one
+        elif kind in _FILE_KINDS:
+            found.append(_file(kind, item, f"{where}.{kind}"))
+        elif kind == "document":
+            # An animation message also carries `document` for old clients: report it once.
+            if "animation" not in message:
+                found.append(_file("document", item, f"{where}.document"))
+        elif kind == "location":
+            if not _is_mapping(message.get("venue")):  # a venue names its place itself
+                found.append(Attachment(kind="location", name=_place(item)))
+        else:
+            found.append(_shared_thing(kind, item))
     return found
 
 
@@ -380,62 +447,51 @@ def _file(kind: str, item: Any, where: str, mime: str | None = None) -> Attachme
     )
 
 
-#: every key _attachments and _shared_things look at
-_ATTACHMENT_FIELDS = frozenset(
-    {
-        "photo",
-        "animation",
-        "video",
-        "audio",
-        "voice",
-        "video_note",
-        "sticker",
-        "document",
-        "contact",
-        "venue",
-        "location",
-        "dice",
-        "poll",
-        "game",
-        "checklist",
-        "story",
-        "paid_media",
-    }
+_FILE_KINDS = frozenset({"animation", "video", "audio", "voice", "video_note", "sticker"})
+#: every key _attachments looks at, in the order it reports what it finds
+_ATTACHMENT_ORDER = (
+    "photo",
+    "animation",
+    "video",
+    "audio",
+    "voice",
+    "video_note",
+    "sticker",
+    "document",
+    "contact",
+    "venue",
+    "location",
+    "dice",
+    "poll",
+    "game",
+    "checklist",
+    "story",
+    "paid_media",
 )
+_ATTACHMENT_FIELDS = frozenset(_ATTACHMENT_ORDER)
+_ATTACHMENT_RANK = {kind: rank for rank, kind in enumerate(_ATTACHMENT_ORDER)}
+#: the field naming each shared thing that has a title
+_TITLE_KEYS = {"poll": "question", "game": "title", "checklist": "title"}
 
 
-def _shared_things(message: Mapping[str, Any]) -> list[Attachment]:
-    """Contacts, places, polls, dice, games, stories, checklists, paid media: named, not files."""
-    found: list[Attachment] = []
-    contact = message.get("contact")
-    if _is_mapping(contact):
-        parts = (_full_name(contact), _opt_str(contact.get("phone_number")))
-        found.append(Attachment(kind="contact", name=" ".join(p for p in parts if p) or None))
-    venue = message.get("venue")
-    location = message.get("location")
-    if _is_mapping(venue):
-        found.append(Attachment(kind="venue", name=_venue_name(venue)))
-    elif _is_mapping(location):
-        found.append(Attachment(kind="location", name=_place(location)))
-    dice = message.get("dice")
-    if _is_mapping(dice):
-        value = _opt_int(dice.get("value"))
-        throw = (_opt_str(dice.get("emoji")), None if value is None else str(value))
-        found.append(Attachment(kind="dice", name=" ".join(p for p in throw if p) or None))
-    for kind, title_key in (("poll", "question"), ("game", "title"), ("checklist", "title")):
-        thing = message.get(kind)
-        if _is_mapping(thing):
-            found.append(Attachment(kind=kind, name=_opt_str(thing.get(title_key)) or None))
-    story = message.get("story")
-    if _is_mapping(story):
-        poster = story.get("chat")
-        name = _title(poster) if _is_mapping(poster) else None
-        found.append(Attachment(kind="story", name=name))
-    paid = message.get("paid_media")
-    if _is_mapping(paid):
-        stars = _opt_int(paid.get("star_count"))
-        found.append(Attachment(kind="paid_media", name=None if stars is None else f"{stars} ⭐"))
-    return found
+def _shared_thing(kind: str, thing: Mapping[str, Any]) -> Attachment:
+    """A contact, venue, poll, dice, game, story, checklist or paid media: named, not a file."""
+    if kind == "contact":
+        parts = (_full_name(thing), _opt_str(thing.get("phone_number")))
+        return Attachment(kind="contact", name=" ".join(p for p in parts if p) or None)
+    if kind == "venue":
+        return Attachment(kind="venue", name=_venue_name(thing))
+    if kind == "dice":
+        value = _opt_int(thing.get("value"))
+        throw = (_opt_str(thing.get("emoji")), None if value is None else str(value))
+        return Attachment(kind="dice", name=" ".join(p for p in throw if p) or None)
+    if kind == "story":
+        poster = thing.get("chat")
+        return Attachment(kind="story", name=_title(poster) if _is_mapping(poster) else None)
+    if kind == "paid_media":
+        stars = _opt_int(thing.get("star_count"))
+        return Attachment(kind="paid_media", name=None if stars is None else f"{stars} ⭐")
+    return Attachment(kind=kind, name=_opt_str(thing.get(_TITLE_KEYS[kind])) or None)
 
 
 def _place(location: Mapping[str, Any]) -> str | None:
