@@ -333,7 +333,8 @@ class Switchboard:
     async def wait_idle(self, timeout: float = 30.0) -> None:
         """Return when nothing is queued, debouncing or running."""
         try:
-            await asyncio.wait_for(self._busy.wait_idle(), timeout)
+            async with asyncio.timeout(timeout):  # in this task: wait_for would make another
+                await self._busy.wait_idle()
         except TimeoutError:
             raise TimeoutError(f"the switchboard was still busy after {timeout}s") from None
 
