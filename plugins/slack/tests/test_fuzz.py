@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import pytest
 from backchannel.runs import Run
 from backchannel.store import SQLiteStore
 from backchannel.switchboard import Binding, Switchboard
@@ -28,6 +30,15 @@ from hypothesis import strategies as st
 ACCOUNT = "work"
 FINAL = "final ping"
 _ids = itertools.count()
+_boards: list[Switchboard] = []
+
+
+@pytest.fixture(autouse=True)
+async def stop_boards(slack: FakeSlack, store: SQLiteStore) -> AsyncIterator[None]:
+    """Stop each test's board before its store and FakeSlack close (runs may be debouncing)."""
+    yield
+    while _boards:
+        await _boards.pop().stop()
 
 
 def answer_final(run: Run) -> str | None:
@@ -65,6 +76,7 @@ async def started(slack: FakeSlack, store: SQLiteStore, mode: str) -> tuple[Swit
         secrets=[slack.bot_token, slack.app_token, slack.signing_secret],
     )
     await board.start()
+    _boards.append(board)
     if mode == "events":
         assert adapter.events_url is not None
         slack.use_events_api(adapter.events_url)

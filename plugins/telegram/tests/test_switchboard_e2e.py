@@ -55,7 +55,17 @@ async def test_topic_mention_gets_the_demo_reply_in_that_topic_as_a_reply(
     forum = fake.supergroup("Engineering", forum=True)
     deploys = fake.create_topic(forum, "Deploys", alice)
     other = fake.create_topic(forum, "Random", bob)
-    board = await board_for(fake, demo_agent, mode)
+
+    async def typing_seen_then_demo(run: Run) -> None:
+        # the typing indicator is sent while the agent runs: this agent waits for it in the
+        # topic, so the check below does not depend on how many loop turns a run takes
+        await fake.wait_for(
+            lambda: (forum["id"], "typing", deploys) in fake.chat_actions,
+            what="the typing action in the topic",
+        )
+        await demo_agent(run)
+
+    board = await board_for(fake, typing_seen_then_demo, mode)
     fake.inject_message(forum, bob, "lunch?", topic=other)
     fake.inject_message(forum, bob, "deploy 41 went out", topic=deploys)
     asked = fake.inject_message(forum, alice, "@backchannel_test_bot is it green?", topic=deploys)

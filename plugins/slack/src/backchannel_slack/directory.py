@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -17,6 +18,11 @@ from attrs import define, field
 __all__ = ["ChannelInfo", "Directory"]
 
 Fetch = Callable[[str], Awaitable[Mapping[str, Any]]]
+
+#: what a Slack id looks like (U…, W…, B…, C…, G…, D…: upper-case letters and digits; Slack
+#: says ids may grow to 21 characters, 32 leaves room). Anything else in an event is not
+#: worth an API call: no lookup, no cache entry, the id stands in for the name.
+SLACK_ID = re.compile(r"\A[A-Z0-9]{2,32}\Z")
 
 
 @define
@@ -63,6 +69,8 @@ class Directory:
         key: str,
         load: Callable[[str], Awaitable[Any]],
     ) -> Any:
+        if not SLACK_ID.match(key):
+            return None  # a hostile or mangled id: nothing to ask Slack, nothing to keep
         entry = cache.get(key)
         if entry is not None and self.clock() - entry.fetched_at < self.ttl:
             return entry.value
