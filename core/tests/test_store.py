@@ -142,7 +142,7 @@ async def test_a_store_made_before_m008_loses_two_indexes_and_keeps_the_order(
 
 
 async def test_the_stored_inbound_row_is_the_one_both_stores_build(tmp_path: Path) -> None:
-    """SQLite writes a new message's row inline (its hot path); it must equal rows.py's."""
+    """New inbound rows as stored: counters, reply seq, held and triggers, as rows.py builds them."""
     from backchannel.model import Attachment, Sender
     from backchannel.store.rows import MESSAGE_COLUMNS, inbound_message_row
 

@@ -32,10 +32,8 @@ from .rows import (
     OUTBOX_COLUMNS,
     Batch,
     ConversationCounters,
-    SeenSender,
     conversation_row,
     dump_attachments,
-    dump_meta,
     first,
     message_row,
     message_rows,
@@ -380,11 +378,7 @@ class SQLiteStore(SQLiteAsks, Store):
         item: Inbound,
         counters: ConversationCounters | None = None,
     ) -> AppendResult:
-        """Gather a new inbound message's rows in the batch (written by _flush_rows).
-
-        The path every new message takes, so it is written out in one function:
-        counters, reply lookup, the messages row, the sender as a participant.
-        """
+        """Count a new inbound message and gather its rows in the batch (see _flush_rows)."""
         event = item.event
         held = 1 if item.held else 0
         triggers = 1 if item.triggers and not held else 0
@@ -413,49 +407,7 @@ class SQLiteStore(SQLiteAsks, Store):
                     (conversation_id, reply_to),
                 ).fetchone()
                 reply_to_seq = row[0] if row else None
-        platform_message_id = event.platform_message_id
-        if platform_message_id is not None:
-            batch.new_message_ids.setdefault((conversation_id, platform_message_id), seq)
-        sender = event.sender
-        sender_id = sender.id
-        is_bot = 1 if sender.is_bot else 0
-        attachments = event.attachments
-        meta = event.meta
-        # the row in MESSAGE_COLUMNS order, as rows.inbound_message_row builds it
-        batch.message_rows.append(
-            (
-                conversation_id,
-                seq,
-                "in",
-                event.event_id,
-                sender_id,
-                sender.name,
-                sender.handle,
-                is_bot,
-                event.text,
-                platform_message_id,
-                reply_to,
-                reply_to_seq,
-                1 if event.mentions_me else 0,
-                dump_attachments(attachments) if attachments else None,
-                sent_at,
-                None,
-                None,
-                held,
-                triggers,
-                "received",
-                None,
-                None,
-                dump_meta(meta) if meta else None,
-            )
-        )
-        key = (conversation_id, sender_id)
-        seen = batch.participants.get(key)
-        if seen is None:
-            seen = batch.participants[key] = SeenSender(first_seq=seq)
-        seen.name, seen.handle, seen.is_bot = sender.name, sender.handle, is_bot
-        seen.count += 1
-        seen.last_seq = seq
+        batch.add_inbound(conversation_id, seq, event, reply_to_seq, held, triggers)
         return AppendResult("stored", conversation_id, seq, triggers == 1)
 
     def _apply_change(self, conversation_id: int, item: Inbound) -> AppendResult:
