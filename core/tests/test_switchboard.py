@@ -362,6 +362,19 @@ async def test_typing_is_shown_while_a_run_is_in_progress(store: SQLiteStore) ->
     await board.stop()
 
 
+async def test_an_agent_that_answers_without_waiting_shows_no_typing(store: SQLiteStore) -> None:
+    channel = FakeChannel()
+    agent = RecordingAgent(lambda run: "at once")
+    board = await started(store, channel, Binding(agent))
+    channel.platform.user_says("hi", chat="t")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    # a slow agent's run shows it (the test above); one done before the next loop turn not
+    assert channel.platform.typing == []
+    assert channel.platform.texts("t") == ["at once"]
+    await board.stop()
+
+
 async def channel_ingested(board: Switchboard, count: int) -> None:
     await wait_until(lambda: board.counters["stored"] + board.counters["held"] >= count)
 
