@@ -209,7 +209,7 @@ class Switchboard:
                 extra.append(tool if isinstance(tool, Tool) else Tool.from_function(tool))
 
             hook = pm.hook.register_tools
-            if hook.get_hookimpls():  # asking pluggy with no implementation costs ~5 µs a run
+            if hook.get_hookimpls():  # calling pluggy with no implementation costs 1.5 µs a run
                 hook(register=register, conversation=conversation)
             for provide in self.run_tools:
                 extra.extend(provide(account, session, conversation))
