@@ -382,14 +382,10 @@ class Switchboard:
             held, triggers = not policy.may_reach(event), policy.triggers(event)
         else:
             held, triggers = verdict == "held", False
-        busy = self._busy
-        busy.enter()
         try:
-            (appended,) = await self._group_commit.commit([Inbound(event, held, triggers, state)])
+            (appended,) = await self._commit([Inbound(event, held, triggers, state)])
         except RefusedData as error:
             return await self._malformed(account, raw, str(error), state)
-        finally:
-            busy.leave()
         return self._settle(account, event, held, appended)
 
     async def ingest_many(

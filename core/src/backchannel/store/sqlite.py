@@ -309,11 +309,7 @@ class SQLiteStore(SQLiteAsks, Store):
                 event.address, event.conversation_kind, event.conversation_title, event.sent_at
             )
             counters = self._counters(conversation_id)
-            orphan = (
-                self._orphan_edit_row(conversation_id, counters, event.platform_message_id)
-                if counters.orphan_edits
-                else None
-            )
+            orphan = self._orphan_edit_row(conversation_id, counters, event.platform_message_id)
             if orphan is not None:
                 # its edit came first and already made the row (with the newer text)
                 batch.event_rows.append(
