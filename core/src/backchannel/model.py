@@ -49,10 +49,6 @@ def now() -> float:
     return time.time()
 
 
-def _opt_str(value: object) -> str | None:
-    return None if value is None else str(value)
-
-
 def _slot_setters(cls: type, *names: str) -> tuple[Callable[[Any, Any], None], ...]:
     """Return the slot setters of `names` (what a frozen class's __init__ may call)."""
     return tuple(cls.__dict__[name].__set__ for name in names)
