@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from attrs import define, field, frozen
 
@@ -19,6 +19,8 @@ from .tools import Tool, ToolArgumentError
 __all__ = ["Agent", "Run", "RunBuilder", "RunSession", "WindowSettings"]
 
 log = logging.getLogger("backchannel.runs")
+
+_T = TypeVar("_T")
 
 
 class Agent(Protocol):
@@ -173,10 +175,12 @@ class RunBuilder:
             # the store hands over its rows: the lines are made from them, and only the
             # messages handed on (trigger, answer) become Message values
             rows = await window_rows(conversation_id, self.window.messages, upto)
-            window = _RowWindow(_trim_rows(rows, self.window.chars))
+            lengths = [len(row[8]) for row in rows]  # the text is column 8
+            window = _RowWindow(_trim_to_chars(rows, lengths, self.window.chars))
         else:
             messages = await self.store.window(conversation_id, self.window.messages, upto)
-            window = _MessageWindow(_trim_to_chars(messages, self.window.chars))
+            lengths = [len(message.text) for message in messages]
+            window = _MessageWindow(_trim_to_chars(messages, lengths, self.window.chars))
         lines = window.lines(me)
         trigger = window.message(trigger_seq) if trigger_seq is not None else None
         if trigger is None and trigger_seq:
@@ -338,21 +342,6 @@ class _RowWindow:
         return list(self._seen.values())
 
 
-def _trim_rows(rows: list[tuple[Any, ...]], limit: int) -> list[tuple[Any, ...]]:
-    """_trim_to_chars for rows (the text is column 8)."""
-    if sum([len(row[8]) for row in rows]) + 32 * len(rows) <= limit:
-        return rows
-    total = 0
-    kept: list[tuple[Any, ...]] = []
-    for row in reversed(rows):
-        total += len(row[8]) + 32
-        if kept and total > limit:
-            break
-        kept.append(row)
-    kept.reverse()
-    return kept
-
-
 def _answer_after(
     rows: Sequence[Message], trigger: Message | None, after_restart: bool
 ) -> Message | None:
@@ -404,18 +393,21 @@ RESTART_NOTE = (
 _READ_ONLY_TOOLS = frozenset({"read_history", "list_conversations", "read_conversation"})
 
 
-def _trim_to_chars(rows: list[Message], limit: int) -> list[Message]:
-    if sum([len(message.text) for message in rows]) + 32 * len(rows) <= limit:
-        return rows  # all of it fits (the usual case): no copy
+def _trim_to_chars(items: list[_T], text_lengths: list[int], limit: int) -> list[_T]:
+    """The newest of `items` (messages or rows) whose texts, and 32 a line, fit in `limit`.
+
+    At least the newest one is kept; when everything fits (the usual case), no copy.
+    """
+    if sum(text_lengths) + 32 * len(items) <= limit:
+        return items
     total = 0
-    kept: list[Message] = []
-    for message in reversed(rows):
-        total += len(message.text) + 32
+    kept = 0
+    for length in reversed(text_lengths):
+        total += length + 32
         if kept and total > limit:
             break
-        kept.append(message)
-    kept.reverse()
-    return kept
+        kept += 1
+    return items[len(items) - kept :]
 
 
 def _participants_in(rows: Sequence[Message]) -> list[Sender]:
