@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..app import open_config_store
+from ..cli import config_option, json_option, store_option
 from ..config import load_config
 from ..errors import StoreError
 from .messaging import MessagingStatus, messaging_status, set_messaging
@@ -18,21 +19,9 @@ __all__ = ["messaging_command"]
 
 @click.command("messaging")
 @click.argument("action", type=click.Choice(["on", "off", "status"]), default="status")
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="BACKCHANNEL_CONFIG",
-    help="TOML config file (default: $BACKCHANNEL_CONFIG, else the embedded defaults).",
-)
-@click.option(
-    "--store",
-    "store_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Use this store file instead of the config's [store] path.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@config_option
+@store_option
+@json_option
 def messaging_command(
     action: str, config_path: Path | None, store_path: Path | None, as_json: bool
 ) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from backchannel.cli import config_option
 
 __all__ = ["mcp_group"]
 
@@ -23,14 +24,7 @@ def mcp_group() -> None:
 
 
 @mcp_group.command("serve")
-@click.option(
-    "-c",
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="BACKCHANNEL_CONFIG",
-    help="TOML config file (default: $BACKCHANNEL_CONFIG, else the embedded defaults).",
-)
+@config_option
 @click.option("--stdio", "use_stdio", is_flag=True, help="Speak MCP on stdin/stdout (the default).")
 @click.option(
     "--http",
