@@ -126,3 +126,23 @@ async def test_a_function_with_attributes_is_described_from_itself() -> None:
     tool = Tool.from_function(tagged, name="weather_now")
     assert (tool.name, tool.description) == ("weather_now", "Return the weather.")
     assert await tool({"city": "Oslo"}) == "sun in Oslo"
+
+
+def test_functions_of_one_code_with_other_defaults_or_docs_keep_their_own_schemas() -> None:
+    def make(limit: int, doc: str) -> Tool:
+        def search(query: str, limit: int = limit) -> str:
+            return query[:limit]
+
+        search.__doc__ = doc
+        return Tool.from_function(search)
+
+    first, second = make(5, "Search the notes."), make(20, "Search the archive.")
+    assert first.parameters["properties"]["limit"]["default"] == 5
+    assert second.parameters["properties"]["limit"]["default"] == 20
+    assert (first.description, second.description) == ("Search the notes.", "Search the archive.")
+
+    # a default that cannot be a cache key is described afresh, not shared
+    def listed(tags: list[str] | None = None, wanted: list[str] = ["a"]) -> str:  # noqa: B006
+        return ""
+
+    assert Tool.from_function(listed).parameters["properties"]["wanted"]["default"] == ["a"]

@@ -42,20 +42,8 @@ class Tool:
         description: str | None = None,
     ) -> Tool:
         """Build a Tool from a typed function; sync functions are wrapped to be awaitable."""
-        if type(function) is types.FunctionType and not function.__dict__:
-            # a plain function (no decorator, no attribute: channel_tools makes five per
-            # run): what it describes and whether it is async is known from its code
-            key = (function.__code__, function.__qualname__, function.__module__)
-            known = _plain.get(key)
-            if known is None:
-                summary, parameters = _describe(function)
-                known = (summary, parameters, inspect.iscoroutinefunction(function))
-                if len(_plain) < 4096:
-                    _plain[key] = known
-            summary, parameters, is_async = known
-        else:
-            summary, parameters = _describe(function)
-            is_async = inspect.iscoroutinefunction(function)
+        summary, parameters = _describe(function)
+        is_async = inspect.iscoroutinefunction(function)
         if is_async:
             implementation = function
         else:
@@ -110,23 +98,44 @@ class Tool:
         }
 
 
-_described: dict[tuple[Any, Any, Any], tuple[str, dict[str, Any]]] = {}
-#: plain functions by (code, qualified name, module): (summary, schema, is a coroutine function)
-_plain: dict[tuple[Any, Any, Any], tuple[str, dict[str, Any], bool]] = {}
+_described: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
+
+
+def _description_key(function: Callable[..., Any]) -> tuple[Any, ...] | None:
+    """What a function's description depends on, or None when it cannot be cached.
+
+    Closures made per run share a code object; decorated functions share their
+    wrapper's, so the name goes in too; the docstring and the defaults (which
+    the schema shows) may differ between functions of one code object.
+    """
+    inner = inspect.unwrap(function)
+    code = getattr(inner, "__code__", None)
+    if code is None:
+        return None
+    kwdefaults = getattr(inner, "__kwdefaults__", None)
+    key = (
+        code,
+        getattr(function, "__qualname__", None),
+        getattr(function, "__module__", None),
+        getattr(function, "__doc__", None),
+        getattr(inner, "__defaults__", None),
+        tuple(sorted(kwdefaults.items())) if kwdefaults else None,
+    )
+    try:
+        hash(key)
+    except TypeError:  # a default that is a list or a dict: described afresh each time
+        return None
+    return key
 
 
 def _describe(function: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
-    """Return (summary, JSON schema) for a function, cached per code object.
+    """Return (summary, JSON schema) for a function, cached (see _description_key).
 
     Closures made afresh for every run share one code object, so the schema
     (which costs a type-hint evaluation) is computed once.
     """
-    inner = inspect.unwrap(function)
-    code = getattr(inner, "__code__", None)
-    # closures made per run share a code object; decorated functions share their
-    # wrapper's, so the name goes into the key too; objects without code are not cached
-    key = (code, getattr(function, "__qualname__", None), getattr(function, "__module__", None))
-    cached = _described.get(key) if code is not None else None
+    key = _description_key(function)
+    cached = _described.get(key) if key is not None else None
     if cached is not None:
         return cached  # shared and never mutated: Tool.parameters is read-only by contract
     doc = inspect.getdoc(function) or ""
@@ -151,7 +160,7 @@ def _describe(function: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
         "required": required,
         "additionalProperties": False,
     }
-    if code is not None and len(_described) < 4096:
+    if key is not None and len(_described) < 4096:
         _described[key] = (summary, parameters)
     return summary, parameters
 
