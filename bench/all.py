@@ -110,6 +110,14 @@ def main() -> None:
             "≤ 300 µs",
         )
     )
+    rows.append(
+        (
+            "  the same, run lately (window kept)",
+            f"{runs['recent_min_us']:.0f} µs",
+            f"{runs['recent_median_us']:.0f} µs",
+            "≤ 300 µs",
+        )
+    )
     memory = run("memory.py", "--sizes", *(("2000",) if quick else ("10000", "50000")))
     rows.append(("RSS per idle conversation", "", "", ""))
     for one in memory["sizes"]:

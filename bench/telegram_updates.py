@@ -68,9 +68,16 @@ def conversation_chat(shape: dict[str, Any], conversation: int) -> int:
 
 
 def updates(
-    count: int, conversations: int, *, first_update: int = 1, shapes: list[dict[str, Any]]
+    count: int,
+    conversations: int,
+    *,
+    first_update: int = 1,
+    first_message: int = 1,
+    shapes: list[dict[str, Any]],
 ) -> Iterator[dict[str, Any]]:
     """Yield `count` updates spread round-robin over `conversations` chats, made one at a time.
+
+    Update ids count up from `first_update`, message ids from `first_message`.
 
     Only the dicts that change are copied (the update, its message, its chat
     and sender), the way a JSON decoder would hand over fresh ones.
@@ -82,7 +89,11 @@ def updates(
         assert key is not None
         body = shape[key]
         chat_id = conversation_chat(shape, conversation)
-        fresh = {**body, "message_id": number + 1, "chat": {**body["chat"], "id": chat_id}}
+        fresh = {
+            **body,
+            "message_id": first_message + number,
+            "chat": {**body["chat"], "id": chat_id},
+        }
         if "from" in body and body["chat"].get("type", "private") == "private":
             fresh["from"] = {**body["from"], "id": chat_id}
         yield {"update_id": first_update + number, key: fresh}

@@ -3,6 +3,9 @@
 Conversations of 1,000, 100,000 and 1,000,000 stored messages; the Run is
 built the way the switchboard builds it for an agent (window read, framing,
 tools). Target: under 1 ms median at every size, flat as history grows.
+Each build reads its window afresh: the windows and lines the store and the
+run builder keep from a conversation's last run (store/windows.py) are
+dropped before each, or every build after the first would reuse them.
 
     uv run python bench/window.py [--sizes 1000,100000,1000000] [--repeat 300]
 """
@@ -58,7 +61,10 @@ async def bench(sizes: list[int], repeat: int) -> None:
             filled = time.perf_counter() - began
             timings = []
             run = None
+            builder = board.accounts["fake"].builder
             for _ in range(repeat):
+                store._windows.clear()
+                builder._kept_lines.clear()
                 start = time.perf_counter()
                 run = await board.build_run(conversation_id)
                 timings.append(time.perf_counter() - start)

@@ -44,6 +44,7 @@ def test_runs_measures_the_overhead_of_each_run() -> None:
 
     figures = asyncio.run(runs.measure(conversations=3, history=60, rounds=1))
     assert figures["runs"] == 3
+    assert figures["recent_runs"] == 3 * 2  # two rounds after the one that keeps the windows
     assert figures["window"] == 50
     assert figures["ratio_median"] > 0  # to the same-run reference: apsw reading a window
     assert figures["typing_calls"] == 0  # the no-op agent's typing task never sends

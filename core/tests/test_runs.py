@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from backchannel import Binding, Run, Switchboard, WindowSettings
 from backchannel.model import Address, Attachment, Event, Sender
 from backchannel.store import Inbound, SQLiteStore
@@ -278,8 +280,6 @@ async def test_a_run_made_from_store_rows_equals_one_made_from_messages(
 ) -> None:
     # RunBuilder formats the window straight from SQLite's rows; a store that only has
     # `window` gets the same run through format_message: every kind of line, compared
-    import copy
-
     from backchannel.model import Outbound, Receipt
     from backchannel.runs import RESTART_NOTE
 
@@ -364,3 +364,44 @@ async def test_a_run_made_from_store_rows_equals_one_made_from_messages(
         "[#10] (sent on request of conversation web/tab1) relayed",
     ]
     assert whole.trigger is None and "already has your reply" in whole.instruction
+
+
+async def test_lines_kept_from_the_last_run_follow_every_change(store: SQLiteStore) -> None:
+    # RunBuilder keeps the lines its last run made from unchanged rows; each change
+    # between two runs must show in the next one exactly as a builder without them shows it
+    from backchannel.model import Outbound, Receipt
+
+    me = Sender("bot", "Helper", is_bot=True)
+    here = Address("fake", "g")
+    await store.append_inbound(
+        [Inbound(event(n, f"message {n}", sender=ALICE if n % 2 else BOB)) for n in range(1, 8)]
+    )
+    conversation = await store.find_conversation(here)
+    assert conversation is not None
+    board = await board_with(store, WindowSettings(messages=5))
+    builder = board.accounts["fake"].builder
+    fresh = _MessagesOnly(store)
+    pending = await store.record_outbound(conversation.id, Outbound(here, "on its way"), me)
+    changes = [
+        [Inbound(Event(here, "x1", ALICE, "edit", "message 5, edited", platform_message_id="m5"))],
+        [Inbound(Event(here, "x2", BOB, "reaction", "👍", platform_message_id="m6"))],
+        [Inbound(Event(here, "x3", BOB, "delete", platform_message_id="m4"))],
+        [Inbound(event(8, "a new one", sender=Sender("carol", "Carol")))],
+        "sent",
+        [Inbound(event(9, "held", sender=BOB), held=True)],
+    ]
+    before = await builder.build(conversation.id)
+    for change in changes:
+        if change == "sent":
+            await store.mark_sent(pending.id, Receipt("p1"))
+        else:
+            await store.append_inbound(change)  # type: ignore[arg-type]
+        run = await builder.build(conversation.id)
+        plain = copy.copy(builder)
+        plain.store = fresh
+        expected = await plain.build(conversation.id)
+        assert run.messages == expected.messages, change
+        assert run.participants == expected.participants
+        held = isinstance(change, list) and change[0].held
+        assert (run.messages != before.messages) is not held  # a held row changes nothing
+        before = run

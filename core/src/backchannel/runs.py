@@ -13,6 +13,7 @@ from attrs import define, field, frozen
 from .framing import default_framing, format_message, inbound_line, own_line, speaker
 from .model import Conversation, Message, Sender
 from .secrets import redact
+from .store.cache import LRUCache
 from .store.rows import attachments_of, json_value, message_row, reactions_of
 from .tools import Tool, ToolArgumentError
 
@@ -154,6 +155,8 @@ class RunBuilder:
         self.window = window
         self.tools = tools
         self.framing_hook = framing_hook
+        #: per conversation, the lines its last run's rows made (see _RowWindow)
+        self._kept_lines: LRUCache[int, dict[int, _KeptLine]] = LRUCache(KEPT_LINES)
 
     async def build(
         self,
@@ -176,12 +179,17 @@ class RunBuilder:
             # messages handed on (trigger, answer) become Message values
             rows = await window_rows(conversation_id, self.window.messages, upto)
             lengths = [len(row[8]) for row in rows]  # the text is column 8
-            window = _RowWindow(_trim_to_chars(rows, lengths, self.window.chars))
+            window = _RowWindow(
+                _trim_to_chars(rows, lengths, self.window.chars),
+                self._kept_lines.get(conversation_id),
+            )
         else:
             messages = await self.store.window(conversation_id, self.window.messages, upto)
             lengths = [len(message.text) for message in messages]
             window = _MessageWindow(_trim_to_chars(messages, lengths, self.window.chars))
         lines = window.lines(me)
+        if isinstance(window, _RowWindow) and window.made is not None:
+            self._kept_lines.put(conversation_id, window.made)
         trigger = window.message(trigger_seq) if trigger_seq is not None else None
         if trigger is None and trigger_seq:
             trigger = await self.store.message(conversation_id, trigger_seq)
@@ -257,16 +265,29 @@ class _MessageWindow:
         return _participants_in(self.messages)
 
 
+#: conversations whose last run's lines RunBuilder keeps (the store keeps 64 windows)
+KEPT_LINES = 64
+#: a line made from a row: (the row, role, content)
+_KeptLine = tuple[tuple[Any, ...], str, str]
+
+
 class _RowWindow:
     """A window the store handed over as its rows (`MESSAGE_COLUMNS`: see store/rows.py).
 
     Each line comes from the row's fields through the same functions
-    format_message uses; the messages of one sender share one Sender.
+    format_message uses; the messages of one sender share one Sender. A
+    line is a function of its row alone, and the SQLite store hands over
+    the very same row tuple while the row is unchanged (store/windows.py),
+    so `kept` (seq -> the row, role and content the last run made) saves
+    making it again; a changed row is a new tuple and is made afresh.
     """
 
-    def __init__(self, rows: list[tuple[Any, ...]]):
+    def __init__(self, rows: list[tuple[Any, ...]], kept: dict[int, _KeptLine] | None = None):
         self.rows = rows
         self.count = len(rows)
+        self._kept = kept
+        #: what `lines` made, by seq, for the next run
+        self.made: dict[int, _KeptLine] | None = None
         #: (sender_id, sender_name, sender_handle, sender_is_bot) -> (Sender, speaker name)
         self._senders: dict[tuple[Any, ...], tuple[Sender, str]] = {}
         #: sender id -> latest Sender of the inbound rows, as `lines` met them
@@ -281,10 +302,25 @@ class _RowWindow:
         return known
 
     def lines(self, me: Sender | None) -> tuple[dict[str, str], ...]:
-        self._seen = {}
-        return tuple([self._line(row) for row in self.rows])
+        seen: dict[str, Sender] = {}
+        self._seen = seen
+        kept = self._kept or {}
+        made: dict[int, _KeptLine] = {}
+        lines = []
+        for row in self.rows:
+            seq = row[1]
+            line = kept.get(seq)
+            if line is None or line[0] is not row:
+                line = made[seq] = (row, *self._line(row))
+            else:
+                made[seq] = line
+                if row[2] != "out":
+                    seen[row[4]] = self._sender(row)[0]
+            lines.append({"role": line[1], "content": line[2]})
+        self.made = made
+        return tuple(lines)
 
-    def _line(self, row: tuple[Any, ...]) -> dict[str, str]:
+    def _line(self, row: tuple[Any, ...]) -> tuple[str, str]:
         if row[2] != "out":
             sender, name = self._sender(row)
             if self._seen is not None:
@@ -300,7 +336,7 @@ class _RowWindow:
                 attachments_of(row[13]) if row[13] else (),
                 reactions_of(row[21]) if row[21] else (),
             )
-            return {"role": "user", "content": content}
+            return "user", content
         meta = json_value(row[22]) if row[22] else None
         content = own_line(
             row[1],
@@ -313,7 +349,7 @@ class _RowWindow:
             row[19],
             row[20],
         )
-        return {"role": "assistant", "content": content}
+        return "assistant", content
 
     def message(self, seq: int) -> Message | None:
         row = next((row for row in reversed(self.rows) if row[1] == seq), None)

@@ -40,6 +40,7 @@ from .rows import (
     outbox_row,
 )
 from .sqlite_asks import SQLiteAsks
+from .windows import WindowCache, read_window
 
 __all__ = ["SQLiteStore", "open_store"]
 
@@ -49,6 +50,9 @@ CACHED_CONVERSATIONS = 4096
 #: conversations touches; more only grows the process with the database (the OS caches
 #: the file anyway, so a page read again costs a copy, not a disk read)
 PAGE_CACHE_KIB = 2048
+#: conversations whose latest window rows are kept between runs (store/windows.py):
+#: about 25 KB each with 50-row windows
+CACHED_WINDOWS = 64
 
 
 def open_store(path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> SQLiteStore:
@@ -100,6 +104,7 @@ class SQLiteStore(SQLiteAsks, Store):
         self._known_participants: LRUCache[tuple[int, str], tuple[str, str | None, int]] = LRUCache(
             CACHED_CONVERSATIONS
         )
+        self._windows = WindowCache(db, CACHED_WINDOWS)
 
     # lifecycle -------------------------------------------------------------
     @contextlib.contextmanager
@@ -660,15 +665,12 @@ class SQLiteStore(SQLiteAsks, Store):
 
         Not part of `Store`: a run formats its window straight from these
         (RunBuilder uses it where a store has it), building Messages only for
-        the few it hands on.
+        the few it hands on. With `upto_seq`, as a run asks, the rows come from
+        the window cache (store/windows.py) and only rows past them are read.
         """
-        rows = self.db.execute(
-            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq <= ?"
-            " AND held = 0 ORDER BY seq DESC LIMIT ?",
-            (conversation_id, upto_seq if upto_seq is not None else 2**62, limit),
-        ).fetchall()
-        rows.reverse()
-        return rows
+        if upto_seq is None:
+            return read_window(self.db, conversation_id, limit, 2**62)
+        return self._windows.rows(conversation_id, limit, upto_seq)
 
     async def history(self, conversation_id: int, before_seq: int, limit: int) -> list[Message]:
         return await self.window(conversation_id, limit, before_seq - 1)

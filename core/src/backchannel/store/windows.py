@@ -1,0 +1,133 @@
+"""The latest window rows of recently run conversations, kept between their runs.
+
+A conversation's next run shows nearly the window its last run showed: one
+or two rows newer, perhaps one of ours whose status changed. Reading the 50
+rows again and making Python values of their 23 columns is most of what a
+run costs the framework (bench/runs.py), so `SQLiteStore.window_rows` keeps
+each recent conversation's rows and reads only the rows past them.
+
+What makes a kept window stale, and what is done about it:
+
+- a new row: seqs only grow, so rows past the kept ones are read each time
+  (up to the conversation's last_seq as read then: a caller may ask for a
+  seq not yet given out);
+- a changed or deleted row (an edit, a reaction, a send's status, a row
+  moving in or out of `held`): a TEMP trigger on this connection reports
+  every UPDATE and DELETE of a messages row, whichever code made it, and a
+  window whose seqs it falls among is dropped at once (inserts, the ingest
+  path's bulk, fire nothing);
+- another connection's commit (a second process on the same file): PRAGMA
+  data_version changes, and every window is dropped;
+- a read inside an open transaction: not served from or kept here, since
+  what it sees may yet be rolled back (a change rolled back has already
+  dropped its window: harmless).
+
+Bounded: `capacity` conversations, the least recently read going first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apsw
+
+from .cache import LRUCache
+from .rows import MESSAGE_COLUMNS, first
+
+__all__ = ["WindowCache", "read_window"]
+
+_LAST = (
+    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq <= ?"
+    " AND held = 0 ORDER BY seq DESC LIMIT ?"
+)
+_PAST = (
+    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq > ?"
+    " AND seq <= ? AND held = 0 ORDER BY seq DESC LIMIT ?"
+)
+#: TEMP: this connection only, never written to the file; the function is ours
+_TRIGGERS = """
+CREATE TEMP TRIGGER IF NOT EXISTS window_cache_update AFTER UPDATE ON main.messages BEGIN
+    SELECT backchannel_window_changed(old.conversation_id, old.seq),
+           backchannel_window_changed(new.conversation_id, new.seq);
+END;
+CREATE TEMP TRIGGER IF NOT EXISTS window_cache_delete AFTER DELETE ON main.messages BEGIN
+    SELECT backchannel_window_changed(old.conversation_id, old.seq);
+END;
+"""
+
+
+def read_window(
+    db: apsw.Connection, conversation_id: int, limit: int, upto_seq: int
+) -> list[tuple[Any, ...]]:
+    """The last `limit` visible rows with seq <= upto_seq, oldest first (MESSAGE_COLUMNS)."""
+    rows = db.execute(_LAST, (conversation_id, upto_seq, limit)).fetchall()
+    rows.reverse()
+    return rows
+
+
+class _Kept:
+    """One conversation's kept rows: the last `limit` visible rows with seq <= covered."""
+
+    __slots__ = ("covered", "limit", "rows")
+
+    def __init__(self, rows: list[tuple[Any, ...]], limit: int, covered: int):
+        self.rows = rows
+        self.limit = limit
+        self.covered = covered
+
+
+class WindowCache:
+    """Window rows per conversation for `SQLiteStore.window_rows` (see the module)."""
+
+    def __init__(self, db: apsw.Connection, capacity: int):
+        self._db = db
+        self._kept: LRUCache[int, _Kept] = LRUCache(capacity)
+        self._version: int | None = None
+        db.create_scalar_function("backchannel_window_changed", self._row_changed, 2)
+        db.execute(_TRIGGERS)
+
+    def _row_changed(self, *values: Any) -> None:
+        # called by the triggers, inside the statement making the change
+        conversation_id, seq = values
+        kept = self._kept.peek(conversation_id)
+        if kept is not None and (not isinstance(seq, int) or seq <= kept.covered):
+            self._kept.pop(conversation_id)
+
+    def clear(self) -> None:
+        self._kept.clear()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def rows(self, conversation_id: int, limit: int, upto_seq: int) -> list[tuple[Any, ...]]:
+        """`read_window`, from the kept rows and whatever is past them."""
+        db = self._db
+        if not db.getautocommit():
+            return read_window(db, conversation_id, limit, upto_seq)
+        version = first(db.execute("PRAGMA data_version"))
+        if version != self._version:
+            self.clear()
+            self._version = version
+        found = db.execute(
+            "SELECT last_seq FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        if found is None:
+            return read_window(db, conversation_id, limit, upto_seq)
+        # a seq not given out yet may still be: nothing past last_seq counts as covered
+        covered = min(upto_seq, found[0])
+        kept = self._kept.get(conversation_id)
+        if kept is None or kept.limit != limit or covered < kept.covered:
+            rows = read_window(db, conversation_id, limit, covered)
+            if kept is None or kept.limit != limit:
+                self._kept.put(conversation_id, _Kept(rows, limit, covered))
+            return list(rows)
+        if covered > kept.covered:
+            past = db.execute(_PAST, (conversation_id, kept.covered, covered, limit)).fetchall()
+            if past:
+                past.reverse()
+                rows = kept.rows + past if len(past) < limit else past
+                if len(rows) > limit:
+                    del rows[: len(rows) - limit]
+                kept.rows = rows
+            kept.covered = covered
+        return list(kept.rows)
