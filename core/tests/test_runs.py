@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from backchannel import Binding, Run, Switchboard, WindowSettings
 from backchannel.model import Address, Attachment, Event, Sender
@@ -10,7 +11,7 @@ from backchannel.store import Inbound, SQLiteStore
 from backchannel.testing import FakeChannel, FakeChannelAdapter
 
 
-async def board_with(store: SQLiteStore, window: WindowSettings | None = None) -> Switchboard:
+async def board_with(store: Any, window: WindowSettings | None = None) -> Switchboard:
     async def noop(run: Run) -> None:
         return None
 
@@ -264,9 +265,9 @@ async def test_names_and_titles_cannot_start_a_line_of_instruction(store: SQLite
 
 
 class _MessagesOnly:
-    """A store without `window_rows` (as the PostgreSQL store is): runs read `window`."""
+    """A store without `window_rows` (as a store made elsewhere may be): runs read `window`."""
 
-    def __init__(self, store: SQLiteStore):
+    def __init__(self, store: Any):
         self._store = store
 
     def __getattr__(self, name: str) -> object:
@@ -278,6 +279,22 @@ class _MessagesOnly:
 async def test_a_run_made_from_store_rows_equals_one_made_from_messages(
     store: SQLiteStore,
 ) -> None:
+    await _rows_and_messages_make_one_run(store)
+
+
+async def test_a_run_made_from_postgres_rows_equals_one_made_from_messages(
+    postgres_url: str,
+) -> None:
+    from backchannel.store.postgres import PostgresStore
+
+    store = PostgresStore(postgres_url)
+    try:
+        await _rows_and_messages_make_one_run(store)
+    finally:
+        await store.close()
+
+
+async def _rows_and_messages_make_one_run(store: Any) -> None:
     # RunBuilder formats the window straight from SQLite's rows; a store that only has
     # `window` gets the same run through format_message: every kind of line, compared
     from backchannel.model import Outbound, Receipt

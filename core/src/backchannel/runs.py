@@ -267,8 +267,8 @@ class _MessageWindow:
 
 #: conversations whose last run's lines RunBuilder keeps (the store keeps 64 windows)
 KEPT_LINES = 64
-#: a line made from a row: (the row, role, content)
-_KeptLine = tuple[tuple[Any, ...], str, str]
+#: a line made from a row: (the row, role, content, its Sender or None for ours)
+_KeptLine = tuple[tuple[Any, ...], str, str, Sender | None]
 
 
 class _RowWindow:
@@ -311,20 +311,17 @@ class _RowWindow:
             seq = row[1]
             line = kept.get(seq)
             if line is None or line[0] is not row:
-                line = made[seq] = (row, *self._line(row))
-            else:
-                made[seq] = line
-                if row[2] != "out":
-                    seen[row[4]] = self._sender(row)[0]
+                line = (row, *self._line(row))
+            made[seq] = line
+            if line[3] is not None:
+                seen[row[4]] = line[3]
             lines.append({"role": line[1], "content": line[2]})
         self.made = made
         return tuple(lines)
 
-    def _line(self, row: tuple[Any, ...]) -> tuple[str, str]:
+    def _line(self, row: tuple[Any, ...]) -> tuple[str, str, Sender | None]:
         if row[2] != "out":
             sender, name = self._sender(row)
-            if self._seen is not None:
-                self._seen[row[4]] = sender
             content = inbound_line(
                 row[1],
                 name,
@@ -336,7 +333,7 @@ class _RowWindow:
                 attachments_of(row[13]) if row[13] else (),
                 reactions_of(row[21]) if row[21] else (),
             )
-            return "user", content
+            return "user", content, sender
         meta = json_value(row[22]) if row[22] else None
         content = own_line(
             row[1],
@@ -349,7 +346,7 @@ class _RowWindow:
             row[19],
             row[20],
         )
-        return "assistant", content
+        return "assistant", content, None
 
     def message(self, seq: int) -> Message | None:
         row = next((row for row in reversed(self.rows) if row[1] == seq), None)

@@ -345,13 +345,26 @@ class PostgresStore(PostgresAsks, Store):
     async def window(
         self, conversation_id: int, limit: int, upto_seq: int | None = None
     ) -> list[Message]:
+        return [
+            message_row(row) for row in await self.window_rows(conversation_id, limit, upto_seq)
+        ]
+
+    async def window_rows(
+        self, conversation_id: int, limit: int, upto_seq: int | None = None
+    ) -> list[tuple[Any, ...]]:
+        """`window` as the rows themselves (`MESSAGE_COLUMNS`, oldest first), not Messages.
+
+        As `SQLiteStore.window_rows`, which RunBuilder formats runs from, but
+        always read afresh: the workers are separate processes writing to one
+        database, so no process can keep a window and know when it went stale.
+        """
         rows = await self._fetchall(
             f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = %s AND seq <= %s"
             " AND held = 0 ORDER BY seq DESC LIMIT %s",
             (conversation_id, upto_seq if upto_seq is not None else 2**62, limit),
         )
         rows.reverse()
-        return [message_row(row) for row in rows]
+        return rows
 
     async def history(self, conversation_id: int, before_seq: int, limit: int) -> list[Message]:
         return await self.window(conversation_id, limit, before_seq - 1)
