@@ -354,7 +354,7 @@ async def _rows_and_messages_make_one_run(store: Any) -> None:
         from_rows.window = from_messages.window = settings
         for case in cases:
             run, expected = [
-                await builder.build(conversation.id, **case)  # type: ignore[arg-type]
+                await builder.build(conversation.id, **case)
                 for builder in (from_rows, from_messages)
             ]
             assert run.messages == expected.messages
