@@ -8,9 +8,9 @@ each recent conversation's rows and reads only the rows past them.
 
 What makes a kept window stale, and what is done about it:
 
-- a new row: seqs only grow, so rows past the kept ones are read each time
-  (up to the conversation's last_seq as read then: a caller may ask for a
-  seq not yet given out);
+- a new row: seqs only grow, so rows past the newest kept one are read each
+  time (a caller may ask up to a seq not given out yet: that is not taken
+  as read);
 - a changed or deleted row (an edit, a reaction, a send's status, a row
   moving in or out of `held`): a TEMP trigger on this connection reports
   every UPDATE and DELETE of a messages row, whichever code made it, and a
@@ -66,7 +66,13 @@ def read_window(
 
 
 class _Kept:
-    """One conversation's kept rows: the last `limit` visible rows with seq <= covered."""
+    """One conversation's kept rows: the last `limit` visible rows with seq <= covered.
+
+    `covered` is the newest kept row's seq, not the seq a read asked up to:
+    a row past it is either held (never kept) or was not there when read,
+    and a row added later gets a seq past the conversation's last one, so
+    reading past `covered` finds every row a kept window lacks.
+    """
 
     __slots__ = ("covered", "limit", "rows")
 
@@ -108,26 +114,19 @@ class WindowCache:
         if version != self._version:
             self.clear()
             self._version = version
-        found = db.execute(
-            "SELECT last_seq FROM conversations WHERE id = ?", (conversation_id,)
-        ).fetchone()
-        if found is None:
-            return read_window(db, conversation_id, limit, upto_seq)
-        # a seq not given out yet may still be: nothing past last_seq counts as covered
-        covered = min(upto_seq, found[0])
         kept = self._kept.get(conversation_id)
-        if kept is None or kept.limit != limit or covered < kept.covered:
-            rows = read_window(db, conversation_id, limit, covered)
-            if kept is None or kept.limit != limit:
-                self._kept.put(conversation_id, _Kept(rows, limit, covered))
+        if kept is None or kept.limit != limit or upto_seq < kept.covered:
+            rows = read_window(db, conversation_id, limit, upto_seq)
+            if rows and (kept is None or kept.limit != limit):
+                self._kept.put(conversation_id, _Kept(rows, limit, rows[-1][1]))
             return list(rows)
-        if covered > kept.covered:
-            past = db.execute(_PAST, (conversation_id, kept.covered, covered, limit)).fetchall()
+        if upto_seq > kept.covered:
+            past = db.execute(_PAST, (conversation_id, kept.covered, upto_seq, limit)).fetchall()
             if past:
                 past.reverse()
                 rows = kept.rows + past if len(past) < limit else past
                 if len(rows) > limit:
                     del rows[: len(rows) - limit]
                 kept.rows = rows
-            kept.covered = covered
+                kept.covered = rows[-1][1]
         return list(kept.rows)
