@@ -64,7 +64,7 @@ async def bench(sizes: list[int], repeat: int) -> None:
             builder = board.accounts["fake"].builder
             for _ in range(repeat):
                 store._windows.clear()
-                builder._kept_lines.clear()
+                builder.kept_lines.clear()
                 start = time.perf_counter()
                 run = await board.build_run(conversation_id)
                 timings.append(time.perf_counter() - start)

@@ -422,3 +422,16 @@ async def test_lines_kept_from_the_last_run_follow_every_change(store: SQLiteSto
         held = isinstance(change, list) and change[0].held
         assert (run.messages != before.messages) is not held  # a held row changes nothing
         before = run
+
+
+async def test_every_account_shares_one_bound_on_kept_lines(store: SQLiteStore) -> None:
+    from backchannel.runs import KEPT_LINES
+
+    async def noop(run: Run) -> None:
+        return None
+
+    board = await board_with(store)
+    board.add_account(FakeChannel().adapter("other"), Binding(noop))
+    first, second = (board.accounts[name].builder for name in ("fake", "other"))
+    assert first.kept_lines is second.kept_lines
+    assert first.kept_lines.capacity == KEPT_LINES

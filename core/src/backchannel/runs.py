@@ -147,6 +147,7 @@ class RunBuilder:
         window: WindowSettings,
         tools: Callable[[RunSession, Conversation], Sequence[Tool]],
         framing_hook: Callable[[Conversation, str, str], str | None] | None = None,
+        kept_lines: LRUCache[int, dict[int, _KeptLine]] | None = None,
     ):
         self.store = store
         self.channel = channel
@@ -155,8 +156,11 @@ class RunBuilder:
         self.window = window
         self.tools = tools
         self.framing_hook = framing_hook
-        #: per conversation, the lines its last run's rows made (see _RowWindow)
-        self._kept_lines: LRUCache[int, dict[int, _KeptLine]] = LRUCache(KEPT_LINES)
+        #: per conversation, the lines its last run's rows made (see _RowWindow); the
+        #: switchboard hands every account's builder the same one, so the bound is per process
+        self.kept_lines: LRUCache[int, dict[int, _KeptLine]] = (
+            kept_lines if kept_lines is not None else LRUCache(KEPT_LINES)
+        )
 
     async def build(
         self,
@@ -181,7 +185,7 @@ class RunBuilder:
             lengths = [len(row[8]) for row in rows]  # the text is column 8
             window = _RowWindow(
                 _trim_to_chars(rows, lengths, self.window.chars),
-                self._kept_lines.get(conversation_id),
+                self.kept_lines.get(conversation_id),
             )
         else:
             messages = await self.store.window(conversation_id, self.window.messages, upto)
@@ -189,7 +193,7 @@ class RunBuilder:
             window = _MessageWindow(_trim_to_chars(messages, lengths, self.window.chars))
         lines = window.lines(me)
         if isinstance(window, _RowWindow) and window.made is not None:
-            self._kept_lines.put(conversation_id, window.made)
+            self.kept_lines.put(conversation_id, window.made)
         trigger = window.message(trigger_seq) if trigger_seq is not None else None
         if trigger is None and trigger_seq:
             trigger = await self.store.message(conversation_id, trigger_seq)

@@ -25,11 +25,12 @@ from .model import Address, Conversation, Event, Message, Sender, from_json, to_
 from .outbound import Deliverer, DeliveryResult, channel_tools
 from .plugins import get_plugin_manager
 from .policy import Policy
-from .runs import RESTART_NOTE, Agent, Run, RunBuilder, RunSession, WindowSettings
+from .runs import KEPT_LINES, RESTART_NOTE, Agent, Run, RunBuilder, RunSession, WindowSettings
 from .scheduler import Busy, Scheduler
 from .secrets import register_secret
 from .storable import storable_event
 from .store import AppendResult, Inbound, Store
+from .store.cache import LRUCache
 from .tools import Tool
 from .wire import BadPayload, dump_for_dead_letter, parse_json, repair_text
 
@@ -158,6 +159,8 @@ class Switchboard:
         self._stopping = False
         #: who the agent was on each account when it last started (for previews without start)
         self._known_me: dict[str, Sender] = {}
+        #: the lines runs made from unchanged rows, one bound for every account's builder
+        self._kept_lines: LRUCache[int, Any] = LRUCache(KEPT_LINES)
         #: more tools for runs: provider(account, session, conversation) -> tools (orchestration)
         self.run_tools: list[Callable[[str, RunSession, Conversation], Sequence[Tool]]] = []
         #: conversations whose every new message is looked at (a session with an open ask:
@@ -230,6 +233,7 @@ class Switchboard:
             window=binding.window,
             tools=tools,
             framing_hook=framing,
+            kept_lines=self._kept_lines,
         )
         self.accounts[account] = _Account(account, adapter, binding, context, deliverer, builder)
 

@@ -222,6 +222,7 @@ class AskCoordinator:
             window=base.window,
             tools=only_send,
             framing_hook=base.framing_hook,
+            kept_lines=base.kept_lines,
         )
         run = await builder.build(origin.id, None, notes=[REPORT_NOTE])
         run = evolve(
