@@ -172,7 +172,10 @@ def channel_tools(
         if not text.strip():
             return "error: text is empty"
         result = await deliverer.deliver(
-            conversation, Outbound(address, text), run_id=session.run_id
+            conversation,
+            Outbound(address, text),
+            run_id=session.run_id,
+            recorded=session.on_recorded,
         )
         return result.describe()
 
@@ -193,6 +196,7 @@ def channel_tools(
             conversation,
             Outbound(address, text, reply_to=message.platform_message_id),
             run_id=session.run_id,
+            recorded=session.on_recorded,
         )
         return result.describe()
 

@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from attrs import define, field, frozen
 
@@ -16,6 +16,9 @@ from .secrets import redact
 from .store.cache import LRUCache
 from .store.rows import attachments_of, json_value, message_row, reactions_of
 from .tools import Tool, ToolArgumentError
+
+if TYPE_CHECKING:
+    from .store import OutboxEntry
 
 __all__ = ["Agent", "Run", "RunBuilder", "RunSession", "WindowSettings"]
 
@@ -50,6 +53,9 @@ class RunSession:
     run_id: int | None = None
     #: the message that asked for this run (tools that depend on who asked read it)
     trigger: Message | None = None
+    #: awaited after each message the run's tools send is recorded as pending, before it
+    #: goes out (a reporter run marks its ask reported there: see asks/coordinator.py)
+    on_recorded: Callable[[OutboxEntry], Awaitable[None]] | None = None
 
 
 @frozen

@@ -29,7 +29,7 @@ from .runs import KEPT_LINES, RESTART_NOTE, Agent, Run, RunBuilder, RunSession, 
 from .scheduler import Busy, Scheduler
 from .secrets import register_secret
 from .storable import storable_event
-from .store import AppendResult, Inbound, Store
+from .store import AppendResult, Inbound, OutboxEntry, Store
 from .store.cache import LRUCache
 from .tools import Tool
 from .wire import BadPayload, dump_for_dead_letter, parse_json, repair_text
@@ -600,6 +600,7 @@ class Switchboard:
         reply_to_seq: int | None = None,
         quiet: bool = False,
         origin: str | None = None,
+        recorded: Callable[[OutboxEntry], Awaitable[None]] | None = None,
     ) -> dict[str, Any]:
         """Send `text` as an operator into a stored conversation; return the recorded outcome.
 
@@ -607,7 +608,9 @@ class Switchboard:
         uncertain, the transcript ``seq``, the ``platform_message_id``, a
         ``reason`` when not sent, and ``result``, the sentence a model reads.
         `origin` is the key of the conversation a cross-conversation send came
-        from (recorded on the outbox and transcript rows).
+        from (recorded on the outbox and transcript rows). `recorded` is
+        awaited once the send is recorded as pending, before it goes out: what
+        must not be sent twice marks itself done there (`Deliverer.deliver`).
         """
         from .model import Outbound
 
@@ -618,6 +621,7 @@ class Switchboard:
         result = await account.deliverer.deliver(
             conversation,
             Outbound(conversation.address, text, reply_to=reply_to, quiet=quiet, origin=origin),
+            recorded=recorded,
         )
         return _outcome(conversation, result)
 

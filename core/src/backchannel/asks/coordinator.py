@@ -14,16 +14,19 @@ answers still owe a report and which expiries still owe a notice.
   the global run limit), reports it with a reporter run whose only tool is
   `send_message` there, the answer framed as the peer's untrusted words (or,
   with ``report = "verbatim"``, posts it as is with attribution). The ask
-  becomes "answered" only after that is recorded; a crash before means the
-  report is made again at the next start.
+  becomes "answered" when the report's first message is recorded as pending,
+  before it goes out: a crash after that leaves it uncertain, never sent
+  twice; a crash before it means the report is made at the next start.
 - **Expiry** is edge-triggered in the store: a pending ask past its deadline
-  becomes "expired" once, and its notice is posted once.
+  becomes "expired" once, and its notice is marked posted the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from attrs import evolve
@@ -32,7 +35,7 @@ from ..framing import untrusted
 from ..model import Conversation, Message, now
 from ..outbound import channel_tools
 from ..runs import RunBuilder, RunSession
-from ..store import ASK_OPEN_STATES, Ask
+from ..store import ASK_OPEN_STATES, Ask, OutboxEntry
 from ..tools import Tool
 from .settings import AskSettings
 
@@ -180,11 +183,14 @@ class AskCoordinator:
             if answer is None:
                 log.error("ask %s: its answer #%s is gone; not reported", ask.id, ask.answer_seq)
                 return
+            recorded = _once(partial(store.mark_ask, ask.id, "answered"))
             delivered = False
             if self.settings.report == "run":
-                delivered = await self._reporter_run(ask, origin, session, answer)
+                delivered = await self._reporter_run(ask, origin, session, answer, recorded)
             if not delivered:
-                await self.board.send_outcome(origin, verbatim_report(ask, session, answer))
+                await self.board.send_outcome(
+                    origin, verbatim_report(ask, session, answer), recorded=recorded
+                )
             await store.mark_ask(ask.id, "answered")
             log.info("ask %s answered and reported in %s", ask.id, origin.address.key)
         except asyncio.CancelledError:
@@ -193,9 +199,18 @@ class AskCoordinator:
             log.exception("could not report the answer to ask %s (retried later)", ask.id)
 
     async def _reporter_run(
-        self, ask: Ask, origin: Conversation, session: Conversation, answer: Message
+        self,
+        ask: Ask,
+        origin: Conversation,
+        session: Conversation,
+        answer: Message,
+        recorded: Callable[[OutboxEntry], Awaitable[None]],
     ) -> bool:
-        """Run the origin's agent with only a send into the origin; True when it sent."""
+        """Run the origin's agent with only a send into the origin; True when it sent.
+
+        `recorded` marks the ask reported as soon as the run's first message is
+        recorded, before it goes out.
+        """
         account = self.board.accounts.get(origin.address.account)
         if account is None:
             return False
@@ -235,6 +250,7 @@ class AskCoordinator:
         store = self.board.store
         run_id = await store.begin_run(origin.id, ask.origin_seq or 0, origin.last_seq)
         run.session.run_id = run_id
+        run.session.on_recorded = recorded
         status, error = "ok", None
         try:
             await asyncio.wait_for(account.binding.agent(run), account.binding.run_timeout)
@@ -263,7 +279,11 @@ class AskCoordinator:
                 try:
                     origin = await store.conversation(ask.origin_conversation_id)
                     session = await store.conversation(ask.peer_conversation_id)
-                    await self.board.send_outcome(origin, expiry_notice(ask, session))
+                    await self.board.send_outcome(
+                        origin,
+                        expiry_notice(ask, session),
+                        recorded=_once(partial(store.mark_expiry_reported, ask.id)),
+                    )
                     await store.mark_expiry_reported(ask.id)
                 except Exception:
                     log.exception("could not post the expiry notice of ask %s", ask.id)
@@ -289,6 +309,25 @@ class AskCoordinator:
                 await asyncio.wait_for(self._wake.wait(), pause + 0.01)
             except TimeoutError:
                 pass
+
+
+def _once(mark: Callable[[], Awaitable[Any]]) -> Callable[[OutboxEntry], Awaitable[None]]:
+    """A `recorded` callback that awaits `mark()` the first time a send is recorded.
+
+    A report or an expiry notice is marked done in the store once its message
+    is recorded as pending and before it goes out: a crash after that leaves
+    the message uncertain, and the next start does not send it again (a
+    crash before it sent nothing, and the next start sends it).
+    """
+    done = False
+
+    async def recorded(entry: OutboxEntry) -> None:
+        nonlocal done
+        if not done:
+            done = True
+            await mark()
+
+    return recorded
 
 
 def answer_message(ask: Ask, session: Conversation, answer: Message) -> str:

@@ -1,0 +1,144 @@
+"""A report or expiry notice of an ask goes out once, even when the process dies right after.
+
+The process is cut short in place (an exception no handler takes, raised the
+moment the platform has the message, before any later line runs), and a new
+switchboard and coordinator start on the same store file, as `serve` would
+after a SIGKILL. What the platform received is counted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from backchannel import Binding, Run, Switchboard
+from backchannel.asks import AskCoordinator
+from backchannel.asks.settings import AskSettings
+from backchannel.model import Address, Outbound, Receipt, now
+from backchannel.store import SQLiteStore
+from backchannel.testing import FakeChannel
+
+
+class Died(BaseException):
+    """The process stopping where it stands (no `except Exception` takes it)."""
+
+
+class _Deployment:
+    """A switchboard and its ask coordinator on one store file, over one fake platform."""
+
+    def __init__(self, path: Path, channel: FakeChannel, report: str, agent: Any):
+        self.store = SQLiteStore(path)
+        self.board = Switchboard(self.store)
+        self.adapter = channel.adapter("fake")
+        self.board.add_account(self.adapter, Binding(agent, debounce=3600, max_wait=3600))
+        self.asks = AskCoordinator(self.board, AskSettings(report=report)).attach()  # type: ignore[arg-type]
+
+    def die_after_the_next_send(self) -> None:
+        send = self.adapter.send
+
+        async def send_then_die(outbound: Outbound) -> Receipt:
+            await send(outbound)
+            raise Died
+
+        self.adapter.send = send_then_die  # type: ignore[method-assign]
+
+    async def close(self) -> None:
+        # no graceful stop: what a killed process leaves behind is what the store holds
+        await self.store.close()
+
+
+async def _asked(store: SQLiteStore, *, deadline: float, answered: bool) -> tuple[Any, Any]:
+    """An origin conversation that asked a peer session, answered or not."""
+    origin = await store.ensure_conversation(Address("fake", "owner"))
+    session = await store.ensure_conversation(Address("fake", "peer", "s1"), kind="thread")
+    ask = await store.record_ask(
+        origin_conversation_id=origin.id,
+        origin_seq=None,
+        peer_conversation_id=session.id,
+        question="is it done?",
+        deadline=deadline,
+    )
+    if answered:
+        from backchannel.store import Inbound
+        from backchannel.testing.store_contract import make_event
+
+        event = make_event("a1", "yes, done", chat="peer", account="fake", thread="s1")
+        [stored] = await store.append_inbound([Inbound(event)])
+        assert stored.seq is not None
+        assert await store.correlate_reply(session.id, stored.seq) is not None
+    return origin, ask
+
+
+async def _noop(run: Run) -> None:
+    return None
+
+
+async def test_an_expiry_notice_is_not_posted_again_after_dying_once_it_went_out(
+    tmp_path: Path,
+) -> None:
+    channel, path = FakeChannel(), tmp_path / "bc.db"
+    first = _Deployment(path, channel, "verbatim", _noop)
+    await _asked(first.store, deadline=now() - 1, answered=False)
+    first.die_after_the_next_send()
+    with pytest.raises(Died):
+        await first.asks.sweep()
+    await first.close()
+    assert len(channel.platform.texts("owner")) == 1
+
+    again = _Deployment(path, channel, "verbatim", _noop)
+    await again.asks.sweep()
+    [ask] = await again.store.asks()
+    assert ask.expiry_reported_at is not None
+    assert len(channel.platform.texts("owner")) == 1  # not a second notice
+    await again.close()
+
+
+@pytest.mark.parametrize("report", ["verbatim", "run"])
+async def test_a_report_is_not_made_again_after_dying_once_it_went_out(
+    tmp_path: Path, report: str
+) -> None:
+    async def reporter(run: Run) -> None:
+        await run.call("send_message", {"text": "the peer says it is done"})
+
+    channel, path = FakeChannel(), tmp_path / "bc.db"
+    first = _Deployment(path, channel, report, reporter)
+    origin, _ = await _asked(first.store, deadline=now() + 3600, answered=True)
+    [owed] = await first.store.asks(awaiting_report=True)
+    first.die_after_the_next_send()
+    with pytest.raises(Died):
+        await first.asks._report(owed, origin)
+    await first.close()
+    assert len(channel.platform.texts("owner")) == 1
+
+    again = _Deployment(path, channel, report, reporter)
+    assert await again.store.asks(awaiting_report=True) == []  # nothing owed any more
+    [ask] = await again.store.asks()
+    assert ask.state == "answered"
+    await again.asks.sweep()  # reports whatever is still owed: nothing
+    assert len(channel.platform.texts("owner")) == 1
+    await again.close()
+
+
+async def test_a_report_that_died_before_going_out_is_made_after_the_restart(
+    tmp_path: Path,
+) -> None:
+    channel, path = FakeChannel(), tmp_path / "bc.db"
+    first = _Deployment(path, channel, "verbatim", _noop)
+    origin, _ = await _asked(first.store, deadline=now() + 3600, answered=True)
+    [owed] = await first.store.asks(awaiting_report=True)
+
+    async def die_before_recording(*args: Any, **kwargs: Any) -> Any:
+        raise Died
+
+    first.board.accounts["fake"].deliverer.deliver = die_before_recording  # type: ignore[method-assign]
+    with pytest.raises(Died):
+        await first.asks._report(owed, origin)
+    await first.close()
+    assert channel.platform.texts("owner") == []
+
+    again = _Deployment(path, channel, "verbatim", _noop)
+    [still] = await again.store.asks(awaiting_report=True)
+    await again.asks._report(still, origin)
+    assert len(channel.platform.texts("owner")) == 1
+    await again.close()
