@@ -189,9 +189,12 @@ class RunBuilder:
             # messages handed on (trigger, answer) become Message values
             rows = await window_rows(conversation_id, self.window.messages, upto)
             lengths = [len(row[8]) for row in rows]  # the text is column 8
+            # lines are worth keeping only where the store hands the same row tuples back
+            keep = getattr(self.store, "keeps_window_rows", False)
             window = _RowWindow(
                 _trim_to_chars(rows, lengths, self.window.chars),
-                self.kept_lines.get(conversation_id),
+                self.kept_lines.get(conversation_id) if keep else None,
+                keep=keep,
             )
         else:
             messages = await self.store.window(conversation_id, self.window.messages, upto)
@@ -288,14 +291,21 @@ class _RowWindow:
     format_message uses; the messages of one sender share one Sender. A
     line is a function of its row alone, and the SQLite store hands over
     the very same row tuple while the row is unchanged (store/windows.py),
-    so `kept` (seq -> the row, role and content the last run made) saves
-    making it again; a changed row is a new tuple and is made afresh.
+    so `kept` (seq -> the row, role, content and Sender the last run made)
+    saves making it again; a changed row is a new tuple and is made afresh.
     """
 
-    def __init__(self, rows: list[tuple[Any, ...]], kept: dict[int, _KeptLine] | None = None):
+    def __init__(
+        self,
+        rows: list[tuple[Any, ...]],
+        kept: dict[int, _KeptLine] | None = None,
+        *,
+        keep: bool = True,
+    ):
         self.rows = rows
         self.count = len(rows)
         self._kept = kept
+        self._keep = keep
         #: what `lines` made, by seq, for the next run
         self.made: dict[int, _KeptLine] | None = None
         #: (sender_id, sender_name, sender_handle, sender_is_bot) -> (Sender, speaker name)
@@ -326,7 +336,7 @@ class _RowWindow:
             if line[3] is not None:
                 seen[row[4]] = line[3]
             lines.append({"role": line[1], "content": line[2]})
-        self.made = made
+        self.made = made if self._keep else None
         return tuple(lines)
 
     def _line(self, row: tuple[Any, ...]) -> tuple[str, str, Sender | None]:

@@ -63,6 +63,10 @@ def open_store(path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> 
 class SQLiteStore(SQLiteAsks, Store):
     """The apsw implementation of `Store`. One connection, used from one event loop."""
 
+    #: `window_rows` hands back the very same tuple for a row unchanged since the last
+    #: read of its window (store/windows.py): RunBuilder keeps lines made from them
+    keeps_window_rows = True
+
     def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL"):
         self.path = Path(path)
         if str(path) != ":memory:":
