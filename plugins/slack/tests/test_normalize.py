@@ -463,15 +463,15 @@ def test_service_subtypes_and_other_events_are_ignored() -> None:
         "subtype": "channel_join",
         "text": "<@U123ABC456> has joined the channel",
     }
-    reaction = {
+    on_a_file = {  # older apps still get reactions to files: not a transcript row
         "type": "reaction_added",
         "user": "U123ABC456",
         "reaction": "thumbsup",
-        "item": {"type": "message", "channel": "C123ABC456", "ts": "1360782400.498405"},
+        "item": {"type": "file", "file": "F123ABC456"},
         "event_ts": "1360782804.083113",
     }
     assert norm(envelope(join)) is None
-    assert norm(envelope(reaction)) is None
+    assert norm(envelope(on_a_file)) is None
     assert norm({"type": "url_verification", "challenge": "3eZbrw1a", "token": "x"}) is None
 
 
@@ -588,3 +588,69 @@ def test_change_of_a_service_message_or_one_without_author_is_ignored() -> None:
             "previous_message": {"type": "message", "text": "old", "ts": "1.1"},
         }
         assert norm(envelope(changed)) is None
+
+
+REACTION: dict[str, Any] = {
+    "type": "reaction_added",
+    "user": "U123ABC456",
+    "reaction": "thumbsup",
+    "item_user": "U222222222",
+    "item": {
+        "type": "message",
+        "channel": "C123ABC456",
+        "ts": "1360782400.498405",
+        "channel_type": "channel",
+    },
+    "event_ts": "1360782804.083113",
+}
+
+
+def test_reaction_added_is_a_reaction_to_its_message_addressed_to_the_channel() -> None:
+    event = norm(envelope(REACTION))
+    assert event is not None
+    assert (event.kind, event.text, event.platform_message_id) == (
+        "reaction",
+        ":thumbsup:",
+        "1360782400.498405",
+    )
+    # Slack does not say the thread: the store finds the conversation holding the message
+    assert event.address == Address("work", "C123ABC456")
+    assert event.conversation_kind == "group"
+    assert event.sender.id == "U123ABC456" and not event.sender.is_bot
+    assert event.event_id == (
+        "reaction_added:C123ABC456:1360782400.498405:U123ABC456:thumbsup:1360782804.083113"
+    )
+    assert event.sent_at == pytest.approx(1360782804.083113)
+    assert event.meta == {}
+
+
+def test_reaction_removed_takes_it_away_and_is_its_own_event() -> None:
+    removed = norm(envelope({**REACTION, "type": "reaction_removed"}))
+    added = norm(envelope(REACTION))
+    assert removed is not None and added is not None
+    assert removed.meta == {"removed": True}
+    assert removed.event_id != added.event_id
+    item = {"type": "message", "channel": "D024BE91L", "ts": "1360782400.498405"}
+    in_a_dm = {**REACTION, "item": {**item, "channel_type": "im"}}
+    direct = norm(envelope(in_a_dm))
+    assert direct is not None and direct.conversation_kind == "direct"
+
+
+def test_own_reactions_are_not_stored_again() -> None:
+    assert norm(envelope({**REACTION, "user": BOT.user_id})) is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "where"),
+    [
+        ("item", "1360782400.498405", "event.item"),
+        ("item", {"type": "message", "channel": "C123ABC456"}, "event.item.ts"),
+        ("user", None, "event.user"),
+        ("reaction", 7, "event.reaction"),
+        ("event_ts", [], "event.event_ts"),
+    ],
+)
+def test_a_broken_reaction_says_which_field(field: str, value: Any, where: str) -> None:
+    with pytest.raises(NormalizeError) as raised:
+        norm(envelope({**REACTION, field: value}))
+    assert raised.value.where == where

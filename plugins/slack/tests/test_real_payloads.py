@@ -1034,7 +1034,8 @@ def test_socket_mode_envelope_with_a_broken_payload_says_where() -> None:
 
 
 # --- Service messages and other events that are not transcript rows (Slack's docs for
-# channel_join, ekm_access_denied, reaction_added; url_verification; Socket Mode hello).
+# channel_join, ekm_access_denied, reaction_added to a file; url_verification; Socket Mode
+# hello).
 NOT_FOR_THE_TRANSCRIPT = [
     """{"type": "event_callback", "event": {"type": "message", "subtype": "channel_join",
         "ts": "1700002500.000002", "user": "U0ALICE01", "text": "<@U0ALICE01> has joined the channel",
@@ -1044,7 +1045,7 @@ NOT_FOR_THE_TRANSCRIPT = [
         "channel": "C0GENERAL"}}""",
     """{"type": "event_callback", "event": {"type": "reaction_added", "user": "U0ALICE01",
         "reaction": "thumbsup", "item_user": "U0BOB0001",
-        "item": {"type": "message", "channel": "C0GENERAL", "ts": "1700002400.971779"},
+        "item": {"type": "file", "file": "F0FILE0001"},
         "event_ts": "1700002502.000100"}}""",
     """{"token": "Jhj5dZrVaK7ZwHHjRyZWjbDl", "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P",
         "type": "url_verification"}""",
@@ -1241,3 +1242,40 @@ async def test_real_payloads_delivered_by_slack_are_all_acked_and_stored_once(
     assert [r.status for r in contract_context.results].count("stored") == len(expected) >= 20
     assert len(contract_context.malformed) == 1  # the placeholder payload
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+# --- Slack's docs: reaction_added (docs.slack.dev/reference/events/reaction_added), the
+# whole event_callback with its user-install authorization.
+REACTION_ADDED = """
+{
+  "token": "XXYYZZ",
+  "team_id": "T123ABC456",
+  "api_app_id": "A123ABC456",
+  "event": {
+    "type": "reaction_added",
+    "user": "U123ABC456",
+    "reaction": "thumbsup",
+    "item_user": "U222222222",
+    "item": {"type": "message", "channel": "C123ABC456", "ts": "1360782400.498405",
+             "channel_type": "channel"},
+    "event_ts": "1360782804.083113"
+  },
+  "type": "event_callback",
+  "authorizations": [{"team_id": "T123ABC456", "user_id": "U123ABC456", "is_bot": false,
+                      "is_enterprise_install": false}],
+  "event_id": "Ev123ABC456",
+  "event_time": 123456789
+}
+"""
+
+
+def test_docs_reaction_added_is_a_reaction_to_its_message() -> None:
+    event = must(load(REACTION_ADDED))
+    assert (event.kind, event.text, event.platform_message_id) == (
+        "reaction",
+        ":thumbsup:",
+        "1360782400.498405",
+    )
+    assert (event.address.chat, event.address.thread) == ("C123ABC456", None)
+    # the user install's authorization names the reacting user: that is not the app
+    assert event.sender.id == "U123ABC456"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from backchannel.model import Address
 from backchannel.store import SQLiteStore
 from backchannel.switchboard import Binding, Switchboard
 from backchannel.testing import RecordingAgent
@@ -165,3 +167,38 @@ async def test_retry_while_first_delivery_is_processing_is_stored_once_and_answe
             ("in", "are you there?"),
             ("out", "hello Alice"),
         ]
+
+
+@pytest.mark.parametrize("mode", ["socket", "events"])
+async def test_reactions_show_on_their_message_in_a_thread_and_never_start_a_run(
+    slack: FakeSlack, store: SQLiteStore, board_for: Any, mode: str
+) -> None:
+    agent = RecordingAgent(greet)
+    board = await board_for(slack, agent, mode, respond="mention")
+    asked = slack.user_says("C0GENERAL", "U0ALICE", f"<@{slack.bot_user_id}> deploy?")
+    await slack.deliver_all(asked)
+    root = asked[0]["event"]["ts"]
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    thread = agent.runs[0].conversation
+    reply = slack.message("C0GENERAL", "U0BOB", "it is green", thread_ts=root)
+    reply_ts = reply["event"]["ts"]
+    # Slack names the channel and the message, not the thread
+    await slack.deliver(reply)
+    await agent.wait_runs(2)  # a reply in the bot's thread is for the bot
+    await board.wait_idle()
+    removal = slack.reaction("C0GENERAL", "U0BOB", "eyes", reply_ts, removed=True)
+    for payload in (
+        slack.reaction("C0GENERAL", "U0ALICE", "tada", reply_ts),
+        slack.reaction("C0GENERAL", "U0BOB", "eyes", reply_ts),
+        removal,
+    ):
+        delivery = await slack.deliver(payload)
+        await asyncio.wait_for(delivery.acked.wait(), 10)
+    await board.wait_idle()
+    shown = await store.message_by_platform_id(thread.id, reply_ts)
+    assert shown is not None
+    assert shown.reactions == (("Alice", ":tada:"),)
+    # nothing was made for the channel's top level, and no reaction started a run
+    assert await store.find_conversation(Address("work", "C0GENERAL")) is None
+    assert len(agent.runs) == 2

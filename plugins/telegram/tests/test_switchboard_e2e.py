@@ -227,6 +227,46 @@ async def test_a_reaction_to_the_bots_answer_in_a_topic_is_recorded_on_it(
     assert len(agent.runs) == 1  # a reaction does not start a run
 
 
+async def test_after_a_restart_a_reaction_still_lands_on_its_topic_message(
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any
+) -> None:
+    # the restarted adapter no longer remembers which topic the message was in, and the
+    # reaction does not say: the store finds the topic conversation holding the message
+    alice = fake.user("Alice")
+    forum = fake.supergroup("Engineering", forum=True)
+    topic = fake.create_topic(forum, "Deploys", alice)
+    agent = RecordingAgent(lambda run: "on it")
+    first = await board_for(fake, agent)
+    asked = fake.inject_message(forum, alice, "@backchannel_test_bot deploy?", topic=topic)
+    await agent.wait_runs(1)
+    await first.wait_idle()
+    await first.stop()  # closes the store too
+    reopened = SQLiteStore(store.path)
+    again = Switchboard(reopened)
+    again.add_account(
+        TelegramAdapter("tg", fake.settings(mode="polling")),
+        Binding(agent, respond="mention"),
+        secrets=[fake.token],
+    )
+    await again.start()
+    try:
+        reaction = fake.inject_reaction(forum, alice, asked["message"]["message_id"], ["👍"])
+        await fake.wait_for(lambda: fake.is_acked(reaction["update_id"]), what="the reaction")
+        await again.wait_idle()
+        chat = str(forum["id"])
+        conversation = await reopened.find_conversation(Address("tg", chat, str(topic)))
+        assert conversation is not None
+        rows = await reopened.window(conversation.id, 10)
+        assert [(m.text, m.reactions) for m in rows] == [
+            ("@backchannel_test_bot deploy?", (("Alice", "👍"),)),
+            ("on it", ()),
+        ]
+        # the forum's own (General) conversation was not made for it
+        assert await reopened.find_conversation(Address("tg", chat)) is None
+    finally:
+        await again.stop()
+
+
 @pytest.mark.parametrize("mode", ["polling", "webhook"])
 async def test_a_malformed_update_is_dead_lettered_and_the_rest_of_the_batch_is_answered(
     fake: FakeTelegram, store: SQLiteStore, board_for: Any, mode: str

@@ -40,11 +40,13 @@ from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, St
 from .postgres_asks import PostgresAsks
 from .postgres_migrations import migrate
 from .rows import (
+    CHAT_TARGET_SQL,
     CONVERSATION_COLUMNS,
     MESSAGE_COLUMNS,
     OUTBOX_COLUMNS,
     Batch,
     ConversationCounters,
+    change_address,
     conversation_row,
     dump_attachments,
     message_row,
@@ -941,6 +943,8 @@ class _Append:
         self.ids: dict[tuple[str, str, str], int] = {}
         #: conversation id -> (kind, title) events said last (written with the counters)
         self.described: dict[int, tuple[str, str | None]] = {}
+        #: id(item) -> the thread address a change addressed to its whole chat goes to
+        self.rerouted: dict[int, Address] = {}
 
     async def run(self) -> list[AppendResult]:
         await self._lock_conversations()
@@ -958,8 +962,10 @@ class _Append:
     async def _lock_conversations(self) -> None:
         """Create missing conversations, then lock every one the batch touches, in key order."""
         firsts: dict[tuple[str, str, str], Inbound] = {}
+        #: (account, chat, platform message id) -> thread of the batch's own messages
+        earlier: dict[tuple[str, str, str], str] = {}
         for item in self.items:
-            address = item.event.address
+            address = await self._address_of(item, earlier)
             firsts.setdefault((address.account, address.chat, address.thread or ""), item)
         keys = sorted(firsts)
         rows = await self._select_for_update(keys)
@@ -991,6 +997,34 @@ class _Append:
             )
             self.described[conversation_id] = (kind, title)
 
+    async def _address_of(self, item: Inbound, earlier: dict[tuple[str, str, str], str]) -> Address:
+        """The address whose conversation `item` goes to (see rows.change_address).
+
+        Worked out before any lock is taken, so that a thread a change goes to is
+        locked in key order with the rest.
+        """
+        event = item.event
+        address, target = event.address, event.platform_message_id
+        if target is None:
+            return address
+        if event.kind == "message":
+            earlier[(address.account, address.chat, target)] = address.thread or ""
+            return address
+        if address.thread is not None:
+            return address
+        thread = earlier.get((address.account, address.chat, target))
+        if thread is not None:
+            threads = [thread]
+        else:
+            cursor = await self.connection.execute(
+                CHAT_TARGET_SQL.format("%s"), (address.account, address.chat, target)
+            )
+            threads = [row[0] for row in await cursor.fetchall()]
+        routed = change_address(event, threads)
+        if routed is not address:
+            self.rerouted[id(item)] = routed
+        return routed
+
     async def _select_for_update(
         self, keys: list[tuple[str, str, str]]
     ) -> dict[tuple[str, str, str], tuple[Any, ...]]:
@@ -1017,6 +1051,9 @@ class _Append:
 
     def _conversation_id(self, item: Inbound) -> int:
         event = item.event
+        rerouted = self.rerouted.get(id(item))
+        if rerouted is not None:  # a thread the event says nothing of: its kind and title stay
+            return self.ids[(rerouted.account, rerouted.chat, rerouted.thread or "")]
         address = event.address
         conversation_id = self.ids[(address.account, address.chat, address.thread or "")]
         title = self.described[conversation_id][1]

@@ -89,6 +89,30 @@ class Batch:
         seen.last_seq = seq
 
 
+#: the threads (or '' for the chat itself) of one chat holding a message with this platform
+#: id; {0} is the driver's placeholder ("?" for SQLite, "%s" for psycopg)
+CHAT_TARGET_SQL = (
+    "SELECT c.thread FROM conversations c JOIN messages m ON m.conversation_id = c.id"
+    " WHERE c.account = {0} AND c.chat = {0} AND m.platform_message_id = {0} LIMIT 2"
+)
+
+
+def change_address(event: Event, threads: Sequence[str]) -> Address:
+    """Where an edit, delete or reaction goes: its own address, or the thread holding its target.
+
+    Some platforms do not say which thread the message a change is about is
+    in (a Slack reaction; a Telegram reaction in a forum topic, once the
+    adapter no longer remembers the topic): such a change comes addressed to
+    the whole chat. `threads` are what CHAT_TARGET_SQL found for its target;
+    when exactly one conversation of the chat holds it and that is a thread,
+    the change goes there instead of to (or creating) the chat's own.
+    """
+    if len(threads) == 1 and threads[0]:
+        address = event.address
+        return Address(address.account, address.chat, threads[0])
+    return event.address
+
+
 def first(cursor: Any) -> Any:
     """Return the first column of the only row; the cursor is drained so no statement stays open."""
     rows = cursor.fetchall()

@@ -27,11 +27,13 @@ from .cache import LRUCache
 from .checkpoint import Checkpointer
 from .migrations import migrate
 from .rows import (
+    CHAT_TARGET_SQL,
     CONVERSATION_COLUMNS,
     MESSAGE_COLUMNS,
     OUTBOX_COLUMNS,
     Batch,
     ConversationCounters,
+    change_address,
     conversation_row,
     dump_attachments,
     first,
@@ -340,9 +342,19 @@ class SQLiteStore(SQLiteAsks, Store):
         ).fetchone()
         if known is not None:
             return AppendResult("duplicate", known[0], known[1])
-        conversation_id = self._conversation_id(
-            event.address, event.conversation_kind, event.conversation_title, event.sent_at
-        )
+        address = event.address
+        if address.thread is None and event.platform_message_id is not None:
+            threads = db.execute(
+                CHAT_TARGET_SQL.format("?"),
+                (address.account, address.chat, event.platform_message_id),
+            ).fetchall()
+            address = change_address(event, [str(row[0]) for row in threads])
+        if address is event.address:
+            conversation_id = self._conversation_id(
+                address, event.conversation_kind, event.conversation_title, event.sent_at
+            )
+        else:  # the thread that holds the target: it exists, and the event says nothing of it
+            conversation_id = self._conversation_id(address, "thread", None, from_event=False)
         result = self._apply_change(conversation_id, item)
         db.execute(
             "INSERT INTO events (account, event_id, conversation_id, seq, kind) VALUES (?,?,?,?,?)",

@@ -105,6 +105,57 @@ class StoreContract(AskStoreContract):
         message = await store.message(stored.conversation_id, 1)
         assert message is not None and message.reactions == (("Bob", "👍"),)
 
+    async def test_a_change_that_names_no_thread_finds_its_target_in_one(
+        self, store: Store
+    ) -> None:
+        # a Slack reaction (or a Telegram one in a forum topic) says its chat, not its thread
+        (in_thread,) = await store.append_inbound(
+            [Inbound(make_event("t1", "in the thread", thread="th1"), triggers=True)]
+        )
+        await store.append_inbound(
+            [Inbound(make_event("r1", "👍", kind="reaction", message_id="t1", sender=BOB))]
+        )
+        message = await store.message(in_thread.conversation_id, 1)
+        assert message is not None and message.reactions == (("Bob", "👍"),)
+        # no conversation was made for the chat itself
+        assert await store.find_conversation(Address("acct", "c1")) is None
+        # the same within one batch, and for an edit; the thread keeps its kind
+        results = await store.append_inbound(
+            [
+                Inbound(make_event("t2", "second", thread="th2", conversation_kind="thread")),
+                Inbound(
+                    make_event(
+                        "r2",
+                        "🎉",
+                        kind="reaction",
+                        message_id="t2",
+                        sender=BOB,
+                        conversation_title="The whole chat",
+                    )
+                ),
+                Inbound(make_event("x2", "second, edited", kind="edit", message_id="t2")),
+            ]
+        )
+        assert [r.status for r in results] == ["stored", "applied", "applied"]
+        assert results[1].conversation_id == results[0].conversation_id
+        thread = await store.conversation(results[0].conversation_id)
+        # as its own message made it: the reaction, addressed to the chat, says nothing of it
+        assert (thread.kind, thread.title) == ("thread", None)
+        edited = await store.message(thread.id, 1)
+        assert edited is not None and edited.text == "second, edited"
+        assert edited.reactions == (("Bob", "🎉"),)
+        # a target in the chat itself stays there; two chats do not mix
+        (top,) = await store.append_inbound([Inbound(make_event("m1", "top level"))])
+        await store.append_inbound(
+            [Inbound(make_event("r3", "👀", kind="reaction", message_id="m1", sender=BOB))]
+        )
+        shown = await store.message(top.conversation_id, 1)
+        assert shown is not None and shown.reactions == (("Bob", "👀"),)
+        (elsewhere,) = await store.append_inbound(
+            [Inbound(make_event("r4", "👀", kind="reaction", message_id="t1", chat="c2"))]
+        )
+        assert elsewhere.status == "recorded"
+
     async def test_change_to_unknown_message_is_recorded_for_dedupe(self, store: Store) -> None:
         (result,) = await store.append_inbound(
             [Inbound(make_event("d9", kind="delete", message_id="nope"))]

@@ -12,7 +12,11 @@ Decisions (see docs/channels/slack.md):
 - A message's ``event_id`` is its identity on Slack, ``<channel>:<ts>``, not the
   envelope's ``Ev...`` id: Slack sends both a ``message`` and an ``app_mention``
   event (two envelope ids) for one mention, and both must make one transcript row.
-- Edits are ``edit:<channel>:<ts>:<edited.ts>``; deletes ``delete:<channel>:<ts>``.
+- Edits are ``edit:<channel>:<ts>:<edited.ts>``; deletes ``delete:<channel>:<ts>``;
+  reactions ``reaction_added:<channel>:<ts>:<user>:<name>:<event_ts>`` (and
+  ``reaction_removed:...``), the emoji as Slack names it (``:thumbsup:``). A
+  reaction does not say which thread its message is in: it is addressed to the
+  channel, and the store finds the thread that holds the message.
 - A thread is its own conversation ``Address(account, channel, thread_ts)``;
   the channel's top level is ``Address(account, channel)``. A top-level message
   that mentions the bot (outside DMs) opens the thread rooted at it
@@ -126,8 +130,10 @@ def normalize_payload(
     event_type = event.get("type")
     if event_type == "app_mention":
         return reader.message(event, mention=True)
+    if event_type in ("reaction_added", "reaction_removed"):
+        return reader.reaction(event, event_type)
     if event_type != "message":
-        return None  # reactions, joins, app_home_opened, ...: not transcript rows
+        return None  # joins, app_home_opened, ...: not transcript rows
     subtype = event.get("subtype")
     if subtype is not None and not isinstance(subtype, str):
         raise NormalizeError("'subtype' is not a string", where=reader.at("subtype"))
@@ -309,6 +315,35 @@ class _Reader:
             sent_at=_ts_seconds(stamp, self.at("event_ts")),
             conversation_kind=kind,
             conversation_title=self.title(kind),
+            raw=self.raw_for_store(),
+        )
+
+    def reaction(self, event: Mapping[str, Any], event_type: str) -> Event | None:
+        item = event.get("item")
+        if not isinstance(item, Mapping):
+            raise NormalizeError("a reaction without an item object", where=self.at("item"))
+        if item.get("type") != "message":
+            return None  # a file or file comment (older apps): not a transcript row
+        channel = self.text_field(item, "channel", self.at("item.channel"))
+        ts = self.ts_field(item, "ts", self.at("item.ts"))
+        user = self.text_field(event, "user", self.at("user"))
+        if self.me.user_id and user == self.me.user_id:
+            return None  # our own reaction, recorded when we sent it
+        name = self.text_field(event, "reaction", self.at("reaction"))
+        stamp = self.ts_field(event, "event_ts", self.at("event_ts"))
+        direct = self.is_direct(channel, item)
+        kind: ConversationKind = "direct" if direct else "group"
+        return Event(
+            address=Address(self.account, channel),
+            event_id=f"{event_type}:{channel}:{ts}:{user}:{name}:{stamp}",
+            sender=self.sender({"user": user}),
+            kind="reaction",
+            text=f":{name}:",
+            platform_message_id=ts,
+            sent_at=_ts_seconds(stamp, self.at("event_ts")),
+            conversation_kind=kind,
+            conversation_title=self.title(kind),
+            meta={"removed": True} if event_type == "reaction_removed" else {},
             raw=self.raw_for_store(),
         )
 

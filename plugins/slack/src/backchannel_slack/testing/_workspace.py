@@ -227,6 +227,30 @@ class Workspace:
         event["event_ts"] = inner["event_ts"]
         return self.event_callback(event)
 
+    def reaction(
+        self, channel: str, user: str, name: str, ts: str, *, removed: bool = False
+    ) -> dict[str, Any]:
+        """A person adding (or removing) emoji `name` on message `ts`, as Slack sends it.
+
+        Like Slack's, the event names the channel and the message, never its thread.
+        """
+        item_user = self.history.get(channel, {}).get(ts, {}).get("user")
+        event: dict[str, Any] = {
+            "type": "reaction_removed" if removed else "reaction_added",
+            "user": user,
+            "reaction": name,
+            "item": {
+                "type": "message",
+                "channel": channel,
+                "ts": ts,
+                "channel_type": self.channel_type(channel),
+            },
+            "event_ts": self.next_ts(),
+        }
+        if item_user:
+            event["item_user"] = item_user
+        return self.event_callback(event)
+
     def user_says(
         self, channel: str, user: str, text: str, *, thread_ts: str | None = None
     ) -> list[dict[str, Any]]:
