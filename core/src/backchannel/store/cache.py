@@ -47,10 +47,6 @@ class LRUCache(Generic[K, V]):
         """Return the value for `key` without making it the most recently used."""
         return self._entries.get(key)
 
-    def items(self) -> list[tuple[K, V]]:
-        """The entries, least recently used first (a copy: the cache may change meanwhile)."""
-        return list(self._entries.items())
-
     def pop(self, key: K) -> None:
         self._entries.pop(key, None)
 
