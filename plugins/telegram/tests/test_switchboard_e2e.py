@@ -8,6 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 from backchannel.agents.demo import demo_agent
+from backchannel.errors import Rejected
 from backchannel.model import Address
 from backchannel.runs import Run
 from backchannel.store import SQLiteStore
@@ -288,3 +289,38 @@ async def test_a_malformed_update_is_dead_lettered_and_the_rest_of_the_batch_is_
     assert fake.sent_texts(chat) == ["answer to hello"]
     (letter,) = await store.dead_letters("tg")
     assert "message.date" in letter["reason"] and str(bad["update_id"]) in letter["payload"]
+
+
+async def test_a_first_send_to_a_chat_telegram_does_not_know_makes_no_conversation(
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any
+) -> None:
+    alice = fake.user("Alice")
+    private = fake.private_chat(alice)
+    group = fake.group("Team")
+    forum = fake.supergroup("Engineering", forum=True)
+    topic = fake.create_topic(forum, "Deploys", alice)
+    board = await board_for(fake, RecordingAgent(lambda run: None))
+    refused = {
+        "999999": "Telegram says: Bad Request: chat not found",
+        "not-a-chat": "is not a Telegram id",
+        f"{group['id']}/7": "is not a forum: it has no topics",
+        f"{forum['id']}/0": "is not a forum topic id",
+    }
+    for key, reason in refused.items():
+        chat, _, thread = key.partition("/")
+        address = Address("tg", chat, thread or None)
+        with pytest.raises(Rejected, match=reason):
+            await board.send(address, "hello?")
+        assert await store.find_conversation(address) is None
+    assert fake.sent == []
+    # what Telegram knows is sent to, and becomes a conversation
+    for chat, thread in ((private["id"], None), (forum["id"], topic), (group["id"], None)):
+        address = Address("tg", str(chat), None if thread is None else str(thread))
+        assert (await board.send(address, "hello")).startswith("sent")
+        assert await store.find_conversation(address) is not None
+    # when Telegram cannot be asked, the address is taken and the send tells what happened
+    fake.fail_next("getChat", "500")
+    elsewhere = Address("tg", "424242")
+    outcome = await board.send(elsewhere, "hello?")
+    assert "chat not found" in outcome
+    assert await store.find_conversation(elsewhere) is not None

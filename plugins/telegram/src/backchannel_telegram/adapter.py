@@ -289,6 +289,34 @@ class TelegramAdapter:
         except TelegramError as error:
             raise _delivery_error(error) from None
 
+    async def check_address(self, address: Address) -> None:
+        """Raise Rejected unless Telegram knows the chat (asked before a first operator send).
+
+        The chat must be a Telegram id (an integer) or a public @username, a
+        thread a forum topic's id in a forum, and `getChat` must find the chat
+        for this bot: Telegram answers "chat not found" for a mistyped id and
+        for a person who never started the bot. When Telegram cannot be asked
+        (429, 5xx, no connection) the address is taken as it is: the send says
+        what became of it.
+        """
+        if address.account != self.account:
+            raise Rejected(f"address belongs to account {address.account!r}, not {self.account!r}")
+        chat = self._chat(address)
+        username = chat.startswith("@") and len(chat) > 1 and chat[1:].replace("_", "a").isalnum()
+        if not username:
+            _number(chat, "chat")
+        if address.thread is not None and _number(address.thread, "topic") <= 0:
+            raise Rejected(f"topic {address.thread!r} is not a forum topic id (a positive integer)")
+        try:
+            info = await self._api.call("getChat", {"chat_id": chat})
+        except TelegramError as error:
+            refused = _delivery_error(error)
+            if isinstance(refused, Rejected) and error.migrate_to_chat_id is None:
+                raise Rejected(f"Telegram says: {error.description}") from None
+            return  # rate limited, down, or a group that moved on: the send will tell
+        if address.thread is not None and not (isinstance(info, Mapping) and info.get("is_forum")):
+            raise Rejected(f"chat {chat} is not a forum: it has no topics")
+
     async def typing(self, address: Address) -> None:
         """Show "typing…" in the conversation (Telegram shows it for about 5 seconds)."""
         params: dict[str, Any] = {"chat_id": self._chat(address), "action": "typing"}

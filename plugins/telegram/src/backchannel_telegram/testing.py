@@ -17,8 +17,8 @@ exactly as Telegram does. Point any client at ``fake.url`` instead of
 Methods: getMe, getUpdates (offset confirmation, negative offsets, limit,
 long polls woken by new updates, the two 409 conflicts), setWebhook,
 deleteWebhook, getWebhookInfo (updates POSTed to the webhook with the secret
-header, non-2xx retried), sendMessage, editMessageText, setMessageReaction,
-sendChatAction, with Telegram's own validation errors.
+header, non-2xx retried), getChat, sendMessage, editMessageText,
+setMessageReaction, sendChatAction, with Telegram's own validation errors.
 
 Faults: `fail_next(method, fault)` with "429", "500", "502", "hang" (never
 answers, nothing done), "hang_after" (done, then never answers), "reset" (the
@@ -680,6 +680,13 @@ class FakeTelegram:
 
     async def _m_getme(self, params: dict[str, Any]) -> web.Response:
         return _ok(self.bot)
+
+    async def _m_getchat(self, params: dict[str, Any]) -> web.Response:
+        chat = self._chat(params)
+        full = dict(chat)
+        if chat.get("type") == "supergroup":
+            full["is_forum"] = bool(chat.get("is_forum"))
+        return _ok(full)
 
     async def _m_getmycommands(self, params: dict[str, Any]) -> web.Response:
         return _ok([dict(command) for command in self.commands])
