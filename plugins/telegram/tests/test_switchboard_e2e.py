@@ -314,8 +314,9 @@ async def test_a_first_send_to_a_chat_telegram_does_not_know_makes_no_conversati
         assert await store.find_conversation(address) is None
     assert fake.sent == []
     # what Telegram knows is sent to, and becomes a conversation
-    for chat, thread in ((private["id"], None), (forum["id"], topic), (group["id"], None)):
-        address = Address("tg", str(chat), None if thread is None else str(thread))
+    known = [(private["id"], None), (forum["id"], str(topic)), (group["id"], None)]
+    for chat_id, topic_id in known:
+        address = Address("tg", str(chat_id), topic_id)
         assert (await board.send(address, "hello")).startswith("sent")
         assert await store.find_conversation(address) is not None
     # when Telegram cannot be asked, the address is taken and the send tells what happened
