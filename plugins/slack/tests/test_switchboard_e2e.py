@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from backchannel.errors import Rejected
 from backchannel.model import Address
 from backchannel.store import SQLiteStore
 from backchannel.switchboard import Binding, Switchboard
@@ -202,3 +203,28 @@ async def test_reactions_show_on_their_message_in_a_thread_and_never_start_a_run
     # nothing was made for the channel's top level, and no reaction started a run
     assert await store.find_conversation(Address("work", "C0GENERAL")) is None
     assert len(agent.runs) == 2
+
+
+async def test_a_first_send_to_a_conversation_slack_does_not_know_makes_no_conversation(
+    slack: FakeSlack, store: SQLiteStore, board_for: Any
+) -> None:
+    board = await board_for(slack, RecordingAgent(greet))
+    refused = {
+        Address("work", "C0NOPE"): "channel_not_found",
+        Address("work", "general"): "is not a Slack conversation id",
+        Address("work", "C0GENERAL", "yesterday"): "is not a Slack message ts",
+    }
+    for address, reason in refused.items():
+        with pytest.raises(Rejected, match=reason):
+            await board.send(address, "hello?")
+        assert await store.find_conversation(address) is None
+    assert slack.posts == []
+    general = Address("work", "C0GENERAL")
+    assert (await board.send(general, "hello")).startswith("sent")
+    assert await store.find_conversation(general) is not None
+    # when Slack cannot be asked, the address is taken and the send tells what happened
+    slack.fail_next("conversations.info", "server_error", times=2)  # the read retries once
+    elsewhere = Address("work", "C0ELSEWHERE")
+    outcome = await board.send(elsewhere, "hello?")
+    assert "channel_not_found" in outcome
+    assert await store.find_conversation(elsewhere) is not None

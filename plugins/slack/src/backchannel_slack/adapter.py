@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import Counter
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -52,7 +53,7 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from .delivery import call_slack
-from .directory import Directory
+from .directory import SLACK_ID, Directory
 from .normalize import ENRICHMENT_KEY, BotIdentity, normalize_payload
 from .settings import SlackSettings, resolve_proxy
 
@@ -470,6 +471,39 @@ class SlackAdapter:
         )
 
     # sending ---------------------------------------------------------------------
+    async def check_address(self, address: Address) -> None:
+        """Raise Rejected unless Slack knows the conversation (asked before a first operator send).
+
+        The chat must look like a Slack conversation id and a thread like a
+        message ts; then ``conversations.info`` must not answer
+        ``channel_not_found`` (a typo, or a private channel the app is not
+        in). Any other answer, or none (rate limits, 5xx, a missing read
+        scope), lets the address through: the send says what became of it.
+        """
+        if address.account != self.account:
+            raise Rejected(f"address belongs to account {address.account!r}, not {self.account!r}")
+        if not SLACK_ID.match(address.chat):
+            raise Rejected(
+                f"{address.chat!r} is not a Slack conversation id (like C0123ABCD or D0123ABCD)"
+            )
+        if address.thread is not None and not SLACK_TS.match(address.thread):
+            raise Rejected(
+                f"thread {address.thread!r} is not a Slack message ts (like 1700000000.000100)"
+            )
+        reads = self._reads
+        if reads is None:
+            return  # not started: nothing to ask with
+        try:
+            await reads.conversations_info(channel=address.chat)
+        except SlackApiError as error:
+            if _error_code(error) == "channel_not_found":
+                raise Rejected(
+                    f"Slack says channel_not_found for {address.chat} (a typo, or a private"
+                    " channel the app is not a member of)"
+                ) from None
+        except (aiohttp.ClientError, TimeoutError):
+            return
+
     async def send(self, outbound: Outbound) -> Receipt:
         """Post, edit or react. Raise RateLimited / Rejected / Uncertain only."""
         if self._writes is None:
@@ -596,6 +630,10 @@ def _error_code(error: SlackApiError) -> str:
     if isinstance(data, Mapping) and data.get("error"):
         return str(data["error"])
     return f"HTTP {getattr(error.response, 'status_code', '?')}"
+
+
+#: a Slack message ts as Slack writes it
+SLACK_TS = re.compile(r"\A[0-9]{1,12}\.[0-9]{1,9}\Z")
 
 
 async def _data(call: Any) -> Mapping[str, Any]:
