@@ -6,6 +6,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from backchannel.errors import Rejected
+from backchannel.model import Address
 from backchannel.runs import Run
 from backchannel.store import SQLiteStore
 from backchannel.switchboard import Binding, Switchboard
@@ -156,3 +158,25 @@ async def test_the_bot_is_typing_while_the_agent_works(fake: FakeDiscord, board_
     await agent.wait_runs(1)
     await board.wait_idle()
     assert [m["content"] for m in fake.sent_to(dm)] == ["done"]
+
+
+async def test_a_first_send_to_a_channel_discord_does_not_know_makes_no_conversation(
+    fake: FakeDiscord, store: SQLiteStore, board_for: Any
+) -> None:
+    board = await board_for(RecordingAgent(lambda run: None))
+    thread = await fake.add_thread(fake.general, "incident 42")
+    missing = fake.snowflake()
+    refused = {
+        Address("main", missing): "Discord says",
+        Address("main", "general"): "must be a Discord id",
+        Address("main", thread): "is a thread: address it under its channel",
+        Address("main", fake.general, missing): "Discord says",
+    }
+    for address, reason in refused.items():
+        with pytest.raises(Rejected, match=reason):
+            await board.send(address, "hello?")
+        assert await store.find_conversation(address) is None
+    assert fake.sent_to(fake.general) == [] and fake.sent_to(thread) == []
+    for address in (Address("main", fake.general), Address("main", fake.general, thread)):
+        assert (await board.send(address, "hello")).startswith("sent")
+        assert await store.find_conversation(address) is not None

@@ -345,6 +345,42 @@ class DiscordAdapter:
 
     # ------------------------------------------------------------ sending
 
+    async def check_address(self, address: Address) -> None:
+        """Raise Rejected unless Discord knows the channel (asked before a first operator send).
+
+        The chat (and a thread) must be snowflakes; the channel must be in
+        discord.py's cache or `GET /channels/{id}` must find it for the bot
+        (404 Unknown Channel for a typo, 403 Missing Access where the bot
+        cannot see it). A thread must be addressed under its parent
+        (``<parent>/<thread>``), never as a chat of its own. When Discord
+        cannot be asked (rate limits, 5xx, not connected) the address is
+        taken as it is: the send says what became of it.
+        """
+        if address.account != self.account:
+            raise Rejected(f"address belongs to account {address.account!r}, not {self.account!r}")
+        channel_id = _channel_of(address)
+        _snowflake(address.chat, "chat")
+        client = self._client
+        if client is None:
+            return
+        channel = client.get_channel(channel_id)
+        if channel is None:
+            try:
+                channel = await self._call(client.fetch_channel(channel_id))
+            except Rejected as error:
+                raise Rejected(f"Discord says: {error.reason}") from None
+            except (RateLimited, Uncertain):
+                return
+        parent = getattr(channel, "parent_id", None)
+        if address.thread is not None:
+            if not isinstance(channel, discord.Thread) or str(parent) != address.chat:
+                raise Rejected(f"{address.thread} is not a thread of channel {address.chat}")
+        elif isinstance(channel, discord.Thread):
+            raise Rejected(
+                f"{address.chat} is a thread: address it under its channel, as"
+                f" {address.account}/{parent}/{address.chat}"
+            )
+
     async def send(self, outbound: Outbound) -> Receipt:
         """Post, edit or react. Raises RateLimited, Rejected or Uncertain only."""
         client = self._client
