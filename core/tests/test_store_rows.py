@@ -113,3 +113,16 @@ def test_meta_that_is_not_one_json_value_fails_as_json_loads_does(meta: str) -> 
         assert str(raised.value) == str(error)
     else:
         assert message_rows([row(1, meta=meta)])[0].meta == json_answer
+
+
+def test_reactions_written_before_the_sender_id_was_kept_are_matched_by_name() -> None:
+    from backchannel.model import Address, Event
+    from backchannel.store.rows import with_reaction
+
+    legacy = json.dumps([["Bob", "👍"], ["Alice", "👍"]])
+    bob = Sender("bob", "Bob")
+    removal = Event(Address("a", "c"), "r1", bob, "reaction", "👍", meta={"removed": True})
+    assert json.loads(with_reaction(legacy, removal)) == [["Alice", "👍"]]
+    again = Event(Address("a", "c"), "r2", bob, "reaction", "👍")
+    # Bob's own legacy entry becomes his, with his id; nobody else's changes
+    assert json.loads(with_reaction(legacy, again)) == [["Bob", "👍", "bob"], ["Alice", "👍"]]

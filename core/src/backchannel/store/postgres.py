@@ -51,6 +51,7 @@ from .rows import (
     dump_attachments,
     message_row,
     outbox_row,
+    with_reaction,
 )
 
 __all__ = ["WAKE_CHANNEL", "PostgresStore"]
@@ -1258,15 +1259,9 @@ class _Append:
                 (at, conversation_id, seq),
             )
         elif event.kind == "reaction":
-            reactions = [tuple(pair) for pair in json.loads(reactions_json or "[]")]
-            pair = (event.sender.label, event.text)
-            if event.meta.get("removed"):
-                reactions = [r for r in reactions if r != pair]
-            elif pair not in reactions:
-                reactions.append(pair)
             await connection.execute(
                 "UPDATE messages SET reactions = %s WHERE conversation_id = %s AND seq = %s",
-                (json.dumps(reactions), conversation_id, seq),
+                (with_reaction(reactions_json, event), conversation_id, seq),
             )
         return AppendResult("applied", conversation_id, seq)
 

@@ -331,8 +331,47 @@ def _message_of(row: Sequence[Any], sender: Sender) -> Message:
 
 
 def reactions_of(text: str) -> tuple[tuple[str, str], ...]:
-    """The `reactions` column's (who, emoji) pairs."""
+    """The `reactions` column's (who, emoji) pairs (a third element, the sender id, is left out)."""
     return tuple((str(r[0]), str(r[1])) for r in json.loads(text))
+
+
+def with_reaction(reactions_json: str | None, event: Event) -> str:
+    """The `reactions` column after a reaction event: [who, emoji, sender id] added or taken.
+
+    A reaction is known by its sender's id and emoji, so a removal finds it
+    even when the name it is shown with changed meanwhile (a Discord removal
+    carries only the user id); rows written before the id was kept hold
+    [who, emoji] and are matched by the name shown. An event whose meta has
+    the sender's whole set before and after (`old_reaction`, `new_reaction`:
+    Telegram) takes what left the set and adds what joined it; any other adds
+    its emoji, or with `meta["removed"]` takes it away. Order is kept.
+    """
+    reactions = json.loads(reactions_json or "[]")
+    sender, meta = event.sender, event.meta
+    old, new = meta.get("old_reaction"), meta.get("new_reaction")
+    if isinstance(old, list) and isinstance(new, list):
+        take = {str(e) for e in old} - {str(e) for e in new}
+        give = [str(e) for e in new if e not in old]
+    elif meta.get("removed"):
+        take, give = {event.text}, []
+    else:
+        take, give = set(), [event.text]
+
+    def theirs(entry: list[Any]) -> bool:
+        return str(entry[2]) == sender.id if len(entry) > 2 else str(entry[0]) == sender.label
+
+    kept: list[list[Any]] = []
+    have: set[str] = set()
+    for entry in reactions:
+        if theirs(entry):
+            emoji = str(entry[1])
+            if emoji in take or emoji in have:
+                continue
+            have.add(emoji)
+            entry = [sender.label, emoji, sender.id]  # their name as now
+        kept.append(entry)
+    kept.extend([sender.label, emoji, sender.id] for emoji in give if emoji and emoji not in have)
+    return json.dumps(kept)
 
 
 #: the decoder's scanner (C): one JSON value at an index -> (value, end); typeshed omits it

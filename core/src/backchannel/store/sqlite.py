@@ -40,6 +40,7 @@ from .rows import (
     message_row,
     message_rows,
     outbox_row,
+    with_reaction,
 )
 from .sqlite_asks import SQLiteAsks
 from .windows import WindowCache, read_window
@@ -477,15 +478,9 @@ class SQLiteStore(SQLiteAsks, Store):
                 (at, conversation_id, seq),
             )
         elif event.kind == "reaction":
-            reactions = [tuple(pair) for pair in json.loads(reactions_json or "[]")]
-            pair = (event.sender.label, event.text)
-            if event.meta.get("removed"):
-                reactions = [r for r in reactions if r != pair]
-            elif pair not in reactions:
-                reactions.append(pair)
             db.execute(
                 "UPDATE messages SET reactions = ? WHERE conversation_id = ? AND seq = ?",
-                (json.dumps(reactions), conversation_id, seq),
+                (with_reaction(reactions_json, event), conversation_id, seq),
             )
         return AppendResult("applied", conversation_id, seq)
 

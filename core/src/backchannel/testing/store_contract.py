@@ -105,6 +105,48 @@ class StoreContract(AskStoreContract):
         message = await store.message(stored.conversation_id, 1)
         assert message is not None and message.reactions == (("Bob", "👍"),)
 
+    async def test_a_reaction_is_taken_back_by_its_senders_id_whatever_name_it_shows(
+        self, store: Store
+    ) -> None:
+        (stored,) = await store.append_inbound([Inbound(make_event("e1", "nice"))])
+        react = [
+            Inbound(make_event("r1", "👍", kind="reaction", message_id="e1", sender=BOB)),
+            Inbound(make_event("r2", "🎉", kind="reaction", message_id="e1", sender=ALICE)),
+            Inbound(make_event("r3", "👍", kind="reaction", message_id="e1", sender=BOB)),
+        ]
+        await store.append_inbound(react)
+        message = await store.message(stored.conversation_id, 1)
+        assert message is not None
+        assert message.reactions == (("Bob", "👍"), ("Alice", "🎉"))  # no second 👍 by Bob
+        # a removal naming only the id (Discord's), and a set replaced whole (Telegram's)
+        bare_bob = Sender("bob")
+        await store.append_inbound(
+            [
+                Inbound(
+                    make_event(
+                        "r4",
+                        "👍",
+                        kind="reaction",
+                        message_id="e1",
+                        sender=bare_bob,
+                        meta={"removed": True},
+                    )
+                ),
+                Inbound(
+                    make_event(
+                        "r5",
+                        "👀",
+                        kind="reaction",
+                        message_id="e1",
+                        sender=ALICE,
+                        meta={"old_reaction": ["🎉"], "new_reaction": ["👀", "🔥"]},
+                    )
+                ),
+            ]
+        )
+        message = await store.message(stored.conversation_id, 1)
+        assert message is not None and message.reactions == (("Alice", "👀"), ("Alice", "🔥"))
+
     async def test_a_change_that_names_no_thread_finds_its_target_in_one(
         self, store: Store
     ) -> None:
