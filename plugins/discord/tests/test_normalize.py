@@ -366,3 +366,86 @@ def test_malformed_payloads_say_where(payload: dict[str, Any], where: str) -> No
     with pytest.raises(NormalizeError) as caught:
         norm(payload)
     assert caught.value.where == where
+
+
+# MESSAGE_REACTION_ADD as the gateway sends it in a guild: the reacting member with its user
+REACTION_ADD: dict[str, Any] = {
+    "user_id": "53908099506183680",
+    "type": 0,
+    "message_id": "334385199974967042",
+    "message_author_id": "80351110224678912",
+    "member": {
+        "user": {
+            "username": "Mason",
+            "global_name": "Mason M",
+            "id": "53908099506183680",
+            "discriminator": "0",
+            "avatar": None,
+        },
+        "roles": [],
+        "nick": None,
+        "joined_at": "2016-06-01T10:00:00.000000+00:00",
+        "deaf": False,
+        "mute": False,
+        "flags": 0,
+    },
+    "emoji": {"name": "🔥", "id": None},
+    "channel_id": CHANNEL,
+    "burst": False,
+    "burst_colors": [],
+    "guild_id": GUILD,
+}
+
+
+def test_a_reaction_in_a_guild_is_a_reaction_on_its_message() -> None:
+    event = norm(envelope("MESSAGE_REACTION_ADD", REACTION_ADD, channel_name="general"))
+    assert (event.kind, event.text, event.platform_message_id) == (
+        "reaction",
+        "🔥",
+        "334385199974967042",
+    )
+    assert (event.address.chat, event.address.thread) == (CHANNEL, None)
+    assert (event.sender.id, event.sender.name) == ("53908099506183680", "Mason M")
+    assert event.event_id == "334385199974967042:react:53908099506183680:🔥:12"
+    assert "removed" not in event.meta
+
+
+def test_a_removal_names_only_the_user_and_is_its_own_event() -> None:
+    removal = {k: v for k, v in REACTION_ADD.items() if k not in {"member", "message_author_id"}}
+    bare = norm(envelope("MESSAGE_REACTION_REMOVE", removal))
+    assert bare.meta["removed"] is True
+    assert (bare.sender.id, bare.sender.name) == ("53908099506183680", "")
+    assert bare.event_id == "334385199974967042:unreact:53908099506183680:🔥:12"
+    named = norm(envelope("MESSAGE_REACTION_REMOVE", removal, user_name="Mason M"))
+    assert named.sender.name == "Mason M"
+
+
+def test_a_custom_emoji_reads_as_its_name_and_a_thread_reaction_lands_in_the_thread() -> None:
+    custom = {**REACTION_ADD, "channel_id": THREAD, "emoji": {"name": "shipit", "id": "4242"}}
+    event = norm(envelope("MESSAGE_REACTION_ADD", custom, channel_type=11, parent_id=CHANNEL))
+    assert event.text == ":shipit:"
+    assert (event.address.chat, event.address.thread) == (CHANNEL, THREAD)
+    assert event.event_id.endswith(":4242:12")
+
+
+def test_a_dm_reaction_is_direct_and_the_bots_own_is_not_for_the_transcript() -> None:
+    dm = {k: v for k, v in REACTION_ADD.items() if k not in {"member", "guild_id"}}
+    event = norm(envelope("MESSAGE_REACTION_ADD", dm))
+    assert event.conversation_kind == "direct"
+    assert norm(envelope("MESSAGE_REACTION_ADD", {**REACTION_ADD, "user_id": BOT})) is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "where"),
+    [
+        ("user_id", None, "d.user_id"),
+        ("message_id", "abc", "d.message_id"),
+        ("emoji", None, "d.emoji"),
+        ("emoji", {"id": None, "name": None}, "d.emoji.name"),
+        ("emoji", {"id": "x1", "name": "a"}, "d.emoji.id"),
+    ],
+)
+def test_a_broken_reaction_says_which_field(field: str, value: Any, where: str) -> None:
+    with pytest.raises(NormalizeError) as raised:
+        norm(envelope("MESSAGE_REACTION_ADD", {**REACTION_ADD, field: value}))
+    assert raised.value.where == where

@@ -532,17 +532,19 @@ STARTED_A_THREAD = load("""
 }}
 """)
 
-# -- 25. other dispatches the adapter may see: MESSAGE_DELETE_BULK (the adapter splits
-#        it), MESSAGE_REACTION_ADD, TYPING_START, and a heartbeat ACK
+# -- 25. a reaction as captured, with no member object (the reacting user by id only)
+REACTION_ADD = load("""{"op": 0, "s": 64, "t": "MESSAGE_REACTION_ADD",
+            "d": {"user_id": "1180000000000000500", "type": 0, "message_id": "1325400000000000002",
+                  "message_author_id": "1180000000000000001", "emoji": {"name": "👍", "id": null},
+                  "channel_id": "1180000000000000200", "guild_id": "1180000000000000100",
+                  "burst": false, "burst_colors": []}}""")
+
+# -- 26. other dispatches the adapter may see: MESSAGE_DELETE_BULK (the adapter splits
+#        it), TYPING_START, and a heartbeat ACK
 OTHER_DISPATCHES = [
     load("""{"op": 0, "s": 63, "t": "MESSAGE_DELETE_BULK",
             "d": {"ids": ["1325400000000000001", "1325400000000000003"],
                   "channel_id": "1180000000000000200", "guild_id": "1180000000000000100"}}"""),
-    load("""{"op": 0, "s": 64, "t": "MESSAGE_REACTION_ADD",
-            "d": {"user_id": "1180000000000000500", "type": 0, "message_id": "1325400000000000002",
-                  "message_author_id": "1180000000000000001", "emoji": {"name": "👍", "id": null},
-                  "channel_id": "1180000000000000200", "guild_id": "1180000000000000100",
-                  "burst": false, "burst_colors": []}}"""),
     load("""{"op": 0, "s": 65, "t": "TYPING_START",
             "d": {"user_id": "1180000000000000500", "timestamp": 1736071200,
                   "channel_id": "1180000000000000200"}}"""),
@@ -550,6 +552,7 @@ OTHER_DISPATCHES = [
 ]
 
 ALL_PAYLOADS: list[dict[str, Any]] = [
+    REACTION_ADD,
     REST_EXAMPLE,
     GUILD_MENTION,
     REPLY_TO_BOT,
@@ -817,6 +820,21 @@ def test_message_that_started_a_thread_stays_in_the_parent_channel() -> None:
     assert norm(STARTED_A_THREAD) is None
     created = event({**STARTED_A_THREAD, "t": "MESSAGE_CREATE"})
     assert (created.conversation_kind, created.address.chat) == ("group", GENERAL)
+
+
+def test_a_captured_reaction_is_a_reaction_on_its_message_by_the_user_id() -> None:
+    got = event(REACTION_ADD)
+    assert (got.kind, got.text, got.platform_message_id) == (
+        "reaction",
+        "👍",
+        "1325400000000000002",
+    )
+    assert (got.address.chat, got.sender.id, got.conversation_kind) == (
+        "1180000000000000200",
+        "1180000000000000500",
+        "group",
+    )
+    assert got.event_id == "1325400000000000002:react:1180000000000000500:👍:64"
 
 
 @pytest.mark.parametrize("payload", OTHER_DISPATCHES, ids=lambda p: str(p["t"]))

@@ -180,3 +180,33 @@ async def test_a_first_send_to_a_channel_discord_does_not_know_makes_no_conversa
     for address in (Address("main", fake.general), Address("main", fake.general, thread)):
         assert (await board.send(address, "hello")).startswith("sent")
         assert await store.find_conversation(address) is not None
+
+
+async def test_reactions_show_on_their_message_and_come_off_by_user_id(
+    fake: FakeDiscord, store: SQLiteStore, board_for: Any
+) -> None:
+    agent = RecordingAgent(lambda run: "noted")
+    board = await board_for(agent, respond="mention")
+    said = await fake.post_message(fake.general, fake.alice, "deploy went fine")
+    thread = await fake.add_thread(fake.general, "incident 42")
+    in_thread = await fake.post_message(thread, fake.alice, "root cause found")
+    bob = fake.add_user("bob", global_name="Bob")
+    await fake.react(said["id"], bob, "🎉")
+    await fake.react(said["id"], fake.alice, "party_parrot:123456789012345678")
+    await fake.react(in_thread["id"], bob, "👀")
+    await fake.react(said["id"], bob, "🎉", remove=True)  # names only the user id
+    # the adapter reads the gateway in order: once this mention's run is done, so is the rest
+    await fake.post_message(fake.general, fake.alice, f"<@{fake.bot_id}> thanks")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+
+    async def reactions_of(channel: str, thread_id: str | None, message_id: str) -> Any:
+        conversation = await store.find_conversation(Address("main", channel, thread_id))
+        assert conversation is not None
+        message = await store.message_by_platform_id(conversation.id, message_id)
+        assert message is not None
+        return message.reactions
+
+    assert await reactions_of(fake.general, None, said["id"]) == (("Alice", ":party_parrot:"),)
+    assert await reactions_of(fake.general, thread, in_thread["id"]) == (("Bob", "👀"),)
+    assert len(agent.runs) == 1  # the mention's: reactions never start a run

@@ -39,7 +39,15 @@ from .settings import DiscordSettings
 __all__ = ["DiscordAdapter", "DiscordStartError"]
 
 _T = TypeVar("_T")
-_MESSAGE_EVENTS = frozenset({"MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE"})
+_MESSAGE_EVENTS = frozenset(
+    {
+        "MESSAGE_CREATE",
+        "MESSAGE_UPDATE",
+        "MESSAGE_DELETE",
+        "MESSAGE_REACTION_ADD",
+        "MESSAGE_REACTION_REMOVE",
+    }
+)
 
 
 class DiscordAdapter:
@@ -298,9 +306,16 @@ class DiscordAdapter:
             if channel is None:
                 # thread or not, normalize cannot tell: it refuses rather than guess an address
                 return {"channel_unknown": True}
-        if channel is None:
-            return {}
         context: dict[str, Any] = {}
+        user_id = data.get("user_id")
+        if client is not None and isinstance(user_id, str | int) and "member" not in data:
+            # a reaction in a DM, or any removal, names only the user: say who, if known
+            with contextlib.suppress(TypeError, ValueError, OverflowError):
+                user = client.get_user(int(user_id))
+                if user is not None:
+                    context["user_name"] = user.global_name or user.name
+        if channel is None:
+            return context
         channel_type = getattr(channel, "type", None)
         if channel_type is not None:
             context["channel_type"] = channel_type.value
@@ -463,6 +478,8 @@ class _GatewayClient(discord.Client):
         intents.guilds = True  # channel, thread and guild names for titles
         intents.guild_messages = True
         intents.dm_messages = True
+        intents.guild_reactions = True  # MESSAGE_REACTION_ADD / _REMOVE (not privileged)
+        intents.dm_reactions = True
         # privileged: without it Discord blanks the text of guild messages that do not mention the bot
         intents.message_content = adapter.settings.message_content_intent
         super().__init__(

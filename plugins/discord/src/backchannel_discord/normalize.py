@@ -3,13 +3,15 @@
 Input is what the gateway sends, as JSON-decoded dicts:
 
 - a dispatch envelope ``{"op": 0, "t": "MESSAGE_CREATE", "s": 42, "d": {...}}``
-  for MESSAGE_CREATE, MESSAGE_UPDATE and MESSAGE_DELETE, or
+  for MESSAGE_CREATE, MESSAGE_UPDATE, MESSAGE_DELETE, MESSAGE_REACTION_ADD and
+  MESSAGE_REACTION_REMOVE, or
 - a bare Message object (what REST returns), read as a MESSAGE_CREATE.
 
 The adapter adds one key of its own to the envelope, ``"backchannel"``, with
 what its cache knows and the payload does not say: the channel's type and name,
 a thread's parent, the guild's name, the id of the bot's own role in the guild,
-or ``channel_unknown`` when it could not learn what the channel is. Every
+the name of a user a reaction names only by id (``user_name``), or
+``channel_unknown`` when it could not learn what the channel is. Every
 field of it is optional, so a payload captured straight off the wire
 normalizes too (except a thread message: see Addresses).
 
@@ -46,7 +48,8 @@ _TALK_TYPES = frozenset({0, 19, 20, 23})
 #: message flag EPHEMERAL: an interaction response only one user sees (no author on the wire)
 _EPHEMERAL = 1 << 6
 _DISCORD_EPOCH_MS = 1420070400000
-_HANDLED = ("MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE")
+_REACTIONS = ("MESSAGE_REACTION_ADD", "MESSAGE_REACTION_REMOVE")
+_HANDLED = ("MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE", *_REACTIONS)
 
 
 def normalize_payload(
@@ -54,9 +57,9 @@ def normalize_payload(
 ) -> Event | None:
     """Return the Event for one gateway payload, or None when it is not for the agent.
 
-    None for: the bot's own messages (author id == `bot_id`), system messages,
-    updates that change no text (embed unfurls), and dispatches other than
-    MESSAGE_CREATE / MESSAGE_UPDATE / MESSAGE_DELETE.
+    None for: the bot's own messages and reactions (id == `bot_id`), system
+    messages, updates that change no text (embed unfurls), and dispatches other
+    than MESSAGE_CREATE / UPDATE / DELETE and MESSAGE_REACTION_ADD / REMOVE.
     """
     if not isinstance(raw, Mapping):
         raise NormalizeError(f"expected a JSON object, got {type(raw).__name__}")
@@ -75,6 +78,8 @@ def normalize_payload(
     reader = _Reader(data, where)
     if kind == "MESSAGE_DELETE":
         return _delete(reader, account, context)
+    if kind in _REACTIONS:
+        return _reaction(reader, kind, account, bot_id, context, raw)
     return _message(reader, kind, account, bot_id, context, raw)
 
 
@@ -232,6 +237,63 @@ def _delete(reader: _Reader, account: str, context: Mapping[str, Any]) -> Event:
         conversation_kind=conversation_kind,
         conversation_title=title,
         meta=meta,
+    )
+
+
+def _reaction(
+    reader: _Reader,
+    kind: str,
+    account: str,
+    bot_id: str | None,
+    context: Mapping[str, Any],
+    raw: Mapping[str, Any],
+) -> Event | None:
+    """MESSAGE_REACTION_ADD / _REMOVE: one user's emoji on one message, added or taken back.
+
+    A removal names only the user's id: the store takes the reaction back by id.
+    """
+    user_id = reader.snowflake("user_id")
+    message_id = reader.snowflake("message_id")
+    channel_id = reader.snowflake("channel_id")
+    assert user_id is not None and message_id is not None and channel_id is not None
+    if bot_id is not None and user_id == bot_id:
+        return None  # our own reaction, recorded in the outbox when we sent it
+    emoji = reader.sub("emoji")
+    if emoji is None:
+        raise NormalizeError("a reaction without an emoji", where=reader.prefix + "emoji")
+    name = emoji.text("name")
+    custom = emoji.snowflake("id", required=False)
+    # a Unicode emoji is its own name; a custom one is shown :name: (its image is not text)
+    text = name if custom is None else f":{name or custom}:"
+    if not text:
+        raise NormalizeError("an emoji without a name", where=emoji.prefix + "name")
+    member = reader.sub("member")
+    user = member.sub("user") if member is not None else None
+    if user is not None and user.snowflake("id", required=False) == user_id:
+        sender = _sender(user, member.data if member else None, None)
+    else:
+        known = _str(context.get("user_name"))
+        sender = Sender(id=user_id, name=known or "", handle=None, is_bot=False)
+    conversation_kind, title, meta, parent_id = _conversation(reader, context)
+    removed = kind == "MESSAGE_REACTION_REMOVE"
+    if removed:
+        meta["removed"] = True
+    # the gateway's sequence number: a replay after a resume is the same event, a later
+    # add of the same emoji by the same person is another
+    sequence = raw.get("s")
+    suffix = f":{sequence}" if isinstance(sequence, int) and not isinstance(sequence, bool) else ""
+    action = "unreact" if removed else "react"
+    return Event(
+        address=_address(account, channel_id, parent_id),
+        event_id=f"{message_id}:{action}:{user_id}:{custom or name}{suffix}",
+        sender=sender,
+        kind="reaction",
+        text=text,
+        platform_message_id=message_id,
+        conversation_kind=conversation_kind,
+        conversation_title=title,
+        meta=meta,
+        raw=raw,
     )
 
 

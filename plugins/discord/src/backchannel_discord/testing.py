@@ -149,6 +149,36 @@ class FakeDiscord(RestServer):
         await self.dispatch("MESSAGE_CREATE", message)
         return message
 
+    async def react(
+        self, message_id: str, user_id: str, emoji: str, *, remove: bool = False
+    ) -> dict[str, Any]:
+        """A user adds (or takes back) `emoji` on a message: dispatch the gateway event.
+
+        As Discord sends them: an add in a guild carries the reacting member,
+        a removal only the user id; a custom emoji is given as ``name:id``.
+        """
+        message = self.messages[message_id]
+        channel = self.channels[message["channel_id"]]
+        name, _, custom = emoji.partition(":")
+        data: dict[str, Any] = {
+            "user_id": user_id,
+            "channel_id": message["channel_id"],
+            "message_id": message_id,
+            "emoji": {"id": custom or None, "name": name},
+            "burst": False,
+            "type": 0,
+        }
+        guild_id = channel.get("guild_id")
+        if guild_id:
+            data["guild_id"] = guild_id
+        if not remove:
+            data["message_author_id"] = message["author"]["id"]
+            data["burst_colors"] = []
+            if guild_id:
+                data["member"] = {**self._member(guild_id, user_id), "user": self.users[user_id]}
+        await self.dispatch("MESSAGE_REACTION_REMOVE" if remove else "MESSAGE_REACTION_ADD", data)
+        return data
+
     async def edit_message(self, message_id: str, content: str) -> dict[str, Any]:
         """A user edits a message: dispatch MESSAGE_UPDATE with the full message."""
         message = self.messages[message_id]

@@ -142,7 +142,7 @@ class GatewayServer(World):
         for session in self._sessions.values():
             if session.invalid:
                 continue
-            if event.startswith("MESSAGE_") and not self._visible(session, data):
+            if event.startswith("MESSAGE_") and not self._visible(session, event, data):
                 continue
             session.seq += 1
             payload = {"op": 0, "t": event, "s": session.seq, "d": self._for_intents(session, data)}
@@ -154,10 +154,13 @@ class GatewayServer(World):
                 await self._send(connection, payload)
         self._notify()
 
-    def _visible(self, session: _Session, data: Mapping[str, Any]) -> bool:
-        guild_messages, dm_messages = 1 << 9, 1 << 12
-        wanted = guild_messages if data.get("guild_id") else dm_messages
-        return bool(session.intents & wanted)
+    def _visible(self, session: _Session, event: str, data: Mapping[str, Any]) -> bool:
+        """Whether the session's intents ask for this event (as Discord filters them)."""
+        if event.startswith("MESSAGE_REACTION_"):
+            guild, dm = 1 << 10, 1 << 13  # GUILD_MESSAGE_REACTIONS, DIRECT_MESSAGE_REACTIONS
+        else:
+            guild, dm = 1 << 9, 1 << 12  # GUILD_MESSAGES, DIRECT_MESSAGES
+        return bool(session.intents & (guild if data.get("guild_id") else dm))
 
     def _for_intents(self, session: _Session, data: Mapping[str, Any]) -> dict[str, Any]:
         """Blank content the bot may not read without the Message Content intent (as Discord does)."""
