@@ -142,3 +142,46 @@ async def test_a_report_that_died_before_going_out_is_made_after_the_restart(
     await again.asks._report(still, origin)
     assert len(channel.platform.texts("owner")) == 1
     await again.close()
+
+
+async def test_an_ask_long_past_its_deadline_lapses_and_no_longer_swallows_messages(
+    tmp_path: Path,
+) -> None:
+    from backchannel.asks.settings import DAY
+    from backchannel.store import Inbound
+    from backchannel.testing.store_contract import make_event
+
+    channel = FakeChannel()
+    here = _Deployment(tmp_path / "bc.db", channel, "verbatim", _noop)
+    store = here.store
+    _, ancient = await _asked(store, deadline=now() - 7 * DAY - 60, answered=False)
+    origin = await store.conversation(ancient.origin_conversation_id)
+    recent = await store.record_ask(
+        origin_conversation_id=origin.id,
+        origin_seq=None,
+        peer_conversation_id=ancient.peer_conversation_id,
+        question="and this one?",
+        deadline=now() - 60,
+    )
+    next_due = await here.asks.sweep()
+    states = {ask.id: ask.state for ask in await store.asks()}
+    assert states == {ancient.id: "lapsed", recent.id: "expired"}
+    # the sweep wakes up again when the recent one lapses
+    assert next_due is not None and abs(next_due - (recent.deadline + 7 * DAY)) < 1
+    # a notice went out for each, saying how long a late answer still counts
+    notices = channel.platform.texts("owner")
+    assert len(notices) == 2 and all("within 7 days" in text for text in notices)
+    # the session's next message answers the recent ask, not the lapsed one; after that
+    # nothing is open, and a further message is the session's own
+    late = make_event("a2", "sorry, here it is", chat="peer", account="fake", thread="s1")
+    [first] = await store.append_inbound([Inbound(late)])
+    assert first.seq is not None
+    matched = await store.correlate_reply(ancient.peer_conversation_id, first.seq)
+    assert matched is not None and matched.id == recent.id
+    later = make_event("a3", "new topic", chat="peer", account="fake", thread="s1")
+    [second] = await store.append_inbound([Inbound(later)])
+    assert second.seq is not None
+    assert await store.correlate_reply(ancient.peer_conversation_id, second.seq) is None
+    [still] = [ask for ask in await store.asks() if ask.id == ancient.id]
+    assert (still.state, still.answer_seq) == ("lapsed", None)
+    await here.close()

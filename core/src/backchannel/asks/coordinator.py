@@ -18,7 +18,9 @@ answers still owe a report and which expiries still owe a notice.
   before it goes out: a crash after that leaves it uncertain, never sent
   twice; a crash before it means the report is made at the next start.
 - **Expiry** is edge-triggered in the store: a pending ask past its deadline
-  becomes "expired" once, and its notice is marked posted the same way.
+  becomes "expired" once, and its notice is marked posted the same way. An
+  expired or uncertain ask still unanswered `session_live` after its deadline
+  becomes "lapsed": the session's later messages are its own again.
 """
 
 from __future__ import annotations
@@ -281,7 +283,7 @@ class AskCoordinator:
                     session = await store.conversation(ask.peer_conversation_id)
                     await self.board.send_outcome(
                         origin,
-                        expiry_notice(ask, session),
+                        expiry_notice(ask, session, self.settings.session_live),
                         recorded=_once(partial(store.mark_expiry_reported, ask.id)),
                     )
                     await store.mark_expiry_reported(ask.id)
@@ -291,8 +293,32 @@ class AskCoordinator:
             busy.leave()
         for ask in await store.asks(awaiting_report=True, limit=1_000):
             await self._owe(ask)
+        lapses = await self._lapse()
         pending = await store.asks(states=("pending",), limit=1_000_000)
-        return min((ask.deadline for ask in pending if ask.answer_seq is None), default=None)
+        due = [ask.deadline for ask in pending if ask.answer_seq is None]
+        return min([*due, *lapses], default=None)
+
+    async def _lapse(self) -> list[float]:
+        """Close asks unanswered `session_live` past their deadline; return when the rest lapse.
+
+        Until then a late answer is still matched; after, the session's next
+        message is its own again (an ancient ask must not swallow it).
+        """
+        store = self.board.store
+        window = self.settings.session_live
+        later: list[float] = []
+        for ask in await store.asks(states=("expired", "uncertain"), limit=1_000_000):
+            if ask.answer_seq is not None:
+                continue  # answered: its report is owed, not its end
+            lapses_at = ask.deadline + window
+            if lapses_at > now():
+                later.append(lapses_at)
+                continue
+            await store.mark_ask(
+                ask.id, "lapsed", f"no answer within {_duration(window)} of the deadline"
+            )
+            log.info("ask %s lapsed unanswered; its session's messages are its own again", ask.id)
+        return later
 
     async def _sweep_forever(self) -> None:
         while not self._stopping:
@@ -350,18 +376,20 @@ def verbatim_report(ask: Ask, session: Conversation, answer: Message) -> str:
     )
 
 
-def expiry_notice(ask: Ask, session: Conversation) -> str:
-    """The one notice posted when an ask expires unanswered."""
+def expiry_notice(ask: Ask, session: Conversation, late_for: float) -> str:
+    """The one notice posted when an ask expires unanswered (`late_for`: its lapse window)."""
     asked_at = f" at #{ask.origin_seq}" if ask.origin_seq else ""
     waited = _duration(now() - ask.asked_at)
     return (
         f"[No answer from {session.address.chat} yet to the question asked{asked_at}"
-        f" ({waited} ago, session {session.address.thread}). A late answer will still be"
-        " reported here.]"
+        f" ({waited} ago, session {session.address.thread}). A late answer within"
+        f" {_duration(late_for)} will still be reported here.]"
     )
 
 
 def _duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.0f} days"
     if seconds >= 5400:
         return f"{seconds / 3600:.0f} h"
     if seconds >= 90:

@@ -18,7 +18,8 @@ class AskSettings:
     #: seconds after which an unanswered ask is reported once as "no answer yet" (24 h)
     ask_timeout: float = DAY
     #: a session conversation with activity this recent (seconds, 7 days) is reused by an
-    #: ask that names no session
+    #: ask that names no session; an expired or uncertain ask unanswered this long past its
+    #: deadline lapses (its session's later messages are no longer its answer)
     session_live: float = 7 * DAY
     #: "run": a reporter run (only a send into the origin) relays the answer;
     #: "verbatim": the answer is posted into the origin as is, with attribution

@@ -99,8 +99,10 @@ class RunRecord:
 
 #: pending: sent (or being sent), no answer yet; uncertain: the send may not have arrived;
 #: failed: the platform refused the question; expired: no answer within the ask timeout
-#: (a late answer is still reported); answered: the answer was reported to the origin
-ASK_STATES = ("pending", "uncertain", "failed", "expired", "answered")
+#: (a late answer is still reported); answered: the answer was reported to the origin;
+#: lapsed: expired or uncertain, and still unanswered `session_live` after its deadline
+#: (no later message of the session is taken for its answer)
+ASK_STATES = ("pending", "uncertain", "failed", "expired", "answered", "lapsed")
 #: states in which an inbound reply on the session may still answer the ask
 ASK_OPEN_STATES = ("pending", "uncertain", "expired")
 
