@@ -207,10 +207,14 @@ class AdapterContext:
         """Write (or, with None, delete) one durable per-account value."""
         raise NotImplementedError
 
-    async def transcript(self, address: Address, limit: int = 200) -> list[Message]:
+    async def transcript(
+        self, address: Address, limit: int = 200, *, held: bool = False
+    ) -> list[Message]:
         """Return the stored transcript at `address` (last `limit` visible messages, oldest first).
 
-        For channels that show the transcript themselves (the web chat).
+        For channels that show the transcript themselves (the web chat). With
+        `held`, messages the policy held back from the agent are included: a
+        page may show a person what they wrote themselves.
         """
         raise NotImplementedError
 

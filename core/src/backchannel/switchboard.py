@@ -738,13 +738,18 @@ class AccountContext(AdapterContext):
         for kept_key, kept_value in kept.items():
             await self.board.store.set_state(self.account, kept_key, kept_value)
 
-    async def transcript(self, address: Address, limit: int = 200) -> list[Message]:
+    async def transcript(
+        self, address: Address, limit: int = 200, *, held: bool = False
+    ) -> list[Message]:
         if not all(_encodable(part) for part in (address.chat, address.thread or "")):
             return []
-        conversation = await self.board.store.find_conversation(address)
+        store = self.board.store
+        conversation = await store.find_conversation(address)
         if conversation is None:
             return []
-        return await self.board.store.window(conversation.id, limit)
+        if held:
+            return await store.transcript(conversation.id, limit)
+        return await store.window(conversation.id, limit)
 
 
 def _encodable(text: str) -> bool:

@@ -94,3 +94,34 @@ async def test_operator_send_reaches_the_open_page(
         assert outcome.startswith("sent as #1")
         frame = await page.wait_for(lambda f: f["type"] == "message")
         assert (frame["seq"], frame["text"]) == (1, "an operator speaking")
+
+
+async def test_a_visitors_held_message_stays_on_their_page_after_a_reload(
+    tmp_path: Path,
+) -> None:
+    # an allowlist that does not name this visitor: the message is stored, held from the
+    # agent, and still the visitor's own to see
+    board = Switchboard(SQLiteStore(tmp_path / "state.db"), port=0)
+    adapter = WebchatAdapter("web", {})
+    board.add_account(
+        adapter, Binding(agent=demo_agent, respond="always", access="allowlist", allow=["vX"])
+    )
+    await board.start()
+    assert adapter.url is not None
+    try:
+        async with FakeBrowser(adapter.url, name="Ada") as page:
+            seq = await page.wait_ack(await page.say("is anyone there?"))
+            await board.wait_idle()
+            conversation = await board.store.find_conversation(page.address("web"))
+            assert conversation is not None
+            stored = await board.store.message(conversation.id, seq or 0)
+            assert stored is not None and stored.held
+            assert await board.store.window(conversation.id, 10) == []  # not for the agent
+            await page.reload()
+            assert [(role, text) for _, role, text in page.shown()] == [
+                ("visitor", "is anyone there?")
+            ]
+            [frame] = [f for f in page.frames if f["type"] == "transcript"][-1]["messages"]
+            assert frame["held"] is True
+    finally:
+        await board.stop()

@@ -406,12 +406,14 @@ class GatedContext(ContractContext):
         self.gate = asyncio.Event()
         self._gated = False
 
-    async def transcript(self, address: Address, limit: int = 200) -> list[Message]:
+    async def transcript(
+        self, address: Address, limit: int = 200, *, held: bool = False
+    ) -> list[Message]:
         if not self._gated:
             self._gated = True
             self.reading.set()
             await self.gate.wait()
-        return await super().transcript(address, limit)
+        return await super().transcript(address, limit, held=held)
 
 
 async def test_message_pushed_while_the_transcript_loads_shows_once(

@@ -216,6 +216,15 @@ class Store(ABC):
         Must cost O(limit), whatever the length of the conversation.
         """
 
+    async def transcript(self, conversation_id: int, limit: int) -> list[Message]:
+        """The last `limit` messages, held ones included, oldest first (what a chat page shows).
+
+        Held rows never reach the agent, but the person who wrote one may see it
+        (the web chat shows a visitor their own). A store without its own
+        query shows what `window` shows.
+        """
+        return await self.window(conversation_id, limit)
+
     @abstractmethod
     async def history(self, conversation_id: int, before_seq: int, limit: int) -> list[Message]:
         """Return up to `limit` visible messages before `before_seq`, oldest first."""

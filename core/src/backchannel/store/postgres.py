@@ -369,6 +369,15 @@ class PostgresStore(PostgresAsks, Store):
         rows.reverse()
         return rows
 
+    async def transcript(self, conversation_id: int, limit: int) -> list[Message]:
+        rows = await self._fetchall(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = %s"
+            " ORDER BY seq DESC LIMIT %s",
+            (conversation_id, limit),
+        )
+        rows.reverse()
+        return [message_row(row) for row in rows]
+
     async def history(self, conversation_id: int, before_seq: int, limit: int) -> list[Message]:
         return await self.window(conversation_id, limit, before_seq - 1)
 

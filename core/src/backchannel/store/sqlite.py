@@ -683,6 +683,15 @@ class SQLiteStore(SQLiteAsks, Store):
             return read_window(self.db, conversation_id, limit, 2**62)
         return self._windows.rows(conversation_id, limit, upto_seq)
 
+    async def transcript(self, conversation_id: int, limit: int) -> list[Message]:
+        rows = self.db.execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ?"
+            " ORDER BY seq DESC LIMIT ?",
+            (conversation_id, limit),
+        ).fetchall()
+        rows.reverse()
+        return message_rows(rows)
+
     async def history(self, conversation_id: int, before_seq: int, limit: int) -> list[Message]:
         return await self.window(conversation_id, limit, before_seq - 1)
 

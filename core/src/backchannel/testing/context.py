@@ -172,10 +172,14 @@ class ContractContext(AdapterContext):
     async def set_state(self, key: str, value: str | None) -> None:
         await self.store.set_state(self.account, key, value)
 
-    async def transcript(self, address: Address, limit: int = 200) -> list[Message]:
+    async def transcript(
+        self, address: Address, limit: int = 200, *, held: bool = False
+    ) -> list[Message]:
         conversation = await self.store.find_conversation(address)
         if conversation is None:
             return []
+        if held:
+            return await self.store.transcript(conversation.id, limit)
         return await self.store.window(conversation.id, limit)
 
     async def rows(self) -> int:

@@ -105,6 +105,24 @@ class StoreContract(AskStoreContract):
         message = await store.message(stored.conversation_id, 1)
         assert message is not None and message.reactions == (("Bob", "👍"),)
 
+    async def test_the_transcript_shows_held_rows_the_window_skips(self, store: Store) -> None:
+        results = await store.append_inbound(
+            [
+                Inbound(make_event("e1", "one")),
+                Inbound(make_event("e2", "held back"), held=True),
+                Inbound(make_event("e3", "three")),
+            ]
+        )
+        conversation_id = results[0].conversation_id
+        shown = await store.transcript(conversation_id, 10)
+        assert [(m.seq, m.text, m.held) for m in shown] == [
+            (1, "one", False),
+            (2, "held back", True),
+            (3, "three", False),
+        ]
+        assert [m.seq for m in await store.transcript(conversation_id, 2)] == [2, 3]
+        assert [m.seq for m in await store.window(conversation_id, 10)] == [1, 3]
+
     async def test_a_reaction_is_taken_back_by_its_senders_id_whatever_name_it_shows(
         self, store: Store
     ) -> None:

@@ -103,10 +103,17 @@ class WebchatAdapter:
         self._known_chats.add(chat)
 
     async def transcript(self, chat: str) -> list[Message]:
-        """Return the last `settings.history` messages of conversation `chat`."""
+        """Return the last `settings.history` messages of conversation `chat`.
+
+        Held messages included: a conversation is one visitor's, so a message
+        the policy kept from the agent is the visitor's own, and it stays on
+        their page after a reload (marked ``held`` in its frame).
+        """
         if self._ctx is None:
             return []
-        return await self._ctx.transcript(Address(self.account, chat), self.settings.history)
+        return await self._ctx.transcript(
+            Address(self.account, chat), self.settings.history, held=True
+        )
 
     # outbound --------------------------------------------------------------
     async def send(self, outbound: Outbound) -> Receipt:

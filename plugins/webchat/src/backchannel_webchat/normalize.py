@@ -142,6 +142,8 @@ def message_frame(message: Message) -> dict[str, Any]:
         frame["deleted"] = True
     if not inbound and message.status not in {"sent", "received"}:
         frame["status"] = message.status
+    if message.held:
+        frame["held"] = True  # stored, but the policy kept it from the agent
     return frame
 
 
