@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+from backchannel.errors import Rejected
 from backchannel.model import Address, Message
 from backchannel.runs import Run
 from backchannel.store import SQLiteStore
@@ -132,3 +134,41 @@ async def test_an_unpaired_senders_message_reaches_the_agent_only_after_accept(
         await relay.wait_acked(bob.agent_id, relay_id)
         assert any("may I?" in text for text in seen)
         await board.wait_idle()
+
+
+async def test_a_first_send_to_an_agent_that_is_no_contact_makes_no_conversation(
+    tmp_path: Path, relay: FakeRelay, settings_for: Any
+) -> None:
+    store = SQLiteStore(tmp_path / "a" / "backchannel.db")
+    alice = TinyplaceAdapter("alice", settings_for())
+    bob = TinyplaceAdapter("bob", settings_for())
+
+    async def listen(run: Run) -> None:
+        return None
+
+    board = Switchboard(store)
+    board.add_account(alice, Binding(agent=listen, respond="never"))
+    async with board:
+        refused = {
+            Address("alice", bob.agent_id, "master"): "is not an accepted contact: pair first",
+            Address("alice", "not-an-agent"): "is not a tiny.place agent id",
+            Address("alice", bob.agent_id, "a session!"): "is not a tiny.place session label",
+        }
+        for address, reason in refused.items():
+            with pytest.raises(Rejected, match=reason):
+                await board.send(address, "hello?")
+            assert await store.find_conversation(address) is None
+        # a contact passes the check
+        relay.make_contacts(alice.agent_id, bob.agent_id)
+        paired = Address("alice", bob.agent_id, "s2")
+        await board.send(paired, "hello, contact")
+        assert await store.find_conversation(paired) is not None
+        # the relay cannot say: the address is taken, and the send tells what happened (the
+        # poller reads /contacts too, so enough faults that one meets the check)
+        carol = TinyplaceAdapter("carol", settings_for())
+        for _ in range(50):
+            relay.fail_next("server_error", method="GET", path="/contacts")
+        unsure = Address("alice", carol.agent_id, "s1")
+        outcome = await board.send(unsure, "hello?")
+        assert "NOT delivered" in outcome  # carol is no contact and has no keys
+        assert await store.find_conversation(unsure) is not None

@@ -181,6 +181,38 @@ class TinyplaceAdapter:
         self._keys_ready = True
 
     # sending -----------------------------------------------------------------
+    async def check_address(self, address: Address) -> None:
+        """Raise Rejected unless a first operator send to `address` can arrive.
+
+        The chat must be a tiny.place agent id, a thread a session label (or
+        ``master``), and the agent an accepted contact on the relay (until it
+        is, the relay refuses every message to it). When the relay cannot say
+        (unreachable, 5xx) the address is taken as it is: the send says what
+        became of it.
+        """
+        if address.account != self.account:
+            raise Rejected(f"address belongs to account {address.account!r}, not {self.account!r}")
+        try:
+            decode_agent_address(address.chat)
+        except ValueError:
+            raise Rejected(f"{address.chat!r} is not a tiny.place agent id") from None
+        thread = address.thread
+        if thread is not None and not SESSION_LABEL.fullmatch(thread):
+            raise Rejected(
+                f"{thread!r} is not a tiny.place session label (up to 32 of A-z 0-9 _ : -)"
+            )
+        if self._client is None:
+            return  # not started: nothing to ask with
+        try:
+            contact = await self.is_contact(address.chat)
+        except Uncertain:
+            return
+        if not contact:
+            raise Rejected(
+                f"{address.chat} is not an accepted contact: pair first"
+                f" (`backchannel tinyplace pair {address.chat}`)"
+            )
+
     async def send(self, outbound: Outbound) -> Receipt:
         """Encrypt and send a message; in a session, wrapped in a v1 envelope."""
         if outbound.kind != "message":
