@@ -288,3 +288,26 @@ async def test_the_owner_is_told_when_a_message_is_parked(
         " to that session (offered 3 times without confirmation); send it again when the"
         " session is back"
     )
+
+
+def test_on_postgresql_the_duplex_says_once_that_it_is_off(
+    world: OwnerWorld, caplog: pytest.LogCaptureFixture
+) -> None:
+    from backchannel.agents.demo import demo_agent
+    from backchannel.store import SQLiteStore
+    from backchannel.switchboard import Binding
+    from backchannel_owner.plugin import configure_switchboard
+    from backchannel_telegram import TelegramAdapter
+
+    text = world.config_path.read_text(encoding="utf-8")
+    path_line = next(line for line in text.splitlines() if line.startswith("path = "))
+    world.config_path.write_text(
+        text.replace(path_line, 'url = "postgresql://127.0.0.1:1/none"'), encoding="utf-8"
+    )
+    config = world.config
+    board = Switchboard(SQLiteStore(world.tmp / "scratch.db"))
+    board.add_account(TelegramAdapter("tg", world.fake.settings()), Binding(demo_agent))
+    with caplog.at_level("WARNING", logger="backchannel.owner"):
+        configure_switchboard(board, config)
+    assert [r.getMessage() for r in caplog.records if "owner duplex is off" in r.getMessage()]
+    assert "tg" not in board._routers  # no inbound router: replies are plain messages

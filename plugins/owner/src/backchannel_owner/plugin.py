@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from backchannel import hookimpl
@@ -58,9 +59,15 @@ def configure_switchboard(board: Any, config: Any) -> None:
     from .settings import OwnerSettings
 
     settings = OwnerSettings.from_config(config)
-    if settings.account not in board.accounts or config.store.url:
-        # another board (`backchannel send` through another account); or PostgreSQL, where
-        # the owner tables do not exist yet: notify refuses there with one line
+    if settings.account not in board.accounts:
+        return  # another board (`backchannel send` through another account)
+    if config.store.url:
+        # the owner tables are SQLite tables; notify refuses there with one line too
+        logging.getLogger("backchannel.owner").warning(
+            "owner duplex is off: its tables live in the SQLite store, and this deployment"
+            " uses PostgreSQL ([store] url); the owner's replies reach the agent as plain"
+            " messages"
+        )
         return
     duplex = OwnerDuplex(settings, config, board)
     board.add_inbound_router(settings.account, duplex.route)
