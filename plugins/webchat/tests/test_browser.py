@@ -246,7 +246,7 @@ async def test_rate_limited_message_is_resent_by_the_page_after_the_wait(
         await switchboard.stop()
 
 
-async def test_the_conversation_is_the_browsers_across_tabs_until_new_chat(
+async def test_the_conversation_is_the_browsers_across_tabs_and_new_chat_moves_them_all(
     browser: Browser, board: tuple[Switchboard, WebchatAdapter]
 ) -> None:
     _, adapter = board
@@ -270,9 +270,14 @@ async def test_the_conversation_is_the_browsers_across_tabs_until_new_chat(
     await third.goto(adapter.url or "")
     await expect(third.get_by_role("status")).to_have_text("Online")
     await expect(third.locator("#log > li")).to_have_count(0)
-    await first.reload()  # the first tab, reloaded, follows the browser's conversation too
-    await expect(first.get_by_role("status")).to_have_text("Online")
+    # the first tab, open all along, followed "New chat" without a reload
     await expect(first.locator("#log > li")).to_have_count(0)
+    await expect(first.get_by_role("status")).to_have_text("Online")
+    await first.get_by_label("Your message").fill("same new chat?")
+    await first.get_by_label("Your message").press("Enter")
+    await expect(second.locator("li.visitor .body")).to_have_text(["same new chat?"])
+    await first.reload()  # and a reload stays there
+    await expect(first.locator("li.visitor .body")).to_have_text(["same new chat?"])
     await context.close()
 
 

@@ -56,7 +56,7 @@
   }
   const visitor = remembered(localStorage, KEY_VISITOR, () => randomId(16));
   // the conversation is the browser's, not the tab's: every tab and reload of this browser
-  // shows the same one until "New chat" starts another (for all tabs opened after it)
+  // shows the same one until "New chat" starts another (open tabs follow it too)
   let tab = remembered(localStorage, KEY_TAB, () => randomId(8));
 
   function visitorName() {
@@ -381,9 +381,9 @@
   });
   input.addEventListener("input", () => { updateCounter(); autosize(); });
 
-  $("new-chat").addEventListener("click", () => {
-    tab = randomId(8);
-    try { localStorage.setItem(KEY_TAB, tab); } catch (e) { /* ignore */ }
+  // show conversation `next` from now on (a "New chat" here, or one in another tab)
+  function switchTo(next) {
+    tab = next;
     pending = [];
     savePending();
     bySeq.clear(); byId.clear(); byClient.clear();
@@ -397,7 +397,22 @@
       old.close(1000, "new chat");
     }
     connect();
+  }
+
+  $("new-chat").addEventListener("click", () => {
+    const next = randomId(8);
+    try { localStorage.setItem(KEY_TAB, next); } catch (e) { /* ignore */ }
+    switchTo(next);
     input.focus();
+  });
+
+  // "New chat" in another tab of this browser: follow it, unless this tab still holds
+  // messages the server has not acked (they belong to the conversation shown; a reload
+  // after they went out follows it then)
+  window.addEventListener("storage", (event) => {
+    if (event.key === KEY_TAB && event.newValue && event.newValue !== tab && !pending.length) {
+      switchTo(event.newValue);
+    }
   });
 
   connect();
