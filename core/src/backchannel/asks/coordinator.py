@@ -193,7 +193,7 @@ class AskCoordinator:
                 await self.board.send_outcome(
                     origin, verbatim_report(ask, session, answer), recorded=recorded
                 )
-            await store.mark_ask(ask.id, "answered")
+            # marked answered by `recorded`: every send records before it goes out
             log.info("ask %s answered and reported in %s", ask.id, origin.address.key)
         except asyncio.CancelledError:
             raise
@@ -286,7 +286,6 @@ class AskCoordinator:
                         expiry_notice(ask, session, self.settings.session_live),
                         recorded=_once(partial(store.mark_expiry_reported, ask.id)),
                     )
-                    await store.mark_expiry_reported(ask.id)
                 except Exception:
                     log.exception("could not post the expiry notice of ask %s", ask.id)
         finally:
