@@ -371,8 +371,6 @@ class DiscordAdapter:
         cannot be asked (rate limits, 5xx, not connected) the address is
         taken as it is: the send says what became of it.
         """
-        if address.account != self.account:
-            raise Rejected(f"address belongs to account {address.account!r}, not {self.account!r}")
         channel_id = _channel_of(address)
         _snowflake(address.chat, "chat")
         client = self._client

@@ -108,6 +108,10 @@ EMOJI_NAMES = {
 }
 
 
+#: a Slack message ts as Slack writes it
+SLACK_TS = re.compile(r"\A[0-9]{1,12}\.[0-9]{1,9}\Z")
+
+
 class SlackAdapter:
     """A Slack app: Socket Mode or Events API in, Web API out."""
 
@@ -480,8 +484,6 @@ class SlackAdapter:
         in). Any other answer, or none (rate limits, 5xx, a missing read
         scope), lets the address through: the send says what became of it.
         """
-        if address.account != self.account:
-            raise Rejected(f"address belongs to account {address.account!r}, not {self.account!r}")
         if not SLACK_ID.match(address.chat):
             raise Rejected(
                 f"{address.chat!r} is not a Slack conversation id (like C0123ABCD or D0123ABCD)"
@@ -630,10 +632,6 @@ def _error_code(error: SlackApiError) -> str:
     if isinstance(data, Mapping) and data.get("error"):
         return str(data["error"])
     return f"HTTP {getattr(error.response, 'status_code', '?')}"
-
-
-#: a Slack message ts as Slack writes it
-SLACK_TS = re.compile(r"\A[0-9]{1,12}\.[0-9]{1,9}\Z")
 
 
 async def _data(call: Any) -> Mapping[str, Any]:

@@ -299,8 +299,6 @@ class TelegramAdapter:
         (429, 5xx, no connection) the address is taken as it is: the send says
         what became of it.
         """
-        if address.account != self.account:
-            raise Rejected(f"address belongs to account {address.account!r}, not {self.account!r}")
         chat = self._chat(address)
         username = chat.startswith("@") and len(chat) > 1 and chat[1:].replace("_", "a").isalnum()
         if not username:

@@ -190,8 +190,6 @@ class TinyplaceAdapter:
         (unreachable, 5xx) the address is taken as it is: the send says what
         became of it.
         """
-        if address.account != self.account:
-            raise Rejected(f"address belongs to account {address.account!r}, not {self.account!r}")
         try:
             decode_agent_address(address.chat)
         except ValueError:
