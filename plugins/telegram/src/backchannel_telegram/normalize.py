@@ -541,7 +541,8 @@ def _reaction_event(
     new = _emojis(reaction.get("new_reaction"), "message_reaction.new_reaction")
     old = _emojis(reaction.get("old_reaction"), "message_reaction.old_reaction")
     # Telegram sends the whole new set; the text carries the added emoji (or
-    # "" when the user took their reactions back), meta carries both sets.
+    # "" when the user took their reactions back), meta carries both sets, from
+    # which the store takes what left the set and adds what joined it.
     added = [emoji for emoji in new if emoji not in old]
     text = added[0] if added else (new[0] if new else "")
     filed_under = aliases.get(str(chat_id), str(chat_id))
