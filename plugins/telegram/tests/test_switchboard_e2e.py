@@ -203,17 +203,24 @@ async def test_the_docs_example_works(store: SQLiteStore) -> None:
     assert reply.reply_to == asked["message"]["message_id"]
 
 
-async def test_a_reaction_to_the_bots_answer_in_a_topic_is_recorded_on_it(
-    fake: FakeTelegram, store: SQLiteStore, board_for: Any
-) -> None:
+async def answered_in_a_topic(fake: FakeTelegram, board_for: Any) -> tuple[Any, ...]:
+    """Alice asks the bot in a forum topic and gets its answer: (alice, forum, topic, agent,
+    board, the asking update)."""
     alice = fake.user("Alice")
     forum = fake.supergroup("Engineering", forum=True)
     topic = fake.create_topic(forum, "Deploys", alice)
     agent = RecordingAgent(lambda run: "on it")
     board = await board_for(fake, agent)
-    fake.inject_message(forum, alice, "@backchannel_test_bot deploy?", topic=topic)
+    asked = fake.inject_message(forum, alice, "@backchannel_test_bot deploy?", topic=topic)
     await agent.wait_runs(1)
     await board.wait_idle()
+    return alice, forum, topic, agent, board, asked
+
+
+async def test_a_reaction_to_the_bots_answer_in_a_topic_is_recorded_on_it(
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any
+) -> None:
+    alice, forum, topic, agent, board, _ = await answered_in_a_topic(fake, board_for)
     (answer,) = fake.sent
     reaction = fake.inject_reaction(forum, alice, answer.message_id, ["👍"])
     await fake.wait_for(lambda: fake.is_acked(reaction["update_id"]), what="the reaction")
@@ -233,14 +240,7 @@ async def test_after_a_restart_a_reaction_still_lands_on_its_topic_message(
 ) -> None:
     # the restarted adapter no longer remembers which topic the message was in, and the
     # reaction does not say: the store finds the topic conversation holding the message
-    alice = fake.user("Alice")
-    forum = fake.supergroup("Engineering", forum=True)
-    topic = fake.create_topic(forum, "Deploys", alice)
-    agent = RecordingAgent(lambda run: "on it")
-    first = await board_for(fake, agent)
-    asked = fake.inject_message(forum, alice, "@backchannel_test_bot deploy?", topic=topic)
-    await agent.wait_runs(1)
-    await first.wait_idle()
+    alice, forum, topic, agent, first, asked = await answered_in_a_topic(fake, board_for)
     await first.stop()  # closes the store too
     reopened = SQLiteStore(store.path)
     again = Switchboard(reopened)
