@@ -185,3 +185,34 @@ async def test_an_ask_long_past_its_deadline_lapses_and_no_longer_swallows_messa
     [still] = [ask for ask in await store.asks() if ask.id == ancient.id]
     assert (still.state, still.answer_seq) == ("lapsed", None)
     await here.close()
+
+
+async def test_a_report_whose_mark_failed_is_marked_by_the_send_that_goes_out(
+    tmp_path: Path,
+) -> None:
+    from backchannel.errors import StoreError
+
+    async def reporter(run: Run) -> None:
+        await run.call("send_message", {"text": "the peer says it is done"})
+
+    channel = FakeChannel()
+    here = _Deployment(tmp_path / "bc.db", channel, "run", reporter)
+    store = here.store
+    origin, _ = await _asked(store, deadline=now() + 3600, answered=True)
+    [owed] = await store.asks(awaiting_report=True)
+    mark_ask = store.mark_ask
+    failures = [StoreError("disk full")]
+
+    async def mark_once_failing(*args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return await mark_ask(*args, **kwargs)
+
+    store.mark_ask = mark_once_failing  # type: ignore[method-assign]
+    await here.asks._report(owed, origin)
+    # the reporter's send was not made (its mark failed); the verbatim one marked and went out
+    [posted] = channel.platform.texts("owner")
+    assert "yes, done" in posted
+    [ask] = await store.asks()
+    assert ask.state == "answered"
+    await here.close()

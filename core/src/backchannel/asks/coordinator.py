@@ -349,8 +349,8 @@ def _once(mark: Callable[[], Awaitable[Any]]) -> Callable[[OutboxEntry], Awaitab
     async def recorded(entry: OutboxEntry) -> None:
         nonlocal done
         if not done:
+            await mark()  # if this fails the send is not made, and the next one marks
             done = True
-            await mark()
 
     return recorded
 
