@@ -204,3 +204,163 @@ async def test_a_worker_taken_for_dead_that_beats_again_is_recovered_again_when_
     assert [e.text for e in recovered["slow"]] == ["b"]
     await slow.close()
     await other.close()
+
+
+async def _search_sql(store: PostgresStore, query: str) -> tuple[str, Any]:
+    """Return the SELECT (and its parameters) `search_conversations(query=query)` runs."""
+    seen: list[tuple[str, Any]] = []
+    fetchall = store._fetchall
+
+    async def recording(sql: str, params: Any = ()) -> Any:
+        seen.append((sql, params))
+        return await fetchall(sql, params)
+
+    store._fetchall = recording  # type: ignore[method-assign]
+    try:
+        await store.search_conversations(query=query)
+    finally:
+        store._fetchall = fetchall  # type: ignore[method-assign]
+    (found,) = [(sql, params) for sql, params in seen if "FROM conversations c" in sql]
+    return found
+
+
+async def test_search_is_answered_from_its_indexes(postgres_url: str) -> None:
+    # an index on an expression serves only that very expression: were the query to
+    # spell a document differently from pg009, every search would read whole tables
+    from backchannel.model import Sender
+    from backchannel.store import Inbound
+    from backchannel.testing.store_contract import make_event
+
+    store = PostgresStore(postgres_url)
+    await store.append_inbound(
+        [Inbound(make_event(f"e{n}", f"word{n} invoice", chat=f"c{n % 97}",
+                            sender=Sender(f"s{n}", f"Person {n} Ünal", f"h{n}")))
+         for n in range(2_000)]
+    )  # fmt: skip
+    sql, params = await _search_sql(store, "invoice unal")
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as connection:
+        await connection.execute("ANALYZE")  # what autovacuum does after a while
+        await connection.execute("SET enable_seqscan = off")
+        cursor = await connection.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in await cursor.fetchall())
+    for index in ("conversations_search", "participants_search", "message_words_search"):
+        assert index in plan, plan
+    assert "Seq Scan on message_words" not in plan and "Seq Scan on participants" not in plan
+    await store.close()
+
+
+async def test_searches_beside_writers_in_other_processes_index_every_message_once(
+    postgres_url: str,
+) -> None:
+    # two writer processes append (each 200 events over 4 chats, and a reply a batch) while two
+    # stores (two workers) search over and over: at the end every visible message is
+    # indexed exactly once and found by its word
+    from backchannel.store.postgres_migrations import search_document
+
+    searchers = [PostgresStore(postgres_url) for _ in range(2)]
+    writers = [
+        await spawn_writer(postgres_url, "--first", str(1000 * n), "--count", "200")
+        for n in range(2)
+    ]
+    for writer in writers:
+        assert writer.stdin is not None
+        writer.stdin.write(b"go\n")
+        await writer.stdin.drain()
+    done = asyncio.Event()
+
+    async def search_until_done(store: PostgresStore) -> int:
+        searches = 0
+        while not done.is_set():
+            await store.search_conversations(query="zzz")
+            searches += 1
+        return searches
+
+    searching = [asyncio.create_task(search_until_done(store)) for store in searchers]
+    for writer in writers:
+        assert writer.stdout is not None
+        assert await asyncio.wait_for(writer.stdout.readline(), 120) == b"done\n"
+        assert await writer.wait() == 0
+    done.set()
+    assert all(await asyncio.gather(*searching))
+    await searchers[0].search_conversations(query="zzz")  # the last catch-up
+    async with await psycopg.AsyncConnection.connect(postgres_url) as connection:
+        cursor = await connection.execute(
+            "SELECT COUNT(*) FROM messages m LEFT JOIN message_words w"
+            " ON w.conversation_id = m.conversation_id AND w.seq = m.seq"
+            f" WHERE m.held = 0 AND (w.seq IS NULL OR w.words != {search_document('m.text')})"
+        )
+        assert await cursor.fetchone() == (0,)  # none missing, none stale
+        cursor = await connection.execute(
+            "SELECT (SELECT COUNT(*) FROM message_words),"
+            " (SELECT COUNT(*) FROM messages WHERE held = 0)"
+        )
+        indexed, visible = await cursor.fetchone() or (0, 0)
+        assert indexed == visible > 400
+    for store in searchers:
+        await store.close()
+
+
+async def test_an_edit_waits_out_a_catch_up_so_its_words_are_never_lost(
+    postgres_url: str,
+) -> None:
+    from backchannel.store import Inbound
+    from backchannel.store.postgres_migrations import SEARCH_LOCK
+    from backchannel.testing.store_contract import make_event
+
+    store = PostgresStore(postgres_url)
+    await store.append_inbound([Inbound(make_event("m1", "before", chat="e"))])
+    assert len(await store.search_conversations(query="before")) == 1  # indexed
+    async with await psycopg.AsyncConnection.connect(postgres_url) as catching_up:
+        # another worker's catch-up, in progress: it holds the lock until it commits
+        await catching_up.execute("SELECT pg_advisory_xact_lock(%s)", (SEARCH_LOCK,))
+        edit = asyncio.create_task(
+            store.append_inbound(
+                [Inbound(make_event("m1-e", "after", kind="edit", chat="e", message_id="m1"))]
+            )
+        )
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as watching:
+            for _ in range(500):  # until the edit's trigger waits for the lock
+                cursor = await watching.execute(
+                    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                )
+                if (await cursor.fetchone() or (0,))[0]:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("the edit did not wait for the catch-up's lock")
+        assert not edit.done()
+        await catching_up.commit()
+    await edit
+    assert len(await store.search_conversations(query="after")) == 1
+    assert await store.search_conversations(query="before") == []
+    await store.close()
+
+
+async def test_the_upgrade_indexes_the_messages_already_stored(postgres_url: str) -> None:
+    # a store from before pg009: its messages are indexed by the migration itself, so the
+    # first search after the upgrade does not have to do it all
+    from backchannel.store import Inbound
+    from backchannel.testing.store_contract import BOB, make_event
+
+    store = PostgresStore(postgres_url)
+    await store.append_inbound(
+        [Inbound(make_event(f"u{n}", f"stored {n}", chat=f"c{n % 3}")) for n in range(30)]
+        + [Inbound(make_event("u-held", "stored secretly", chat="c9", sender=BOB), held=True)]
+    )
+    await store.close()
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as connection:
+        for statement in (
+            "DROP TABLE message_words, message_words_progress",
+            "DROP TRIGGER messages_reword ON messages",
+            "DROP FUNCTION backchannel_reword",
+            "DROP INDEX conversations_search, participants_search",
+            "DELETE FROM _migrations WHERE name = 'pg009_search_indexes'",
+        ):
+            await connection.execute(statement)
+        store = PostgresStore(postgres_url)
+        await store.pool()  # migrates
+        cursor = await connection.execute("SELECT COUNT(*) FROM message_words")
+        assert await cursor.fetchone() == (30,)  # every visible message, before any search
+    found = await store.search_conversations(query="stored")
+    assert sorted(c.address.chat for c in found) == ["c0", "c1", "c2"]
+    await store.close()

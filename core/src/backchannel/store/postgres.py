@@ -38,7 +38,14 @@ from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, n
 from ..secrets import redact
 from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, Store
 from .postgres_asks import PostgresAsks
-from .postgres_migrations import migrate
+from .postgres_migrations import (
+    ACCENTED,
+    CATCH_UP,
+    PLAIN,
+    SEARCH_LOCK,
+    migrate,
+    search_document,
+)
 from .rows import (
     CHAT_TARGET_SQL,
     CONVERSATION_COLUMNS,
@@ -269,34 +276,36 @@ class PostgresStore(PostgresAsks, Store):
         query: str | None = None,
         limit: int = 20,
     ) -> list[Conversation]:
-        # a plain scan with PostgreSQL's own text search ('simple': no stemming), folded
-        # like the SQLite index (lower case, Latin accents dropped); no index yet
+        # PostgreSQL's own text search ('simple': no stemming), folded like the SQLite
+        # index (lower case, Latin accents dropped), each part answered from its index
         clauses: list[str] = []
         params: list[Any] = []
         if accounts is not None:
             names = sorted(set(accounts))
             if not names:
                 return []
-            clauses.append("account = ANY(%s)")
+            clauses.append("c.account = ANY(%s)")
             params.append(names)
         if query is not None:
             words = [fold_accents(w.lower()) for w in _WORD.findall(query)[:8]]
             if not words:
                 return []
+            await self._write(_index_new_messages)
             for word in words:
-                term = f"{word}:*"
+                # one word may match anywhere in the conversation: its title, the name or
+                # handle of someone with a visible message in it, or a visible message
                 clauses.append(
-                    f"(to_tsvector('simple', {_FOLD.format('title')}) @@ to_tsquery('simple', %s)"
-                    " OR EXISTS (SELECT 1 FROM participants p WHERE p.conversation_id = c.id"
-                    f" AND to_tsvector('simple', {_FOLD.format(_NAME)})"
-                    " @@ to_tsquery('simple', %s) AND EXISTS (SELECT 1 FROM messages m"
+                    "c.id IN (SELECT t.id FROM conversations t"
+                    f" WHERE {search_document('t.title')} @@ to_tsquery('simple', %s)"
+                    " UNION SELECT p.conversation_id FROM participants p"
+                    f" WHERE {search_document(_NAME)} @@ to_tsquery('simple', %s)"
+                    " AND EXISTS (SELECT 1 FROM messages m"
                     " WHERE m.conversation_id = p.conversation_id AND m.sender_id = p.sender_id"
-                    " AND m.held = 0))"
-                    " OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id"
-                    f" AND m.held = 0 AND to_tsvector('simple', {_FOLD.format('m.text')})"
-                    " @@ to_tsquery('simple', %s)))"
+                    " AND m.held = 0)"
+                    " UNION SELECT w.conversation_id FROM message_words w"
+                    " WHERE w.words @@ to_tsquery('simple', %s))"
                 )
-                params.extend([term, term, term])
+                params.extend([f"{word}:*"] * 3)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = await self._fetchall(
             f"SELECT {CONVERSATION_COLUMNS} FROM conversations c {where}"
@@ -1275,13 +1284,20 @@ class _Append:
         return AppendResult("applied", conversation_id, seq)
 
 
+async def _index_new_messages(connection: Any) -> None:
+    """Add the visible messages written since the last search to `message_words` (pg009).
+
+    Under SEARCH_LOCK, so two searches do not do the work twice, and an edit
+    of text being read here waits until this commits (see CATCH_UP).
+    """
+    await connection.execute("SELECT pg_advisory_xact_lock(%s)", (SEARCH_LOCK,))
+    await connection.execute(CATCH_UP)
+
+
 _WORD = re.compile(r"[^\W_]+")
-_ACCENTED = "àáâãäåāăąçćčďèéêëēėęěìíîïīįłñńňòóôõöøōőŕřśšşťùúûüūůűųýÿžźż"
-_PLAIN = "aaaaaaaaacccdeeeeeeeeiiiiiilnnnoooooooorrssstuuuuuuuuyyzzz"
-#: SQL that lower-cases a column and drops the accents `fold_accents` drops
-_FOLD = "translate(lower(COALESCE({}, '')), '" + _ACCENTED + "', '" + _PLAIN + "')"
+#: PARTICIPANT_NAME (what pg009 indexes) on the participants table as `p`
 _NAME = "p.name || ' ' || COALESCE(p.handle, '')"
-_FOLD_TABLE = str.maketrans(_ACCENTED, _PLAIN)
+_FOLD_TABLE = str.maketrans(ACCENTED, PLAIN)
 
 
 def fold_accents(text: str) -> str:

@@ -493,6 +493,28 @@ class StoreContract(AskStoreContract):
         assert await store.search_conversations(query="first") == []
         assert await store.search_conversations(query="old") == []
 
+    async def test_search_finds_what_came_since_the_last_search(self, store: Store) -> None:
+        # a store may index lazily (both built-in ones do): what a search has not yet seen,
+        # new messages and edits of messages it never indexed, is found by the next one
+        await store.append_inbound([Inbound(make_event("h1", "alpha", chat="h"))])
+        assert await store.search_conversations(query="beta") == []
+        await store.append_inbound(
+            [
+                Inbound(make_event("h2", "beta", chat="h")),
+                Inbound(make_event("i1", "draft", chat="i")),
+                Inbound(make_event("i1-e", "gamma", kind="edit", chat="i", message_id="i1")),
+                Inbound(make_event("j1", "beta", chat="j", sender=BOB), held=True),
+            ]
+        )
+        assert [c.address.key for c in await store.search_conversations(query="beta")] == ["acct/h"]
+        assert [c.address.key for c in await store.search_conversations(query="gamma")] == [
+            "acct/i"
+        ]
+        assert await store.search_conversations(query="draft") == []
+        await store.append_inbound([Inbound(make_event("h3", "delta", chat="h"))])
+        found = await store.search_conversations(query="alpha delta")
+        assert [c.address.key for c in found] == ["acct/h"]
+
     async def test_search_orders_by_latest_activity_and_counts_visible(self, store: Store) -> None:
         await store.append_inbound(
             [
