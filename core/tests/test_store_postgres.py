@@ -364,3 +364,44 @@ async def test_the_upgrade_indexes_the_messages_already_stored(postgres_url: str
     found = await store.search_conversations(query="stored")
     assert sorted(c.address.chat for c in found) == ["c0", "c1", "c2"]
     await store.close()
+
+
+async def test_a_catch_up_in_small_steps_indexes_every_message_once(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # steps of 2 conversations and 3 messages each: conversations with long backlogs are
+    # taken up again until done, and the walk by id skips none
+    from backchannel.store import Inbound
+    from backchannel.store import postgres_migrations
+    from backchannel.testing.store_contract import make_event
+
+    monkeypatch.setattr(postgres_migrations, "CATCH_UP_CONVERSATIONS", 2)
+    monkeypatch.setattr(postgres_migrations, "CATCH_UP_MESSAGES", 3)
+    store = PostgresStore(postgres_url)
+    backlogs = [10, 1, 7, 3, 4, 0, 2]
+    await store.append_inbound(
+        [
+            Inbound(make_event(f"s{chat}-{n}", f"step{chat}x{n}", chat=f"c{chat}"))
+            for chat, count in enumerate(backlogs)
+            for n in range(count)
+        ]
+    )
+    steps = []
+    execute = psycopg.AsyncConnection.execute
+
+    async def counting(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        if query == postgres_migrations.CATCH_UP:
+            steps.append(dict(params))
+        return await execute(self, query, params, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "execute", counting)
+    assert [c.address.chat for c in await store.search_conversations(query="step0x9")] == ["c0"]
+    assert len(steps) > 4
+    for chat, count in enumerate(backlogs):
+        for n in range(count):
+            found = await store.search_conversations(query=f"step{chat}x{n}")
+            assert [c.address.chat for c in found] == [f"c{chat}"], (chat, n)
+    async with await psycopg.AsyncConnection.connect(postgres_url) as connection:
+        cursor = await connection.execute("SELECT COUNT(*) FROM message_words")
+        assert await cursor.fetchone() == (sum(backlogs),)
+    await store.close()

@@ -40,9 +40,8 @@ from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, St
 from .postgres_asks import PostgresAsks
 from .postgres_migrations import (
     ACCENTED,
-    CATCH_UP,
     PLAIN,
-    SEARCH_LOCK,
+    catch_up,
     migrate,
     search_document,
 )
@@ -290,7 +289,9 @@ class PostgresStore(PostgresAsks, Store):
             words = [fold_accents(w.lower()) for w in _WORD.findall(query)[:8]]
             if not words:
                 return []
-            await self._write(_index_new_messages)
+            pool = await self.pool()
+            async with pool.connection() as connection:
+                await catch_up(connection)  # message text is indexed lazily (pg009)
             for word in words:
                 # one word may match anywhere in the conversation: its title, the name or
                 # handle of someone with a visible message in it, or a visible message
@@ -1282,16 +1283,6 @@ class _Append:
                 (with_reaction(reactions_json, event), conversation_id, seq),
             )
         return AppendResult("applied", conversation_id, seq)
-
-
-async def _index_new_messages(connection: Any) -> None:
-    """Add the visible messages written since the last search to `message_words` (pg009).
-
-    Under SEARCH_LOCK, so two searches do not do the work twice, and an edit
-    of text being read here waits until this commits (see CATCH_UP).
-    """
-    await connection.execute("SELECT pg_advisory_xact_lock(%s)", (SEARCH_LOCK,))
-    await connection.execute(CATCH_UP)
 
 
 _WORD = re.compile(r"[^\W_]+")

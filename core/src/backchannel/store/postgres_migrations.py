@@ -15,11 +15,11 @@ from .postgres_asks import pg006_asks
 from .thread_addresses import PARENT_KEY, parent_in, without_parent
 
 __all__ = [
-    "CATCH_UP",
     "MIGRATION_LOCK",
     "PARTICIPANT_NAME",
     "PG_MIGRATIONS",
     "SEARCH_LOCK",
+    "catch_up",
     "migrate",
     "search_document",
 ]
@@ -280,23 +280,54 @@ def search_document(column: str) -> str:
 
 #: the advisory lock a search's catch-up (and an edit of indexed text) is taken under
 SEARCH_LOCK = 0x6263736561726368
-#: add the visible messages written since the last catch-up to `message_words`. One
-#: statement, so one snapshot: a conversation's `last_seq` and its messages up to it are
-#: read together, and its progress moves to exactly what was read.
+#: one step of indexing the visible messages not yet in `message_words`: the next
+#: CATCH_UP_CONVERSATIONS conversations after id `after` that have some, at most
+#: CATCH_UP_MESSAGES of each one's. One statement, so one snapshot: a conversation's
+#: `last_seq` and its messages up to it are read together, and its progress moves to
+#: exactly what was read. Returns (id, whether messages of it remain) per conversation.
 CATCH_UP = (
     "WITH todo AS ("
-    " SELECT c.id, COALESCE(p.indexed_seq, 0) AS since, c.last_seq AS upto"
+    " SELECT c.id, COALESCE(p.indexed_seq, 0) AS since, c.last_seq,"
+    " LEAST(c.last_seq, COALESCE(p.indexed_seq, 0) + %(messages)s) AS upto"
     " FROM conversations c LEFT JOIN message_words_progress p ON p.conversation_id = c.id"
-    " WHERE c.last_seq > COALESCE(p.indexed_seq, 0)),"
+    " WHERE c.id > %(after)s AND c.last_seq > COALESCE(p.indexed_seq, 0)"
+    " ORDER BY c.id LIMIT %(conversations)s),"
     " added AS (INSERT INTO message_words (conversation_id, seq, words)"
     f" SELECT m.conversation_id, m.seq, {search_document('m.text')}"
     " FROM todo JOIN messages m ON m.conversation_id = todo.id"
     " AND m.seq > todo.since AND m.seq <= todo.upto WHERE m.held = 0"
-    " ON CONFLICT DO NOTHING)"
-    " INSERT INTO message_words_progress (conversation_id, indexed_seq)"
+    " ON CONFLICT DO NOTHING),"
+    " moved AS (INSERT INTO message_words_progress (conversation_id, indexed_seq)"
     " SELECT id, upto FROM todo ON CONFLICT (conversation_id)"
-    " DO UPDATE SET indexed_seq = EXCLUDED.indexed_seq"
+    " DO UPDATE SET indexed_seq = EXCLUDED.indexed_seq)"
+    " SELECT id, upto < last_seq FROM todo"
 )
+CATCH_UP_CONVERSATIONS = 100
+CATCH_UP_MESSAGES = 1_000
+
+
+async def catch_up(connection: Any, *, locked: bool = True) -> None:
+    """Index every visible message not yet in `message_words`, a bounded step at a time.
+
+    The steps walk the conversations by id, so the whole catch-up reads each
+    once. Each step is its own transaction under SEARCH_LOCK (two searches
+    never do the same work, and an edit of text being read waits only for the
+    step), unless `locked` is False (the migration, already in its transaction).
+    """
+    step = {"after": 0, "conversations": CATCH_UP_CONVERSATIONS, "messages": CATCH_UP_MESSAGES}
+    while True:
+        if locked:
+            async with connection.transaction():
+                await connection.execute("SELECT pg_advisory_xact_lock(%s)", (SEARCH_LOCK,))
+                cursor = await connection.execute(CATCH_UP, step)
+                done = await cursor.fetchall()
+        else:
+            cursor = await connection.execute(CATCH_UP, step)
+            done = await cursor.fetchall()
+        if not done:
+            return
+        unfinished = [conversation for conversation, more in done if more]
+        step["after"] = min(unfinished) - 1 if unfinished else max(c for c, _ in done)
 
 
 async def pg009_search_indexes(connection: Any) -> None:
@@ -348,7 +379,7 @@ async def pg009_search_indexes(connection: Any) -> None:
             EXECUTE FUNCTION backchannel_reword();
         """
     )
-    await connection.execute(CATCH_UP)
+    await catch_up(connection, locked=False)
 
 
 PG_MIGRATIONS: list[Migration] = [
