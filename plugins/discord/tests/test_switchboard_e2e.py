@@ -182,6 +182,34 @@ async def test_a_first_send_to_a_channel_discord_does_not_know_makes_no_conversa
         assert await store.find_conversation(address) is not None
 
 
+async def test_a_first_send_goes_ahead_when_discord_cannot_be_asked(
+    fake: FakeDiscord, store: SQLiteStore, board_for: Any
+) -> None:
+    # Get Channel answers 429 (longer than the adapter waits out), resets, or 503 until the
+    # request times out: the address is taken as it is, and the send says what became of it
+    board = await board_for(RecordingAgent(lambda run: None))
+    asked = 0
+
+    def got_channel(channel: str) -> bool:
+        return sum(r[:2] == ("GET", f"/channels/{channel}") for r in fake.requests) > asked
+
+    for fault in ("rate_limited", "reset"):
+        dm = fake.dm_channel(fake.add_user(f"carol-{fault}"))  # not in discord.py's cache
+        fake.fail_next_read(fault, retry_after=60)
+        assert (await board.send(Address("main", dm), f"hello ({fault})")).startswith("sent")
+        assert got_channel(dm)  # it was asked, and could not answer
+        assert [m["content"] for m in fake.sent_to(dm)] == [f"hello ({fault})"]
+    missing = fake.snowflake()
+    fake.fail_next_read("hang")
+    try:
+        outcome = await board.send(Address("main", missing), "anyone there?")
+    finally:
+        fake.release_hang()
+    assert got_channel(missing)
+    assert "NOT delivered" in outcome and "Unknown Channel" in outcome, outcome
+    assert await store.find_conversation(Address("main", missing)) is not None
+
+
 async def test_reactions_show_on_their_message_and_come_off_by_user_id(
     fake: FakeDiscord, store: SQLiteStore, board_for: Any
 ) -> None:

@@ -27,7 +27,7 @@ What it speaks, on 127.0.0.1 and an ephemeral port:
   UPDATE / DELETE, RESUME with replay of every dispatch after the client's
   sequence number.
 
-Faults: `fail_next` (REST), `disconnect` (abnormal close or a close code),
+Faults: `fail_next` (REST writes), `fail_next_read` (REST reads), `disconnect` (abnormal close or a close code),
 `drop_next_dispatches` (lost in flight, replayed on resume),
 `send_reconnect` (op 7), `invalidate_session` (op 9), `stop_heartbeat_acks`,
 `replay_overlap` (a resume replays events the client already had) and

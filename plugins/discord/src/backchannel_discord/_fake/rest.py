@@ -89,6 +89,7 @@ class RestServer(GatewayServer):
         #: requests answered 429 because the client ignored the rate-limit headers
         self.over_limit = 0
         self._faults: list[_Fault] = []
+        self._read_faults: list[_Fault] = []
         self._nonces: dict[str, tuple[str, float]] = {}
         self._hang = asyncio.Event()
         self._buckets: dict[str, tuple[int, float]] = {}
@@ -110,6 +111,25 @@ class RestServer(GatewayServer):
         if fault not in _ERRORS and fault not in {"rate_limited", "cloudflare", "hang", "reset"}:
             raise ValueError(f"unknown fault {fault!r}")
         self._faults.append(_Fault(fault, retry_after, is_global, skip))
+
+    def fail_next_read(
+        self, fault: str, *, retry_after: float = 2.0, is_global: bool = False, skip: int = 0
+    ) -> None:
+        """Answer the next bot read (GET under /channels: Get Channel, Get Channel Messages) with `fault`.
+
+        The same faults as `fail_next`, queued apart from the writes' ones.
+        """
+        if fault not in _ERRORS and fault not in {"rate_limited", "cloudflare", "hang", "reset"}:
+            raise ValueError(f"unknown fault {fault!r}")
+        self._read_faults.append(_Fault(fault, retry_after, is_global, skip))
+
+    def _read_fault(self) -> _Fault | None:
+        if not self._read_faults:
+            return None
+        if self._read_faults[0].skip > 0:
+            self._read_faults[0].skip -= 1
+            return None
+        return self._read_faults.pop(0)
 
     def release_hang(self) -> None:
         self._hang.set()
@@ -153,6 +173,9 @@ class RestServer(GatewayServer):
             return self._json(200, answer)
         if len(parts) == 2 and parts[0] == "channels" and method == "GET":
             # Get Channel: the channel object; a thread's names its parent in parent_id
+            fault = self._read_fault()
+            if fault is not None:
+                return await self._fault(fault, f"get-channel:{parts[1]}", request)
             channel = self.channels.get(parts[1])
             if channel is None:
                 return self._json(404, {"message": "Unknown Channel", "code": 10003})
@@ -186,7 +209,7 @@ class RestServer(GatewayServer):
             return self._limited(bucket, web.Response(status=204))
         if rest[0] != "messages":
             return self._json(404, {"message": "404: Not Found", "code": 0})
-        fault = None
+        fault = self._read_fault() if method == "GET" else None
         if self._faults and method in ("POST", "PATCH", "PUT"):
             if self._faults[0].skip > 0:
                 self._faults[0].skip -= 1
