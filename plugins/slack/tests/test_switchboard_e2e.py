@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -228,3 +229,16 @@ async def test_a_first_send_to_a_conversation_slack_does_not_know_makes_no_conve
     outcome = await board.send(elsewhere, "hello?")
     assert "channel_not_found" in outcome
     assert await store.find_conversation(elsewhere) is not None
+
+
+async def test_a_missing_read_scope_lets_sends_through_and_is_said_once(
+    slack: FakeSlack, store: SQLiteStore, board_for: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    board = await board_for(slack, RecordingAgent(greet))
+    slack.fail_next("conversations.info", "error", error="missing_scope", times=2)
+    with caplog.at_level(logging.WARNING, logger="backchannel_slack"):
+        for chat in ("C0GENERAL", "C0NOPE"):
+            await board.send(Address("work", chat), "hello")
+    said = [r.getMessage() for r in caplog.records if "cannot check a new address" in r.message]
+    assert len(said) == 1 and "channels:read scope" in said[0], said
+    assert [post["channel"] for post in slack.posts] == ["C0GENERAL"]  # C0NOPE: failed

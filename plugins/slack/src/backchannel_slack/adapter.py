@@ -137,6 +137,7 @@ class SlackAdapter:
         self.events_url: str | None = None
         self._ctx: AdapterContext | None = None
         self._log: logging.Logger | logging.LoggerAdapter[Any] = logging.getLogger(__name__)
+        self._told_missing_read_scope = False
         self._reads: AsyncWebClient | None = None
         self._writes: AsyncWebClient | None = None
         self._socket: SocketModeClient | None = None
@@ -483,6 +484,7 @@ class SlackAdapter:
         ``channel_not_found`` (a typo, or a private channel the app is not
         in). Any other answer, or none (rate limits, 5xx, a missing read
         scope), lets the address through: the send says what became of it.
+        A missing read scope is logged once, naming the scope Slack asked for.
         """
         if not SLACK_ID.match(address.chat):
             raise Rejected(
@@ -498,11 +500,23 @@ class SlackAdapter:
         try:
             await reads.conversations_info(channel=address.chat)
         except SlackApiError as error:
-            if _error_code(error) == "channel_not_found":
+            code = _error_code(error)
+            if code == "channel_not_found":
                 raise Rejected(
                     f"Slack says channel_not_found for {address.chat} (a typo, or a private"
                     " channel the app is not a member of)"
                 ) from None
+            if code == "missing_scope" and not self._told_missing_read_scope:
+                self._told_missing_read_scope = True
+                data = getattr(error.response, "data", None)
+                needed = data.get("needed") if isinstance(data, Mapping) else None
+                self._log.warning(
+                    "Slack account %r cannot check a new address before a first send:"
+                    " conversations.info needs the %s scope, which the app lacks (add it"
+                    " to catch a mistyped channel id before anything is sent)",
+                    self.account,
+                    needed or "channels:read / groups:read / im:read / mpim:read",
+                )
         except (aiohttp.ClientError, TimeoutError):
             return
 

@@ -86,7 +86,10 @@ class WebApi(FakeBase):
                 content_type="text/html",
             )
         if fault.kind == "error":
-            return web.json_response({"ok": False, "error": fault.error})
+            answer: dict[str, Any] = {"ok": False, "error": fault.error}
+            if fault.error == "missing_scope":  # Slack names what the call needed
+                answer.update(needed="channels:read", provided="chat:write,reactions:write")
+            return web.json_response(answer)
         if fault.kind == "hang":
             await self._pause(fault.delay)
             return web.json_response({"ok": False, "error": "request_timeout"})
