@@ -128,6 +128,13 @@ async def test_bad_requests_get_one_line_answers_and_serve_keeps_serving(
         assert first == {"ok": False, "error": "not a JSON request line"}
         assert second["ok"] is False and "op" in second["error"]
         assert (await control.call(config, "ping"))["accounts"] == ["ops"]
+        # an ask where no account talks to other agents: refused, one sentence, nothing stored
+        asked = await control.call(config, "ask", peer="someone", question="status?")
+        assert asked["state"] == "refused" and asked["code"] == "no_peers"
+        assert "no account of this serve talks to other agents" in asked["description"]
+        with pytest.raises(control.ControlError, match="ask: bad arguments"):
+            await control.call(config, "ask", question="who?")
+        assert await _board.store.asks() == []
     assert platform.texts("c1") == []
 
 

@@ -371,8 +371,7 @@ async def test_a_catch_up_in_small_steps_indexes_every_message_once(
 ) -> None:
     # steps of 2 conversations and 3 messages each: conversations with long backlogs are
     # taken up again until done, and the walk by id skips none
-    from backchannel.store import Inbound
-    from backchannel.store import postgres_migrations
+    from backchannel.store import Inbound, postgres_migrations
     from backchannel.testing.store_contract import make_event
 
     monkeypatch.setattr(postgres_migrations, "CATCH_UP_CONVERSATIONS", 2)

@@ -13,7 +13,7 @@ answered by ``{"ok": true, "result": {...}}`` or ``{"ok": false, "error": "..."}
 The socket is created ``0600`` inside the store's ``0700`` directory, and a
 connection from another user id is refused (``SO_PEERCRED``).
 
-Built in: ``ping``, ``send``, ``edit`` and ``react``; plugins add operations
+Built in: ``ping``, ``send``, ``edit``, ``react`` and ``ask``; plugins add operations
 through the ``register_control_ops`` hook.
 """
 
@@ -264,7 +264,75 @@ async def _react(board: Switchboard, args: Mapping[str, Any]) -> Mapping[str, An
     return await board.react_outcome(conversation, seq, emoji)
 
 
-BUILTIN_OPS: dict[str, Handler] = {"ping": _ping, "send": _send, "edit": _edit, "react": _react}
+async def _ask(board: Switchboard, args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Ask another agent on behalf of a client outside any conversation (MCP's ask_agent).
+
+    The same checks as the run tool (kill switch, messaging control, the
+    ask's own), then the question is sent; the answer is matched and stored
+    by this serve's ask coordinator and reported nowhere (the asker reads
+    it). `accounts`, when given, limits which accounts may be asked through.
+    A refusal is an answer with state "refused", not an error.
+    """
+    from .asks.asking import ask_peer
+    from .asks.tool import resolve_peer
+    from .orchestration import Refused, orchestrator_of
+    from .orchestration.refusals import check_cross_controls
+
+    peer, question = str(args["peer"]), str(args["question"]).strip()
+    orchestrator = orchestrator_of(board)
+    coordinator = orchestrator.asks if orchestrator is not None else None
+    allowed = args.get("accounts")
+    accounts = [
+        name
+        for name, account in board.accounts.items()
+        if account.adapter.capabilities.agent_peers
+        and (allowed is None or name in {str(a) for a in allowed})
+    ]
+    try:
+        if orchestrator is None or coordinator is None or not accounts:
+            raise Refused(
+                "no_peers",
+                "refused: no account of this serve talks to other agents (such as tiny.place),"
+                " so there is no one to ask. Nothing was sent.",
+            )
+        await check_cross_controls(board.store, orchestrator.config, trusted=True, action="ask")
+        account, peer, session = resolve_peer(
+            accounts,
+            peer,
+            str(args["account"]) if args.get("account") else None,
+            str(args["session"]) if args.get("session") else None,
+        )
+        if not question:
+            raise Refused("empty", "refused: the question is empty. Nothing was sent.")
+        outcome = await ask_peer(
+            board,
+            coordinator.settings,
+            origin=None,
+            origin_seq=None,
+            account=account,
+            peer=peer,
+            question=question,
+            session=session,
+        )
+    except Refused as refusal:
+        log.info("ask through the control socket refused: %s", refusal.code)
+        return {"state": "refused", "code": refusal.code, "description": str(refusal)}
+    coordinator.wake()
+    return {
+        "state": outcome.state,
+        "ask": outcome.ask.id,
+        "conversation": outcome.conversation.address.key,
+        "description": outcome.describe(),
+    }
+
+
+BUILTIN_OPS: dict[str, Handler] = {
+    "ping": _ping,
+    "send": _send,
+    "edit": _edit,
+    "react": _react,
+    "ask": _ask,
+}
 
 
 async def resolve_conversation(board: Switchboard, reference: str) -> Conversation:

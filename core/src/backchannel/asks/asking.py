@@ -20,7 +20,7 @@ from ..errors import DeliveryError
 from ..framing import untrusted
 from ..model import Address, Conversation, Outbound, now
 from ..orchestration.refusals import Refused
-from ..store import Ask, OutboxEntry
+from ..store import NO_ORIGIN, Ask, OutboxEntry
 from .settings import AskSettings
 
 if TYPE_CHECKING:
@@ -58,18 +58,25 @@ class AskOutcome:
     def describe(self) -> str:
         """A sentence the model can read, saying what happens next and what not to do."""
         where = f"session {self.session} ({self.conversation.address.key})"
+        outside = self.ask.origin_conversation_id == NO_ORIGIN
+        # an ask from outside any conversation is reported nowhere: the asker reads it
+        later = (
+            f"its answer will be shown by the asks tool (ask #{self.ask.id}) when it comes"
+            if outside
+            else "the answer will be reported here when it comes"
+        )
         if self.state == "pending":
             fresh = "a new " if self.minted else ""
+            wait = "Do not ask again" if outside else "Do not poll or ask again"
             return (
-                f"asked {self.peer} in {fresh}{where}; the answer will be reported here when it"
-                " comes. Do not poll or ask again: carry on, or end your turn."
+                f"asked {self.peer} in {fresh}{where}; {later}. {wait}: carry on, or end your turn."
             )
         if self.state == "failed":
             return f"NOT asked: {self.peer} did not receive the question ({self.reason})."
         return (
             f"the question to {self.peer} in {where} is UNCERTAIN ({self.reason}): it may or may"
-            " not have arrived. It will not be retried automatically; if an answer comes it"
-            " will be reported here. Read that session conversation before asking again."
+            f" not have arrived. It will not be retried automatically; if an answer comes,"
+            f" {later}. Read that session conversation before asking again."
         )
 
 
@@ -77,7 +84,7 @@ async def ask_peer(
     board: Switchboard,
     settings: AskSettings,
     *,
-    origin: Conversation,
+    origin: Conversation | None,
     origin_seq: int | None,
     account: str,
     peer: str,
@@ -86,6 +93,10 @@ async def ask_peer(
     run_id: int | None = None,
 ) -> AskOutcome:
     """Ask `peer` (an agent on `account`) `question`; return once the question is sent.
+
+    `origin` is the asking conversation, where the answer is reported; None
+    for an ask from outside any conversation (an MCP client), whose answer is
+    stored and shown to the asker but reported nowhere.
 
     Raise AskRefused (nothing stored, nothing sent) for a cold peer, a bad
     session or an account whose channel has no agent peers.
@@ -116,10 +127,12 @@ async def ask_peer(
             " conversation with it yet), so it cannot be asked cold. The operator pairs agents"
             " first. Nothing was sent.",
         )
-    chosen = session or await choose_session(board, settings, account, peer, exclude=origin.id)
+    origin_id = origin.id if origin is not None else NO_ORIGIN
+    asker = origin.address.key if origin is not None else "outside (mcp)"
+    chosen = session or await choose_session(board, settings, account, peer, exclude=origin_id)
     address = Address(account, peer, chosen)
     existing = await store.find_conversation(address)
-    if existing is not None and existing.id == origin.id:
+    if existing is not None and existing.id == origin_id:
         raise AskRefused(
             "self",
             f"refused: {address.key} is this conversation; answer here with send_message."
@@ -131,7 +144,7 @@ async def ask_peer(
     minted = existing is None
     if minted:
         await store.set_conversation_meta(
-            target.id, {"created_by": origin.address.key, "created_by_id": origin.id}
+            target.id, {"created_by": asker, "created_by_id": origin_id}
         )
         target = await store.conversation(target.id)
     recorded: list[Ask] = []
@@ -139,7 +152,7 @@ async def ask_peer(
     async def record(entry: OutboxEntry) -> None:
         recorded.append(
             await store.record_ask(
-                origin_conversation_id=origin.id,
+                origin_conversation_id=origin_id,
                 origin_seq=origin_seq,
                 peer_conversation_id=target.id,
                 question=question,
@@ -157,7 +170,7 @@ async def ask_peer(
     state = {"sent": "pending", "failed": "failed"}.get(result.status, "uncertain")
     if state != "pending":
         ask = await store.mark_ask(ask.id, state, result.entry.reason)
-    log.info("ask %s from %s to %s: %s", ask.id, origin.address.key, address.key, state)
+    log.info("ask %s from %s to %s: %s", ask.id, asker, address.key, state)
     return AskOutcome(state, peer, chosen, target, ask, minted, result.entry.reason)
 
 

@@ -37,7 +37,7 @@ from ..framing import untrusted
 from ..model import Conversation, Message, now
 from ..outbound import channel_tools
 from ..runs import RunBuilder, RunSession
-from ..store import ASK_OPEN_STATES, Ask, OutboxEntry
+from ..store import ASK_OPEN_STATES, NO_ORIGIN, Ask, OutboxEntry
 from ..tools import Tool
 from .settings import AskSettings
 
@@ -156,6 +156,12 @@ class AskCoordinator:
     async def _owe(self, ask: Ask) -> None:
         """Have the asking conversation run its gate soon, which reports the answer."""
         if self._stopping:
+            return
+        if ask.origin_conversation_id == NO_ORIGIN:
+            # asked from outside any conversation: there is nowhere to report; the answer is
+            # stored and matched, and the asker reads it (the MCP asks tool)
+            await self.board.store.mark_ask(ask.id, "answered")
+            log.info("ask %s answered (asked from outside; read by the asker)", ask.id)
             return
         origin = await self.board.store.conversation(ask.origin_conversation_id)
         if origin.address.account not in self.board.accounts:
@@ -278,6 +284,9 @@ class AskCoordinator:
         busy.enter()  # wait_idle waits for notices being posted
         try:
             for ask in await store.expire_asks(now()):
+                if ask.origin_conversation_id == NO_ORIGIN:  # no one to tell: the asker reads it
+                    await store.mark_expiry_reported(ask.id)
+                    continue
                 try:
                     origin = await store.conversation(ask.origin_conversation_id)
                     session = await store.conversation(ask.peer_conversation_id)

@@ -23,7 +23,7 @@ from .asking import AskRefused, ask_peer
 if TYPE_CHECKING:
     from .coordinator import AskCoordinator
 
-__all__ = ["ASK_TOOL_NAME", "ask_tools", "peer_accounts"]
+__all__ = ["ASK_TOOL_NAME", "ask_tools", "peer_accounts", "resolve_peer"]
 
 log = logging.getLogger("backchannel.asks")
 
@@ -80,7 +80,7 @@ def ask_tools(
             return "error: question is empty"
         try:
             await check_cross_controls(board.store, config(), trusted=trusted, action="ask")
-            chosen, peer_id, session_name = _resolve(accounts, peer, account, session)
+            chosen, peer_id, session_name = resolve_peer(accounts, peer, account, session)
             outcome = await ask_peer(
                 board,
                 coordinator.settings,
@@ -101,7 +101,7 @@ def ask_tools(
     return [Tool.from_function(ask_agent)]
 
 
-def _resolve(
+def resolve_peer(
     accounts: list[str], peer: str, account: str | None, session: str | None
 ) -> tuple[str, str, str | None]:
     """Return (account, peer id, session) from the tool's arguments; raise AskRefused."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .base import (
     ASK_OPEN_STATES,
     ASK_STATES,
+    NO_ORIGIN,
     AppendResult,
     Ask,
     Inbound,
@@ -19,6 +20,7 @@ from .sqlite import SQLiteStore, open_store
 __all__ = [
     "ASK_OPEN_STATES",
     "ASK_STATES",
+    "NO_ORIGIN",
     "AppendResult",
     "Ask",
     "Inbound",

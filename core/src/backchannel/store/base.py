@@ -105,6 +105,10 @@ class RunRecord:
 ASK_STATES = ("pending", "uncertain", "failed", "expired", "answered", "lapsed")
 #: states in which an inbound reply on the session may still answer the ask
 ASK_OPEN_STATES = ("pending", "uncertain", "expired")
+#: the origin_conversation_id of an ask made outside any conversation (an MCP client, through
+#: `serve`'s control socket): its answer is matched and stored but reported nowhere (the
+#: asker reads it), and its expiry posts no notice
+NO_ORIGIN = 0
 
 
 @frozen
@@ -117,7 +121,8 @@ class Ask:
     """
 
     id: int
-    #: the conversation whose run asked, and the message (#n) that started that run
+    #: the conversation whose run asked (NO_ORIGIN: none), and the message (#n) that started
+    #: that run
     origin_conversation_id: int
     origin_seq: int | None
     #: the session conversation with the peer (account, peer agent id, session id)

@@ -56,6 +56,18 @@ class TinyplaceAdapter:
     channel = "tinyplace"
     #: identity material must never ride in a payload; dead letters drop it if it does
     secret_fields = frozenset({"private_key", "seed", "identity"})
+    #: the same for every account, so readable from the class (the MCP server offers
+    #: ask_agent when a configured channel has agent peers)
+    capabilities = Capabilities(
+        threads=True,
+        edits=False,
+        reactions=False,
+        typing=False,
+        replies=True,
+        max_text_len=MAX_TEXT_LEN,
+        display_name="tiny.place",
+        agent_peers=True,
+    )
 
     def __init__(self, account: str, settings: Mapping[str, Any]):
         self.account = account
@@ -66,16 +78,6 @@ class TinyplaceAdapter:
         self.request_timeout = float(settings.get("request_timeout", 20.0))
         self.poll_limit = int(settings.get("poll_limit", 100))
         self.prekey_pool = int(settings.get("prekey_pool", 20))
-        self.capabilities = Capabilities(
-            threads=True,
-            edits=False,
-            reactions=False,
-            typing=False,
-            replies=True,
-            max_text_len=MAX_TEXT_LEN,
-            display_name="tiny.place",
-            agent_peers=True,
-        )
         self.me: Sender | None = Sender(
             id=self.agent_id, name=peer_label(self.agent_id), handle=self.agent_id, is_bot=True
         )
