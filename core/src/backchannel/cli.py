@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         operator_board,
         serve,
     )
+    from .asklog import ask_reports, render_asks
     from .render import (
         conversation_json,
         conversation_title,
@@ -70,6 +71,8 @@ else:
     failure_line = deferred("backchannel.runlog:failure_line")
     render_runs = deferred("backchannel.runlog:render_runs")
     run_reports = deferred("backchannel.runlog:run_reports")
+    ask_reports = deferred("backchannel.asklog:ask_reports")
+    render_asks = deferred("backchannel.asklog:render_asks")
 
 __all__ = ["main", "render_preview"]
 
@@ -513,6 +516,44 @@ def runs_command(
     click.echo(render_runs(reports))
     if not only_failed and any(failed(r.run) for r in reports):
         click.echo(f"(only the failed ones: `{hints.command('runs', '--failed')}`)")
+
+
+@main.command("asks")
+@click.argument("conversation", required=False)
+@config_option
+@store_option
+@click.option(
+    "--waiting", "only_waiting", is_flag=True, help="Only asks still waiting for an answer."
+)
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
+@json_option
+def asks_command(
+    conversation: str | None,
+    config_path: Path | None,
+    store_path: Path | None,
+    only_waiting: bool,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List the questions agents asked other agents, newest first: from, session, state, answer.
+
+    CONVERSATION (an id or key) limits the list to the asks made from it or in it.
+    """
+    config = _load(config_path, store_path, secrets=False)
+
+    async def read(store: Store) -> list[Any]:
+        found = await _find(store, conversation) if conversation else None
+        return await ask_reports(store, found, only_waiting=only_waiting, limit=limit)
+
+    reports = _with_store(config, read, missing=[])
+    if as_json:
+        _echo_json([report.to_json() for report in reports])
+        return
+    if not reports:
+        what = "asks waiting for an answer" if only_waiting else "asks"
+        click.echo(f"no {what} (store: {config.store.path})")
+        return
+    click.echo(render_asks(reports))
 
 
 @main.command("preview")
