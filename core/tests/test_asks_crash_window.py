@@ -216,3 +216,43 @@ async def test_a_report_whose_mark_failed_is_marked_by_the_send_that_goes_out(
     [ask] = await store.asks()
     assert ask.state == "answered"
     await here.close()
+
+
+async def test_an_ask_from_outside_is_marked_answered_after_a_restart_and_posts_nothing(
+    tmp_path: Path,
+) -> None:
+    # an MCP client's ask (no origin conversation), its answer matched just before the
+    # process died: the next start marks it answered; its expiry, like its answer, is
+    # reported nowhere
+    from backchannel.store import NO_ORIGIN, Inbound
+    from backchannel.testing.store_contract import make_event
+
+    channel, path = FakeChannel(), tmp_path / "bc.db"
+    first = _Deployment(path, channel, "verbatim", _noop)
+    session = await first.store.ensure_conversation(Address("fake", "peer", "s1"), kind="thread")
+    answered, silent = [
+        await first.store.record_ask(
+            origin_conversation_id=NO_ORIGIN,
+            origin_seq=None,
+            peer_conversation_id=session.id,
+            question=question,
+            deadline=deadline,
+        )
+        for question, deadline in (("is it done?", now() + 3600), ("and the rest?", now() - 1))
+    ]
+    event = make_event("a1", "yes, done", chat="peer", account="fake", thread="s1")
+    [stored] = await first.store.append_inbound([Inbound(event)])
+    assert stored.seq is not None
+    matched = await first.store.correlate_reply(session.id, stored.seq)
+    assert matched is not None and matched.id == answered.id
+    await first.close()  # died before the coordinator saw the match
+
+    again = _Deployment(path, channel, "verbatim", _noop)
+    await again.asks.start(again.board)
+    await again.asks.sweep()
+    await again.asks.stop()
+    by_id = {ask.id: ask for ask in await again.store.asks()}
+    assert by_id[answered.id].state == "answered" and by_id[answered.id].reported_at
+    assert by_id[silent.id].state == "expired" and by_id[silent.id].expiry_reported_at
+    assert channel.platform.sent == []  # no report, no notice, anywhere
+    await again.close()
