@@ -53,6 +53,7 @@ async def _asked(db: Path) -> None:
         [Inbound(make_event("b1", "on main", account="tp", chat="peer-b", thread="s1",
                             sender=PEER))]
     )  # fmt: skip
+    assert answer.seq is not None
     matched = await store.correlate_reply(session.id, answer.seq)
     assert matched is not None and matched.id == asks[0].id
     await store.mark_ask(matched.id, "answered")

@@ -16,6 +16,7 @@ import attrs
 from attrs import frozen
 
 from .model import Conversation
+from .runlog import table
 from .store import ASK_OPEN_STATES, NO_ORIGIN, Ask, Store
 
 __all__ = ["AskReport", "ask_reports", "render_asks"]
@@ -83,13 +84,7 @@ def render_asks(reports: Iterable[AskReport]) -> str:
         )
         for report in reports
     ]
-    header = ("ASK", "STATE", "ASKED", "FROM", "SESSION", "ANSWER", "QUESTION")
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
-    lines = []
-    for row in [header, *rows]:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        lines.append("  ".join([*cells, row[-1]]).rstrip())
-    return "\n".join(lines)
+    return table(("ASK", "STATE", "ASKED", "FROM", "SESSION", "ANSWER", "QUESTION"), rows)
 
 
 def _one_line(text: str, limit: int = 80) -> str:

@@ -8,7 +8,7 @@ edit or reaction is one row naming its run); tools that only read
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from attrs import frozen
@@ -16,7 +16,7 @@ from attrs import frozen
 from .model import Conversation
 from .store import OutboxEntry, RunRecord, Store
 
-__all__ = ["RunReport", "failed", "failure_line", "render_runs", "run_reports"]
+__all__ = ["RunReport", "failed", "failure_line", "render_runs", "run_reports", "table"]
 
 #: how a run ended when nothing went wrong (or it has not ended yet)
 _FINE = ("ok", "running")
@@ -104,6 +104,11 @@ def render_runs(reports: Iterable[RunReport]) -> str:
         for report in reports
     ]
     header = ("RUN", "CONVERSATION", "TRIGGER", "STARTED", "TOOK", "TOOLS", "OUTCOME", "ERROR")
+    return table(header, rows)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell, two spaces apart; the last one is not padded."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     lines = []
     for row in [header, *rows]:

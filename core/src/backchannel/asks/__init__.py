@@ -8,7 +8,13 @@ tool the orchestrator offers.
 from __future__ import annotations
 
 from .asking import MASTER_THREAD, AskOutcome, AskRefused, ask_peer, choose_session
-from .coordinator import REPORT_NOTE, AskCoordinator, answer_message, verbatim_report
+from .coordinator import (
+    REPORT_NOTE,
+    AskCoordinator,
+    answer_message,
+    duration_words,
+    verbatim_report,
+)
 from .settings import AskSettings
 
 __all__ = [
@@ -21,5 +27,6 @@ __all__ = [
     "answer_message",
     "ask_peer",
     "choose_session",
+    "duration_words",
     "verbatim_report",
 ]

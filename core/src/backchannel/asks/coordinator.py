@@ -44,7 +44,13 @@ from .settings import AskSettings
 if TYPE_CHECKING:
     from ..switchboard import Switchboard
 
-__all__ = ["REPORT_NOTE", "AskCoordinator", "answer_message", "verbatim_report"]
+__all__ = [
+    "REPORT_NOTE",
+    "AskCoordinator",
+    "answer_message",
+    "duration_words",
+    "verbatim_report",
+]
 
 log = logging.getLogger("backchannel.asks")
 
@@ -323,7 +329,7 @@ class AskCoordinator:
                 later.append(lapses_at)
                 continue
             await store.mark_ask(
-                ask.id, "lapsed", f"no answer within {_duration(window)} of the deadline"
+                ask.id, "lapsed", f"no answer within {duration_words(window)} of the deadline"
             )
             log.info("ask %s lapsed unanswered; its session's messages are its own again", ask.id)
         return later
@@ -387,15 +393,16 @@ def verbatim_report(ask: Ask, session: Conversation, answer: Message) -> str:
 def expiry_notice(ask: Ask, session: Conversation, late_for: float) -> str:
     """The one notice posted when an ask expires unanswered (`late_for`: its lapse window)."""
     asked_at = f" at #{ask.origin_seq}" if ask.origin_seq else ""
-    waited = _duration(now() - ask.asked_at)
+    waited = duration_words(now() - ask.asked_at)
     return (
         f"[No answer from {session.address.chat} yet to the question asked{asked_at}"
         f" ({waited} ago, session {session.address.thread}). A late answer within"
-        f" {_duration(late_for)} will still be reported here.]"
+        f" {duration_words(late_for)} will still be reported here.]"
     )
 
 
-def _duration(seconds: float) -> str:
+def duration_words(seconds: float) -> str:
+    """A duration as people say it: "40 s", "12 min", "3 h", "7 days"."""
     if seconds >= 2 * 86400:
         return f"{seconds / 86400:.0f} days"
     if seconds >= 5400:

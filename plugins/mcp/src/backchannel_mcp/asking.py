@@ -13,6 +13,7 @@ import json
 import logging
 from typing import Any
 
+from backchannel.asks import duration_words
 from backchannel.config import Config
 from backchannel.framing import untrusted
 from backchannel.model import now
@@ -124,11 +125,4 @@ _STATES: dict[str, Any] = {
 
 
 def _ago(at: float) -> str:
-    seconds = max(now() - at, 0.0)
-    if seconds >= 2 * 86400:
-        return f"{seconds / 86400:.0f} days ago"
-    if seconds >= 5400:
-        return f"{seconds / 3600:.0f} h ago"
-    if seconds >= 90:
-        return f"{seconds / 60:.0f} min ago"
-    return f"{seconds:.0f} s ago"
+    return f"{duration_words(now() - at)} ago"
