@@ -28,6 +28,7 @@ from .lazy import LazyCommand, LazyModule, deferred
 from .model import Address, Conversation, Message, to_json
 from .plugins import get_plugin_manager, plugin_summary
 from .secrets import redact
+from .terminal import terminal_safe
 
 if TYPE_CHECKING:
     from . import control
@@ -124,7 +125,7 @@ class BackchannelGroup(click.Group):
             return super().invoke(ctx)
         except BackchannelError as error:
             for line in redact(str(error)).splitlines() or [""]:
-                click.echo(f"error: {line}", err=True)
+                click.echo(f"error: {terminal_safe(line)}", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
@@ -399,10 +400,11 @@ def conversations_command(
     )
     for c in found:
         waiting = f"#{c.trigger_seq}" if c.trigger_seq > c.handled_seq else "-"
-        click.echo(
+        line = (
             f"{c.id:>4}  {c.address.key:<{width}}  {c.kind:<6}  {c.visible_count:>8}  "
-            f"{waiting:<7}  {c.title or ''}".rstrip()
+            f"{waiting:<7}  {c.title or ''}"
         )
+        click.echo(terminal_safe(line.rstrip()))
 
 
 @main.command("show")
@@ -440,7 +442,7 @@ def show_command(
             }
         )
         return
-    click.echo(click.style(conversation_title(found), bold=True))
+    click.echo(click.style(terminal_safe(conversation_title(found)), bold=True))
     click.echo(
         f"{found.visible_count} messages, handled up to #{found.handled_seq}"
         + (
@@ -450,7 +452,7 @@ def show_command(
         )
     )
     if isinstance(found.meta.get("created_by"), str):
-        click.echo(f"started by an ask from {found.meta['created_by']}")
+        click.echo(terminal_safe(f"started by an ask from {found.meta['created_by']}"))
     if len(messages) < found.visible_count:
         click.echo(f"(showing the last {len(messages)}; use --limit for more)")
     if failures:
@@ -473,11 +475,11 @@ def show_command(
         )
         marks.setdefault(after, []).append(report)
     for report in marks.pop(0, []):
-        click.echo(click.style(failure_line(report), fg="red"))
+        click.echo(click.style(terminal_safe(failure_line(report)), fg="red"))
     for message in messages:
-        click.echo(transcript_line(message))
+        click.echo(terminal_safe(transcript_line(message)))
         for report in marks.get(message.seq, []):
-            click.echo(click.style(failure_line(report), fg="red"))
+            click.echo(click.style(terminal_safe(failure_line(report)), fg="red"))
 
 
 @main.command("runs")
@@ -513,7 +515,7 @@ def runs_command(
         what = "failed runs" if only_failed else "runs"
         click.echo(f"no {what} yet (store: {config.store.path})")
         return
-    click.echo(render_runs(reports))
+    click.echo(terminal_safe(render_runs(reports)))
     if not only_failed and any(failed(r.run) for r in reports):
         click.echo(f"(only the failed ones: `{hints.command('runs', '--failed')}`)")
 
@@ -553,7 +555,7 @@ def asks_command(
         what = "asks waiting for an answer" if only_waiting else "asks"
         click.echo(f"no {what} (store: {config.store.path})")
         return
-    click.echo(render_asks(reports))
+    click.echo(terminal_safe(render_asks(reports)))
 
 
 @main.command("preview")
@@ -583,7 +585,7 @@ def preview_command(
     elif output_format == "anthropic":
         _echo_json(run.to_anthropic())
     else:
-        click.echo(render_preview(run))
+        click.echo(render_preview(run))  # its text escaped inside, its headings styled
 
 
 async def _preview(config: Config, reference: str) -> Run:
@@ -635,7 +637,7 @@ def send_command(
     if as_json:
         _echo_json(outcome)
     else:
-        click.echo(f"{outcome['conversation']}: {outcome['result']}")
+        click.echo(terminal_safe(f"{outcome['conversation']}: {outcome['result']}"))
         if outcome["via"] == "direct":
             _echo_err(_DIRECT_NOTES.get(outcome["channel"], _DIRECT_NOTES[""]))
     if outcome["status"] != "sent":

@@ -10,12 +10,20 @@ import click
 
 from .model import Conversation, Message, to_json
 from .runs import Run
+from .terminal import terminal_safe
 
 
 def render_preview(run: Run) -> str:
-    """Return a Run as text for people: headed sections, roles, ids, tool signatures."""
+    """Return a Run as text for people: headed sections, roles, ids, tool signatures.
+
+    Stored text is shown with its control characters escaped (`terminal_safe`);
+    only the headings carry the styling added here.
+    """
     conversation = run.conversation
-    bold = heading
+
+    def bold(text: str) -> str:
+        return heading(terminal_safe(text))
+
     trigger = run.trigger
     if trigger is None:
         state = "no trigger: no message has asked for a run yet"
@@ -26,15 +34,18 @@ def render_preview(run: Run) -> str:
             f"trigger #{trigger.seq} from {trigger.sender.label}, already handled"
             f" (runs have covered up to #{conversation.handled_seq})"
         )
+    safe = terminal_safe
     lines = [
         bold(f"Run preview: conversation {conversation.id} ({conversation.address.key})"),
-        f"{conversation.kind} conversation"
-        + (f' "{conversation.title}"' if conversation.title else "")
-        + f", {len(run.messages)} of {conversation.visible_count} messages in the window",
-        state,
+        safe(
+            f"{conversation.kind} conversation"
+            + (f' "{conversation.title}"' if conversation.title else "")
+            + f", {len(run.messages)} of {conversation.visible_count} messages in the window"
+        ),
+        safe(state),
         "",
         bold("== Instruction (system) =="),
-        run.instruction,
+        safe(run.instruction),
         "",
         bold(f"== Messages ({len(run.messages)}) =="),
     ]
@@ -43,17 +54,17 @@ def render_preview(run: Run) -> str:
     for message in run.messages:
         role = message["role"]
         content = message["content"].splitlines() or [""]
-        lines.append(f"{role:<10} {content[0]}")
-        lines.extend(f"{'':<10} {line}" for line in content[1:])
+        lines.append(safe(f"{role:<10} {content[0]}"))
+        lines.extend(safe(f"{'':<10} {line}") for line in content[1:])
     lines.append("")
     lines.append(bold(f"== Tools ({len(run.tools)}) =="))
     for tool in run.tools:
-        lines.append(signature(tool.name, tool.parameters))
+        lines.append(safe(signature(tool.name, tool.parameters)))
         if tool.description:
-            lines.extend(f"    {line}" for line in tool.description.splitlines())
+            lines.extend(safe(f"    {line}") for line in tool.description.splitlines())
         for name, schema in (tool.parameters.get("properties") or {}).items():
             if schema.get("description"):
-                lines.append(f"    {name}: {schema['description']}")
+                lines.append(safe(f"    {name}: {schema['description']}"))
     lines.append("")
     lines.append(
         "Nothing was run or sent. --format openai or --format anthropic prints the exact request."

@@ -151,3 +151,24 @@ def test_the_backchannel_command_offers_the_tinyplace_group(tmp_path: Path) -> N
     result = CliRunner().invoke(main, ["tinyplace", "--identity-file", str(key_file), "whoami"])
     assert result.exit_code == 0, result.output
     assert result.output.strip() == load_identity({"identity": seed}).agent_id
+
+
+def test_requests_print_what_the_relay_says_with_control_characters_escaped(
+    monkeypatch: Any,
+) -> None:
+    # the relay is a remote service: an agent id or a date it returns is data, never a
+    # command to the operator's terminal
+    from backchannel_tinyplace import cli
+
+    async def hostile(settings: Any) -> dict[str, list[dict[str, Any]]]:
+        return {
+            "incoming": [{"cryptoId": "agent\x1b]0;pwned\x07", "since": "2026\x1b[2J"}],
+            "outgoing": [],
+        }
+
+    monkeypatch.setattr(cli, "contact_requests", hostile)
+    env = {"TINYPLACE_IDENTITY": os.urandom(32).hex(), "BACKCHANNEL_CONFIG": None}
+    result = CliRunner(env=env).invoke(core_cli({}), ["tinyplace", "requests"], color=True)
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    assert result.output.split("\t")[1] == "agent\\x1b]0;pwned\\x07"

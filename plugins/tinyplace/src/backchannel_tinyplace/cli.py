@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import click
 from backchannel.errors import ConfigError
+from backchannel.terminal import terminal_safe
 from tinyplace import TinyPlaceClient, TinyPlaceError
 
 from .adapter import DEFAULT_RELAY_URL
@@ -230,7 +231,7 @@ def whoami(ctx: click.Context) -> None:
 def pair(ctx: click.Context, agent_id: str) -> None:
     """Ask AGENT_ID to become a contact (messages flow once it accepts)."""
     result = _run(pair_with(_settings(ctx), agent_id))
-    click.echo(f"{agent_id}: {result.get('status', 'requested')}")
+    click.echo(terminal_safe(f"{agent_id}: {result.get('status', 'requested')}"))
 
 
 @tinyplace_group.command("requests")
@@ -245,7 +246,7 @@ def requests(ctx: click.Context, as_json: bool) -> None:
     for direction in ("incoming", "outgoing"):
         for view in result[direction]:
             since = view.get("since") or view.get("createdAt") or ""
-            click.echo(f"{direction}\t{agent_of(view)}\t{since}".rstrip())
+            click.echo(terminal_safe(f"{direction}\t{agent_of(view)}\t{since}".rstrip()))
     if not result["incoming"] and not result["outgoing"]:
         click.echo("no pending requests")
 
@@ -256,7 +257,7 @@ def requests(ctx: click.Context, as_json: bool) -> None:
 def accept(ctx: click.Context, agent_id: str) -> None:
     """Accept AGENT_ID's request; its waiting messages are read on the next poll."""
     result = _run(accept_contact(_settings(ctx), agent_id))
-    click.echo(f"{agent_id}: {result.get('status', 'accepted')}")
+    click.echo(terminal_safe(f"{agent_id}: {result.get('status', 'accepted')}"))
 
 
 @tinyplace_group.command("block")
@@ -265,4 +266,4 @@ def accept(ctx: click.Context, agent_id: str) -> None:
 def block(ctx: click.Context, agent_id: str) -> None:
     """Block AGENT_ID: no more messages or requests from it."""
     result = _run(block_contact(_settings(ctx), agent_id))
-    click.echo(f"{agent_id}: {result.get('status', 'blocked')}")
+    click.echo(terminal_safe(f"{agent_id}: {result.get('status', 'blocked')}"))

@@ -1,0 +1,92 @@
+"""Stored text is data, never a command to the operator's terminal.
+
+Names, titles, messages, run errors and ask questions come from platforms and
+peers. Every command that prints them for people shows a control character
+escaped (`\\x1b`, `\\x07`, `\\u202e`), even on a terminal that takes colors:
+an escape sequence there could clear the screen, retitle the window or hide
+a line. JSON output escapes them by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from backchannel.cli import main
+from backchannel.model import Address, Outbound, Sender
+from backchannel.store import NO_ORIGIN, Inbound, SQLiteStore
+from backchannel.terminal import terminal_safe
+from backchannel.testing.store_contract import make_event
+from click.testing import CliRunner
+
+HOSTILE = "hi \x1b[2J\x1b]0;pwned\x07 there\rmasked \u202eevil\x9b1m"
+RAW = ["\x1b[2J", "\x1b]0", "\x07", "\r", "\u202e", "\x9b"]
+ME = Sender("agent", "Agent", is_bot=True)
+
+
+async def _fill(db: Path) -> None:
+    store = SQLiteStore(db)
+    mallory = Sender("m1", "Mallory \x1b[31mred", "mal\x07")
+    await store.append_inbound(
+        [Inbound(make_event("e1", HOSTILE, sender=mallory, conversation_kind="group",
+                            conversation_title="Team \x1b]0;title\x07"))]
+    )  # fmt: skip
+    conversation = await store.find_conversation(Address("acct", "c1"))
+    assert conversation is not None
+    run_id = await store.begin_run(conversation.id, 1, 1)
+    await store.finish_run(run_id, "error", f"RuntimeError: {HOSTILE}")
+    session = await store.ensure_conversation(Address("acct", "peer\x1b[8m", "s1"), kind="thread")
+    entry = await store.record_outbound(session.id, Outbound(session.address, HOSTILE), ME)
+    await store.record_ask(
+        origin_conversation_id=NO_ORIGIN,
+        origin_seq=None,
+        peer_conversation_id=session.id,
+        question=HOSTILE,
+        deadline=9e12,
+        message_seq=entry.message_seq,
+    )
+    await store.close()
+
+
+@pytest.fixture(scope="module")
+def config_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("terminal")
+    asyncio.run(_fill(folder / "bc.db"))
+    path = folder / "bot.toml"
+    path.write_text(
+        f'[store]\npath = "{folder / "bc.db"}"\n[accounts.acct]\nchannel = "fake"\n'
+        '[agents.demo]\nkind = "demo"\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["conversations"],
+        ["show", "acct/c1"],
+        ["runs"],
+        ["asks"],
+        ["preview", "acct/c1"],
+        ["show", "acct/c1\x1b]0;x\x07"],  # an unknown key echoed in the error
+    ],
+)
+@pytest.mark.usefixtures("fake_channel_plugin")
+def test_a_command_prints_stored_control_characters_escaped(
+    config_path: Path, command: list[str]
+) -> None:
+    runner = CliRunner(env={"UV_RUN_RECURSION_DEPTH": None})
+    result = runner.invoke(main, [*command, "-c", str(config_path)], color=True)
+    shown = result.stdout + (result.stderr if result.stderr_bytes else "")
+    assert shown.strip(), result
+    for raw in RAW:
+        assert raw not in shown, (command, raw, shown)
+    assert "\\x1b" in shown or "\\x07" in shown, shown  # shown escaped, not dropped
+
+
+def test_terminal_safe_keeps_what_people_write() -> None:
+    text = "line one\n\tindented: é, 日本語, 👩‍💻 (a ZWJ sequence), ‏שלום"
+    assert terminal_safe(text) == text
+    assert terminal_safe("a\x1bb\x00c\x7f\x85d\u2066") == "a\\x1bb\\x00c\\x7f\\x85d\\u2066"
