@@ -90,3 +90,20 @@ def test_terminal_safe_keeps_what_people_write() -> None:
     text = "line one\n\tindented: é, 日本語, 👩‍💻 (a ZWJ sequence), ‏שלום"
     assert terminal_safe(text) == text
     assert terminal_safe("a\x1bb\x00c\x7f\x85d\u2066") == "a\\x1bb\\x00c\\x7f\\x85d\\u2066"
+
+
+def test_log_lines_quoting_platform_text_are_escaped_too() -> None:
+    # `serve` logs to a terminal, and a log line may quote a chat title or a platform's error
+    import subprocess
+    import sys
+
+    code = (
+        "import logging; from backchannel.cli import _setup_logging; _setup_logging(False);"
+        " logging.getLogger('backchannel.x').warning('title %s', 'Team \\x1b]0;pwned\\x07');"
+        " logging.getLogger('backchannel.x').error('failed\\nsecond line\\tindented')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+    assert "title Team \\x1b]0;pwned\\x07" in done.stderr
+    assert "failed\nsecond line\tindented" in done.stderr  # a traceback keeps its lines

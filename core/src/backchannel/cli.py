@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import functools
 import json
-import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine
@@ -806,9 +805,6 @@ def _echo_err(text: str) -> None:
 
 
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
+    from .terminal import log_to_stderr
+
+    log_to_stderr(verbose)  # log lines quote platform text: escaped, never acted on

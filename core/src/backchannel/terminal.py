@@ -12,9 +12,11 @@ never acted on. Line breaks and tabs stay; JSON output needs none of this.
 
 from __future__ import annotations
 
+import logging
 import re
+import sys
 
-__all__ = ["terminal_safe"]
+__all__ = ["SafeFormatter", "log_to_stderr", "terminal_safe"]
 
 #: C0 controls but tab and line feed, DEL and C1, and the bidi embeddings, overrides
 #: and isolates
@@ -26,3 +28,20 @@ def terminal_safe(text: str) -> str:
     if text.isascii() and text.isprintable():
         return text
     return _UNSAFE.sub(lambda found: found.group().encode("unicode_escape").decode(), text)
+
+
+class SafeFormatter(logging.Formatter):
+    """A log formatter whose lines are `terminal_safe`: a log line can quote platform text
+    (a chat title, an error a platform wrote), and `serve` logs to a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal_safe(super().format(record))
+
+
+def log_to_stderr(verbose: bool) -> None:
+    """Log INFO (DEBUG when `verbose`) and up to stderr, one `SafeFormatter` line a record."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        SafeFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    )
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])

@@ -7,13 +7,12 @@ In stdio mode stdout is the protocol, so everything for people goes to stderr.
 from __future__ import annotations
 
 import asyncio
-import logging
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 from backchannel.cli import config_option
+from backchannel.terminal import log_to_stderr
 
 __all__ = ["mcp_group"]
 
@@ -69,12 +68,7 @@ def serve_command(
     host = port = None
     if http_address:
         host, port = _host_port(http_address)
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
+    log_to_stderr(verbose)  # log lines quote platform text: escaped, never acted on
     config = load_config(config_path)
     if http_address:
         from .http import check_http_listen
