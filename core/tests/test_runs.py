@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 from backchannel import Binding, Run, Switchboard, WindowSettings
@@ -280,6 +281,16 @@ async def test_a_run_made_from_store_rows_equals_one_made_from_messages(
     store: SQLiteStore,
 ) -> None:
     await _rows_and_messages_make_one_run(store)
+
+
+async def test_a_run_made_from_rows_of_a_store_keeping_no_windows_equals_the_same(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "bc.db", kept_windows=0)  # [store] kept_windows = 0
+    try:
+        await _rows_and_messages_make_one_run(store)
+    finally:
+        await store.close()
 
 
 async def test_a_run_made_from_postgres_rows_equals_one_made_from_messages(

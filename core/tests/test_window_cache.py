@@ -13,6 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+from backchannel import Switchboard
 from backchannel.model import Outbound, Receipt, Sender
 from backchannel.store import Inbound, SQLiteStore
 from backchannel.store.windows import read_window
@@ -259,16 +261,41 @@ async def test_reads_inside_a_transaction_are_neither_served_nor_kept(tmp_path: 
     await store.close()
 
 
-async def test_the_cache_stays_bounded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kept", [None, 3, 0])
+async def test_the_cache_stays_within_its_configured_bound(
+    tmp_path: Path, kept: int | None
+) -> None:
     from backchannel.store.sqlite import CACHED_WINDOWS
 
-    store = SQLiteStore(tmp_path / "bc.db")
-    chats = CACHED_WINDOWS + 10
+    if kept is None:  # the default
+        store, bound = SQLiteStore(tmp_path / "bc.db"), CACHED_WINDOWS
+    else:
+        store, bound = SQLiteStore(tmp_path / "bc.db", kept_windows=kept), kept
+    chats = bound + 10
     await store.append_inbound([Inbound(make_event(f"e{n}", chat=f"c{n}")) for n in range(chats)])
     for conversation_id in range(1, chats + 1):
-        await store.window_rows(conversation_id, 5, 1)
-    assert len(store._windows) == CACHED_WINDOWS
+        rows = await store.window_rows(conversation_id, 5, 1)
+        assert rows == read_window(store.db, conversation_id, 5, 1)
+    assert len(store._windows or ()) == bound
+    assert store.keeps_window_rows is (bound > 0)  # a builder keeps lines only then
     await store.close()
+
+
+def test_kept_windows_comes_from_the_config_and_is_checked(tmp_path: Path) -> None:
+    from backchannel.app import open_config_store
+    from backchannel.config import parse_config
+    from backchannel.errors import ConfigError
+
+    config = parse_config({"store": {"path": str(tmp_path / "bc.db"), "kept_windows": 500}})
+    assert config.store.kept_windows == 500
+    store = open_config_store(config)
+    assert isinstance(store, SQLiteStore) and store.kept_windows == 500
+    assert Switchboard(store)._kept_lines.capacity == 500
+    assert parse_config({}).store.kept_windows == 64
+    with pytest.raises(ConfigError, match=r"store\.kept_windows: expected 0 to 1000000"):
+        parse_config({"store": {"kept_windows": -1}})
+    with pytest.raises(ConfigError, match=r"store\.kept_windows"):
+        parse_config({"store": {"kept_windows": "lots"}})
 
 
 async def test_a_row_made_visible_by_any_statement_shows(tmp_path: Path) -> None:

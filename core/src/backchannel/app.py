@@ -65,7 +65,11 @@ def open_config_store(config: Config, *, worker: str | None = None) -> Store:
 
         return PostgresStore(config.store.url, worker=worker)
     try:
-        return SQLiteStore(config.store.path, synchronous=config.store.synchronous)
+        return SQLiteStore(
+            config.store.path,
+            synchronous=config.store.synchronous,
+            kept_windows=config.store.kept_windows,
+        )
     except OSError as error:
         raise StoreError(
             f"cannot open the store at {config.store.path}: {error.strerror or error}"

@@ -110,6 +110,9 @@ class StoreConfig:
     synchronous: Synchronous = "NORMAL"
     #: postgresql://user:${PASSWORD}@host/db: the shared store of several `serve --worker`s
     url: str | None = None
+    #: how many conversations' last run window (rows and lines, about 90 KiB each) the
+    #: SQLite store keeps, so their next run reads only the new rows; 0 keeps none
+    kept_windows: int = 64
 
     @property
     def location(self) -> str:
@@ -228,7 +231,11 @@ class Config:
         """Return the config as plain data with every value that came from ${VAR} as ***."""
         data = {
             "source": self.source or "(embedded defaults)",
-            "store": {"path": self.store.path, "synchronous": self.store.synchronous}
+            "store": {
+                "path": self.store.path,
+                "synchronous": self.store.synchronous,
+                "kept_windows": self.store.kept_windows,
+            }
             | ({"url": display_url(self.store.url)} if self.store.url else {})
             | ({"default": True} if self.store_defaulted else {}),
             "server": {
@@ -415,8 +422,16 @@ class _Parser:
                     f" {display_url(store.url)!r} (leave it out to use the SQLite file at"
                     " [store] path)",
                 )
+            if not 0 <= store.kept_windows <= 1_000_000:
+                raise self.error(
+                    "store.kept_windows",
+                    f"expected 0 to 1000000 conversations, got {store.kept_windows}",
+                )
         store = StoreConfig(
-            path=_resolve_path(store.path, base_dir), synchronous=store.synchronous, url=store.url
+            path=_resolve_path(store.path, base_dir),
+            synchronous=store.synchronous,
+            url=store.url,
+            kept_windows=store.kept_windows,
         )
         server = ServerConfig()
         with self.collecting():

@@ -159,8 +159,11 @@ class Switchboard:
         self._stopping = False
         #: who the agent was on each account when it last started (for previews without start)
         self._known_me: dict[str, Sender] = {}
-        #: the lines runs made from unchanged rows, one bound for every account's builder
-        self._kept_lines: LRUCache[int, Any] = LRUCache(KEPT_LINES)
+        #: the lines runs made from unchanged rows, one bound for every account's builder: as
+        #: many conversations as the store keeps windows for
+        self._kept_lines: LRUCache[int, Any] = LRUCache(
+            max(getattr(store, "kept_windows", KEPT_LINES), 1)
+        )
         #: more tools for runs: provider(account, session, conversation) -> tools (orchestration)
         self.run_tools: list[Callable[[str, RunSession, Conversation], Sequence[Tool]]] = []
         #: conversations whose every new message is looked at (a session with an open ask:

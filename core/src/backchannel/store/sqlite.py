@@ -58,9 +58,11 @@ PAGE_CACHE_KIB = 2048
 CACHED_WINDOWS = 64
 
 
-def open_store(path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> SQLiteStore:
+def open_store(
+    path: str | os.PathLike[str], *, synchronous: str = "NORMAL", kept_windows: int = CACHED_WINDOWS
+) -> SQLiteStore:
     """Open (creating when needed) the store at `path`; its directory is made 0700."""
-    return SQLiteStore(path, synchronous=synchronous)
+    return SQLiteStore(path, synchronous=synchronous, kept_windows=kept_windows)
 
 
 class SQLiteStore(SQLiteAsks, Store):
@@ -70,7 +72,13 @@ class SQLiteStore(SQLiteAsks, Store):
     #: read of its window (store/windows.py): RunBuilder keeps lines made from them
     keeps_window_rows = True
 
-    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL"):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "NORMAL",
+        kept_windows: int = CACHED_WINDOWS,
+    ):
         self.path = Path(path)
         if str(path) != ":memory:":
             directory = self.path.parent
@@ -78,6 +86,11 @@ class SQLiteStore(SQLiteAsks, Store):
                 directory.mkdir(parents=True, mode=0o700)
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise StoreError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
+        if kept_windows < 0:
+            raise StoreError(f"kept_windows must be 0 or more, not {kept_windows}")
+        #: how many conversations' last windows are kept (0: none, every read is fresh)
+        self.kept_windows = kept_windows
+        self.keeps_window_rows = kept_windows > 0
         try:
             self._db: apsw.Connection | None = apsw.Connection(str(path))
         except apsw.Error as error:
@@ -111,7 +124,7 @@ class SQLiteStore(SQLiteAsks, Store):
         self._known_participants: LRUCache[tuple[int, str], tuple[str, str | None, int]] = LRUCache(
             CACHED_CONVERSATIONS
         )
-        self._windows = WindowCache(db, CACHED_WINDOWS)
+        self._windows = WindowCache(db, kept_windows) if kept_windows else None
 
     # lifecycle -------------------------------------------------------------
     @contextlib.contextmanager
@@ -679,8 +692,10 @@ class SQLiteStore(SQLiteAsks, Store):
         the few it hands on. With `upto_seq`, as a run asks, the rows come from
         the window cache (store/windows.py) and only rows past them are read.
         """
-        if upto_seq is None:
-            return read_window(self.db, conversation_id, limit, 2**62)
+        if upto_seq is None or self._windows is None:
+            return read_window(
+                self.db, conversation_id, limit, 2**62 if upto_seq is None else upto_seq
+            )
         return self._windows.rows(conversation_id, limit, upto_seq)
 
     async def transcript(self, conversation_id: int, limit: int) -> list[Message]:
