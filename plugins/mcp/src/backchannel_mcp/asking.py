@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 
 from backchannel.asks import duration_words
 from backchannel.config import Config
@@ -114,7 +113,7 @@ async def _ask_line(store: Store, ask: Ask) -> str:
     return f"{head}\n  {state}{reason}"
 
 
-_STATES: dict[str, Any] = {
+_STATES: dict[str, str] = {
     "pending": "waiting for the answer",
     "uncertain": "UNCERTAIN: the question may or may not have arrived; an answer still counts",
     "failed": "NOT asked: the question did not arrive",
