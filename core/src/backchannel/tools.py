@@ -42,8 +42,7 @@ class Tool:
         description: str | None = None,
     ) -> Tool:
         """Build a Tool from a typed function; sync functions are wrapped to be awaitable."""
-        summary, parameters = _describe(function)
-        is_async = inspect.iscoroutinefunction(function)
+        summary, parameters, is_async = _describe(function)
         if is_async:
             implementation = function
         else:
@@ -98,7 +97,8 @@ class Tool:
         }
 
 
-_described: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
+#: (summary, JSON schema, is a coroutine function) by what they depend on
+_described: dict[tuple[Any, ...], tuple[str, dict[str, Any], bool]] = {}
 
 
 def _description_key(function: Callable[..., Any]) -> tuple[Any, ...] | None:
@@ -108,12 +108,15 @@ def _description_key(function: Callable[..., Any]) -> tuple[Any, ...] | None:
     wrapper's, so the name goes in too; the docstring and the defaults (which
     the schema shows) may differ between functions of one code object.
     """
-    inner = inspect.unwrap(function)
+    # a plain function (no decorator, no attribute: channel_tools makes five per run)
+    # wraps nothing, so it needs no unwrapping
+    plain = type(function) is types.FunctionType and not function.__dict__
+    inner = function if plain else inspect.unwrap(function)
     code = getattr(inner, "__code__", None)
     if code is None:
         return None
     kwdefaults = getattr(inner, "__kwdefaults__", None)
-    key = (
+    return (
         code,
         getattr(function, "__qualname__", None),
         getattr(function, "__module__", None),
@@ -121,23 +124,22 @@ def _description_key(function: Callable[..., Any]) -> tuple[Any, ...] | None:
         getattr(inner, "__defaults__", None),
         tuple(sorted(kwdefaults.items())) if kwdefaults else None,
     )
-    try:
-        hash(key)
-    except TypeError:  # a default that is a list or a dict: described afresh each time
-        return None
-    return key
 
 
-def _describe(function: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
-    """Return (summary, JSON schema) for a function, cached (see _description_key).
+def _describe(function: Callable[..., Any]) -> tuple[str, dict[str, Any], bool]:
+    """Return (summary, JSON schema, is async) for a function, cached (see _description_key).
 
     Closures made afresh for every run share one code object, so the schema
     (which costs a type-hint evaluation) is computed once.
     """
     key = _description_key(function)
-    cached = _described.get(key) if key is not None else None
-    if cached is not None:
-        return cached  # shared and never mutated: Tool.parameters is read-only by contract
+    if key is not None:
+        try:
+            cached = _described.get(key)
+        except TypeError:  # a default that is a list or a dict: described afresh each time
+            key = cached = None
+        if cached is not None:
+            return cached  # shared and never mutated: Tool.parameters is read-only by contract
     doc = inspect.getdoc(function) or ""
     summary, arg_docs = _parse_doc(doc)
     hints = typing.get_type_hints(function)
@@ -160,9 +162,10 @@ def _describe(function: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
         "required": required,
         "additionalProperties": False,
     }
+    described = (summary, parameters, inspect.iscoroutinefunction(function))
     if key is not None and len(_described) < 4096:
-        _described[key] = (summary, parameters)
-    return summary, parameters
+        _described[key] = described
+    return described
 
 
 _JSON_TYPES: dict[Any, str] = {
