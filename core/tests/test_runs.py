@@ -436,7 +436,7 @@ async def test_lines_kept_from_the_last_run_follow_every_change(store: SQLiteSto
 
 
 async def test_every_account_shares_one_bound_on_kept_lines(store: SQLiteStore) -> None:
-    from backchannel.runs import KEPT_LINES
+    from backchannel.config import KEPT_WINDOWS
 
     async def noop(run: Run) -> None:
         return None
@@ -445,4 +445,4 @@ async def test_every_account_shares_one_bound_on_kept_lines(store: SQLiteStore) 
     board.add_account(FakeChannel().adapter("other"), Binding(noop))
     first, second = (board.accounts[name].builder for name in ("fake", "other"))
     assert first.kept_lines is second.kept_lines
-    assert first.kept_lines.capacity == KEPT_LINES
+    assert first.kept_lines.capacity == KEPT_WINDOWS

@@ -265,10 +265,10 @@ async def test_reads_inside_a_transaction_are_neither_served_nor_kept(tmp_path: 
 async def test_the_cache_stays_within_its_configured_bound(
     tmp_path: Path, kept: int | None
 ) -> None:
-    from backchannel.store.sqlite import CACHED_WINDOWS
+    from backchannel.config import KEPT_WINDOWS
 
     if kept is None:  # the default
-        store, bound = SQLiteStore(tmp_path / "bc.db"), CACHED_WINDOWS
+        store, bound = SQLiteStore(tmp_path / "bc.db"), KEPT_WINDOWS
     else:
         store, bound = SQLiteStore(tmp_path / "bc.db", kept_windows=kept), kept
     chats = bound + 10
@@ -331,4 +331,28 @@ async def test_rows_deleted_or_moved_by_any_statement_leave(tmp_path: Path) -> N
     )
     assert [row[1] for row in await store.window_rows(1, 5, 3)] == [1]
     assert [row[1] for row in await store.window_rows(2, 5, 2)] == [0, 1, 2]
+    await store.close()
+
+
+async def test_other_reads_leave_a_runs_kept_window_alone(tmp_path: Path) -> None:
+    # history, a listing's look into a conversation: fresh reads, never kept in place of
+    # the run's window (which would make the next run read its whole window again)
+    store = SQLiteStore(tmp_path / "bc.db")
+    await store.append_inbound([Inbound(make_event(f"e{n}", f"m{n}")) for n in range(1, 11)])
+    await store.window_rows(1, 5, 10)
+    assert [m.seq for m in await store.history(1, 6, 2)] == [4, 5]
+    assert [m.seq for m in await store.window(1, 3, 4)] == [2, 3, 4]
+    await store.append_inbound([Inbound(make_event("e11", "m11"))])
+    statements: list[str] = []
+
+    def trace(cursor: object, sql: str, bindings: object) -> bool:
+        statements.append(sql)
+        return True
+
+    store.db.exec_trace = trace
+    rows = await store.window_rows(1, 5, 11)
+    store.db.exec_trace = None
+    assert [row[1] for row in rows] == [7, 8, 9, 10, 11]
+    reads = [sql for sql in statements if "FROM messages" in sql]
+    assert len(reads) == 1 and "seq > ?" in reads[0]  # only past the kept rows
     await store.close()

@@ -102,6 +102,11 @@ def display_url(url: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
+#: conversations whose last run window the SQLite store and the run builder keep, unless
+#: [store] kept_windows says otherwise
+KEPT_WINDOWS = 64
+
+
 @frozen
 class StoreConfig:
     """Where the transcript lives: a SQLite file (`path`), or PostgreSQL when `url` is set."""
@@ -112,7 +117,7 @@ class StoreConfig:
     url: str | None = None
     #: how many conversations' last run window (rows and lines, about 90 KiB each) the
     #: SQLite store keeps, so their next run reads only the new rows; 0 keeps none
-    kept_windows: int = 64
+    kept_windows: int = KEPT_WINDOWS
 
     @property
     def location(self) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from attrs import define, field, frozen
 
+from .config import KEPT_WINDOWS
 from .framing import default_framing, format_message, inbound_line, own_line, speaker
 from .model import Conversation, Message, Sender
 from .secrets import redact
@@ -165,7 +166,7 @@ class RunBuilder:
         #: per conversation, the lines its last run's rows made (see _RowWindow); the
         #: switchboard hands every account's builder the same one, so the bound is per process
         self.kept_lines: LRUCache[int, dict[int, _KeptLine]] = (
-            kept_lines if kept_lines is not None else LRUCache(KEPT_LINES)
+            kept_lines if kept_lines is not None else LRUCache(KEPT_WINDOWS)
         )
 
     async def build(
@@ -191,18 +192,19 @@ class RunBuilder:
             lengths = [len(row[8]) for row in rows]  # the text is column 8
             # lines are worth keeping only where the store hands the same row tuples back
             keep = getattr(self.store, "keeps_window_rows", False)
-            window = _RowWindow(
+            row_window = _RowWindow(
                 _trim_to_chars(rows, lengths, self.window.chars),
                 self.kept_lines.get(conversation_id) if keep else None,
-                keep=keep,
             )
+            lines = row_window.lines(me)
+            if keep:
+                self.kept_lines.put(conversation_id, row_window.made)
+            window = row_window
         else:
             messages = await self.store.window(conversation_id, self.window.messages, upto)
             lengths = [len(message.text) for message in messages]
             window = _MessageWindow(_trim_to_chars(messages, lengths, self.window.chars))
-        lines = window.lines(me)
-        if isinstance(window, _RowWindow) and window.made is not None:
-            self.kept_lines.put(conversation_id, window.made)
+            lines = window.lines(me)
         trigger = window.message(trigger_seq) if trigger_seq is not None else None
         if trigger is None and trigger_seq:
             trigger = await self.store.message(conversation_id, trigger_seq)
@@ -278,8 +280,6 @@ class _MessageWindow:
         return _participants_in(self.messages)
 
 
-#: conversations whose last run's lines RunBuilder keeps (the store keeps 64 windows)
-KEPT_LINES = 64
 #: a line made from a row: (the row, role, content, its Sender or None for ours)
 _KeptLine = tuple[tuple[Any, ...], str, str, Sender | None]
 
@@ -295,19 +295,12 @@ class _RowWindow:
     saves making it again; a changed row is a new tuple and is made afresh.
     """
 
-    def __init__(
-        self,
-        rows: list[tuple[Any, ...]],
-        kept: dict[int, _KeptLine] | None = None,
-        *,
-        keep: bool = True,
-    ):
+    def __init__(self, rows: list[tuple[Any, ...]], kept: dict[int, _KeptLine] | None = None):
         self.rows = rows
         self.count = len(rows)
         self._kept = kept
-        self._keep = keep
         #: what `lines` made, by seq, for the next run
-        self.made: dict[int, _KeptLine] | None = None
+        self.made: dict[int, _KeptLine] = {}
         #: (sender_id, sender_name, sender_handle, sender_is_bot) -> (Sender, speaker name)
         self._senders: dict[tuple[Any, ...], tuple[Sender, str]] = {}
         #: sender id -> latest Sender of the inbound rows, as `lines` met them
@@ -336,7 +329,7 @@ class _RowWindow:
             if line[3] is not None:
                 seen[row[4]] = line[3]
             lines.append({"role": line[1], "content": line[2]})
-        self.made = made if self._keep else None
+        self.made = made
         return tuple(lines)
 
     def _line(self, row: tuple[Any, ...]) -> tuple[str, str, Sender | None]:

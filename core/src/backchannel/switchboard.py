@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from attrs import define, field
 
 from .adapter import Adapter, AdapterContext, IngestResult, RouteTable
+from .config import KEPT_WINDOWS
 from .errors import ConfigError, NormalizeError, Rejected, StoreError
 from .ingest import GroupCommit, RefusedData
 from .model import Address, Conversation, Event, Message, Sender, from_json, to_json
 from .outbound import Deliverer, DeliveryResult, channel_tools
 from .plugins import get_plugin_manager
 from .policy import Policy
-from .runs import KEPT_LINES, RESTART_NOTE, Agent, Run, RunBuilder, RunSession, WindowSettings
+from .runs import RESTART_NOTE, Agent, Run, RunBuilder, RunSession, WindowSettings
 from .scheduler import Busy, Scheduler
 from .secrets import register_secret
 from .storable import storable_event
@@ -162,7 +163,7 @@ class Switchboard:
         #: the lines runs made from unchanged rows, one bound for every account's builder: as
         #: many conversations as the store keeps windows for
         self._kept_lines: LRUCache[int, Any] = LRUCache(
-            max(getattr(store, "kept_windows", KEPT_LINES), 1)
+            max(getattr(store, "kept_windows", KEPT_WINDOWS), 1)
         )
         #: more tools for runs: provider(account, session, conversation) -> tools (orchestration)
         self.run_tools: list[Callable[[str, RunSession, Conversation], Sequence[Tool]]] = []

@@ -19,6 +19,7 @@ from typing import Any
 import apsw
 import attrs
 
+from ..config import KEPT_WINDOWS
 from ..errors import StoreError
 from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, now
 from ..secrets import redact
@@ -55,11 +56,10 @@ CACHED_CONVERSATIONS = 4096
 PAGE_CACHE_KIB = 2048
 #: conversations whose latest window rows are kept between runs (store/windows.py): with
 #: 50-row windows of real Telegram shapes about 90 KiB each, RunBuilder's lines included
-CACHED_WINDOWS = 64
 
 
 def open_store(
-    path: str | os.PathLike[str], *, synchronous: str = "NORMAL", kept_windows: int = CACHED_WINDOWS
+    path: str | os.PathLike[str], *, synchronous: str = "NORMAL", kept_windows: int = KEPT_WINDOWS
 ) -> SQLiteStore:
     """Open (creating when needed) the store at `path`; its directory is made 0700."""
     return SQLiteStore(path, synchronous=synchronous, kept_windows=kept_windows)
@@ -68,16 +68,12 @@ def open_store(
 class SQLiteStore(SQLiteAsks, Store):
     """The apsw implementation of `Store`. One connection, used from one event loop."""
 
-    #: `window_rows` hands back the very same tuple for a row unchanged since the last
-    #: read of its window (store/windows.py): RunBuilder keeps lines made from them
-    keeps_window_rows = True
-
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
         synchronous: str = "NORMAL",
-        kept_windows: int = CACHED_WINDOWS,
+        kept_windows: int = KEPT_WINDOWS,
     ):
         self.path = Path(path)
         if str(path) != ":memory:":
@@ -90,7 +86,6 @@ class SQLiteStore(SQLiteAsks, Store):
             raise StoreError(f"kept_windows must be 0 or more, not {kept_windows}")
         #: how many conversations' last windows are kept (0: none, every read is fresh)
         self.kept_windows = kept_windows
-        self.keeps_window_rows = kept_windows > 0
         try:
             self._db: apsw.Connection | None = apsw.Connection(str(path))
         except apsw.Error as error:
@@ -676,11 +671,21 @@ class SQLiteStore(SQLiteAsks, Store):
                 (json.dumps(merged), conversation_id),
             )
 
+    @property
+    def keeps_window_rows(self) -> bool:
+        """Whether `window_rows` hands back the very same tuple for a row unchanged since the
+        last read of its window (store/windows.py): RunBuilder keeps lines made from them."""
+        return self._windows is not None
+
     # transcript ------------------------------------------------------------
     async def window(
         self, conversation_id: int, limit: int, upto_seq: int | None = None
     ) -> list[Message]:
-        return message_rows(await self.window_rows(conversation_id, limit, upto_seq))
+        # a fresh read: the kept windows are the runs' own (history, a listing or another
+        # conversation's look must not replace a run's window with another range)
+        return message_rows(
+            read_window(self.db, conversation_id, limit, 2**62 if upto_seq is None else upto_seq)
+        )
 
     async def window_rows(
         self, conversation_id: int, limit: int, upto_seq: int | None = None
@@ -688,9 +693,10 @@ class SQLiteStore(SQLiteAsks, Store):
         """`window` as the rows themselves (`MESSAGE_COLUMNS`, oldest first), not Messages.
 
         Not part of `Store`: a run formats its window straight from these
-        (RunBuilder uses it where a store has it), building Messages only for
-        the few it hands on. With `upto_seq`, as a run asks, the rows come from
-        the window cache (store/windows.py) and only rows past them are read.
+        (RunBuilder uses it where a store has it, and nothing else does),
+        building Messages only for the few it hands on. With `upto_seq`, as a
+        run asks, the rows come from the window cache (store/windows.py) and
+        only rows past them are read.
         """
         if upto_seq is None or self._windows is None:
             return read_window(

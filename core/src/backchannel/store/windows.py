@@ -47,8 +47,13 @@ _PAST = (
 #: TEMP: this connection only, never written to the file; the function is ours
 _TRIGGERS = """
 CREATE TEMP TRIGGER IF NOT EXISTS window_cache_update AFTER UPDATE ON main.messages BEGIN
-    SELECT backchannel_window_changed(old.conversation_id, old.seq),
-           backchannel_window_changed(new.conversation_id, new.seq);
+    SELECT backchannel_window_changed(old.conversation_id, old.seq);
+END;
+-- a row moved (no code of ours does; raw SQL may) also changes the window it lands in
+CREATE TEMP TRIGGER IF NOT EXISTS window_cache_move AFTER UPDATE OF conversation_id, seq
+ON main.messages WHEN new.conversation_id IS NOT old.conversation_id OR new.seq IS NOT old.seq
+BEGIN
+    SELECT backchannel_window_changed(new.conversation_id, new.seq);
 END;
 CREATE TEMP TRIGGER IF NOT EXISTS window_cache_delete AFTER DELETE ON main.messages BEGIN
     SELECT backchannel_window_changed(old.conversation_id, old.seq);
