@@ -126,3 +126,20 @@ def test_reactions_written_before_the_sender_id_was_kept_are_matched_by_name() -
     again = Event(Address("a", "c"), "r2", bob, "reaction", "👍")
     # Bob's own legacy entry becomes his, with his id; nobody else's changes
     assert json.loads(with_reaction(legacy, again)) == [["Bob", "👍", "bob"], ["Alice", "👍"]]
+
+
+def test_a_removal_naming_only_the_user_id_keeps_the_name_of_their_other_reactions() -> None:
+    # Discord's MESSAGE_REACTION_REMOVE names only the user id, and discord.py's cache may
+    # not know them: their remaining reactions keep the name they were shown with
+    from backchannel.model import Address, Event
+    from backchannel.store.rows import with_reaction
+
+    bob = Sender("53908", "Bob")
+    reactions = None
+    for emoji in ("👍", "🎉"):
+        reactions = with_reaction(
+            reactions, Event(Address("a", "c"), emoji, bob, "reaction", emoji)
+        )
+    anonymous = Sender("53908", "", None)
+    removal = Event(Address("a", "c"), "r3", anonymous, "reaction", "👍", meta={"removed": True})
+    assert json.loads(with_reaction(reactions, removal)) == [["Bob", "🎉", "53908"]]

@@ -360,6 +360,9 @@ def with_reaction(reactions_json: str | None, event: Event) -> str:
     def theirs(entry: list[Any]) -> bool:
         return str(entry[2]) == sender.id if len(entry) > 2 else str(entry[0]) == sender.label
 
+    # a removal that names only the user's id (Discord) says nothing of their name: the
+    # name shown with their other reactions stays
+    named = bool(sender.name or sender.handle)
     kept: list[list[Any]] = []
     have: set[str] = set()
     for entry in reactions:
@@ -368,7 +371,7 @@ def with_reaction(reactions_json: str | None, event: Event) -> str:
             if emoji in take or emoji in have:
                 continue
             have.add(emoji)
-            entry = [sender.label, emoji, sender.id]  # their name as now
+            entry = [sender.label if named else entry[0], emoji, sender.id]  # name as now
         kept.append(entry)
     kept.extend([sender.label, emoji, sender.id] for emoji in give if emoji and emoji not in have)
     return json.dumps(kept)
