@@ -107,3 +107,12 @@ def test_log_lines_quoting_platform_text_are_escaped_too() -> None:
     assert "\x1b" not in done.stderr and "\x07" not in done.stderr
     assert "title Team \\x1b]0;pwned\\x07" in done.stderr
     assert "failed\nsecond line\tindented" in done.stderr  # a traceback keeps its lines
+
+
+def test_an_escaped_cell_widens_its_column_not_the_line() -> None:
+    from backchannel.runlog import table
+
+    rows = table(("A", "B", "C"), [("x\x1by", "1", "z"), ("abcd", "2", "w")]).splitlines()
+    assert rows[1].startswith("x\\x1by  1")
+    assert [row[8] for row in rows] == ["B", "1", "2"]  # one column, whatever was escaped
+    assert terminal_safe("a\nb\tc\u2028", one_line=True) == "a\\nb\\tc\\u2028"

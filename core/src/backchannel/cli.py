@@ -393,17 +393,18 @@ def conversations_command(
     if not found:
         click.echo(f"no conversations yet (store: {config.store.path})")
         return
-    width = max(len(c.address.key) for c in found)
+    # stored text, made terminal-safe before the column is measured
+    keys = [terminal_safe(c.address.key) for c in found]
+    width = max(len(key) for key in keys)
     click.echo(
         f"{'ID':>4}  {'CONVERSATION':<{width}}  {'KIND':<6}  {'MESSAGES':>8}  WAITING  TITLE"
     )
-    for c in found:
+    for c, key in zip(found, keys, strict=True):
         waiting = f"#{c.trigger_seq}" if c.trigger_seq > c.handled_seq else "-"
-        line = (
-            f"{c.id:>4}  {c.address.key:<{width}}  {c.kind:<6}  {c.visible_count:>8}  "
-            f"{waiting:<7}  {c.title or ''}"
+        click.echo(
+            f"{c.id:>4}  {key:<{width}}  {c.kind:<6}  {c.visible_count:>8}  "
+            f"{waiting:<7}  {terminal_safe(c.title or '')}".rstrip()
         )
-        click.echo(terminal_safe(line.rstrip()))
 
 
 @main.command("show")
@@ -441,7 +442,7 @@ def show_command(
             }
         )
         return
-    click.echo(click.style(terminal_safe(conversation_title(found)), bold=True))
+    click.echo(click.style(conversation_title(found), bold=True))
     click.echo(
         f"{found.visible_count} messages, handled up to #{found.handled_seq}"
         + (
@@ -474,11 +475,11 @@ def show_command(
         )
         marks.setdefault(after, []).append(report)
     for report in marks.pop(0, []):
-        click.echo(click.style(terminal_safe(failure_line(report)), fg="red"))
+        click.echo(click.style(failure_line(report), fg="red"))
     for message in messages:
-        click.echo(terminal_safe(transcript_line(message)))
+        click.echo(transcript_line(message))
         for report in marks.get(message.seq, []):
-            click.echo(click.style(terminal_safe(failure_line(report)), fg="red"))
+            click.echo(click.style(failure_line(report), fg="red"))
 
 
 @main.command("runs")
@@ -514,7 +515,7 @@ def runs_command(
         what = "failed runs" if only_failed else "runs"
         click.echo(f"no {what} yet (store: {config.store.path})")
         return
-    click.echo(terminal_safe(render_runs(reports)))
+    click.echo(render_runs(reports))
     if not only_failed and any(failed(r.run) for r in reports):
         click.echo(f"(only the failed ones: `{hints.command('runs', '--failed')}`)")
 
@@ -554,7 +555,7 @@ def asks_command(
         what = "asks waiting for an answer" if only_waiting else "asks"
         click.echo(f"no {what} (store: {config.store.path})")
         return
-    click.echo(terminal_safe(render_asks(reports)))
+    click.echo(render_asks(reports))
 
 
 @main.command("preview")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import BackchannelError, ConfigError, StoreError
+from .terminal import terminal_safe
 
 if TYPE_CHECKING:
     from .config import Config
@@ -220,22 +221,14 @@ class ControlServer:
         try:
             result = await handler(self.board, args)
         except BackchannelError as error:
-            return {"ok": False, "error": _printable(str(error))}
+            return {"ok": False, "error": terminal_safe(str(error), one_line=True)}
         except (KeyError, TypeError, ValueError) as error:
-            reason = _printable(f"{type(error).__name__}: {error}")
+            reason = terminal_safe(f"{type(error).__name__}: {error}", one_line=True)
             return {"ok": False, "error": f"{op}: bad arguments ({reason})"}
         except Exception as error:  # a bug: one line to the client, the traceback in the log
             log.exception("control operation %s failed", op)
             return {"ok": False, "error": f"{op} failed: {type(error).__name__}"}
         return {"ok": True, "result": dict(result)}
-
-
-def _printable(text: str) -> str:
-    """`text` as one printable line: a client's own bytes (a newline, a terminal escape)
-    echoed in an error are shown escaped, never acted on."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 # built-in operations ----------------------------------------------------------------

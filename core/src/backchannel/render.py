@@ -99,13 +99,15 @@ def heading(text: str) -> str:
 
 
 def conversation_title(conversation: Conversation) -> str:
+    """The heading `show` prints, terminal-safe (stored text: see terminal.py)."""
     title = f' "{conversation.title}"' if conversation.title else ""
-    return (
+    return terminal_safe(
         f"conversation {conversation.id}: {conversation.address.key} ({conversation.kind}){title}"
     )
 
 
 def transcript_line(message: Message) -> str:
+    """One message as `show` prints it, terminal-safe (stored text: see terminal.py)."""
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(message.sent_at))
     marks = []
     if message.reply_to_seq is not None:
@@ -131,7 +133,7 @@ def transcript_line(message: Message) -> str:
         lines.append(
             f"      [attached {attachment.kind} {attachment.name or ''}]".rstrip("] ") + "]"
         )
-    return "\n".join(lines)
+    return terminal_safe("\n".join(lines))
 
 
 def conversation_json(conversation: Conversation) -> dict[str, Any]:

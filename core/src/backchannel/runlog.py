@@ -15,6 +15,7 @@ from attrs import frozen
 
 from .model import Conversation
 from .store import OutboxEntry, RunRecord, Store
+from .terminal import terminal_safe
 
 __all__ = ["RunReport", "failed", "failure_line", "render_runs", "run_reports", "table"]
 
@@ -108,7 +109,12 @@ def render_runs(reports: Iterable[RunReport]) -> str:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell, two spaces apart; the last one is not padded."""
+    """Columns padded to their widest cell, two spaces apart; the last one is not padded.
+
+    Cells are made terminal-safe (stored text: see terminal.py) before they are
+    measured, so an escaped character widens its column, not the line.
+    """
+    rows = [[terminal_safe(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     lines = []
     for row in [header, *rows]:
@@ -118,9 +124,9 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def failure_line(report: RunReport) -> str:
-    """The mark `show` prints after the message a failed run was answering."""
+    """The mark `show` prints after the message a failed run was answering (terminal-safe)."""
     did = f" after {', '.join(report.tools)}" if report.tools else ", nothing sent"
-    return (
+    return terminal_safe(
         f"   !! run {report.run.id} {report.run.status}{did}:"
         f" {report.error_line or 'no reason recorded'} (answering #{report.run.trigger_seq})"
     )

@@ -21,13 +21,19 @@ __all__ = ["SafeFormatter", "log_to_stderr", "terminal_safe"]
 #: C0 controls but tab and line feed, DEL and C1, and the bidi embeddings, overrides
 #: and isolates
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: the same, and whatever breaks a line (tab and line feed, the Unicode separators)
+_UNSAFE_IN_A_LINE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
-def terminal_safe(text: str) -> str:
-    """Return `text` with every character a terminal would act on shown escaped."""
+def terminal_safe(text: str, *, one_line: bool = False) -> str:
+    """Return `text` with every character a terminal would act on shown escaped.
+
+    `one_line`: line breaks and tabs too (an answer that must stay one line).
+    """
     if text.isascii() and text.isprintable():
         return text
-    return _UNSAFE.sub(lambda found: found.group().encode("unicode_escape").decode(), text)
+    unsafe = _UNSAFE_IN_A_LINE if one_line else _UNSAFE
+    return unsafe.sub(lambda found: found.group().encode("unicode_escape").decode(), text)
 
 
 class SafeFormatter(logging.Formatter):

@@ -11,6 +11,7 @@ from typing import Any
 import click
 from backchannel.config import load_config
 from backchannel.errors import ConfigError
+from backchannel.terminal import terminal_safe
 
 from .api import OwnerError, inbox, mark_attempt, mark_delivered, notify, resolve_identity
 from .lines import delivery_text
@@ -69,7 +70,7 @@ def notify_command(
             notify(config, text, needs_answer=mode == "needs_answer", reply_to=reply_to)
         )
     except OwnerError as error:
-        click.echo(f"error: {error}", err=True)
+        click.echo(f"error: {terminal_safe(str(error))}", err=True)
         sys.exit(1)
     if as_json:
         click.echo(
@@ -90,7 +91,7 @@ def notify_command(
         click.echo(result.id)
     if result.status != "sent":
         click.echo(
-            f"error: message #{result.id} is {result.status}: {result.reason}"
+            f"error: message #{result.id} is {result.status}: {terminal_safe(result.reason or '')}"
             + (
                 " (it may have arrived; do not resend blindly)"
                 if result.status == "uncertain"
