@@ -275,21 +275,15 @@ async def _ask(board: Switchboard, args: Mapping[str, Any]) -> Mapping[str, Any]
     it). `accounts`, when given, limits which accounts may be asked through.
     A refusal is an answer with state "refused", not an error.
     """
-    from .asks.asking import ask_peer
-    from .asks.tool import resolve_peer
+    from .asks.tool import ask_controlled, peer_accounts
     from .orchestration import Refused, orchestrator_of
-    from .orchestration.refusals import check_cross_controls
 
     peer, question = str(args["peer"]), str(args["question"]).strip()
     orchestrator = orchestrator_of(board)
     coordinator = orchestrator.asks if orchestrator is not None else None
     allowed = args.get("accounts")
-    accounts = [
-        name
-        for name, account in board.accounts.items()
-        if account.adapter.capabilities.agent_peers
-        and (allowed is None or name in {str(a) for a in allowed})
-    ]
+    names = board.accounts if allowed is None else [str(name) for name in allowed]
+    accounts = peer_accounts(coordinator, names) if coordinator is not None else []
     try:
         if orchestrator is None or coordinator is None or not accounts:
             raise Refused(
@@ -297,29 +291,22 @@ async def _ask(board: Switchboard, args: Mapping[str, Any]) -> Mapping[str, Any]
                 "refused: no account of this serve talks to other agents (such as tiny.place),"
                 " so there is no one to ask. Nothing was sent.",
             )
-        await check_cross_controls(board.store, orchestrator.config, trusted=True, action="ask")
-        account, peer, session = resolve_peer(
-            accounts,
-            peer,
-            str(args["account"]) if args.get("account") else None,
-            str(args["session"]) if args.get("session") else None,
-        )
         if not question:
             raise Refused("empty", "refused: the question is empty. Nothing was sent.")
-        outcome = await ask_peer(
-            board,
-            coordinator.settings,
-            origin=None,
-            origin_seq=None,
-            account=account,
+        outcome = await ask_controlled(
+            coordinator,
+            orchestrator.config,
+            accounts,
             peer=peer,
             question=question,
-            session=session,
+            session=str(args["session"]) if args.get("session") else None,
+            account=str(args["account"]) if args.get("account") else None,
+            origin=None,
+            trusted=True,  # the operator's own client, as for its sends
         )
     except Refused as refusal:
         log.info("ask through the control socket refused: %s", refusal.code)
         return {"state": "refused", "code": refusal.code, "description": str(refusal)}
-    coordinator.wake()
     return {
         "state": outcome.state,
         "ask": outcome.ask.id,

@@ -9,7 +9,7 @@ agent peers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from ..config import Config
@@ -18,26 +18,62 @@ from ..orchestration.refusals import Refused, check_cross_controls
 from ..orchestration.scope import AgentScope
 from ..runs import RunSession
 from ..tools import Tool
-from .asking import AskRefused, ask_peer
+from .asking import AskOutcome, AskRefused, ask_peer
 
 if TYPE_CHECKING:
     from .coordinator import AskCoordinator
 
-__all__ = ["ASK_TOOL_NAME", "ask_tools", "peer_accounts", "resolve_peer"]
+__all__ = ["ASK_TOOL_NAME", "ask_controlled", "ask_tools", "peer_accounts", "resolve_peer"]
 
 log = logging.getLogger("backchannel.asks")
 
 ASK_TOOL_NAME = "ask_agent"
 
 
-def peer_accounts(coordinator: AskCoordinator, scope: AgentScope) -> list[str]:
-    """Return the accounts of `scope` whose channel talks to other agents, in config order."""
+def peer_accounts(coordinator: AskCoordinator, names: Iterable[str]) -> list[str]:
+    """Return the accounts among `names` whose channel talks to other agents, in that order."""
     accounts = coordinator.board.accounts
     return [
         name
-        for name in scope.accounts
+        for name in names
         if name in accounts and accounts[name].adapter.capabilities.agent_peers
     ]
+
+
+async def ask_controlled(
+    coordinator: AskCoordinator,
+    config: Config,
+    accounts: list[str],
+    *,
+    peer: str,
+    question: str,
+    session: str | None,
+    account: str | None,
+    origin: Conversation | None,
+    trusted: bool,
+    origin_seq: int | None = None,
+    run_id: int | None = None,
+) -> AskOutcome:
+    """The orchestration controls (trust, kill switch, messaging control), then the ask.
+
+    Shared by the run tool and the control socket's `ask` (an MCP client's,
+    with no origin). Raises Refused with nothing stored and nothing sent.
+    """
+    await check_cross_controls(coordinator.board.store, config, trusted=trusted, action="ask")
+    chosen, peer_id, session_name = resolve_peer(accounts, peer, account, session)
+    outcome = await ask_peer(
+        coordinator.board,
+        coordinator.settings,
+        origin=origin,
+        origin_seq=origin_seq,
+        account=chosen,
+        peer=peer_id,
+        question=question,
+        session=session_name,
+        run_id=run_id,
+    )
+    coordinator.wake()
+    return outcome
 
 
 def ask_tools(
@@ -53,10 +89,9 @@ def ask_tools(
 
     `config` returns the current config (the kill switch may be reloaded).
     """
-    accounts = peer_accounts(coordinator, scope)
+    accounts = peer_accounts(coordinator, scope.accounts)
     if not accounts:
         return []
-    board = coordinator.board
     origin = conversation
 
     async def ask_agent(
@@ -79,23 +114,22 @@ def ask_tools(
         if not question:
             return "error: question is empty"
         try:
-            await check_cross_controls(board.store, config(), trusted=trusted, action="ask")
-            chosen, peer_id, session_name = resolve_peer(accounts, peer, account, session)
-            outcome = await ask_peer(
-                board,
-                coordinator.settings,
-                origin=origin,
-                origin_seq=run_session.trigger.seq if run_session.trigger is not None else None,
-                account=chosen,
-                peer=peer_id,
+            outcome = await ask_controlled(
+                coordinator,
+                config(),
+                accounts,
+                peer=peer,
                 question=question,
-                session=session_name,
+                session=session,
+                account=account,
+                origin=origin,
+                trusted=trusted,
+                origin_seq=run_session.trigger.seq if run_session.trigger is not None else None,
                 run_id=run_session.run_id,
             )
         except Refused as refusal:
             log.info("ask_agent from %s refused: %s", origin.address.key, refusal.code)
             return str(refusal)
-        coordinator.wake()
         return outcome.describe()
 
     return [Tool.from_function(ask_agent)]
