@@ -15,14 +15,12 @@ from typing import Any
 import attrs
 from attrs import frozen
 
+from .framing import one_line
 from .model import Conversation
 from .runlog import table
-from .store import ASK_OPEN_STATES, NO_ORIGIN, Ask, Store
+from .store import ASK_OPEN_STATES, NO_ORIGIN, NO_ORIGIN_LABEL, Ask, Store
 
 __all__ = ["AskReport", "ask_reports", "render_asks"]
-
-#: what the FROM column says for an ask made outside any conversation
-OUTSIDE = "(mcp)"
 
 
 @frozen
@@ -56,7 +54,7 @@ async def ask_reports(
         mine = await store.asks(origin_conversation_id=conversation.id, limit=1_000_000)
         there = await store.asks(peer_conversation_id=conversation.id, limit=1_000_000)
         found = list({ask.id: ask for ask in [*mine, *there]}.values())
-    keys: dict[int, str] = {NO_ORIGIN: OUTSIDE}
+    keys: dict[int, str] = {NO_ORIGIN: NO_ORIGIN_LABEL}
     reports: list[AskReport] = []
     for ask in sorted(found, key=lambda ask: ask.id, reverse=True):
         for conversation_id in (ask.origin_conversation_id, ask.peer_conversation_id):
@@ -80,13 +78,8 @@ def render_asks(reports: Iterable[AskReport]) -> str:
             report.origin,
             report.session,
             "-" if report.ask.answer_seq is None else f"#{report.ask.answer_seq}",
-            _one_line(report.ask.question),
+            one_line(report.ask.question),
         )
         for report in reports
     ]
     return table(("ASK", "STATE", "ASKED", "FROM", "SESSION", "ANSWER", "QUESTION"), rows)
-
-
-def _one_line(text: str, limit: int = 80) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

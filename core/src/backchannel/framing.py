@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from .model import Attachment, Conversation, Message, Sender
 
-__all__ = ["default_framing", "format_message", "strip_id_prefix", "untrusted"]
+__all__ = ["default_framing", "format_message", "one_line", "strip_id_prefix", "untrusted"]
 
 _KIND_WORDS = {
     "direct": "a direct (one-to-one) conversation",
@@ -58,8 +58,8 @@ def default_framing(
         f" (account {address.account!r}, conversation {address.key}).",
     ]
     if me is not None:
-        handle = f" (@{_plain(me.handle)})" if me.handle else ""
-        lines.append(f"You take part in it as {_plain(me.label)}{handle}.")
+        handle = f" (@{one_line(me.handle)})" if me.handle else ""
+        lines.append(f"You take part in it as {one_line(me.label)}{handle}.")
     others = [p for p in participants if me is None or p.id != me.id]
     if others:
         names = ", ".join(_person(p) for p in others[:20])
@@ -76,7 +76,7 @@ def default_framing(
         )
     meta = conversation.meta or {}
     facts = [
-        f"{_plain(k, 40)}: {untrusted(str(v))}"
+        f"{one_line(k, 40)}: {untrusted(str(v))}"
         for k, v in sorted(meta.items())
         if isinstance(v, str | int | float)
     ]
@@ -121,13 +121,13 @@ def strip_id_prefix(text: str) -> str:
 
 def _person(sender: Sender) -> str:
     handle = (
-        f" (@{_plain(sender.handle)})" if sender.handle and sender.handle != sender.name else ""
+        f" (@{one_line(sender.handle)})" if sender.handle and sender.handle != sender.name else ""
     )
     return f"{untrusted(sender.label)}{handle}{' [bot]' if sender.is_bot else ''}"
 
 
-def _plain(value: str, limit: int = 80) -> str:
-    """One line, capped: for our own account's names and handles."""
+def one_line(value: str, limit: int = 80) -> str:
+    """`value` on one line (whitespace collapsed), capped at `limit` characters with "…"."""
     text = " ".join(str(value).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -254,7 +254,7 @@ def own_line(
     """
     markers = _markers(reply_to_seq, reply_to, edited_at, deleted_at)
     if origin:
-        markers.append(f"sent on request of conversation {_plain(str(origin))}")
+        markers.append(f"sent on request of conversation {one_line(str(origin))}")
     if status == "failed":
         markers.append(f"NOT delivered: {status_reason or 'refused'}")
     elif status in {"uncertain", "pending"}:

@@ -20,7 +20,7 @@ from ..errors import DeliveryError
 from ..framing import untrusted
 from ..model import Address, Conversation, Outbound, now
 from ..orchestration.refusals import Refused
-from ..store import NO_ORIGIN, Ask, OutboxEntry
+from ..store import NO_ORIGIN, NO_ORIGIN_LABEL, Ask, OutboxEntry
 from .settings import AskSettings
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ async def ask_peer(
             " first. Nothing was sent.",
         )
     origin_id = origin.id if origin is not None else NO_ORIGIN
-    asker = origin.address.key if origin is not None else "outside (mcp)"
+    asker = origin.address.key if origin is not None else NO_ORIGIN_LABEL
     chosen = session or await choose_session(board, settings, account, peer, exclude=origin_id)
     address = Address(account, peer, chosen)
     existing = await store.find_conversation(address)

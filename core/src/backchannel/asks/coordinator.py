@@ -21,6 +21,10 @@ answers still owe a report and which expiries still owe a notice.
   becomes "expired" once, and its notice is marked posted the same way. An
   expired or uncertain ask still unanswered `session_live` after its deadline
   becomes "lapsed": the session's later messages are its own again.
+- **Asks from outside any conversation** (`NO_ORIGIN`: an MCP client's,
+  through the control socket) are matched the same way; their answer is
+  marked answered when matched and their expiry is marked at once, with no
+  report and no notice anywhere (the asker reads both).
 """
 
 from __future__ import annotations
@@ -284,16 +288,19 @@ class AskCoordinator:
 
     # expiry ----------------------------------------------------------------
     async def sweep(self) -> float | None:
-        """Expire due asks, post their notices, report answers left over; return the next deadline."""
+        """Expire due asks, post their notices, report answers left over, lapse stale asks.
+
+        Return when the sweep is next due: the nearest deadline or lapse, or None.
+        """
         store = self.board.store
         busy = self.board._busy
         busy.enter()  # wait_idle waits for notices being posted
         try:
             for ask in await store.expire_asks(now()):
-                if ask.origin_conversation_id == NO_ORIGIN:  # no one to tell: the asker reads it
-                    await store.mark_expiry_reported(ask.id)
-                    continue
                 try:
+                    if ask.origin_conversation_id == NO_ORIGIN:  # no one to tell: asker reads it
+                        await store.mark_expiry_reported(ask.id)
+                        continue
                     origin = await store.conversation(ask.origin_conversation_id)
                     session = await store.conversation(ask.peer_conversation_id)
                     await self.board.send_outcome(

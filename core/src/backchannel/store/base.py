@@ -109,6 +109,8 @@ ASK_OPEN_STATES = ("pending", "uncertain", "expired")
 #: `serve`'s control socket): its answer is matched and stored but reported nowhere (the
 #: asker reads it), and its expiry posts no notice
 NO_ORIGIN = 0
+#: how such an ask's origin is shown (`backchannel asks`, a session's `created_by`)
+NO_ORIGIN_LABEL = "(mcp)"
 
 
 @frozen
