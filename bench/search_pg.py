@@ -29,7 +29,7 @@ import psycopg
 from backchannel.model import Event
 from backchannel.store import Inbound
 from backchannel.store.postgres import PostgresStore, fold_accents
-from backchannel.store.postgres_migrations import ACCENTED, PLAIN
+from backchannel.store.postgres_migrations import ACCENTED, PARTICIPANT_NAME, PLAIN
 from backchannel.store.rows import CONVERSATION_COLUMNS
 from backchannel.testing.postgres import throwaway_cluster
 from search_index import BATCH, make_events
@@ -40,7 +40,6 @@ WRITE_PATH = (
     "DROP INDEX participants_search",
     "DROP TRIGGER messages_reword ON messages",
 )
-_NAME = "p.name || ' ' || COALESCE(p.handle, '')"
 
 
 def old_document(column: str) -> str:
@@ -55,7 +54,7 @@ SCAN = (
     f"SELECT {CONVERSATION_COLUMNS} FROM conversations c WHERE"
     f" ({old_document('title')} @@ to_tsquery('simple', %(q)s)"
     " OR EXISTS (SELECT 1 FROM participants p WHERE p.conversation_id = c.id"
-    f" AND {old_document(_NAME)} @@ to_tsquery('simple', %(q)s)"
+    f" AND {old_document(PARTICIPANT_NAME)} @@ to_tsquery('simple', %(q)s)"
     " AND EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = p.conversation_id"
     " AND m.sender_id = p.sender_id AND m.held = 0))"
     " OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.held = 0"

@@ -40,6 +40,7 @@ from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, St
 from .postgres_asks import PostgresAsks
 from .postgres_migrations import (
     ACCENTED,
+    PARTICIPANT_NAME,
     PLAIN,
     catch_up,
     migrate,
@@ -299,7 +300,7 @@ class PostgresStore(PostgresAsks, Store):
                     "c.id IN (SELECT t.id FROM conversations t"
                     f" WHERE {search_document('t.title')} @@ to_tsquery('simple', %s)"
                     " UNION SELECT p.conversation_id FROM participants p"
-                    f" WHERE {search_document(_NAME)} @@ to_tsquery('simple', %s)"
+                    f" WHERE {search_document(PARTICIPANT_NAME)} @@ to_tsquery('simple', %s)"
                     " AND EXISTS (SELECT 1 FROM messages m"
                     " WHERE m.conversation_id = p.conversation_id AND m.sender_id = p.sender_id"
                     " AND m.held = 0)"
@@ -1286,8 +1287,6 @@ class _Append:
 
 
 _WORD = re.compile(r"[^\W_]+")
-#: PARTICIPANT_NAME (what pg009 indexes) on the participants table as `p`
-_NAME = "p.name || ' ' || COALESCE(p.handle, '')"
 _FOLD_TABLE = str.maketrans(ACCENTED, PLAIN)
 
 

@@ -7,6 +7,7 @@ migration recorded. Names are applied in list order and never renamed.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -316,12 +317,9 @@ async def catch_up(connection: Any, *, locked: bool = True) -> None:
     """
     step = {"after": 0, "conversations": CATCH_UP_CONVERSATIONS, "messages": CATCH_UP_MESSAGES}
     while True:
-        if locked:
-            async with connection.transaction():
+        async with connection.transaction() if locked else contextlib.nullcontext():
+            if locked:
                 await connection.execute("SELECT pg_advisory_xact_lock(%s)", (SEARCH_LOCK,))
-                cursor = await connection.execute(CATCH_UP, step)
-                done = await cursor.fetchall()
-        else:
             cursor = await connection.execute(CATCH_UP, step)
             done = await cursor.fetchall()
         if not done:
