@@ -298,7 +298,7 @@ def test_kept_windows_comes_from_the_config_and_is_checked(tmp_path: Path) -> No
         parse_config({"store": {"kept_windows": "lots"}})
 
 
-async def test_a_row_made_visible_by_any_statement_shows(tmp_path: Path) -> None:
+async def test_a_row_made_visible_or_held_by_any_statement_follows(tmp_path: Path) -> None:
     # no code path releases a held row today; a kept window must not depend on that
     store = SQLiteStore(tmp_path / "bc.db")
     await store.append_inbound(
@@ -311,6 +311,9 @@ async def test_a_row_made_visible_by_any_statement_shows(tmp_path: Path) -> None
     assert [row[1] for row in await store.window_rows(1, 5, 3)] == [1, 3]
     store.db.execute("UPDATE messages SET held = 0 WHERE seq = 2")
     assert [row[1] for row in await store.window_rows(1, 5, 3)] == [1, 2, 3]
+    # and the other way: a row that joins `held` leaves the kept window at once
+    store.db.execute("UPDATE messages SET held = 1 WHERE seq = 3")
+    assert [row[1] for row in await store.window_rows(1, 5, 3)] == [1, 2]
     await store.close()
 
 
