@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import aiohttp
+import pytest
 from backchannel_discord.testing import INTENT_MESSAGE_CONTENT, FakeDiscord
 
 GUILD_MESSAGES, DIRECT_MESSAGES = 1 << 9, 1 << 12
@@ -57,6 +58,33 @@ async def test_error_bodies_use_discord_codes(fake: FakeDiscord) -> None:
             unknown = (response.status, await response.json())
     assert forbidden == (403, {"message": "Missing Permissions", "code": 50013})
     assert unknown == (404, {"message": "Unknown Channel", "code": 10003})
+
+
+async def test_read_and_write_faults_queue_apart_and_skip_alike(fake: FakeDiscord) -> None:
+    for queue in (fake.fail_next, fake.fail_next_read):
+        with pytest.raises(ValueError, match="unknown fault 'teapot'"):
+            queue("teapot")
+    fake.fail_next("forbidden", skip=1)
+    fake.fail_next_read("unknown_channel", skip=1)
+    base = f"{fake.settings['api_base']}/channels/{fake.general}"
+    statuses = []
+    async with aiohttp.ClientSession() as http:
+        for _ in range(2):
+            async with http.get(base, headers=auth(fake)) as response:
+                statuses.append(("read", response.status))
+            async with http.post(
+                f"{base}/messages", json={"content": "x"}, headers=auth(fake)
+            ) as response:
+                statuses.append(("write", response.status))
+        async with http.get(f"{base}/messages", headers=auth(fake)) as response:
+            statuses.append(("history", response.status))
+    assert statuses == [
+        ("read", 200),
+        ("write", 200),
+        ("read", 404),
+        ("write", 403),
+        ("history", 200),
+    ]
 
 
 async def test_content_over_2000_code_points_or_empty_is_refused_like_discord(

@@ -183,6 +183,37 @@ async def test_op9_invalid_session_is_followed_by_a_new_identify(
     assert fake.resumes == 0
 
 
+async def test_a_re_add_in_a_new_session_with_the_same_sequence_number_is_not_a_duplicate(
+    fake: FakeDiscord, contract_context: ContractContext
+) -> None:
+    # each gateway session counts `s` from 1: after a restart, the same dispatches get the same `s`
+    bob = fake.add_user("bob", global_name="Bob")
+    target = ""
+    for session in (1, 2):
+        adapter = DiscordAdapter(contract_context.account, {**fake.settings, **FAST})
+        await adapter.start(contract_context.bind(adapter))
+        try:
+            posted = await fake.post_message(fake.general, fake.alice, f"post {session}")
+            target = target or posted["id"]
+            await fake.react(target, bob, "🎉")
+            await fake.react(target, bob, "🎉", remove=True)  # taken back, re-added next session
+            await contract_context.wait_for(
+                lambda n=2 * session: (
+                    sum(e.kind == "reaction" for e in contract_context.events) >= n
+                ),
+                what=f"the reactions of session {session}",
+            )
+        finally:
+            await adapter.stop()
+    assert fake.identifies == 2
+    reactions = [r for r in contract_context.results if r.event and r.event.kind == "reaction"]
+    adds = [r.event for r in reactions if r.event and "removed" not in r.event.meta]
+    sequences = [(event.raw or {}).get("s") for event in adds]
+    # the same sequence number in both sessions, and still each add its own event
+    assert isinstance(sequences[0], int) and sequences == [sequences[0]] * 2
+    assert [r.status for r in reactions] == ["stored"] * 4
+
+
 @pytest.fixture
 async def slow_acks() -> AsyncIterator[FakeDiscord]:
     async with FakeDiscord(heartbeat_interval=0.25) as server:

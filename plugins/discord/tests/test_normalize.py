@@ -420,6 +420,20 @@ def test_a_removal_names_only_the_user_and_is_its_own_event() -> None:
     assert named.sender.name == "Mason M"
 
 
+def test_a_reaction_with_the_same_sequence_number_in_another_session_is_another_event() -> None:
+    # Discord counts `s` from 1 in every gateway session: a re-add in a later session must not
+    # collide with an earlier one, a replay after a resume (same session) must
+    first = norm(envelope("MESSAGE_REACTION_ADD", REACTION_ADD, session_id="a1b2"))
+    replayed = norm(envelope("MESSAGE_REACTION_ADD", REACTION_ADD, session_id="a1b2"))
+    later = norm(envelope("MESSAGE_REACTION_ADD", REACTION_ADD, session_id="c3d4"))
+    assert first.event_id == replayed.event_id
+    assert first.event_id != later.event_id
+    assert first.event_id == "334385199974967042:react:53908099506183680:🔥:a1b2:12"
+    removal = {k: v for k, v in REACTION_ADD.items() if k not in {"member", "message_author_id"}}
+    taken_back = norm(envelope("MESSAGE_REACTION_REMOVE", removal, session_id="c3d4"))
+    assert taken_back.event_id == "334385199974967042:unreact:53908099506183680:🔥:c3d4:12"
+
+
 def test_a_custom_emoji_reads_as_its_name_and_a_thread_reaction_lands_in_the_thread() -> None:
     custom = {**REACTION_ADD, "channel_id": THREAD, "emoji": {"name": "shipit", "id": "4242"}}
     event = norm(envelope("MESSAGE_REACTION_ADD", custom, channel_type=11, parent_id=CHANNEL))

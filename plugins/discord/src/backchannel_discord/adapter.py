@@ -33,21 +33,12 @@ from discord.http import Route
 
 from .catchup import Cursors, missed_messages
 from .failures import DiscordStartError, delivery_error, explain_connection_failure
-from .normalize import CONTEXT_KEY, normalize_payload
+from .normalize import CONTEXT_KEY, MESSAGE_EVENTS, REACTION_EVENTS, normalize_payload
 from .settings import DiscordSettings
 
 __all__ = ["DiscordAdapter", "DiscordStartError"]
 
 _T = TypeVar("_T")
-_MESSAGE_EVENTS = frozenset(
-    {
-        "MESSAGE_CREATE",
-        "MESSAGE_UPDATE",
-        "MESSAGE_DELETE",
-        "MESSAGE_REACTION_ADD",
-        "MESSAGE_REACTION_REMOVE",
-    }
-)
 
 
 class DiscordAdapter:
@@ -77,6 +68,8 @@ class DiscordAdapter:
         self._inbox: asyncio.Queue[str] = asyncio.Queue()
         self._ready = asyncio.Event()
         self._committed: OrderedDict[str, None] = OrderedDict()
+        #: the gateway session of the payloads being read (from READY, in arrival order)
+        self._session_id: str | None = None
         self._cursors = Cursors()
         #: channels discord.py's cache did not have, as fetched over REST (recent ones)
         self._fetched: OrderedDict[int, Any] = OrderedDict()
@@ -215,13 +208,16 @@ class DiscordAdapter:
             return  # not a dispatch (heartbeat acks, hello) or not one we can read
         if kind == "READY":
             ready = payload.get("d")
+            session_id = ready.get("session_id") if isinstance(ready, dict) else None
+            # a new session counts `s` from 1 again; a RESUME keeps the session (no READY)
+            self._session_id = session_id if isinstance(session_id, str) and session_id else None
             user = ready.get("user") if isinstance(ready, dict) else None
             if isinstance(user, dict) and user.get("id"):
                 name = user.get("global_name") or user.get("username") or ""
                 self.me = Sender(str(user["id"]), name, user.get("username"), is_bot=True)
             if self.settings.catch_up:
                 await self._catch_up()
-        elif kind in _MESSAGE_EVENTS:
+        elif kind in MESSAGE_EVENTS:
             await self._ingest(payload)
         elif kind == "MESSAGE_DELETE_BULK":
             data = payload.get("d")
@@ -263,6 +259,9 @@ class DiscordAdapter:
         if not isinstance(data, dict):
             data = {}  # normalize says what is wrong with the payload
         context = await self._context_for(data)
+        if payload.get("t") in REACTION_EVENTS and self._session_id:
+            # a reaction's event id ends with the session and its `s` (see normalize)
+            context["session_id"] = self._session_id
         if context:
             payload[CONTEXT_KEY] = context
         state = self._cursors.advance(data) if payload.get("t") == "MESSAGE_CREATE" else None
@@ -519,6 +518,8 @@ def _channel_of(address: Address) -> int:
 
 
 def _snowflake(value: str | None, what: str) -> int:
-    if value is None or not str(value).isdigit():
+    """A Discord id as Discord writes it: ASCII digits, no leading zero (else another key)."""
+    text = str(value)
+    if value is None or not (text.isascii() and text.isdigit()) or str(int(text)) != text:
         raise Rejected(f"{what} must be a Discord id (a snowflake), got {value!r}")
-    return int(value)
+    return int(text)

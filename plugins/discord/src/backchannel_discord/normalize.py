@@ -10,8 +10,9 @@ Input is what the gateway sends, as JSON-decoded dicts:
 The adapter adds one key of its own to the envelope, ``"backchannel"``, with
 what its cache knows and the payload does not say: the channel's type and name,
 a thread's parent, the guild's name, the id of the bot's own role in the guild,
-the name of a user a reaction names only by id (``user_name``), or
-``channel_unknown`` when it could not learn what the channel is. Every
+the name of a user a reaction names only by id (``user_name``), the gateway
+session a reaction arrived in (``session_id``: ``s`` restarts at 1 in every
+session), or ``channel_unknown`` when it could not learn what the channel is. Every
 field of it is optional, so a payload captured straight off the wire
 normalizes too (except a thread message: see Addresses).
 
@@ -35,7 +36,14 @@ from typing import Any
 from backchannel.errors import NormalizeError
 from backchannel.model import Address, Attachment, ConversationKind, Event, Sender
 
-__all__ = ["CONTEXT_KEY", "THREAD_CHANNEL_TYPES", "normalize_payload", "snowflake_time"]
+__all__ = [
+    "CONTEXT_KEY",
+    "MESSAGE_EVENTS",
+    "REACTION_EVENTS",
+    "THREAD_CHANNEL_TYPES",
+    "normalize_payload",
+    "snowflake_time",
+]
 
 #: the envelope key where the adapter puts facts from its cache
 CONTEXT_KEY = "backchannel"
@@ -48,8 +56,10 @@ _TALK_TYPES = frozenset({0, 19, 20, 23})
 #: message flag EPHEMERAL: an interaction response only one user sees (no author on the wire)
 _EPHEMERAL = 1 << 6
 _DISCORD_EPOCH_MS = 1420070400000
-_REACTIONS = ("MESSAGE_REACTION_ADD", "MESSAGE_REACTION_REMOVE")
-_HANDLED = ("MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE", *_REACTIONS)
+#: the reaction dispatches normalize reads
+REACTION_EVENTS = frozenset({"MESSAGE_REACTION_ADD", "MESSAGE_REACTION_REMOVE"})
+#: every gateway dispatch normalize reads (the rest are not for the agent)
+MESSAGE_EVENTS = frozenset({"MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE"}) | REACTION_EVENTS
 
 
 def normalize_payload(
@@ -66,7 +76,7 @@ def normalize_payload(
     if "t" in raw or "op" in raw:
         kind = raw.get("t")
         data = raw.get("d")
-        if kind not in _HANDLED:
+        if not isinstance(kind, str) or kind not in MESSAGE_EVENTS:
             return None
         if not isinstance(data, Mapping):
             raise NormalizeError(f"{kind} without an object in 'd'", where="d")
@@ -78,7 +88,7 @@ def normalize_payload(
     reader = _Reader(data, where)
     if kind == "MESSAGE_DELETE":
         return _delete(reader, account, context)
-    if kind in _REACTIONS:
+    if kind in REACTION_EVENTS:
         return _reaction(reader, kind, account, bot_id, context, raw)
     return _message(reader, kind, account, bot_id, context, raw)
 
@@ -269,8 +279,8 @@ def _reaction(
         raise NormalizeError("an emoji without a name", where=emoji.prefix + "name")
     member = reader.sub("member")
     user = member.sub("user") if member is not None else None
-    if user is not None and user.snowflake("id", required=False) == user_id:
-        sender = _sender(user, member.data if member else None, None)
+    if member is not None and user is not None and user.snowflake("id", required=False) == user_id:
+        sender = _sender(user, member.data, None)
     else:
         known = _str(context.get("user_name"))
         sender = Sender(id=user_id, name=known or "", handle=None, is_bot=False)
@@ -278,10 +288,14 @@ def _reaction(
     removed = kind == "MESSAGE_REACTION_REMOVE"
     if removed:
         meta["removed"] = True
-    # the gateway's sequence number: a replay after a resume is the same event, a later
-    # add of the same emoji by the same person is another
+    # the gateway session and its sequence number: a replay after a resume (same session)
+    # is the same event, a later add of the same emoji by the same person is another, also
+    # in a later session, where Discord counts `s` from 1 again
     sequence = raw.get("s")
-    suffix = f":{sequence}" if isinstance(sequence, int) and not isinstance(sequence, bool) else ""
+    suffix = ""
+    if isinstance(sequence, int) and not isinstance(sequence, bool):
+        session = _str(context.get("session_id"))
+        suffix = f":{session}:{sequence}" if session else f":{sequence}"
     action = "unreact" if removed else "react"
     return Event(
         address=_address(account, channel_id, parent_id),

@@ -49,6 +49,8 @@ _ERRORS: dict[str, tuple[int, dict[str, Any]]] = {
     "bad_gateway": (502, {"message": "502: Bad Gateway", "code": 0}),
     "unavailable": (503, {"message": "503: Service Unavailable", "code": 0}),
 }
+#: every fault `fail_next` and `fail_next_read` understand
+_FAULTS = frozenset(_ERRORS) | {"rate_limited", "cloudflare", "hang", "reset"}
 
 
 @define
@@ -57,6 +59,23 @@ class _Fault:
     retry_after: float = 2.0
     is_global: bool = False
     skip: int = 0
+
+
+def _new_fault(kind: str, retry_after: float, is_global: bool, skip: int) -> _Fault:
+    """A fault to queue; ValueError for a kind the fake does not know."""
+    if kind not in _FAULTS:
+        raise ValueError(f"unknown fault {kind!r}")
+    return _Fault(kind, retry_after, is_global, skip)
+
+
+def _next_fault(queue: list[_Fault]) -> _Fault | None:
+    """Take the fault for this request from `queue`: None while its first one still skips."""
+    if not queue:
+        return None
+    if queue[0].skip > 0:
+        queue[0].skip -= 1
+        return None
+    return queue.pop(0)
 
 
 class RestServer(GatewayServer):
@@ -108,9 +127,7 @@ class RestServer(GatewayServer):
         (502), "unavailable" (503), "hang" (no answer until `release_hang` or
         close), "reset" (drop the connection without an answer).
         """
-        if fault not in _ERRORS and fault not in {"rate_limited", "cloudflare", "hang", "reset"}:
-            raise ValueError(f"unknown fault {fault!r}")
-        self._faults.append(_Fault(fault, retry_after, is_global, skip))
+        self._faults.append(_new_fault(fault, retry_after, is_global, skip))
 
     def fail_next_read(
         self, fault: str, *, retry_after: float = 2.0, is_global: bool = False, skip: int = 0
@@ -119,17 +136,7 @@ class RestServer(GatewayServer):
 
         The same faults as `fail_next`, queued apart from the writes' ones.
         """
-        if fault not in _ERRORS and fault not in {"rate_limited", "cloudflare", "hang", "reset"}:
-            raise ValueError(f"unknown fault {fault!r}")
-        self._read_faults.append(_Fault(fault, retry_after, is_global, skip))
-
-    def _read_fault(self) -> _Fault | None:
-        if not self._read_faults:
-            return None
-        if self._read_faults[0].skip > 0:
-            self._read_faults[0].skip -= 1
-            return None
-        return self._read_faults.pop(0)
+        self._read_faults.append(_new_fault(fault, retry_after, is_global, skip))
 
     def release_hang(self) -> None:
         self._hang.set()
@@ -173,7 +180,7 @@ class RestServer(GatewayServer):
             return self._json(200, answer)
         if len(parts) == 2 and parts[0] == "channels" and method == "GET":
             # Get Channel: the channel object; a thread's names its parent in parent_id
-            fault = self._read_fault()
+            fault = _next_fault(self._read_faults)
             if fault is not None:
                 return await self._fault(fault, f"get-channel:{parts[1]}", request)
             channel = self.channels.get(parts[1])
@@ -209,12 +216,11 @@ class RestServer(GatewayServer):
             return self._limited(bucket, web.Response(status=204))
         if rest[0] != "messages":
             return self._json(404, {"message": "404: Not Found", "code": 0})
-        fault = self._read_fault() if method == "GET" else None
-        if self._faults and method in ("POST", "PATCH", "PUT"):
-            if self._faults[0].skip > 0:
-                self._faults[0].skip -= 1
-            else:
-                fault = self._faults.pop(0)
+        fault = None
+        if method == "GET":
+            fault = _next_fault(self._read_faults)
+        elif method in ("POST", "PATCH", "PUT"):
+            fault = _next_fault(self._faults)
         if fault is not None:
             return await self._fault(fault, bucket, request)
         if rest == ["messages"] and method == "GET":
