@@ -305,6 +305,15 @@ async def test_a_first_send_to_a_chat_telegram_does_not_know_makes_no_conversati
         "not-a-chat": "is not a Telegram id",
         f"{group['id']}/7": "is not a forum: it has no topics",
         f"{forum['id']}/0": "is not a forum topic id",
+        # ids int() reads but inbound events never key a chat or topic by
+        f"+{private['id']}": "is not a Telegram id",
+        f"0{private['id']}": "is not a Telegram id",
+        f" {private['id']}": "is not a Telegram id",
+        f"{private['id']} ": "is not a Telegram id",
+        f"{str(group['id']).replace('-', '-0')}": "is not a Telegram id",
+        f"{str(private['id'])[0]}_{str(private['id'])[1:]}": "is not a Telegram id",
+        f"{forum['id']}/+{topic}": "is not a Telegram id",
+        f"{forum['id']}/0{topic}": "is not a Telegram id",
     }
     for key, reason in refused.items():
         chat, _, thread = key.partition("/")

@@ -433,11 +433,21 @@ class TelegramAdapter:
 
 
 def _number(value: str | None, what: str) -> int:
-    """Return a Telegram id given as text; refuse (Rejected) anything else."""
+    """Return a Telegram id given as text; refuse (Rejected) anything else.
+
+    Only as Telegram writes it (``str(int(value)) == value``): "+5", "007",
+    " 7" or "1_000" would name the chat under a key inbound events never use.
+    """
     try:
-        return int(str(value))
+        number = int(str(value))
     except ValueError:
-        raise Rejected(f"{what} {value!r} is not a Telegram id (an integer)") from None
+        number = None
+    if number is None or str(number) != value:
+        raise Rejected(
+            f"{what} {value!r} is not a Telegram id (an integer, written without '+', "
+            "spaces, '_' or leading zeros)"
+        )
+    return number
 
 
 def _delivery_error(error: TelegramError) -> DeliveryError:
