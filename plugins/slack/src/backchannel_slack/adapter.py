@@ -508,8 +508,7 @@ class SlackAdapter:
                 ) from None
             if code == "missing_scope" and not self._told_missing_read_scope:
                 self._told_missing_read_scope = True
-                data = getattr(error.response, "data", None)
-                needed = data.get("needed") if isinstance(data, Mapping) else None
+                needed = _error_data(error).get("needed")
                 self._log.warning(
                     "Slack account %r cannot check a new address before a first send:"
                     " conversations.info needs the %s scope, which the app lacks (add it"
@@ -641,10 +640,16 @@ def _refused(error: SlackApiError) -> bool:
     return status == 200 and isinstance(data, Mapping) and data.get("error") != "ratelimited"
 
 
-def _error_code(error: SlackApiError) -> str:
+def _error_data(error: SlackApiError) -> Mapping[str, Any]:
+    """The JSON body of Slack's answer, or an empty mapping when it sent none."""
     data = getattr(error.response, "data", None)
-    if isinstance(data, Mapping) and data.get("error"):
-        return str(data["error"])
+    return data if isinstance(data, Mapping) else {}
+
+
+def _error_code(error: SlackApiError) -> str:
+    code = _error_data(error).get("error")
+    if code:
+        return str(code)
     return f"HTTP {getattr(error.response, 'status_code', '?')}"
 
 

@@ -331,10 +331,10 @@ class _Reader:
             return None  # our own reaction, recorded when we sent it
         name = self.text_field(event, "reaction", self.at("reaction"))
         stamp = self.ts_field(event, "event_ts", self.at("event_ts"))
-        direct = self.is_direct(channel, item)
-        kind: ConversationKind = "direct" if direct else "group"
+        # the item names no thread: the reaction's row is the channel's (or DM's)
+        address, kind = self.address(channel, ts, None, False, self.is_direct(channel, item))
         return Event(
-            address=Address(self.account, channel),
+            address=address,
             event_id=f"{event_type}:{channel}:{ts}:{user}:{name}:{stamp}",
             sender=self.sender({"user": user}),
             kind="reaction",
