@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 from backchannel.errors import RateLimited, Rejected, Uncertain
-from backchannel_tinyplace.relay_errors import error_code, retry_after_of, send_error
+from backchannel_tinyplace.relay_errors import (
+    error_code,
+    not_a_contact,
+    retry_after_of,
+    send_error,
+)
 from tinyplace import TinyPlaceError
 
 
@@ -41,6 +46,18 @@ def test_status_codes_map_to_outcomes(status: int, body: object, kind: type) -> 
 def test_not_a_contact_in_every_error_shape_advises_pairing(body: object) -> None:
     failure = send_error(TinyPlaceError(403, body), "PEER")
     assert "backchannel tinyplace pair PEER" in failure.reason
+
+
+def test_a_refused_send_and_a_first_send_check_give_one_pairing_advice() -> None:
+    refused = send_error(TinyPlaceError(403, {"code": "not_a_contact"}), "PEER")
+    checked = not_a_contact("PEER")
+    assert refused.reason == (
+        "PEER is not an accepted contact of this agent, so the relay refused the message;"
+        " pair first: backchannel tinyplace pair PEER"
+    )
+    assert checked.reason == (
+        "PEER is not an accepted contact: pair first: backchannel tinyplace pair PEER"
+    )
 
 
 def test_a_human_message_is_not_taken_for_a_code() -> None:

@@ -30,7 +30,7 @@ from .identity import load_identity
 from .keys import ensure_published_keys
 from .mailbox import MailboxReader
 from .normalize import MASTER, normalize_relay_message, peer_label
-from .relay_errors import CONNECT_RETRY_AFTER, retry_after_of, send_error
+from .relay_errors import CONNECT_RETRY_AFTER, not_a_contact, retry_after_of, send_error
 from .sessions import DurableSessionStore
 from .transport import relay_session
 
@@ -192,10 +192,7 @@ class TinyplaceAdapter:
         (unreachable, 5xx) the address is taken as it is: the send says what
         became of it.
         """
-        try:
-            decode_agent_address(address.chat)
-        except ValueError:
-            raise Rejected(f"{address.chat!r} is not a tiny.place agent id") from None
+        _agent_key(address.chat)
         thread = address.thread
         if thread is not None and not SESSION_LABEL.fullmatch(thread):
             raise Rejected(
@@ -208,10 +205,7 @@ class TinyplaceAdapter:
         except Uncertain:
             return
         if not contact:
-            raise Rejected(
-                f"{address.chat} is not an accepted contact: pair first"
-                f" (`backchannel tinyplace pair {address.chat}`)"
-            )
+            raise not_a_contact(address.chat)
 
     async def send(self, outbound: Outbound) -> Receipt:
         """Encrypt and send a message; in a session, wrapped in a v1 envelope."""
@@ -266,10 +260,7 @@ class TinyplaceAdapter:
     async def _send_one(self, peer: str, body: str, message_id: str) -> None:
         client = self._require_client()
         _, signal = self._require_signal()
-        try:
-            peer_ed25519 = decode_agent_address(peer)
-        except ValueError:
-            raise Rejected(f"{peer!r} is not a tiny.place agent id") from None
+        peer_ed25519 = _agent_key(peer)
         peer_x25519 = ed25519_pub_to_x25519_pub(peer_ed25519)
         await self._ratchet.acquire()
         locked = True
@@ -363,3 +354,11 @@ def _register_secrets(settings: Mapping[str, Any], seed_hex: str) -> None:
     value = settings.get("identity")
     if isinstance(value, str) and not value.strip().startswith(("/", "~", ".")):
         register_secret(value.strip())
+
+
+def _agent_key(peer: str) -> bytes:
+    """The Ed25519 public key a tiny.place agent id encodes; Rejected for anything else."""
+    try:
+        return decode_agent_address(peer)
+    except ValueError:
+        raise Rejected(f"{peer!r} is not a tiny.place agent id") from None

@@ -21,7 +21,7 @@ from tinyplace import TinyPlaceError
 
 from .transport import ConnectionLost
 
-__all__ = ["error_code", "retry_after_of", "send_error"]
+__all__ = ["error_code", "not_a_contact", "retry_after_of", "send_error"]
 
 #: seconds to wait before retrying after a refused connection
 CONNECT_RETRY_AFTER = 5.0
@@ -36,10 +36,7 @@ def send_error(error: TinyPlaceError, peer: str) -> DeliveryError:
     if status == 429:
         return RateLimited(retry_after_of(error), "the relay is rate limiting this agent")
     if status == 403 and (code or "").lower() == "not_a_contact":
-        return Rejected(
-            f"{peer} is not an accepted contact of this agent, so the relay refused the"
-            f" message; pair first: backchannel tinyplace pair {peer}"
-        )
+        return not_a_contact(peer, refused=True)
     if status == 401:
         return Rejected(
             f"the relay refused this agent's request signature (HTTP 401{f' {code}' if code else ''}):"
@@ -50,6 +47,17 @@ def send_error(error: TinyPlaceError, peer: str) -> DeliveryError:
             f"the relay refused the message (HTTP {status}{f' {code}' if code else ''})"
         )
     return Uncertain(f"the relay answered HTTP {status}; the message may have arrived")
+
+
+def not_a_contact(peer: str, *, refused: bool = False) -> Rejected:
+    """The refusal for `peer`, no accepted contact, saying how to pair.
+
+    `refused`: the relay refused a message to it (else the contact list said so).
+    """
+    why = " of this agent, so the relay refused the message;" if refused else ":"
+    return Rejected(
+        f"{peer} is not an accepted contact{why} pair first: backchannel tinyplace pair {peer}"
+    )
 
 
 def _network_error(error: TinyPlaceError) -> DeliveryError:
