@@ -89,6 +89,10 @@ def test_asks_filters_by_conversation_and_waiting_and_prints_json(store_path: Pa
     assert [line.split()[0] for line in session.stdout.splitlines()[1:]] == ["2", "1"]
     origin = invoke("asks", "web/owner", "--limit", "1", "--store", str(store_path))
     assert [line.split()[0] for line in origin.stdout.splitlines()[1:]] == ["3"]
+    newest = invoke("asks", "--limit", "2", "--store", str(store_path))
+    assert [line.split()[0] for line in newest.stdout.splitlines()[1:]] == ["3", "2"]
+    one_waiting = invoke("asks", "--waiting", "--limit", "1", "--store", str(store_path))
+    assert [line.split()[0] for line in one_waiting.stdout.splitlines()[1:]] == ["2"]
     data = json.loads(invoke("asks", "--json", "--store", str(store_path)).stdout)
     assert [(a["id"], a["state"], a["origin"], a["session"]) for a in data] == [
         (3, "failed", "web/owner", "tp/peer-c/s2"),

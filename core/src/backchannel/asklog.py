@@ -47,12 +47,23 @@ async def ask_reports(
     only_waiting: bool = False,
     limit: int = 50,
 ) -> list[AskReport]:
-    """Return the newest asks (from or in one conversation, or all), newest first."""
+    """Return the newest asks (from or in one conversation, or all), newest first.
+
+    Only the newest `limit` are read from the store (waiting ones: every open
+    ask, a set that empties as asks are answered or lapse), not every ask made.
+    """
+    # a waiting ask is in an open state; how many of those have no answer yet is not
+    # known before reading them, so the open ones are read whole
+    states, wanted = (ASK_OPEN_STATES, 1_000_000) if only_waiting else (None, limit)
     if conversation is None:
-        found = await store.asks(limit=1_000_000)
+        found = await store.asks(states=states, limit=wanted, newest_first=True)
     else:
-        mine = await store.asks(origin_conversation_id=conversation.id, limit=1_000_000)
-        there = await store.asks(peer_conversation_id=conversation.id, limit=1_000_000)
+        mine = await store.asks(
+            origin_conversation_id=conversation.id, states=states, limit=wanted, newest_first=True
+        )
+        there = await store.asks(
+            peer_conversation_id=conversation.id, states=states, limit=wanted, newest_first=True
+        )
         found = list({ask.id: ask for ask in [*mine, *there]}.values())
     keys: dict[int, str] = {NO_ORIGIN: NO_ORIGIN_LABEL}
     reports: list[AskReport] = []

@@ -403,8 +403,13 @@ class Store(ABC):
         states: Sequence[str] | None = None,
         awaiting_report: bool = False,
         limit: int = 100,
+        newest_first: bool = False,
     ) -> list[Ask]:
-        """Return asks, oldest first, filtered; `awaiting_report`: matched but not reported yet."""
+        """Return asks, oldest first (or newest first), filtered.
+
+        `awaiting_report`: matched but not reported yet. `limit` applies after
+        the order: with `newest_first`, the newest `limit` asks.
+        """
 
 
 async def find_by_reference(store: Store, reference: str) -> Conversation | None:

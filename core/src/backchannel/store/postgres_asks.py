@@ -199,6 +199,7 @@ class PostgresAsks:
         states: Sequence[str] | None = None,
         awaiting_report: bool = False,
         limit: int = 100,
+        newest_first: bool = False,
     ) -> list[Ask]:
         clauses: list[str] = []
         params: list[Any] = []
@@ -214,8 +215,9 @@ class PostgresAsks:
         if awaiting_report:
             clauses.append("answer_seq IS NOT NULL AND reported_at IS NULL")
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        order = " DESC" if newest_first else ""
         rows = await self._fetchall(
-            f"SELECT {ASK_COLUMNS} FROM asks {where} ORDER BY id LIMIT %s", (*params, limit)
+            f"SELECT {ASK_COLUMNS} FROM asks {where} ORDER BY id{order} LIMIT %s", (*params, limit)
         )
         return [_ask(row) for row in rows]
 

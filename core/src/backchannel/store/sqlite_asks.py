@@ -157,6 +157,7 @@ class SQLiteAsks:
         states: Sequence[str] | None = None,
         awaiting_report: bool = False,
         limit: int = 100,
+        newest_first: bool = False,
     ) -> list[Ask]:
         clauses: list[str] = []
         params: list[Any] = []
@@ -172,8 +173,9 @@ class SQLiteAsks:
         if awaiting_report:
             clauses.append("answer_seq IS NOT NULL AND reported_at IS NULL")
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        order = " DESC" if newest_first else ""
         rows = self.db.execute(
-            f"SELECT {ASK_COLUMNS} FROM asks {where} ORDER BY id LIMIT ?", (*params, limit)
+            f"SELECT {ASK_COLUMNS} FROM asks {where} ORDER BY id{order} LIMIT ?", (*params, limit)
         )
         return [_ask(row) for row in rows]
 

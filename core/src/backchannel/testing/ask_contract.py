@@ -108,6 +108,15 @@ class AskStoreContract:
         assert await store.asks(awaiting_report=True) == []
         assert [a.id for a in await store.asks(states=("expired",))] == [second]
 
+    async def test_newest_first_limits_to_the_newest_asks(self, store: Store) -> None:
+        _session, made = await self._asks(store, 4)
+        ids = [ask_id for ask_id, _ in made]
+        assert [a.id for a in await store.asks(limit=2)] == ids[:2]
+        assert [a.id for a in await store.asks(limit=2, newest_first=True)] == ids[:1:-1]
+        await store.mark_ask(ids[3], "failed")
+        newest_open = await store.asks(states=("pending",), limit=2, newest_first=True)
+        assert [a.id for a in newest_open] == [ids[2], ids[1]]
+
     async def test_peer_conversations_are_newest_first_and_filtered_by_activity(
         self, store: Store
     ) -> None:
