@@ -309,3 +309,35 @@ async def test_mentioning_the_bots_managed_role_mentions_the_bot(
     plain = await said(fake, contract_context, fake.general, "no mention here")
     assert event_for(contract_context, by_role).mentions_me
     assert not event_for(contract_context, plain).mentions_me
+
+
+async def test_a_dispatch_discord_py_cannot_parse_does_not_end_receiving(
+    fake: FakeDiscord,
+    adapter: DiscordAdapter,
+    contract_context: ContractContext,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # discord.py's own parser raises on these (a KeyError, a ValueError): unguarded, the
+    # exception ends Client.connect and with it all receiving
+    broken = fake.message_payload(fake.general, fake.alice, "odd author")
+    broken["author"] = {"id": fake.alice}  # no username
+    await fake.dispatch("MESSAGE_CREATE", broken)
+    await fake.dispatch("THREAD_CREATE", {"id": "not a snowflake", "type": 11})
+    await said(fake, contract_context, fake.general, "still listening")
+    assert fake.identifies == 1 and fake.resumes == 0
+    assert any(
+        "MESSAGE_CREATE" in r.getMessage() for r in caplog.records if r.levelname == "WARNING"
+    )
+
+
+async def test_a_thread_lookup_answered_with_a_5xx_is_asked_again(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    thread = await fake.add_thread(fake.general, "quiet thread", announce=False)
+    fake.fail_next_read("unavailable")  # 503: says nothing about the channel
+    message_id = await said(fake, contract_context, thread, "back again")
+    event = event_for(contract_context, message_id)
+    assert (event.address.chat, event.address.thread) == (fake.general, thread)
+    assert contract_context.malformed == []
+    lookups = [r for r in fake.requests if r[:2] == ("GET", f"/channels/{thread}")]
+    assert len(lookups) == 2

@@ -253,3 +253,30 @@ async def test_empty_text_is_rejected_with_discords_code(
 ) -> None:
     with pytest.raises(Rejected, match="50006"):
         await adapter.send(Outbound(Address("test", fake.general), ""))
+
+
+async def test_an_invalid_form_body_is_rejected_in_one_line(
+    fake: FakeDiscord, adapter: DiscordAdapter
+) -> None:
+    # discord.py puts each field error of a 50035 on a line of its own
+    fake.fail_next("bad_request")
+    with pytest.raises(Rejected) as caught:
+        await adapter.send(Outbound(Address("test", fake.general), "nope"))
+    assert "\n" not in caught.value.reason
+    assert "Invalid Form Body; In content: Must be 2000 or fewer in length." in caught.value.reason
+
+
+async def test_a_channel_of_a_type_discord_py_does_not_know_is_no_crash(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    # Discord adds channel types; discord.py's fetch_channel raises InvalidData for them
+    odd = fake.add_channel(fake.guild_id, "lobby")
+    fake.channels[odd]["type"] = 99
+    address = Address("test", odd)
+    await adapter.check_address(address)  # cannot tell: taken as it is
+    message = fake.message_payload(odd, fake.alice, "in an odd channel")
+    await fake.dispatch("MESSAGE_CREATE", message)
+    await contract_context.wait_for(
+        lambda: len(contract_context.malformed) == 1, what="the refusal"
+    )
+    assert "\n" not in contract_context.malformed[0]

@@ -195,3 +195,34 @@ async def test_fatal_close_after_start_is_logged_for_people(
         contract_context.log.logger.removeHandler(watcher)
     assert "4004" in watcher.lines[0]
     assert fake.token not in caplog.text
+
+
+async def test_discord_py_failing_for_good_after_start_is_logged_for_people(
+    fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
+) -> None:
+    # a READY without session_id makes discord.py's gateway loop raise KeyError, which
+    # ends Client.connect: nobody awaits the client task any more, so say it in the log
+    watcher = LineSeen("stopped listening")
+    contract_context.log.logger.addHandler(watcher)
+    try:
+        await fake.dispatch("READY", {})
+        await asyncio.wait_for(watcher.seen.wait(), 10)
+    finally:
+        contract_context.log.logger.removeHandler(watcher)
+    assert "KeyError" in watcher.lines[0] and "\n" not in watcher.lines[0]
+    assert fake.token not in watcher.lines[0]
+
+
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [(4010, "invalid shard"), (4011, "sharding required"), (4013, "invalid intents")],
+)
+def test_fatal_close_codes_say_what_they_mean(code: int, says: str) -> None:
+    from backchannel_discord.failures import explain_connection_failure
+    from discord import ConnectionClosed
+
+    class Socket:
+        close_code = code
+
+    explained = explain_connection_failure(ConnectionClosed(Socket(), shard_id=None), "ops")  # type: ignore[arg-type]
+    assert explained is not None and f"code {code} ({says}" in str(explained)

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import zlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import discord
@@ -32,13 +32,17 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
 from .catchup import Cursors, missed_messages
-from .failures import DiscordStartError, delivery_error, explain_connection_failure
+from .failures import DiscordStartError, delivery_error, explain_connection_failure, one_line
 from .normalize import CONTEXT_KEY, MESSAGE_EVENTS, REACTION_EVENTS, normalize_payload
 from .settings import DiscordSettings
 
 __all__ = ["DiscordAdapter", "DiscordStartError"]
 
 _T = TypeVar("_T")
+#: tries at `GET /channels/{id}` when Discord answers with a rate limit or a 5xx
+_LOOKUP_ATTEMPTS = 3
+#: the longest wait between two of them, in seconds (receiving waits meanwhile)
+_LOOKUP_MAX_WAIT = 10.0
 
 
 class DiscordAdapter:
@@ -155,6 +159,12 @@ class DiscordAdapter:
         except Exception as error:
             failure = explain_connection_failure(error, self.account)
             if failure is None:
+                if self._ready.is_set() and self._client is client and self._ctx is not None:
+                    self._ctx.log.error(
+                        "Discord stopped listening: discord.py failed: %s: %s",
+                        type(error).__name__,
+                        one_line(str(error)),
+                    )
                 raise
             if self._ready.is_set() and self._client is client and self._ctx is not None:
                 # after start returned, nobody awaits this task: say it where people look
@@ -342,16 +352,26 @@ class DiscordAdapter:
         client = self._client
         if client is None:
             return None
-        try:
-            channel = await self._call(client.fetch_channel(channel_id))
-        except (RateLimited, Rejected, Uncertain) as error:
-            if self._ctx is not None:
-                self._ctx.log.warning(
-                    "could not look up Discord channel %s (to learn a thread's parent): %s",
-                    channel_id,
-                    error.reason,
+        for attempt in range(1, _LOOKUP_ATTEMPTS + 1):
+            try:
+                channel = await self._call(client.fetch_channel(channel_id))
+                break
+            except (RateLimited, Rejected, Uncertain) as error:
+                # a rate limit or a 5xx says nothing of the channel: ask again (bounded)
+                # rather than turn a good message into a dead letter
+                transient = isinstance(error, RateLimited | Uncertain) and not isinstance(
+                    error, _DiscordPyFailed
                 )
-            return None
+                if not transient or attempt == _LOOKUP_ATTEMPTS or self._client is not client:
+                    if self._ctx is not None:
+                        self._ctx.log.warning(
+                            "could not look up Discord channel %s (to learn a thread's parent): %s",
+                            channel_id,
+                            error.reason,
+                        )
+                    return None
+                wait = error.retry_after if isinstance(error, RateLimited) else float(attempt)
+                await asyncio.sleep(min(wait, _LOOKUP_MAX_WAIT))
         self._fetched[channel_id] = channel
         while len(self._fetched) > 1_000:
             self._fetched.popitem(last=False)
@@ -463,8 +483,17 @@ class DiscordAdapter:
         except Exception as error:
             mapped = delivery_error(error, self.settings.request_timeout)
             if mapped is None:
-                raise
+                # discord.py failed in a way of its own (a 429 body without retry_after, a
+                # channel of a type it does not know): still one of the three outcomes
+                mapped = _DiscordPyFailed(
+                    f"discord.py failed ({type(error).__name__}: {one_line(str(error))}); "
+                    "the request may have gone through"
+                )
             raise mapped from None
+
+
+class _DiscordPyFailed(Uncertain):
+    """A discord.py call failed in a way of its own (no HTTP status, no network error)."""
 
 
 class _GatewayClient(discord.Client):
@@ -489,6 +518,30 @@ class _GatewayClient(discord.Client):
             guild_ready_timeout=adapter.settings.guild_ready_timeout,
         )
         self._adapter = adapter
+        # discord.py parses every dispatch to keep its cache, and an exception from one of its
+        # parsers ends Client.connect: one dispatch it cannot read would stop all receiving.
+        # The adapter reads each frame itself (on_socket_raw_receive runs before the parser),
+        # so a parser failure costs only discord.py's cache update for that one dispatch.
+        parsers = self._connection.parsers
+        for event, parser in list(parsers.items()):
+            parsers[event] = self._guarded(event, parser)
+
+    def _guarded(self, event: str, parser: Callable[[Any], None]) -> Callable[[Any], None]:
+        def parse(data: Any) -> None:
+            try:
+                parser(data)
+            except Exception as error:
+                ctx = self._adapter._ctx
+                if ctx is not None:
+                    ctx.log.warning(
+                        "discord.py could not read a %s dispatch (%s: %s); "
+                        "its cache skipped it, receiving goes on",
+                        event,
+                        type(error).__name__,
+                        one_line(str(error)),
+                    )
+
+        return parse
 
     async def on_socket_raw_receive(self, msg: str | bytes) -> None:
         self._adapter._on_raw(msg)

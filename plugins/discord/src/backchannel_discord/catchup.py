@@ -13,10 +13,13 @@ before any live dispatch. The store drops what it already has.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from attrs import define, field
+
+from .normalize import as_snowflake, snowflake_time
 
 __all__ = ["Cursor", "Cursors", "missed_messages"]
 
@@ -24,6 +27,8 @@ __all__ = ["Cursor", "Cursors", "missed_messages"]
 MAX_CHANNELS = 200
 _INDEX_KEY = "discord.channels"
 _PAGE = 100
+#: how far in the future a message id's time may be (clock skew) for the cursor to move to it
+_SKEW = 3600.0
 
 
 @define
@@ -65,19 +70,19 @@ class Cursors:
 
         The in-memory cursor moves only after the commit: call `committed` then.
         """
-        try:
-            channel_id, message_id = str(data["channel_id"]), int(data["id"])
-        except (KeyError, TypeError, ValueError, OverflowError):
-            return None
-        if not channel_id.isdigit() or not 0 < message_id < 2**64:
+        channel_id, message = as_snowflake(data.get("channel_id")), as_snowflake(data.get("id"))
+        if channel_id is None or message is None or int(message) == 0:
             return None  # not a snowflake: no cursor a catch-up could read from
+        if snowflake_time(message) > time.time() + _SKEW:
+            # no message is from the future: a cursor moved there would never move back,
+            # and every catch-up of the channel would read nothing
+            return None
+        message_id = int(message)
         current = self.by_channel.get(channel_id)
         if current is not None and current.message_id >= message_id:
             return None
-        guild_id = data.get("guild_id") or (current.guild_id if current else None)
-        state: dict[str, str | None] = {
-            self.key(channel_id): Cursor(message_id, _opt(guild_id)).dump()
-        }
+        guild_id = as_snowflake(data.get("guild_id")) or (current.guild_id if current else None)
+        state: dict[str, str | None] = {self.key(channel_id): Cursor(message_id, guild_id).dump()}
         if current is None:
             channels = [channel_id, *self.by_channel][:MAX_CHANNELS]
             state[_INDEX_KEY] = json.dumps(channels)
@@ -87,7 +92,7 @@ class Cursors:
         """Move the in-memory cursor after `advance`'s state was committed."""
         channel_id, message_id = str(data["channel_id"]), int(data["id"])
         current = self.by_channel.get(channel_id)
-        guild_id = _opt(data.get("guild_id")) or (current.guild_id if current else None)
+        guild_id = as_snowflake(data.get("guild_id")) or (current.guild_id if current else None)
         if current is None or current.message_id < message_id:
             self.by_channel.pop(channel_id, None)
             self.by_channel = {channel_id: Cursor(message_id, guild_id), **self.by_channel}
@@ -109,21 +114,27 @@ async def missed_messages(
     normalize sees a guild message, not a DM.
     """
     found: list[dict[str, Any]] = []
+    unreadable: list[dict[str, Any]] = []
     after = cursor.message_id
     while len(found) < limit:
-        page = await http.logs_from(int(channel_id), min(_PAGE, limit - len(found)), after=after)
-        if not page:
+        asked = min(_PAGE, limit - len(found))
+        page = await http.logs_from(int(channel_id), asked, after=after)
+        if not isinstance(page, list) or not page:
             break
-        page = sorted(page, key=lambda m: int(m["id"]))
-        found.extend(page)
-        after = int(page[-1]["id"])
-        if len(page) < _PAGE:
+        # a message without a snowflake id cannot be placed in order: normalize says why
+        ordered = sorted((m for m in page if _id(m) is not None), key=lambda m: _id(m) or 0)
+        unreadable.extend(m for m in page if _id(m) is None)
+        found.extend(ordered)
+        if not ordered or len(page) < asked:
             break
+        after = _id(ordered[-1]) or after
+    found.extend(unreadable)
     for message in found:
-        if cursor.guild_id and "guild_id" not in message:
+        if cursor.guild_id and isinstance(message, dict) and "guild_id" not in message:
             message["guild_id"] = cursor.guild_id
     return found
 
 
-def _opt(value: object) -> str | None:
-    return str(value) if value else None
+def _id(message: object) -> int | None:
+    text = as_snowflake(message.get("id")) if isinstance(message, dict) else None
+    return int(text) if text is not None else None

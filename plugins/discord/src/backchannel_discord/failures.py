@@ -12,9 +12,18 @@ import aiohttp
 import discord
 from backchannel.errors import ConfigError, DeliveryError, RateLimited, Rejected, Uncertain
 
-__all__ = ["DiscordStartError", "delivery_error", "explain_connection_failure"]
+__all__ = ["DiscordStartError", "delivery_error", "explain_connection_failure", "one_line"]
 
 PORTAL = "https://discord.com/developers/applications"
+#: the longest reason a failure carries: Discord's bodies (an HTML error page) can be long
+MAX_REASON = 300
+#: Gateway close codes discord.py does not reconnect after, and what each means
+_FATAL_CLOSES = {
+    4010: "invalid shard",
+    4011: "sharding required: the bot is in too many servers for one connection",
+    4012: "invalid API version",
+    4013: "invalid intents",
+}
 
 
 class DiscordStartError(ConfigError):
@@ -77,12 +86,16 @@ def _explain(error: BaseException, account: str) -> DiscordStartError | None:
                 f"Discord closed the Gateway with 4004 (authentication failed) for account "
                 f"{account}: the bot token is wrong or was reset; copy a fresh one from {PORTAL}"
             )
+        meaning = _FATAL_CLOSES.get(error.code) if isinstance(error.code, int) else None
         return DiscordStartError(
-            f"Discord closed the Gateway with code {error.code} for account {account}"
+            f"Discord closed the Gateway with code {error.code}"
+            + (f" ({meaning})" if meaning else "")
+            + f" for account {account}"
         )
     if isinstance(error, aiohttp.ClientError | OSError | discord.HTTPException):
         return DiscordStartError(
-            f"could not reach Discord for account {account}: {type(error).__name__}: {error}"
+            f"could not reach Discord for account {account}: "
+            f"{type(error).__name__}: {one_line(str(error))}"
         )
     return None
 
@@ -90,7 +103,9 @@ def _explain(error: BaseException, account: str) -> DiscordStartError | None:
 def _http_error(error: discord.HTTPException) -> DeliveryError:
     status = error.status
     what = f"Discord answered {status}" + (f" (code {error.code})" if error.code else "")
-    detail = f"{what}: {error.text}" if error.text else what
+    # discord.py puts each field error of a 400 (code 50035) on a line of its own
+    text = one_line("; ".join(line.strip() for line in str(error.text or "").splitlines()))
+    detail = f"{what}: {text}" if text else what
     if status == 429:
         # a 429 discord.py did not absorb: Cloudflare's (no Via header) or retries exhausted
         headers = getattr(error.response, "headers", None) or {}
@@ -98,6 +113,12 @@ def _http_error(error: discord.HTTPException) -> DeliveryError:
     if status >= 500:
         return Uncertain(f"{detail}; the request may have gone through")
     return Rejected(detail)
+
+
+def one_line(text: str, limit: int = MAX_REASON) -> str:
+    """`text` on one line (runs of whitespace made one space), cut to `limit` characters."""
+    flat = " ".join(text.split()).strip("; ")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _float(value: object) -> float | None:

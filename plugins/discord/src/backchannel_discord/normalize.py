@@ -41,6 +41,7 @@ __all__ = [
     "MESSAGE_EVENTS",
     "REACTION_EVENTS",
     "THREAD_CHANNEL_TYPES",
+    "as_snowflake",
     "normalize_payload",
     "snowflake_time",
 ]
@@ -56,6 +57,10 @@ _TALK_TYPES = frozenset({0, 19, 20, 23})
 #: message flag EPHEMERAL: an interaction response only one user sees (no author on the wire)
 _EPHEMERAL = 1 << 6
 _DISCORD_EPOCH_MS = 1420070400000
+#: a snowflake is an unsigned 64-bit integer
+_MAX_SNOWFLAKE = 2**64 - 1
+#: how much of an offending value a NormalizeError shows
+_SHOWN = 80
 #: the reaction dispatches normalize reads
 REACTION_EVENTS = frozenset({"MESSAGE_REACTION_ADD", "MESSAGE_REACTION_REMOVE"})
 #: every gateway dispatch normalize reads (the rest are not for the agent)
@@ -114,11 +119,11 @@ class _Reader:
             if required:
                 raise NormalizeError("missing snowflake id", where=self.prefix + key)
             return None
-        if isinstance(value, bool) or not isinstance(value, int | str):
-            raise NormalizeError(f"expected a snowflake, got {value!r}", where=self.prefix + key)
-        text = str(value)
-        if not (text.isascii() and text.isdigit()):
-            raise NormalizeError(f"expected a snowflake, got {value!r}", where=self.prefix + key)
+        text = as_snowflake(value)
+        if text is None:
+            raise NormalizeError(
+                f"expected a snowflake, got {_show(value)}", where=self.prefix + key
+            )
         return text
 
     def obj(self, key: str) -> Mapping[str, Any] | None:
@@ -126,7 +131,7 @@ class _Reader:
         if value is None:
             return None
         if not isinstance(value, Mapping):
-            raise NormalizeError(f"expected an object, got {value!r}", where=self.prefix + key)
+            raise NormalizeError(f"expected an object, got {_show(value)}", where=self.prefix + key)
         return value
 
     def sub(self, key: str) -> _Reader | None:
@@ -138,7 +143,7 @@ class _Reader:
         if value is None:
             return None
         if not isinstance(value, str):
-            raise NormalizeError(f"expected a string, got {value!r}", where=self.prefix + key)
+            raise NormalizeError(f"expected a string, got {_show(value)}", where=self.prefix + key)
         return value
 
     def number(self, key: str, default: int) -> int:
@@ -146,7 +151,9 @@ class _Reader:
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
-            raise NormalizeError(f"expected an integer, got {value!r}", where=self.prefix + key)
+            raise NormalizeError(
+                f"expected an integer, got {_show(value)}", where=self.prefix + key
+            )
         return value
 
     def items(self, key: str) -> list[Any]:
@@ -154,7 +161,7 @@ class _Reader:
         if value is None:
             return []
         if not isinstance(value, list):
-            raise NormalizeError(f"expected a list, got {value!r}", where=self.prefix + key)
+            raise NormalizeError(f"expected a list, got {_show(value)}", where=self.prefix + key)
         return value
 
 
@@ -176,7 +183,8 @@ def _message(
     is_edit = kind == "MESSAGE_UPDATE"
     if author is None and not is_edit:
         raise NormalizeError("message without an author", where=reader.prefix + "author")
-    sender = _sender(author, reader.obj("member"), reader.data.get("webhook_id"))
+    webhook_id = reader.snowflake("webhook_id", required=False)
+    sender = _sender(author, reader.obj("member"), webhook_id)
     if bot_id is not None and sender.id == bot_id:
         return None
     content = reader.text("content")
@@ -184,6 +192,12 @@ def _message(
     if is_edit and (content is None or edited is None):
         # an update without new text: an embed unfurl, a pin, a flags change
         return None
+    if edited is not None and _timestamp(edited) is None:
+        # part of an edit's event id: only a real time may make it
+        raise NormalizeError(
+            f"expected an ISO 8601 time, got {_show(edited)}",
+            where=reader.prefix + "edited_timestamp",
+        )
     reply_to = _reply_to(reader, message_type)
     referenced = reader.sub("referenced_message")
     replied_author = referenced.sub("author") if referenced else None
@@ -191,8 +205,8 @@ def _message(
         bot_id and replied_author and replied_author.snowflake("id", required=False) == bot_id
     )
     conversation_kind, title, meta, parent_id = _conversation(reader, context)
-    if reader.data.get("webhook_id") is not None:
-        meta["webhook_id"] = str(reader.data["webhook_id"])
+    if webhook_id is not None:
+        meta["webhook_id"] = webhook_id
     text = content or ""
     attachments = list(_attachments(reader))
     forwarded = _forwarded(reader)
@@ -293,7 +307,7 @@ def _reaction(
     # in a later session, where Discord counts `s` from 1 again
     sequence = raw.get("s")
     suffix = ""
-    if isinstance(sequence, int) and not isinstance(sequence, bool):
+    if isinstance(sequence, int) and not isinstance(sequence, bool) and 0 <= sequence < 2**63:
         session = _str(context.get("session_id"))
         suffix = f":{session}:{sequence}" if session else f":{sequence}"
     action = "unreact" if removed else "react"
@@ -350,9 +364,9 @@ def _forwarded(
     inner = first.get("message")
     inner = inner if isinstance(inner, Mapping) else {}
     origin = {
-        key: str(reference.data[key])
+        key: found
         for key in ("message_id", "channel_id", "guild_id")
-        if isinstance(reference.data.get(key), str | int)
+        if (found := as_snowflake(reference.data.get(key))) is not None
     }
     text = inner.get("content")
     attachments = _attachments(_Reader(inner, f"{reader.prefix}message_snapshots.0.message."))
@@ -365,18 +379,19 @@ def _mentions(reader: _Reader, text: str, bot_id: str | None) -> bool:
     for index, user in enumerate(reader.items("mentions")):
         if not isinstance(user, Mapping):
             raise NormalizeError(
-                f"expected a user, got {user!r}", where=f"{reader.prefix}mentions.{index}"
+                f"expected a user, got {_show(user)}", where=f"{reader.prefix}mentions.{index}"
             )
-        if str(user.get("id")) == bot_id:
+        if as_snowflake(user.get("id")) == bot_id:
             return True
     return f"<@{bot_id}>" in text or f"<@!{bot_id}>" in text
 
 
 def _mentions_role(reader: _Reader, role_id: object) -> bool:
     """True when the message mentions the bot's managed role (``<@&role id>``)."""
-    if not isinstance(role_id, str | int) or isinstance(role_id, bool):
+    role = as_snowflake(role_id)
+    if role is None:
         return False
-    return any(str(role) == str(role_id) for role in reader.items("mention_roles"))
+    return any(as_snowflake(mentioned) == role for mentioned in reader.items("mention_roles"))
 
 
 def _address(account: str, channel_id: str, parent_id: str | None) -> Address:
@@ -415,11 +430,8 @@ def _conversation(
             where=f"{CONTEXT_KEY}.channel_unknown",
         )
     if is_thread:
-        parent_id = context.get("parent_id")
-        if isinstance(parent_id, bool) or not isinstance(parent_id, str | int):
-            parent_id = None
-        parent = str(parent_id) if parent_id is not None else ""
-        if not (parent.isascii() and parent.isdigit()):
+        parent = as_snowflake(context.get("parent_id"))
+        if parent is None:
             thread_id = reader.data.get("channel_id")
             raise NormalizeError(
                 f"a message in Discord thread {thread_id} without its parent channel: "
@@ -445,7 +457,7 @@ def _attachments(reader: _Reader) -> tuple[Attachment, ...]:
     for index, item in enumerate(reader.items("attachments")):
         if not isinstance(item, Mapping):
             raise NormalizeError(
-                f"expected an attachment object, got {item!r}",
+                f"expected an attachment object, got {_show(item)}",
                 where=f"{reader.prefix}attachments.{index}",
             )
         mime = _str(item.get("content_type"))
@@ -468,8 +480,7 @@ def _stickers(reader: _Reader) -> list[Attachment]:
     found = []
     for item in reader.items("sticker_items"):
         if isinstance(item, Mapping):
-            sticker_id = item.get("id")
-            ref = str(sticker_id) if isinstance(sticker_id, str | int) else None
+            ref = as_snowflake(item.get("id"))
             found.append(Attachment(kind="sticker", name=_str(item.get("name")), ref=ref))
     return found
 
@@ -526,6 +537,46 @@ def _component_text(components: list[Any], depth: int = 0) -> str:
         elif kind in _COMPONENT_HOLDERS and isinstance(component.get("components"), list):
             blocks.append(_component_text(component["components"], depth + 1))
     return "\n".join(block for block in blocks if block)
+
+
+def as_snowflake(value: object) -> str | None:
+    """`value` as a snowflake's text, if it is one: 0 to 2**64-1, digits, no leading zero.
+
+    The text is the event's key: "0012" and "12" must not both be accepted as
+    the same id, nor a number no Discord id can be (or too long to print).
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value) if 0 <= value <= _MAX_SNOWFLAKE else None
+    if not isinstance(value, str) or not 0 < len(value) <= 20:
+        return None
+    if not (value.isascii() and value.isdigit()) or (value[0] == "0" and value != "0"):
+        return None
+    return value if int(value) <= _MAX_SNOWFLAKE else None
+
+
+def _show(value: object) -> str:
+    """A short, printable form of an offending value for a NormalizeError (one line)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    if isinstance(value, str) and len(value) > _SHOWN:
+        return repr(value[:_SHOWN]) + f"… ({len(value)} characters)"
+    if isinstance(value, Mapping | list):
+        kind = "an object" if isinstance(value, Mapping) else "a list"
+        text = _shown_json(value)
+        return text if text is not None else f"{kind} of {len(value)} items"
+    return repr(value)
+
+
+def _shown_json(value: Mapping[str, Any] | list[Any]) -> str | None:
+    try:
+        text = repr(value) if len(value) <= 8 else None
+    except (ValueError, RecursionError):
+        return None
+    if text is None or len(text) > _SHOWN:
+        return None
+    return text
 
 
 def _str(value: object) -> str | None:
