@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
+import urllib.parse
 from typing import Any
 
 import aiohttp
+import pytest
 from backchannel.testing import ContractContext
 from backchannel_slack.testing import FakeSlack
 
@@ -157,3 +160,100 @@ async def test_stop_removes_the_route(
     adapter = await start_adapter("events")
     await adapter.stop()
     assert ("POST", adapter.settings.events_path) not in contract_context.routes
+
+
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+async def test_ssl_check_is_answered_200_signed_or_not(
+    slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
+) -> None:
+    # Slack checks the certificate of a slash command or interactivity URL with an
+    # ssl_check form POST; like Bolt, it is answered before (and without) a signature
+    adapter = await start_adapter("events")
+    body = b"ssl_check=1&token=legacy-verification-token"
+    async with aiohttp.ClientSession(trust_env=False) as session:
+        for headers in (FORM, {**FORM, **slack.sign(body)}):
+            async with session.post(adapter.events_url, data=body, headers=headers) as response:
+                assert response.status == 200
+                assert "legacy-verification-token" not in await response.text()
+    assert contract_context.results == [] and await stored(contract_context) == []
+
+
+async def test_signed_interactivity_and_slash_commands_are_acked_and_ignored(
+    slack: FakeSlack,
+    contract_context: ContractContext,
+    start_adapter: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # the docs promise these are acked: a 400 shows the user an error in Slack
+    adapter = await start_adapter("events")
+    action = {"type": "block_actions", "user": {"id": "U0ALICE"}, "actions": []}
+    bodies = [
+        ("payload=" + urllib.parse.quote(json.dumps(action))).encode(),
+        b"token=tok&team_id=T0FAKE&command=%2Fask&text=hello&user_id=U0ALICE&response_url=x",
+    ]
+    caplog.set_level(logging.INFO)
+    async with aiohttp.ClientSession(trust_env=False) as session:
+        for body in bodies:
+            headers = {**FORM, **slack.sign(body)}
+            async with session.post(adapter.events_url, data=body, headers=headers) as response:
+                assert response.status == 200
+            # unsigned, they are refused like anything else
+            async with session.post(adapter.events_url, data=body, headers=FORM) as response:
+                assert response.status == 401
+    assert contract_context.results == [] and await stored(contract_context) == []
+    said = [r.getMessage() for r in caplog.records if "not handled" in r.getMessage()]
+    assert len(said) == 2 and all("\n" not in line for line in said)
+    assert any("block_actions" in line for line in said) and any("/ask" in line for line in said)
+
+
+async def test_a_signed_json_body_that_is_not_an_object_is_400_with_one_line(
+    slack: FakeSlack, start_adapter: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    adapter = await start_adapter("events")
+    body = b"[1, 2]"
+    caplog.set_level(logging.WARNING)
+    async with (
+        aiohttp.ClientSession(trust_env=False) as session,
+        session.post(adapter.events_url, data=body, headers=slack.sign(body)) as response,
+    ):
+        assert response.status == 400
+    assert [r.getMessage() for r in caplog.records if "not a JSON object" in r.getMessage()]
+
+
+async def test_a_json_event_labelled_as_a_form_is_still_stored(
+    slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
+) -> None:
+    adapter = await start_adapter("events")
+    payload = slack.message("C0GENERAL", "U0ALICE", "mislabelled")
+    body = json.dumps(payload).encode()
+    async with (
+        aiohttp.ClientSession(trust_env=False) as session,
+        session.post(
+            adapter.events_url, data=body, headers={**FORM, **slack.sign(body)}
+        ) as response,
+    ):
+        assert response.status == 200
+    assert await stored(contract_context) == ["mislabelled"]
+
+
+async def test_a_redelivered_unreadable_event_is_one_dead_letter(
+    slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
+) -> None:
+    # Slack sends an event again with the same event_id (a lost answer, a retry): the
+    # store dedupes messages, and the adapter must not make a second dead letter either
+    await start_adapter("events")
+    broken = slack.message("C0GENERAL", "U0ALICE", "x")
+    broken["event"]["ts"] = "yesterday"
+    delivery = await slack.deliver(broken)
+    await slack.wait_acked(delivery.event_id)
+    await slack.redeliver(delivery.event_id, reason="http_timeout")
+    await slack.wait_for(lambda: delivery.acks == 2, what="the retry answered")
+    assert delivery.attempts == [(0, "200"), (1, "200")]
+    assert len(contract_context.malformed) == 1
+    # another broken event is its own dead letter
+    other = slack.message("C0GENERAL", "U0ALICE", "y")
+    other["event"]["ts"] = "tomorrow"
+    await slack.wait_acked((await slack.deliver(other)).event_id)
+    assert len(contract_context.malformed) == 2

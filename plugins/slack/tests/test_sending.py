@@ -216,3 +216,33 @@ async def test_sending_in_a_thread_marks_it_so_replies_there_reach_the_bot(
     delivery = await slack.deliver(slack.message("C0GENERAL", "U0BOB", "follow-up", thread_ts=root))
     await slack.wait_acked(delivery.event_id)
     assert contract_context.events[-1].mentions_me
+
+
+async def test_unreadable_answer_after_posting_is_uncertain_not_rejected(
+    slack: FakeSlack, start_adapter: Any
+) -> None:
+    # slack-sdk raises SlackApiError carrying aiohttp's raw response (no status_code, no
+    # data) when a body labelled JSON is not JSON: the post may well have landed
+    adapter = await start_adapter("socket")
+    slack.fail_next("chat.postMessage", "garbled")
+    with pytest.raises(Uncertain) as caught:
+        await adapter.send(Outbound(GENERAL, "did it land?"))
+    assert "HTTP 200" in str(caught.value)
+    assert [p["text"] for p in slack.posts] == ["did it land?"]
+    assert len(slack.calls_of("chat.postMessage")) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"), [(429, RateLimited), (502, Uncertain), (503, Uncertain)]
+)
+async def test_unreadable_error_answers_keep_their_http_meaning(
+    slack: FakeSlack, start_adapter: Any, status: int, expected: type[Exception]
+) -> None:
+    adapter = await start_adapter("socket")
+    slack.fail_next("chat.postMessage", "garbled", status=status, retry_after=7)
+    with pytest.raises(expected) as caught:
+        await adapter.send(Outbound(GENERAL, "later"))
+    if isinstance(caught.value, RateLimited):
+        assert caught.value.retry_after == 7
+    assert slack.posts == []
+    assert len(slack.calls_of("chat.postMessage")) == 1

@@ -24,8 +24,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections import Counter
-from collections.abc import Awaitable, Mapping
+import urllib.parse
+from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -52,7 +53,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
-from .delivery import call_slack
+from .delivery import call_slack, http_status
 from .directory import SLACK_ID, Directory
 from .normalize import ENRICHMENT_KEY, BotIdentity, normalize_payload
 from .settings import SlackSettings, resolve_proxy
@@ -108,6 +109,9 @@ EMOJI_NAMES = {
 }
 
 
+#: how many unreadable events' envelope ids are remembered (Slack retries within minutes)
+UNREADABLE_REMEMBERED = 1024
+
 #: a Slack message ts as Slack writes it
 SLACK_TS = re.compile(r"\A[0-9]{1,12}\.[0-9]{1,9}\Z")
 
@@ -144,6 +148,8 @@ class SlackAdapter:
         self._verifier: SignatureVerifier | None = None
         self._directory: Directory | None = None
         self._inflight: dict[str, asyncio.Task[IngestResult]] = {}
+        #: envelope event_ids of recent unreadable events (each is one dead letter)
+        self._unreadable: OrderedDict[str, None] = OrderedDict()
         self._threads: set[str] = set()
         self._started = False
         #: received: deliveries with an event; joined: those that shared an in-flight ingest
@@ -346,6 +352,11 @@ class SlackAdapter:
         from aiohttp import web
 
         body = await request.read()
+        form = _form(request.content_type, body)
+        if form is not None and form.get("ssl_check") == "1":
+            # Slack's certificate check of a slash command / interactivity URL: like Bolt,
+            # answered without a signature; it asks nothing and stores nothing
+            return web.Response(status=200)
         assert self._verifier is not None
         try:
             valid = self._verifier.is_valid_request(body, dict(request.headers))
@@ -354,6 +365,10 @@ class SlackAdapter:
         if not valid:
             self._log.warning("rejected an Events API request with a bad or stale signature")
             return web.Response(status=401, text="invalid signature\n")
+        if form is not None:
+            # interactivity (payload=...) or a slash command (command=...): acked, not handled
+            self._log.info("acked and ignored a signed %s (not handled)", _form_kind(form))
+            return web.Response(status=200)
         try:
             payload = parse_json(body)
         except BadPayload as error:
@@ -361,6 +376,7 @@ class SlackAdapter:
             self._log.warning("refused a signed Events API request: %s", error)
             return web.Response(status=400, text=f"{error}\n")
         if not isinstance(payload, dict):
+            self._log.warning("refused a signed Events API request: body is not a JSON object")
             return web.Response(status=400, text="body is not a JSON object\n")
         kind = payload.get("type")
         if kind == "url_verification":
@@ -392,19 +408,49 @@ class SlackAdapter:
         try:
             event = self.normalize(payload)
         except NormalizeError:
-            return await ctx.ingest(payload)  # recorded as malformed; safe to ack
+            return await self._ingest_unreadable(payload)  # a dead letter; safe to ack
         if event is None:
             return await ctx.ingest(payload)
-        key = event.event_id
         self.counters["received"] += 1
+        return await self._shared(event.event_id, lambda: self._ingest(payload, event))
+
+    async def _shared(
+        self, key: str, start: Callable[[], Coroutine[Any, Any, IngestResult]]
+    ) -> IngestResult:
+        """Run `start()` once for overlapping deliveries with the same `key`; all get its result."""
         task = self._inflight.get(key)
         if task is not None:
             self.counters["joined"] += 1  # a retry or a twin event while the first is stored
         else:
-            task = asyncio.create_task(self._ingest(payload, event))
+            task = asyncio.create_task(start())
             self._inflight[key] = task
             task.add_done_callback(lambda _t: self._inflight.pop(key, None))
         return await asyncio.shield(task)
+
+    async def _ingest_unreadable(self, payload: Mapping[str, Any]) -> IngestResult:
+        """Hand an event normalize cannot read to ctx.ingest (a dead letter) once per event_id.
+
+        Slack sends an event again with the same envelope ``event_id`` when it saw no
+        answer; the store dedupes messages, not dead letters, so the adapter
+        remembers the recent ones it handed over.
+        """
+        assert self._ctx is not None
+        ctx = self._ctx
+        envelope = payload.get("event_id")
+        if not isinstance(envelope, str) or not envelope or len(envelope) > 200:
+            return await ctx.ingest(payload)
+        if envelope in self._unreadable:
+            self._unreadable.move_to_end(envelope)
+            return IngestResult("duplicate", reason="an unreadable event already dead-lettered")
+
+        async def once() -> IngestResult:
+            result = await ctx.ingest(payload)
+            self._unreadable[envelope] = None
+            while len(self._unreadable) > UNREADABLE_REMEMBERED:
+                self._unreadable.popitem(last=False)
+            return result
+
+        return await self._shared(f"unreadable:{envelope}", once)
 
     async def _ingest(self, payload: Mapping[str, Any], event: Event) -> IngestResult:
         assert self._ctx is not None
@@ -625,6 +671,39 @@ def emoji_name(text: str) -> str:
     return stripped.strip(":").strip()
 
 
+def _form(content_type: str, body: bytes) -> dict[str, str] | None:
+    """The fields of a form-encoded request (interactivity, slash commands, ssl_check)."""
+    if content_type != "application/x-www-form-urlencoded" or body.lstrip()[:1] == b"{":
+        return None  # JSON (as Bolt reads it: a body starting with "{" is JSON whatever its label)
+    text = body.decode("utf-8", "replace")
+    try:
+        pairs = urllib.parse.parse_qsl(text, keep_blank_values=True, max_num_fields=1000)
+    except ValueError:
+        return {}
+    return dict(pairs)
+
+
+def _form_kind(form: Mapping[str, str]) -> str:
+    """What a signed form request is, in a few safe words (for one log line)."""
+    if "payload" in form:
+        try:
+            payload = parse_json(form["payload"])
+        except BadPayload:
+            payload = None
+        kind = payload.get("type") if isinstance(payload, dict) else None
+        return f"interactive payload ({_printable(kind)})"
+    if "command" in form:
+        return f"slash command ({_printable(form['command'])})"
+    return "form-encoded request"
+
+
+def _printable(value: Any) -> str:
+    """`value` cut to a short single line (it comes from a request)."""
+    if not isinstance(value, str) or not value:
+        return "?"
+    return "".join(c if c.isprintable() else "?" for c in value[:40])
+
+
 def _thread_key(address: Address) -> str:
     return f"thread:{address.chat}:{address.thread}"
 
@@ -635,9 +714,13 @@ def _opt(value: Any) -> str | None:
 
 def _refused(error: SlackApiError) -> bool:
     """True when Slack answered and said no (``ok: false``), not when it was down or busy."""
-    status = getattr(error.response, "status_code", None)
     data = getattr(error.response, "data", None)
-    return status == 200 and isinstance(data, Mapping) and data.get("error") != "ratelimited"
+    return (
+        http_status(error.response) == 200
+        and isinstance(data, Mapping)
+        and bool(data.get("error"))
+        and data.get("error") != "ratelimited"
+    )
 
 
 def _error_data(error: SlackApiError) -> Mapping[str, Any]:
@@ -650,7 +733,7 @@ def _error_code(error: SlackApiError) -> str:
     code = _error_data(error).get("error")
     if code:
         return str(code)
-    return f"HTTP {getattr(error.response, 'status_code', '?')}"
+    return f"HTTP {http_status(error.response) or '?'}"
 
 
 async def _data(call: Any) -> Mapping[str, Any]:

@@ -15,7 +15,7 @@ import aiohttp
 from backchannel.errors import DeliveryError, RateLimited, Rejected, Uncertain
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-__all__ = ["UNCERTAIN_CODES", "call_slack", "delivery_error"]
+__all__ = ["UNCERTAIN_CODES", "call_slack", "delivery_error", "http_status"]
 
 T = TypeVar("T")
 
@@ -54,19 +54,36 @@ def delivery_error(method: str, error: BaseException, timeout: float) -> Deliver
     return Uncertain(f"{method}: unexpected {type(error).__name__}")
 
 
+def http_status(response: Any) -> int | None:
+    """The HTTP status of the answer a `SlackApiError` carries.
+
+    Usually a `SlackResponse` (``status_code``); but when a body labelled JSON is
+    not JSON, slack-sdk raises with aiohttp's raw `ClientResponse` (``status``, no
+    ``data``).
+    """
+    for name in ("status_code", "status"):
+        status = getattr(response, name, None)
+        if isinstance(status, int) and not isinstance(status, bool):
+            return status
+    return None
+
+
 def _api_error(method: str, response: Any) -> DeliveryError:
-    status = getattr(response, "status_code", None)
+    status = http_status(response)
     data = getattr(response, "data", None)
     code = data.get("error") if isinstance(data, Mapping) else None
     headers = getattr(response, "headers", None) or {}
     if status == 429 or code == "ratelimited":
         return RateLimited(_retry_after(headers), f"{method}: rate limited by Slack")
-    if isinstance(status, int) and status >= 500:
+    if status is not None and status >= 500:
         return Uncertain(f"{method}: Slack answered HTTP {status}")
     if code in UNCERTAIN_CODES:
         return Uncertain(f"{method}: Slack answered {code}")
     if code:
         return Rejected(str(code))
+    if status is None or 200 <= status < 300:
+        # an answer that could not be read (cut short, not JSON): the call may have happened
+        return Uncertain(f"{method}: Slack's answer (HTTP {status}) could not be read")
     return Rejected(f"{method}: Slack answered HTTP {status}")
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from attrs import define, field
 
+from .delivery import http_status
+
 __all__ = ["ChannelInfo", "Directory"]
 
 Fetch = Callable[[str], Awaitable[Mapping[str, Any]]]
@@ -119,7 +121,7 @@ def _describe(error: BaseException) -> str:
     """A short, secret-free description of a lookup failure."""
     response = getattr(error, "response", None)
     if response is not None:
-        status = getattr(response, "status_code", None)
+        status = http_status(response)
         data = getattr(response, "data", None)
         code = data.get("error") if isinstance(data, Mapping) else None
         return f"HTTP {status}" + (f", {code}" if code else "")

@@ -30,7 +30,8 @@ clients talk to it unpatched::
   ``http_timeout``; ``signature="bad"`` or ``"stale"`` plays an attacker.
 - **Faults**: `fail_next(method, fault)` with ``rate_limited`` (429 +
   Retry-After), ``server_error`` (500), ``unavailable`` (503), ``error`` (``ok:
-  false`` + code), ``hang``, ``slow``, ``reset``, ``reset_after``.
+  false`` + code), ``hang``, ``slow``, ``reset``, ``reset_after``, ``garbled``
+  (a body that says it is JSON and is not, at a chosen HTTP status).
 - **Echoes**: what the bot posts comes back as a ``message`` event, as on Slack.
 """
 

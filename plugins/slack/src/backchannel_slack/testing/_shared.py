@@ -25,6 +25,7 @@ FAULTS = (
     "slow",
     "reset",
     "reset_after",
+    "garbled",
 )
 
 
@@ -36,6 +37,8 @@ class Fault:
     retry_after: float = 1.0
     error: str = "channel_not_found"
     delay: float = 30.0
+    #: ``garbled``: the HTTP status of the unreadable answer
+    status: int = 200
 
 
 @define

@@ -29,12 +29,17 @@ class WebApi(FakeBase):
         delay: float = 30.0,
         times: int = 1,
         after: int = 0,
+        status: int = 200,
     ) -> None:
         """Make the next `times` calls of `method` fail with `fault` (see the module docstring).
 
         ``hang`` waits `delay` seconds and answers nothing useful (not processed);
         ``slow`` processes the call, then waits `delay` before answering;
         ``reset`` cuts the connection before processing; ``reset_after`` after.
+        ``garbled`` answers HTTP `status` labelled ``application/json`` with a body that
+        is not JSON (a truncated answer, or a proxy's error page); with status 200
+        the call was processed first, otherwise not (``retry_after`` goes in a
+        ``Retry-After`` header when the status is 429).
         `after` lets that many calls through first.
         """
         if fault not in FAULTS:
@@ -43,7 +48,9 @@ class WebApi(FakeBase):
         for _ in range(after):
             queue.append(Fault("none"))
         for _ in range(times):
-            queue.append(Fault(fault, retry_after=retry_after, error=error, delay=delay))
+            queue.append(
+                Fault(fault, retry_after=retry_after, error=error, delay=delay, status=status)
+            )
 
     def calls_of(self, method: str) -> list[dict[str, Any]]:
         """Arguments of every call of `method`, oldest first."""
@@ -65,6 +72,8 @@ class WebApi(FakeBase):
             if early is not None:
                 return early
         answer = self._dispatch(method, token, arguments)
+        if fault is not None and fault.kind == "garbled":
+            return _garbled(200)
         if fault is not None and fault.kind == "slow":
             await self._pause(fault.delay)
         if fault is not None and fault.kind == "reset_after":
@@ -96,6 +105,9 @@ class WebApi(FakeBase):
         if fault.kind == "reset":
             _abort(request)
             return web.Response(status=500)
+        if fault.kind == "garbled" and fault.status != 200:
+            headers = {"Retry-After": str(max(round(fault.retry_after), 0))}
+            return _garbled(fault.status, headers if fault.status == 429 else None)
         return None
 
     async def _pause(self, seconds: float) -> None:
@@ -250,6 +262,16 @@ async def _arguments(request: web.Request) -> dict[str, Any]:
 
 def _error(code: str) -> web.Response:
     return web.json_response({"ok": False, "error": code})
+
+
+def _garbled(status: int, headers: dict[str, str] | None = None) -> web.Response:
+    """An answer that says it is JSON and is not (cut short, or a proxy's page)."""
+    return web.Response(
+        status=status,
+        body=b'{"ok": true, "channel": "C0',
+        content_type="application/json",
+        headers=headers,
+    )
 
 
 def _abort(request: web.Request) -> None:
