@@ -53,6 +53,25 @@ async def test_arguments_are_checked_and_coerced() -> None:
         await tool({"query": "x", "mode": "c"})
 
 
+async def test_null_hostile_and_huge_arguments_get_one_clear_answer() -> None:
+    tool = Tool.from_function(lookup)
+    # null for an optional argument (strict-mode models, MCP clients) takes its default
+    assert await tool({"query": "x", "limit": None, "mode": None}) == "x:5:False:a:None"
+    with pytest.raises(ToolArgumentError, match="query must be a string, not NoneType"):
+        await tool({"query": None})
+    # half a surrogate pair becomes U+FFFD: no store or platform could take it
+    assert await tool({"query": "paid \ud83d"}) == "paid \ufffd:5:False:a:None"
+    # integers no store holds are refused by name, not an OverflowError deep in a store
+    for huge in (2**63, -(2**63) - 1, 10**30, "9" * 30, 1e300):
+        with pytest.raises(ToolArgumentError, match=r"^limit is out of range$"):
+            await tool({"query": "x", "limit": huge})
+    assert await tool({"query": "x", "limit": 2**63 - 1}) == f"x:{2**63 - 1}:False:a:None"
+    # a long value is quoted cut short: the error stays one readable line
+    with pytest.raises(ToolArgumentError) as refused:
+        await tool({"query": "x", "limit": "n" * 10_000})
+    assert len(str(refused.value)) < 120
+
+
 async def test_sync_functions_become_awaitable() -> None:
     def add(a: int, b: int) -> int:
         """Add two numbers."""

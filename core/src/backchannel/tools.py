@@ -17,6 +17,8 @@ from typing import Any
 
 from attrs import field, frozen
 
+from .wire import repair_text
+
 __all__ = ["Tool", "ToolArgumentError"]
 
 
@@ -69,7 +71,13 @@ class Tool:
         unknown = sorted(set(data) - set(properties))
         if unknown:
             raise ToolArgumentError(f"unknown argument(s): {', '.join(unknown)}")
-        missing = [name for name in self.parameters.get("required", []) if name not in data]
+        required = self.parameters.get("required", [])
+        # null for an optional argument means "left out" (models in strict mode, MCP
+        # clients): it takes its default; a required one stays an error below
+        data = {
+            name: value for name, value in data.items() if value is not None or name in required
+        }
+        missing = [name for name in required if name not in data]
         if missing:
             raise ToolArgumentError(f"missing required argument(s): {', '.join(missing)}")
         for name, value in list(data.items()):
@@ -195,35 +203,53 @@ def _schema_for(annotation: Any) -> dict[str, Any]:
     return {"type": _JSON_TYPES.get(annotation, "string")}
 
 
+#: integers a store holds (SQLite's INTEGER, PostgreSQL's bigint) run from -_INT64 to _INT64 - 1
+_INT64 = 2**63
+
+
+def _shown(value: Any) -> str:
+    """`value` as an error message quotes it: its repr, cut short."""
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:59] + "…"
+
+
 def _coerce_value(name: str, value: Any, schema: Mapping[str, Any]) -> Any:
     kind = schema.get("type")
     if "enum" in schema and value not in schema["enum"]:
         allowed = ", ".join(map(str, schema["enum"]))
-        raise ToolArgumentError(f"{name} must be one of {allowed}, not {value!r}")
+        raise ToolArgumentError(f"{name} must be one of {allowed}, not {_shown(value)}")
     if kind == "integer":
         if isinstance(value, bool):
-            raise ToolArgumentError(f"{name} must be an integer, not {value!r}")
+            raise ToolArgumentError(f"{name} must be an integer, not {_shown(value)}")
+        number: int | None = None
         if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
+            number = value
+        elif isinstance(value, float) and value.is_integer():
+            number = int(value)
+        elif isinstance(value, str):
             text = value.strip().lstrip("#")
-            if re.fullmatch(r"-?\d+", text):
-                return int(text)
-        raise ToolArgumentError(f"{name} must be an integer, not {value!r}")
+            if len(text) <= 40 and re.fullmatch(r"-?\d+", text):
+                number = int(text)
+        if number is None:
+            raise ToolArgumentError(f"{name} must be an integer, not {_shown(value)}")
+        if not -_INT64 <= number < _INT64:  # no store holds it: say so, not OverflowError
+            raise ToolArgumentError(f"{name} is out of range")
+        return number
     if kind == "number":
         if isinstance(value, int | float) and not isinstance(value, bool):
             return value
-        raise ToolArgumentError(f"{name} must be a number, not {value!r}")
+        raise ToolArgumentError(f"{name} must be a number, not {_shown(value)}")
     if kind == "string":
         if isinstance(value, str):
-            return value
+            return repair_text(value)  # half a surrogate pair: no store or platform takes it
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return str(value)
+            try:
+                return str(value)
+            except ValueError:  # an int of more digits than Python writes out
+                raise ToolArgumentError(f"{name} is out of range") from None
         raise ToolArgumentError(f"{name} must be a string, not {type(value).__name__}")
     if kind == "boolean" and not isinstance(value, bool):
-        raise ToolArgumentError(f"{name} must be true or false, not {value!r}")
+        raise ToolArgumentError(f"{name} must be true or false, not {_shown(value)}")
     return value
 
 

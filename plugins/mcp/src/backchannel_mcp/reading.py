@@ -27,6 +27,7 @@ __all__ = [
     "find_conversation",
     "list_conversations_text",
     "mcp_scope",
+    "no_conversation",
     "read_conversation_text",
 ]
 
@@ -60,6 +61,16 @@ async def find_conversation(
         return await check_cross_read(store, scope=mcp_scope(config), target=reference)
     except Refused as refused:
         raise StoreError(str(refused).removeprefix("refused: ")) from None
+    except OverflowError:  # a numeric id larger than any the store holds
+        raise StoreError(no_conversation(reference)) from None
+
+
+def no_conversation(reference: str) -> str:
+    """Say that `reference` names no conversation (as orchestration's refusal words it)."""
+    return (
+        f"there is no conversation {reference[:200]!r}; call list_conversations and use a key"
+        " or id it shows"
+    )
 
 
 async def list_conversations_text(

@@ -11,6 +11,7 @@ Code registers a server as a channel only on that era (see docs/mcp.md).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
@@ -21,6 +22,7 @@ import anyio
 import mcp_types as types
 from backchannel.errors import StoreError
 from backchannel.tools import Tool, ToolArgumentError
+from backchannel.wire import repair_text
 from mcp.server import Server, ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection
@@ -94,7 +96,9 @@ class BackchannelMcp:
         The channel (if any) pushes on this connection while it is open.
         """
         dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(
-            read_stream, write_stream, inline_methods=frozenset({"initialize"})
+            LenientReader(read_stream, write_stream),
+            write_stream,
+            inline_methods=frozenset({"initialize"}),
         )
         connection = Connection.for_loop(dispatcher)
         try:
@@ -143,9 +147,11 @@ class BackchannelMcp:
             known = ", ".join(self.tools)
             return _text_result(f"error: there is no tool {params.name!r} (tools: {known})", True)
         try:
-            result = await tool(params.arguments or {})
+            result = await tool(_plain_arguments(params.arguments or {}))
         except ToolArgumentError as error:
             return _text_result(f"error: {params.name}: {error}", True)
+        except OverflowError:  # a number the store cannot hold (a numeric conversation id)
+            return _text_result(f"error: {params.name}: a number is out of range", True)
         except Exception as error:  # a bug must be a tool result, not a dead server
             log.exception("tool %s raised", params.name)
             return _text_result(f"error: {params.name} failed: {type(error).__name__}", True)
@@ -217,6 +223,92 @@ class BackchannelMcp:
         await self.channel.permission_requested(params)
 
 
+class LenientReader:
+    """The transport's read stream, giving a line the SDK could not parse a second chance.
+
+    The SDK's stdio transport parses each line with pydantic, which refuses
+    half a UTF-16 surrogate pair (``"\\ud83d"``, what a client that cut a
+    string in the middle of an emoji sends), and hands the dispatcher an
+    exception the dispatcher drops: the request is never answered and the
+    client waits forever. Here such a line is parsed with Python's json, its
+    broken text repaired (U+FFFD), and served. A line that is JSON with a
+    request id but not a valid request is answered with an Invalid Request
+    error; anything else (a garbage line) is dropped with one log line, and
+    the server keeps serving.
+    """
+
+    def __init__(self, inner: Any, write_stream: Any):
+        self._inner = inner
+        self._write = write_stream
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self._inner.receive()
+            if not isinstance(item, Exception):
+                return item
+            recovered = await self._recover(item)
+            if recovered is not None:
+                return recovered
+
+    async def _recover(self, error: Exception) -> Any:
+        from mcp.shared.message import SessionMessage
+        from pydantic import ValidationError
+
+        problems = error.errors() if isinstance(error, ValidationError) else []
+        if not problems or problems[0]["type"] != "json_invalid":
+            return error  # not a parse failure: the dispatcher logs it at DEBUG
+        line = problems[0].get("input")
+        if not isinstance(line, str | bytes):
+            return error
+        try:
+            value = _repaired(json.loads(line))
+        except (ValueError, RecursionError):
+            log.warning("ignored a line that is not JSON (%d characters)", len(line))
+            return None
+        try:
+            message = types.jsonrpc_message_adapter.validate_python(value, by_name=False)
+        except ValidationError:
+            request_id = value.get("id") if isinstance(value, dict) else None
+            if isinstance(request_id, str | int) and not isinstance(request_id, bool):
+                await self._write.send(
+                    SessionMessage(
+                        types.JSONRPCError(
+                            jsonrpc="2.0",
+                            id=request_id,
+                            error=types.ErrorData(
+                                code=types.INVALID_REQUEST, message="invalid JSON-RPC request"
+                            ),
+                        )
+                    )
+                )
+            else:
+                log.warning("ignored a JSON line that is not a JSON-RPC message")
+            return None
+        return SessionMessage(message)
+
+    def __aiter__(self) -> LenientReader:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> LenientReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
 @asynccontextmanager
 async def in_memory(app: BackchannelMcp) -> Any:
     """Yield (read, write) client streams connected to `app` served in this process (tests, embedding)."""
@@ -232,6 +324,27 @@ async def in_memory(app: BackchannelMcp) -> Any:
         finally:
             await client_streams[1].aclose()
             group.cancel_scope.cancel()
+
+
+def _plain_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Return `arguments` with broken text repaired, however deep it sits.
+
+    Half a UTF-16 surrogate pair (JSON ``"\\ud800"``, which no store or
+    platform can hold) becomes U+FFFD, as everywhere else in backchannel. (A
+    tool's own checks, `Tool.coerce`, take null for an optional argument as
+    left out and refuse integers no store holds.)
+    """
+    return {name: _repaired(value) for name, value in arguments.items()}
+
+
+def _repaired(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return repair_text(value)
+    if depth < 8 and isinstance(value, list):
+        return [_repaired(item, depth + 1) for item in value]
+    if depth < 8 and isinstance(value, dict):
+        return {repair_text(str(k)): _repaired(v, depth + 1) for k, v in value.items()}
+    return value
 
 
 def _text_result(text: str, is_error: bool) -> types.CallToolResult:

@@ -30,6 +30,7 @@ from .reading import (
     find_conversation,
     list_conversations_text,
     mcp_scope,
+    no_conversation,
     read_conversation_text,
 )
 from .sending import SendOutcome, send_to_conversation
@@ -303,6 +304,8 @@ def _orchestration_check(config: Config, store: Store) -> SendCheck:
             )
         except Refused as refused:
             return str(refused)
+        except OverflowError:  # a numeric id larger than any the store holds
+            return f"refused: {no_conversation(reference)}. Nothing was sent."
         return target.conversation
 
     return check

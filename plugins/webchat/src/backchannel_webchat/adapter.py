@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,9 @@ from .session import VisitorSession
 from .settings import WebchatSettings
 
 __all__ = ["WebchatAdapter"]
+
+#: conversations remembered in memory as opened (the rest are looked up in the state)
+KNOWN_CHATS_CACHED = 10_000
 
 
 class WebchatAdapter:
@@ -56,7 +60,10 @@ class WebchatAdapter:
         self.agent_limits = Buckets(self.settings.agent_rate_limit, self.settings.agent_burst)
         self._ctx: AdapterContext | None = None
         self._routes: list[tuple[str, str]] = []
-        self._known_chats: set[str] = set()
+        #: conversations a page opened (a bounded cache of the durable state keys)
+        self._known_chats: OrderedDict[str, None] = OrderedDict()
+        #: websockets upgraded but not past their hello yet
+        self.handshakes = 0
 
     # lifecycle -------------------------------------------------------------
     async def start(self, ctx: AdapterContext) -> None:
@@ -100,7 +107,14 @@ class WebchatAdapter:
             return
         if await self._ctx.get_state(_chat_key(chat)) is None:
             await self._ctx.set_state(_chat_key(chat), "1")
-        self._known_chats.add(chat)
+        self._know(chat)
+
+    def _know(self, chat: str) -> None:
+        """Cache that `chat` was opened; the cache is bounded (the state is the record)."""
+        self._known_chats[chat] = None
+        self._known_chats.move_to_end(chat)
+        while len(self._known_chats) > KNOWN_CHATS_CACHED:
+            self._known_chats.popitem(last=False)
 
     async def transcript(self, chat: str) -> list[Message]:
         """Return the last `settings.history` messages of conversation `chat`.
@@ -219,7 +233,7 @@ class WebchatAdapter:
         if chat not in self._known_chats:
             if self._ctx is None or await self._ctx.get_state(_chat_key(chat)) is None:
                 raise Rejected(f"no visitor has opened web chat conversation {chat}")
-            self._known_chats.add(chat)
+            self._know(chat)
         return chat
 
     async def _seq_of(self, chat: str, outbound: Outbound) -> int | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from backchannel.errors import NormalizeError
 from backchannel.model import Address, Event, Message, Sender
@@ -23,6 +23,7 @@ __all__ = [
     "PAYLOAD_KIND",
     "conversation_chat",
     "inbound_payload",
+    "is_client_id",
     "message_frame",
     "normalize",
     "visitor_id",
@@ -36,13 +37,28 @@ AGENT_ID_PREFIX = "a-"
 SAFE_ID = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
 
 
+def is_client_id(value: object) -> TypeGuard[str]:
+    """Say whether `value` may be a visitor's client message id.
+
+    A SAFE_ID that does not start with AGENT_ID_PREFIX: the agent's message ids
+    do, and a visitor must not be able to make a message of theirs look like
+    the agent's (an edit of it would pass as the agent editing its own).
+    """
+    return (
+        isinstance(value, str)
+        and SAFE_ID.match(value) is not None
+        and not value.startswith(AGENT_ID_PREFIX)
+    )
+
+
 def visitor_id(token: str) -> str:
     """Return the public id of a visitor from their secret browser token.
 
     The token lives in the visitor's localStorage and proves who they are; only
     its hash appears in addresses, the store, the CLI and logs.
     """
-    return "v" + hashlib.sha256(token.encode()).hexdigest()[:16]
+    # surrogatepass: a token is any string the page sent, half a surrogate pair included
+    return "v" + hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def conversation_chat(visitor: str, tab: str) -> str:
@@ -91,8 +107,11 @@ def normalize(account: str, raw: Mapping[str, Any]) -> Event | None:
         raise NormalizeError(f"expected 'visitor' or 'agent', got {role!r}", where="role")
     chat = _text(raw, "chat")
     client_id = _text(raw, "client_id")
-    if not SAFE_ID.match(client_id):
-        raise NormalizeError("expected 1-64 letters, digits, '-' or '_'", where="client_id")
+    if not is_client_id(client_id):
+        raise NormalizeError(
+            f"expected 1-64 letters, digits, '-' or '_', not starting with {AGENT_ID_PREFIX!r}",
+            where="client_id",
+        )
     text = raw.get("text")
     if not isinstance(text, str):
         raise NormalizeError(f"expected a string, got {type(text).__name__}", where="text")

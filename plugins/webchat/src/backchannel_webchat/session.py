@@ -26,13 +26,15 @@ from urllib.parse import urlsplit
 from aiohttp import WSMsgType, web
 from backchannel.adapter import AdapterContext
 from backchannel.model import now
-from backchannel.wire import BadPayload, parse_json
+from backchannel.wire import BadPayload, parse_json, repair_text
 
 from .hub import Connection
 from .normalize import (
+    AGENT_ID_PREFIX,
     SAFE_ID,
     conversation_chat,
     inbound_payload,
+    is_client_id,
     message_frame,
     visitor_id,
 )
@@ -66,17 +68,26 @@ class VisitorSession:
         if not self._origin_allowed():
             self.ctx.log.warning("web chat: refused a websocket from another origin")
             raise web.HTTPForbidden(text="this page's origin may not open the web chat")
-        await self.ws.prepare(self.request)
+        # sockets that have not said hello yet count too: without this, anyone could hold
+        # any number of them open (each for HELLO_TIMEOUT), past max_sockets
+        if self.adapter.handshakes >= self.settings.max_sockets:
+            raise web.HTTPServiceUnavailable(
+                text="the web chat has too many open pages; try again in a minute",
+                headers={"Retry-After": "10"},
+            )
+        self.adapter.handshakes += 1
         try:
-            connection = await self._hello()
-            if connection is None:
-                return self.ws
-            self.connection = connection
-            await self._serve(connection)
+            try:
+                await self.ws.prepare(self.request)
+                connection = await self._hello()
+            finally:
+                self.adapter.handshakes -= 1
+            if connection is not None:
+                await self._serve(connection)
         finally:
             if self.connection is not None:
                 self.adapter.hub.remove(self.connection)
-            if not self.ws.closed:
+            if self.ws.prepared and not self.ws.closed:
                 await self.ws.close()
         return self.ws
 
@@ -136,21 +147,31 @@ class VisitorSession:
         # one line of plain words: a name must not be able to forge transcript lines
         name = " ".join(name.split())[:MAX_NAME] if isinstance(name, str) else ""
         name = name or "Visitor"
+        name = repair_text(name)  # half a surrogate pair: the store could not hold it
         connection = Connection(self.ws, visitor, conversation_chat(visitor, tab), name)
         # join before reading the transcript, so nothing pushed in between is lost;
-        # the page keys messages by seq, so anything in both shows once
+        # the page keys messages by seq, so anything in both shows once. Recorded on the
+        # session at once: if anything below fails, `run` still takes the page out of the hub
         self.adapter.hub.add(connection)
-        await self.adapter.remember_chat(connection.chat)
-        await self._send(
-            {
-                "type": "welcome",
-                "conversation": connection.chat,
-                "title": self.settings.title,
-                "agent": self.adapter.me.label if self.adapter.me else "Agent",
-                "max_message_chars": self.settings.max_message_chars,
-            }
-        )
-        messages = await self.adapter.transcript(connection.chat)
+        self.connection = connection
+        try:
+            await self.adapter.remember_chat(connection.chat)
+            await self._send(
+                {
+                    "type": "welcome",
+                    "conversation": connection.chat,
+                    "title": self.settings.title,
+                    "agent": self.adapter.me.label if self.adapter.me else "Agent",
+                    "max_message_chars": self.settings.max_message_chars,
+                }
+            )
+            messages = await self.adapter.transcript(connection.chat)
+        except Exception:  # the store failed: the page reconnects (and retries) by itself
+            self.ctx.log.exception("web chat: opening conversation %s failed", connection.chat)
+            await self._close_with(
+                "unavailable", "the conversation could not be loaded; reconnecting", 1011
+            )
+            return None
         await self._send({"type": "transcript", "messages": [message_frame(m) for m in messages]})
         return connection
 
@@ -162,7 +183,11 @@ class VisitorSession:
                 if frame is None:
                     await self._error("bad_frame", "a frame must be a JSON object with a type")
                     continue
-                await self._dispatch(connection, frame)
+                try:
+                    await self._dispatch(connection, frame)
+                except Exception:  # a bug costs this frame, not the page's connection
+                    self.ctx.log.exception("web chat: a %r frame failed", frame["type"][:40])
+                    await self._error("internal", "the server could not handle that frame")
             elif message.type == WSMsgType.BINARY:
                 await self._error("bad_frame", "binary frames are not understood; send JSON text")
             elif message.type == WSMsgType.ERROR:
@@ -183,12 +208,17 @@ class VisitorSession:
     async def _visitor_message(self, connection: Connection, frame: dict[str, Any]) -> None:
         client_id = frame.get("client_id")
         text = frame.get("text")
-        if not isinstance(client_id, str) or not SAFE_ID.match(client_id):
-            await self._error("bad_frame", "client_id must be 1-64 letters, digits, - or _")
+        if not is_client_id(client_id):
+            await self._error(
+                "bad_frame",
+                f"client_id must be 1-64 letters, digits, - or _, not starting with"
+                f" {AGENT_ID_PREFIX!r}",
+            )
             return
         if not isinstance(text, str):
             await self._error("bad_frame", "text must be a string", client_id=client_id)
             return
+        text = repair_text(text)  # what is stored, acked and echoed to the other tabs
         if not text.strip():
             await self._error("empty", "the message is empty", client_id=client_id)
             return
