@@ -7,7 +7,14 @@ from collections.abc import Sequence
 
 from .model import Attachment, Conversation, Message, Sender
 
-__all__ = ["default_framing", "format_message", "one_line", "strip_id_prefix", "untrusted"]
+__all__ = [
+    "default_framing",
+    "flattened",
+    "format_message",
+    "one_line",
+    "strip_id_prefix",
+    "untrusted",
+]
 
 _KIND_WORDS = {
     "direct": "a direct (one-to-one) conversation",
@@ -165,8 +172,25 @@ def _inbound_line(message: Message) -> str:
 
 
 def speaker(sender: Sender) -> str:
-    """How a message from `sender` names them in the transcript: label, and [bot] for bots."""
-    return sender.label + " [bot]" if sender.is_bot else sender.label
+    """How a message from `sender` names them in the transcript: label, and [bot] for bots.
+
+    On one line, capped: people choose their own names, and a name holding a
+    newline could otherwise start what reads as another message's line.
+    """
+    label = one_line(sender.label)
+    return label + " [bot]" if sender.is_bot else label
+
+
+def flattened(line: str) -> str:
+    """A message's transcript line fit to sit among others in one text.
+
+    Every line after its first is indented, so text a sender wrote can never
+    start a line that reads as another message (``[#12] Olga: ...``); any
+    line break (``\r``, U+2028, ...) counts.
+    """
+    if "\n" not in line and line.isprintable():
+        return line  # the common message: one line, nothing to do
+    return "\n    ".join(line.splitlines())
 
 
 def inbound_line(
@@ -199,7 +223,11 @@ def inbound_line(
     for attachment in attachments:
         parts.append(_attachment_line(attachment.kind, attachment.name, attachment.size))
     if reactions:
-        parts.append("[reactions: " + ", ".join(f"{e} by {who}" for who, e in reactions) + "]")
+        parts.append(
+            "[reactions: "
+            + ", ".join(f"{one_line(e, 40)} by {one_line(who)}" for who, e in reactions)
+            + "]"
+        )
     return "\n".join(parts)
 
 
@@ -213,7 +241,7 @@ def _attachment_line(kind: str, name: str | None, size: int | None) -> str:
     if line is None:
         bits = [kind]
         if name:
-            bits.append(name)
+            bits.append(one_line(name))
         if size:
             bits.append(_size(size))
         line = f"[attached {', '.join(bits)}]"

@@ -11,7 +11,7 @@ from attrs import frozen
 
 from .adapter import Adapter
 from .errors import DeliveryError, RateLimited, Rejected, Uncertain
-from .framing import format_message, strip_id_prefix
+from .framing import flattened, format_message, strip_id_prefix
 from .model import Conversation, Outbound, Receipt, Sender
 from .runs import RunSession
 from .store import OutboxEntry, Store
@@ -249,7 +249,8 @@ def channel_tools(
         if not rows:
             return f"there are no messages before #{before_id}"
         return "\n\n".join(
-            ("(you) " if m.direction == "out" else "") + format_message(m)["content"] for m in rows
+            ("(you) " if m.direction == "out" else "") + flattened(format_message(m)["content"])
+            for m in rows
         )
 
     tools: Sequence[Any] = [

@@ -7,7 +7,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from attrs import frozen
 
-from ..framing import format_message, untrusted
+from ..framing import flattened, format_message, untrusted
 from ..model import Conversation
 from ..store import Store, find_by_reference
 from .scope import AgentScope
@@ -187,7 +187,7 @@ async def read_conversation(
         lines.append("There are no older messages.")
     lines.append("")
     for message in rows:
-        line = format_message(message)["content"]
+        line = flattened(format_message(message)["content"])
         lines.append(("(you) " if message.direction == "out" else "") + line)
     return "\n".join(lines)
 
