@@ -244,3 +244,25 @@ async def test_a_reaction_in_a_forum_topic_lands_on_the_topic_message(
     # (the bot's own message is stored by the switchboard's outbox, not by this context)
     rows = await contract_context.transcript(address)
     assert [(m.text, m.reactions) for m in rows] == [("ship it", (("Alice", "👍"),))]
+
+
+async def test_a_getupdates_answer_larger_than_an_inbound_body_is_read_whole(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    """100 long messages (replies quoting long messages, custom emoji entities) make an
+    answer of several MiB; refusing it would re-read the same answer forever."""
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    text = "🙂" * 2000  # 4000 UTF-16 units, within one message's limit
+    entities = [
+        {"type": "custom_emoji", "offset": 2 * i, "length": 2, "custom_emoji_id": str(10**18 + i)}
+        for i in range(2000)
+    ]
+    ids = [
+        fake.inject_message(chat, alice, text, extra={"entities": entities})["update_id"]
+        for _ in range(24)  # about 5 MiB in one answer
+    ]
+    adapter = await start_adapter(fake, contract_context)
+    await contract_context.wait_ingested(str(ids[-1]))
+    await adapter.stop()
+    assert [contract_context.calls(str(i)) for i in ids] == [1] * len(ids)

@@ -83,3 +83,20 @@ def test_malformed_token_is_refused_without_echoing_it() -> None:
     with pytest.raises(Exception) as caught:
         TelegramAdapter("test", {"token": "oops-no-colon-secret"})
     assert "oops-no-colon-secret" not in str(caught.value)
+
+
+def test_a_token_written_in_the_settings_is_redacted_from_every_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Not only ${ENV} tokens: an adapter built with a literal token registers it too."""
+    token = "424242424:AAH-literal-token-for-redaction-test"
+    TelegramAdapter("literal", {"token": token})
+    caplog.set_level(logging.INFO)
+    # what aiohttp or a traceback would log: the Bot API URL, token included
+    logging.getLogger("aiohttp.client").info("POST https://api.telegram.org/bot%s/getMe", token)
+    try:
+        raise RuntimeError(f"https://api.telegram.org/bot{token}/sendMessage")
+    except RuntimeError:
+        logging.getLogger("somewhere.else").exception("unexpected")
+    assert caplog.records and "AAH-literal-token" not in caplog.text
+    assert "***" in caplog.text

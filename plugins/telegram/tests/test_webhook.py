@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -169,3 +172,85 @@ async def test_a_webhook_url_telegram_refuses_is_a_config_error_and_frees_the_ro
     assert caught.value.key == "webhook_url"
     assert "HTTPS URL must be provided" in str(caught.value)
     assert ("POST", PATH) not in routes
+
+
+async def post_raw_header(url: str, body: bytes, header: bytes) -> bytes:
+    """POST with the secret header given as raw bytes (aiohttp's client would refuse them)."""
+    target = urlsplit(url)
+    assert target.hostname is not None and target.port is not None
+    reader, writer = await asyncio.open_connection(target.hostname, target.port)
+    writer.write(
+        b"POST " + target.path.encode() + b" HTTP/1.1\r\nHost: localhost\r\n"
+        b"Content-Type: application/json\r\n"
+        + SECRET_HEADER.encode()
+        + b": "
+        + header
+        + b"\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\nConnection: close\r\n\r\n"
+        + body
+    )
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    return answer.split(b"\r\n", 1)[0]
+
+
+@pytest.mark.parametrize("header", [b"\xff\xfe\x80", "s\u00e9cret".encode(), b"\xed\xa0\x80"])
+async def test_a_secret_header_that_is_not_ascii_is_refused_with_401_not_a_crash(
+    fake: FakeTelegram,
+    contract_context: ContractContext,
+    routes: RouteTable,
+    caplog: pytest.LogCaptureFixture,
+    header: bytes,
+) -> None:
+    adapter = await start_webhook(fake, contract_context, routes)
+    body = json.dumps(update_payload(fake)).encode()
+    status = await post_raw_header(routes.url(PATH), body, header)
+    await adapter.stop()
+    assert status == b"HTTP/1.1 401 Unauthorized"
+    assert await contract_context.rows() == 0
+    assert "wrong or missing" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_group_upgrade_whose_first_commit_failed_is_still_stored(
+    fake: FakeTelegram, store: Any, routes: RouteTable
+) -> None:
+    """The upgrade is learnt before the commit; the redelivery must still carry it to the store."""
+
+    class FailingOnce(ContractContext):
+        failures = 1
+
+        async def ingest(
+            self, raw: Mapping[str, Any], *, state: Mapping[str, str | None] | None = None
+        ) -> IngestResult:
+            if self.failures:
+                self.failures -= 1
+                raise RuntimeError("disk full")
+            return await super().ingest(raw, state=state)
+
+    alice = fake.user("Alice")
+    group = fake.group("Ops")
+    ctx = FailingOnce(store)
+    adapter = await start_webhook(fake, ctx, routes)
+    supergroup = fake.migrate_group(group)
+
+    def acked() -> list[int]:
+        return [status for _, status in fake.webhook_deliveries if status == 200]
+
+    await fake.wait_for(lambda: len(acked()) == 2, what="both upgrade notices acked")
+    await adapter.stop()
+    assert [status for _, status in fake.webhook_deliveries] == [500, 200, 200]
+    assert json.loads(await ctx.get_state("migrations") or "{}") == {
+        str(group["id"]): str(supergroup["id"])
+    }
+
+    # a restarted process still files the supergroup's messages under the group
+    restarted = ContractContext(store)
+    again = await start_webhook(fake, restarted, routes)
+    later = fake.inject_message(supergroup, alice, "after the upgrade")
+    await restarted.wait_ingested(str(later["update_id"]))
+    await again.stop()
+    assert restarted.events[-1].address.chat == str(group["id"])

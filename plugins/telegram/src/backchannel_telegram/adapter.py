@@ -23,6 +23,7 @@ from backchannel.errors import (
     Uncertain,
 )
 from backchannel.model import Address, Event, Outbound, Receipt, Sender, evolve
+from backchannel.secrets import register_secret
 
 from .api import BotApi, TelegramError, Token
 from .normalize import BotIdentity, migration_of, normalize_update
@@ -69,6 +70,9 @@ class TelegramAdapter:
             self._token = Token(settings["token"])
         except ValueError as error:
             raise ConfigError(str(error), key="token") from None
+        # the token is in every Bot API URL: whatever logs one (aiohttp, a traceback), it
+        # is redacted, even when the token was not written as ${ENV} in the config
+        register_secret(self._token.reveal())
         self.mode = str(settings.get("mode", "polling"))
         if self.mode not in ("polling", "webhook"):
             raise ConfigError(f"mode must be 'polling' or 'webhook', not {self.mode!r}", key="mode")
@@ -213,11 +217,14 @@ class TelegramAdapter:
     def _learn_migration(self, update: Mapping[str, Any]) -> dict[str, str | None]:
         """Note a group upgrade announced by `update`; return the state to commit with it."""
         found = migration_of(update) if isinstance(update, Mapping) else None
-        if found is None or self._migrated.get(found[0]) == found[1]:
+        if found is None:
             return {}
         old, new = found
-        self._migrated[old] = new
-        self._log().info("group %s was upgraded to supergroup %s; following it", old, new)
+        if self._migrated.get(old) != new:
+            self._migrated[old] = new
+            self._log().info("group %s was upgraded to supergroup %s; following it", old, new)
+        # returned even when already known here: the commit that should have carried it
+        # may have failed (and the update is being read again), and it must reach the store
         return {"migrations": json.dumps(self._migrated)}
 
     async def _learn_identity(self, quiet: bool = False) -> bool:

@@ -14,13 +14,21 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import aiohttp
 from backchannel.wire import BadPayload, parse_json
 
 __all__ = ["BotApi", "TelegramError", "Token"]
+
+
+#: the largest Bot API answer read. Far above an inbound request's limit: one getUpdates
+#: answer holds up to 100 updates, each up to 4096 characters of text with its entities
+#: plus the message it replies to, which passes 4 MiB in a busy chat; an answer refused
+#: for its size would be asked for again, and refused again, forever.
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
 
 
 class Token:
@@ -114,7 +122,7 @@ class BotApi:
         try:
             async with session.post(url, json=dict(params or {}), timeout=limit) as response:
                 try:  # bounded, and UTF-8 whatever charset the answer claims
-                    body = parse_json(await response.read())
+                    body = parse_json(await response.read(), max_bytes=MAX_ANSWER_BYTES)
                 except BadPayload:
                     body = None
                 status = response.status
@@ -141,6 +149,10 @@ class BotApi:
         return self._session
 
 
+#: the longest wait a `retry_after` is taken at (a day); a bigger one is capped to it
+MAX_RETRY_AFTER = 86_400.0
+
+
 def _result(method: str, status: int, body: Any) -> Any:
     if not isinstance(body, Mapping):
         raise TelegramError(
@@ -148,18 +160,45 @@ def _result(method: str, status: int, body: Any) -> Any:
         )
     if body.get("ok") is True:
         return body.get("result")
-    parameters = body.get("parameters") or {}
-    retry_after = parameters.get("retry_after") if isinstance(parameters, Mapping) else None
-    migrate = parameters.get("migrate_to_chat_id") if isinstance(parameters, Mapping) else None
-    code = body.get("error_code", status)
+    parameters = body.get("parameters")
+    if not isinstance(parameters, Mapping):
+        parameters = {}
+    code = body.get("error_code")
+    description = body.get("description")
     raise TelegramError(
         method,
         "error",
-        str(body.get("description") or f"HTTP {status}"),
-        code=code if isinstance(code, int) else status,
-        retry_after=float(retry_after) if isinstance(retry_after, int | float) else None,
-        migrate_to_chat_id=migrate if isinstance(migrate, int) else None,
+        description[:500] if isinstance(description, str) and description else f"HTTP {status}",
+        code=code if _is_int(code) and 100 <= code <= 999 else status,
+        retry_after=_seconds(parameters.get("retry_after")),
+        migrate_to_chat_id=_chat_id(parameters.get("migrate_to_chat_id")),
     )
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _seconds(value: Any) -> float | None:
+    """`parameters.retry_after` as a wait in seconds: finite, >= 0, at most a day; else None.
+
+    An answer from a proxy or a broken relay may hold anything there (a string, a
+    negative, NaN, an integer too big for a float); none of it may stall or crash a caller.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return MAX_RETRY_AFTER if value > 0 else None
+    if not math.isfinite(seconds):
+        return MAX_RETRY_AFTER if seconds > 0 else None
+    return min(seconds, MAX_RETRY_AFTER) if seconds >= 0 else None
+
+
+def _chat_id(value: Any) -> int | None:
+    """`parameters.migrate_to_chat_id`: a chat id (a 64-bit integer, not a bool), else None."""
+    return value if _is_int(value) and -(2**63) <= value < 2**63 else None
 
 
 async def sleep_or_stop(stopping: asyncio.Event, seconds: float) -> bool:

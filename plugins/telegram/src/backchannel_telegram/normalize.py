@@ -22,13 +22,16 @@ What becomes what:
 Entity offsets and lengths count UTF-16 code units, as Telegram does.
 
 Ids and dates are integers on the wire; numeric strings (as some relays and
-logging proxies re-serialise them) are accepted too. Optional text fields of
-the wrong type (a name that is not a string, say) are ignored rather than
-carried into the Event.
+logging proxies re-serialise them) are accepted too. Telegram's ids fit in a
+signed 64-bit integer (it promises at most 52 significant bits): a number
+outside that range is no id, and is refused like any other non-integer.
+Optional text fields of the wrong type (a name that is not a string, say) are
+ignored rather than carried into the Event.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeGuard
@@ -37,7 +40,7 @@ from attrs import frozen
 from backchannel.errors import NormalizeError
 from backchannel.model import Address, Attachment, ConversationKind, Event, EventKind, Sender
 
-__all__ = ["BotIdentity", "migration_of", "normalize_update", "utf16_slice"]
+__all__ = ["BotIdentity", "int_field", "migration_of", "normalize_update", "utf16_slice"]
 
 #: Message fields that carry something a person said or shared. A message
 #: with none of these is a service message (or a kind we do not understand).
@@ -61,6 +64,8 @@ _CONTENT_FIELDS = (
     "story",
     "paid_media",
     "checklist",
+    "giveaway",
+    "giveaway_winners",
 )
 _CONTENT_FIELD_SET = frozenset(_CONTENT_FIELDS)
 
@@ -68,6 +73,8 @@ _CONTENT_FIELD_SET = frozenset(_CONTENT_FIELDS)
 _META_FIELDS = frozenset({"media_group_id", "author_signature", "forward_origin", "forward_date"})
 
 _DIGITS = re.compile(r"-?[0-9]{1,20}")
+#: every Telegram id and date fits in a signed 64-bit integer; nothing outside is one
+_INT_LOW, _INT_HIGH = -(2**63), 2**63 - 1
 
 _MESSAGE_KINDS: dict[str, EventKind] = {
     "message": "message",
@@ -105,22 +112,24 @@ def normalize_update(
     if type(update) is not dict and not _is_mapping(update):
         raise NormalizeError("an update must be a JSON object", where="update")
     update_id = update.get("update_id")
-    if type(update_id) is not int:
+    if type(update_id) is not int or not _INT_LOW <= update_id <= _INT_HIGH:
         update_id = _opt_int(update_id)
         if update_id is None:
             raise NormalizeError(
-                f"missing or non-integer update_id: {update.get('update_id')!r}",
+                f"missing or non-integer update_id: {_show(update.get('update_id'))}",
                 where="update_id",
             )
     for field_name, kind in _MESSAGE_KINDS.items():
-        if field_name in update:
-            message = update[field_name]
+        # a field that is null is absent (serialisers of typed Update models write every
+        # optional field, null when unset)
+        message = update.get(field_name)
+        if message is not None:
             if type(message) is not dict:
                 message = _mapping(message, field_name)
             return _message_event(
                 update, update_id, message, field_name, kind, account, bot, chat_aliases
             )
-    if "message_reaction" in update:
+    if update.get("message_reaction") is not None:
         reaction = _mapping(update["message_reaction"], "message_reaction")
         return _reaction_event(update_id, update, reaction, account, bot, chat_aliases or {})
     return None
@@ -168,16 +177,16 @@ def _message_event(
     # attachments): a payload with several faults is always reported by the first.
     get = message.get
     message_id = get("message_id")
-    if type(message_id) is not int:
+    if type(message_id) is not int or not _INT_LOW <= message_id <= _INT_HIGH:
         message_id = _int(message_id, f"{where}.message_id")
     chat = get("chat")
     if type(chat) is not dict:
         chat = _mapping(chat, f"{where}.chat")
     chat_id = chat.get("id")
-    if type(chat_id) is not int:
+    if type(chat_id) is not int or not _INT_LOW <= chat_id <= _INT_HIGH:
         chat_id = _int(chat_id, f"{where}.chat.id")
     date = get("date")
-    if type(date) is not int:
+    if type(date) is not int or not _INT_LOW <= date <= _INT_HIGH:
         date = _int(date, f"{where}.date")
     author = get("from")
     author_id: str | None = None
@@ -185,20 +194,26 @@ def _message_event(
         if type(author) is not dict:
             author = _mapping(author, f"{where}.from")
         raw_author_id = author.get("id")
-        author_id = str(raw_author_id) if type(raw_author_id) is int else _id_text(raw_author_id)
+        if type(raw_author_id) is int and _INT_LOW <= raw_author_id <= _INT_HIGH:
+            author_id = str(raw_author_id)
+        else:
+            author_id = _id_text(raw_author_id)
         if bot.id is not None and author_id == bot.id:
             return None
-    if "text" in message:
-        text, entities_key = message["text"], "entities"
+    text = get("text")
+    if text is not None:
+        entities_key = "entities"
         if type(text) is not str and not isinstance(text, str):
             raise NormalizeError(
                 f"expected a string, got {type(text).__name__}", where=f"{where}.text"
             )
-    elif _CONTENT_FIELD_SET.isdisjoint(message):
+    elif not _has_content(message):
         return None  # a service message: members joined, a pin, a topic created, a migration, ...
     else:
-        text, entities_key = get("caption", ""), "caption_entities"
-        if type(text) is not str and not isinstance(text, str):
+        text, entities_key = get("caption"), "caption_entities"
+        if text is None:
+            text = ""
+        elif type(text) is not str and not isinstance(text, str):
             raise NormalizeError(
                 f"expected a string, got {type(text).__name__}", where=f"{where}.caption"
             )
@@ -212,7 +227,7 @@ def _message_event(
     chat_text = str(chat_id)
     filed_under = aliases.get(chat_text, chat_text) if aliases else chat_text
     in_topic = get("is_topic_message") is True
-    thread = _opt_int(get("message_thread_id")) if in_topic else None
+    thread = _topic_id(get("message_thread_id")) if in_topic else None
     conversation_kind: ConversationKind
     if thread is not None:
         address, conversation_kind = Address(account, filed_under, str(thread)), "thread"
@@ -224,11 +239,14 @@ def _message_event(
         meta["chat_id"] = chat_id
         meta["migrated_from_chat_id"] = _opt_int(address.chat)
     if not _META_FIELDS.isdisjoint(message):
-        if "media_group_id" in message:
-            meta["media_group_id"] = message["media_group_id"]
-        if "author_signature" in message:
-            meta["author_signature"] = message["author_signature"]
-        if "forward_origin" in message or "forward_date" in message:
+        # strings on the wire: anything else (a number, an object) is not carried into meta
+        media_group = get("media_group_id")
+        if isinstance(media_group, str):
+            meta["media_group_id"] = media_group
+        signature = get("author_signature")
+        if isinstance(signature, str):
+            meta["author_signature"] = signature
+        if get("forward_origin") is not None or get("forward_date") is not None:
             meta["forwarded"] = True
     sent_at = float(date)
     if kind == "edit":
@@ -274,6 +292,13 @@ def _message_event(
         meta,
         update,  # raw
     )
+
+
+def _has_content(message: Mapping[str, Any]) -> bool:
+    """Say whether `message` carries something a person said or shared (a field not null)."""
+    if _CONTENT_FIELD_SET.isdisjoint(message):
+        return False  # the usual service message: no content field at all
+    return any(message.get(name) is not None for name in _CONTENT_FIELDS)
 
 
 def _chat_type(chat: Mapping[str, Any]) -> str:
@@ -417,7 +442,7 @@ def _attachments(message: Mapping[str, Any], where: str) -> list[Attachment]:
             found.append(_file(kind, item, f"{where}.{kind}"))
         elif kind == "document":
             # An animation message also carries `document` for old clients: report it once.
-            if "animation" not in message:
+            if message.get("animation") is None:
                 found.append(_file("document", item, f"{where}.document"))
         elif kind == "location":
             if not _is_mapping(message.get("venue")):  # a venue names its place itself
@@ -467,6 +492,8 @@ _ATTACHMENT_ORDER = (
     "checklist",
     "story",
     "paid_media",
+    "giveaway",
+    "giveaway_winners",
 )
 _ATTACHMENT_FIELDS = frozenset(_ATTACHMENT_ORDER)
 _ATTACHMENT_RANK = {kind: rank for rank, kind in enumerate(_ATTACHMENT_ORDER)}
@@ -475,7 +502,8 @@ _TITLE_KEYS = {"poll": "question", "game": "title", "checklist": "title"}
 
 
 def _shared_thing(kind: str, thing: Mapping[str, Any]) -> Attachment:
-    """A contact, venue, poll, dice, game, story, checklist or paid media: named, not a file."""
+    """A contact, venue, poll, dice, game, story, checklist, paid media or giveaway: named,
+    not a file."""
     if kind == "contact":
         parts = (_full_name(thing), _opt_str(thing.get("phone_number")))
         return Attachment(kind="contact", name=" ".join(p for p in parts if p) or None)
@@ -491,12 +519,21 @@ def _shared_thing(kind: str, thing: Mapping[str, Any]) -> Attachment:
     if kind == "paid_media":
         stars = _opt_int(thing.get("star_count"))
         return Attachment(kind="paid_media", name=None if stars is None else f"{stars} ⭐")
+    if kind in ("giveaway", "giveaway_winners"):
+        # a channel's giveaway post, then its results: the prize and how many win
+        count = _opt_int(thing.get("winner_count"))
+        winners = None if count is None else f"{count} winner{'' if count == 1 else 's'}"
+        prize = (_opt_str(thing.get("prize_description")), winners)
+        return Attachment(kind=kind, name=", ".join(p for p in prize if p) or None)
     return Attachment(kind=kind, name=_opt_str(thing.get(_TITLE_KEYS[kind])) or None)
 
 
 def _place(location: Mapping[str, Any]) -> str | None:
-    latitude, longitude = location.get("latitude"), location.get("longitude")
-    if _is_number(latitude) and _is_number(longitude):
+    latitude, longitude = (
+        _coordinate(location.get("latitude")),
+        _coordinate(location.get("longitude")),
+    )
+    if latitude is not None and longitude is not None:
         return f"{latitude:.6f},{longitude:.6f}"
     return None
 
@@ -548,7 +585,7 @@ def _reaction_event(
     filed_under = aliases.get(str(chat_id), str(chat_id))
     # Reactions do not say their forum topic today; if Telegram adds
     # message_thread_id (as it says it may), a forum's topic is honoured.
-    thread = _opt_int(reaction.get("message_thread_id"))
+    thread = _topic_id(reaction.get("message_thread_id"))
     if chat.get("is_forum") is True and thread is not None:
         address, kind = Address(account, filed_under, str(thread)), "thread"
     else:
@@ -608,21 +645,53 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 def _int(value: Any, where: str) -> int:
     number = _opt_int(value)
     if number is None:
-        raise NormalizeError(f"expected an integer, got {value!r}", where=where)
+        raise NormalizeError(f"expected an integer, got {_show(value)}", where=where)
     return number
 
 
 def _opt_int(value: Any) -> int | None:
-    """Return an integer field's value (an int, or a string of digits), else None."""
+    """Return an integer field's value (an int, or a string of digits), else None.
+
+    Only values a signed 64-bit integer holds: Telegram sends no others, and a
+    bigger one would not survive the store (nor, past 4300 digits, even `str`).
+    """
     if type(value) is int:  # the usual case, first (bool is a subclass of int, not int)
-        return value
+        return value if _INT_LOW <= value <= _INT_HIGH else None
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
+        return int(value) if _INT_LOW <= value <= _INT_HIGH else None
     if isinstance(value, str) and _DIGITS.fullmatch(value):
-        return int(value)
+        number = int(value)
+        return number if _INT_LOW <= number <= _INT_HIGH else None
     return None
+
+
+#: the public name of `_opt_int`, for the receivers (update ids of a poll's batch)
+int_field = _opt_int
+
+
+def _topic_id(value: Any) -> int | None:
+    """Return a forum topic's id: a positive integer (anything else names no topic)."""
+    number = _opt_int(value)
+    return number if number is not None and number > 0 else None
+
+
+def _show(value: Any) -> str:
+    """A short, one-line, always computable picture of a bad value for an error message."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not _INT_LOW <= value <= _INT_HIGH:
+            return f"an integer of {value.bit_length()} bits"
+    elif isinstance(value, str | list | dict):
+        if len(value) > 40:
+            return f"a {type(value).__name__} of length {len(value)}"
+    elif not isinstance(value, float | bool) and value is not None:
+        return f"a {type(value).__name__}"
+    try:
+        shown = repr(value)
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__}"
+    return shown if len(shown) <= 80 else f"{shown[:77]}..."
 
 
 def _id_text(value: Any) -> str | None:
@@ -636,5 +705,12 @@ def _opt_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _coordinate(value: Any) -> float | None:
+    """Return a latitude or longitude as a finite float, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int too big for a float
+        return None
+    return number if math.isfinite(number) else None

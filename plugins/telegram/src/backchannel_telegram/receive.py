@@ -22,6 +22,7 @@ from backchannel.secrets import register_secret
 from backchannel.wire import BadPayload, parse_json
 
 from .api import BotApi, TelegramError, sleep_or_stop
+from .normalize import int_field
 
 __all__ = ["SECRET_HEADER", "PollSettings", "Poller", "WebhookReceiver", "WebhookSettings"]
 
@@ -109,9 +110,21 @@ class Poller:
                 updates = await self._api.call(
                     "getUpdates", params, timeout=settings.timeout + settings.request_timeout
                 )
-            except TelegramError as error:
+                if not isinstance(updates, list):
+                    # a proxy or relay answering ok without a list: nothing to store, and
+                    # asking again at once would spin
+                    raise TelegramError(
+                        "getUpdates",
+                        "bad_answer",
+                        f"answered a {type(updates).__name__}, not a list",
+                    )
+            except Exception as error:
+                # whatever goes wrong (a TelegramError, or a bug), the loop never ends: a
+                # dead poller would lose every update after it without a word
                 if self._stopping.is_set():
                     return
+                if not isinstance(error, TelegramError):
+                    error = TelegramError("getUpdates", "bad_answer", type(error).__name__)
                 failing = self._log_failure(error, failing)
                 delay = error.retry_after if error.retry_after else backoff
                 backoff = min(backoff * 2, settings.retry_max)
@@ -137,9 +150,10 @@ class Poller:
             return offset
         if not updates:
             return offset
-        ids = [u.get("update_id") for u in updates if isinstance(u, Mapping)]
-        valid = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
-        next_offset = max([offset or 0, *(i + 1 for i in valid)])
+        # update ids as normalize reads them (ints, or digit strings from a relay): an
+        # id it accepts must move the offset past its update, or the batch is read forever
+        ids = [int_field(u.get("update_id")) for u in updates if isinstance(u, Mapping)]
+        next_offset = max([offset or 0, *(i + 1 for i in ids if i is not None)])
         # the offset commits with the updates it confirms, so a crash cannot lose or
         # double them; a group upgrade learnt from the batch commits with it too
         state: dict[str, str | None] = {"offset": str(next_offset)}
@@ -241,7 +255,7 @@ class WebhookReceiver:
 
     async def _on_request(self, request: web.Request) -> web.StreamResponse:
         given = request.headers.get(SECRET_HEADER, "")
-        if not self._secret or not hmac.compare_digest(given.encode(), self._secret.encode()):
+        if not self._secret or not _secret_matches(given, self._secret):
             self._ctx.log.warning(
                 "refused a webhook request from %s: wrong or missing %s header",
                 request.remote,
@@ -253,7 +267,8 @@ class WebhookReceiver:
         try:
             update = parse_json(await request.read())
         except BadPayload as error:
-            # a 400, not a 500: Telegram would retry a 500 forever
+            # Telegram never sends such a body (and retries any non-2xx answer alike): a
+            # 400 tells whoever did what is wrong, where a 500 would blame the store
             self._ctx.log.warning("refused a webhook update: %s", error)
             return web.json_response({"ok": False, "description": str(error)}, status=400)
         try:
@@ -262,3 +277,17 @@ class WebhookReceiver:
             self._ctx.log.exception("could not store a webhook update; Telegram will retry")
             return web.json_response({"ok": False}, status=500)
         return web.json_response({"ok": True})
+
+
+def _secret_matches(given: str, secret: str) -> bool:
+    """Compare the secret header in constant time, whatever bytes it holds.
+
+    aiohttp keeps header bytes that are not UTF-8 as surrogate escapes; they are
+    encoded back to those bytes (a plain ``encode()`` would raise, and the
+    request would be answered 500 with a traceback in the log).
+    """
+    try:
+        raw = given.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return False
+    return hmac.compare_digest(raw, secret.encode())
