@@ -155,20 +155,19 @@ async def test_clients_dropping_half_sent_posts_cost_no_tracebacks(
     from backchannel.server import HttpServer
 
     routes = RouteTable()
-    reads = 0
     all_dropped = asyncio.Event()
 
     async def webhook(request: web.Request) -> web.StreamResponse:
-        nonlocal reads
-        try:
-            return web.Response(text=str(len(await request.read())))
-        finally:
-            reads += 1
-            if reads == 60:
+        return web.Response(text=str(len(await request.read())))
+
+    class Counting(HttpServer):
+        def _client_disconnected(self, request: web.Request) -> None:
+            super()._client_disconnected(request)
+            if self.disconnects == 60:
                 all_dropped.set()
 
     routes.add("POST", "/hook", webhook)
-    server = HttpServer(routes, port=0)
+    server = Counting(routes, port=0)
     url = await server.start()
     port = int(url.rsplit(":", 1)[1])
     caplog.set_level(logging.DEBUG)
@@ -189,5 +188,49 @@ async def test_clients_dropping_half_sent_posts_cost_no_tracebacks(
             session.post(f"{url}/hook", data=b"still serving") as response,
         ):
             assert response.status == 200 and await response.text() == "13"
+    finally:
+        await server.stop()
+
+
+async def test_slow_clients_cannot_hold_a_connection(caplog: pytest.LogCaptureFixture) -> None:
+    """Slowloris: headers never finished, or a body trickled, cost a bounded time, then
+    the connection is closed (or answered 408); the server keeps serving meanwhile."""
+    import asyncio
+
+    from aiohttp import ClientSession, web
+    from backchannel.adapter import RouteTable
+    from backchannel.server import HttpServer
+
+    routes = RouteTable()
+    handled: list[int] = []
+
+    async def webhook(request: web.Request) -> web.StreamResponse:
+        handled.append(len(await request.read()))
+        return web.Response(text="ok")
+
+    routes.add("POST", "/hook", webhook)
+    server = HttpServer(routes, port=0, idle_timeout=0.5, body_timeout=0.5)
+    url = await server.start()
+    port = int(url.rsplit(":", 1)[1])
+    try:
+        # headers begun and never finished: closed, whatever trickles in
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /hook HTTP/1.1\r\nHost: x\r\n")
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 30) == b""
+        writer.close()
+        # headers done, the body trickled: a 408, and the route never ran
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /hook HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nab")
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 30)
+        assert answer.startswith(b"HTTP/1.1 408") and handled == []
+        writer.close()
+        assert "did not arrive within 0.5s" in caplog.text
+        async with (
+            ClientSession() as session,
+            session.post(f"{url}/hook", data=b"still serving") as response,
+        ):
+            assert response.status == 200 and handled == [13]
     finally:
         await server.stop()

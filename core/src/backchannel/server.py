@@ -4,10 +4,16 @@ A client that drops its connection mid-request (routine, and free for anyone
 to do by the thousand) costs one DEBUG line, and at most one INFO line a
 minute with the count; a body a route cannot parse (`BadPayload`) is a 400
 with one WARNING line. Neither is ever a traceback.
+
+A client that sends slowly cannot hold a connection for long (slowloris): a
+connection whose request headers are not complete `idle_timeout` seconds
+after it opened (or after its last response) is closed, and a body not
+complete within `body_timeout` seconds is a 408 before any route reads it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -23,6 +29,11 @@ log = logging.getLogger("backchannel.server")
 __all__ = ["HttpServer"]
 
 MAX_BODY = 4 * 1024 * 1024
+#: seconds a connection may stay open without a complete request's headers (or idle between
+#: requests on a kept-alive connection); 0 keeps aiohttp's own (an hour)
+IDLE_TIMEOUT = 30.0
+#: seconds a request's body may take to arrive in full
+BODY_TIMEOUT = 30.0
 #: seconds between INFO lines counting client disconnects
 DISCONNECT_REPORT_INTERVAL = 60.0
 
@@ -37,8 +48,12 @@ class HttpServer:
         host: str = "127.0.0.1",
         port: int = 8765,
         health: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+        idle_timeout: float = IDLE_TIMEOUT,
+        body_timeout: float = BODY_TIMEOUT,
     ):
         self.routes = routes
+        self.idle_timeout = idle_timeout
+        self.body_timeout = body_timeout
         self.host = host
         self.port = port
         self.health = health
@@ -54,7 +69,10 @@ class HttpServer:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_route("GET", "/healthz", self._healthz)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        extra: dict[str, Any] = (
+            {"keepalive_timeout": self.idle_timeout} if self.idle_timeout > 0 else {}
+        )
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, **extra)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
@@ -77,6 +95,23 @@ class HttpServer:
                 raise web.HTTPMethodNotAllowed(request.method, [])
             raise web.HTTPNotFound(text=f"no route for {request.path}\n")
         try:
+            if request.can_read_body:
+                # read here, bounded (aiohttp keeps it: the route's own read gets it at once)
+                try:
+                    async with asyncio.timeout(self.body_timeout):
+                        await request.read()
+                except TimeoutError:
+                    log.warning(
+                        "%s %s: the body did not arrive within %gs; answered 408",
+                        request.method,
+                        request.path,
+                        self.body_timeout,
+                    )
+                    return web.Response(
+                        status=408,
+                        text="the request body took too long\n",
+                        headers={"Connection": "close"},
+                    )
             return await handler(request)
         except ConnectionResetError:  # aiohttp's ClientConnectionResetError included
             self._client_disconnected(request)
