@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from backchannel import storable, switchboard
-from backchannel.model import Address, Event, Sender
+from backchannel.model import Address, Attachment, Event, Sender
 from backchannel.store import SQLiteStore
 from backchannel.switchboard import Binding, Switchboard
 from backchannel.testing import FakeChannel, RecordingAgent
@@ -85,6 +85,32 @@ async def test_what_the_check_misses_the_store_refusal_dead_letters_event_by_eve
     await board.stop()
 
 
+async def test_a_check_that_raises_is_a_dead_letter_not_a_stalled_batch(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = switchboard.storable_event
+
+    def raising(event: Event, account: str) -> Event | str:
+        if event.text == "odd":
+            raise RecursionError("an Event no check foresaw")
+        return real(event, account)
+
+    monkeypatch.setattr(switchboard, "storable_event", raising)
+    channel = FakeChannel()
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(RecordingAgent(lambda run: None)))
+    await board.start()
+    raws = [channel.platform.make_message(text) for text in ("a", "odd", "b")]
+    results = await board.ingest_many("fake", raws, state={"offset": "3"})
+    assert [r.status for r in results] == ["stored", "malformed", "stored"]
+    assert "RecursionError" in (results[1].reason or "")
+    assert await store.get_state("fake", "offset") == "3"
+    single = await board.ingest("fake", channel.platform.make_message("odd"))
+    assert single.status == "malformed" and len(await store.dead_letters("fake")) == 2
+    await board.wait_idle()
+    await board.stop()
+
+
 def test_storable_event_names_what_cannot_be_stored() -> None:
     def event(**changes: Any) -> Event:
         base: dict[str, Any] = {
@@ -106,6 +132,19 @@ def test_storable_event_names_what_cannot_be_stored() -> None:
     for _ in range(100):
         deep = [deep]
     assert "nested" in str(storable.storable_event(event(meta={"k": deep}), "a"))
+    # values no repr can write out are named, not a ValueError escaping the ingest path
+    huge = 10**5000
+    for reason in (
+        storable.storable_event(event(sent_at=huge), "a"),
+        storable.storable_event(event(attachments=(Attachment("file", size=huge),)), "a"),
+    ):
+        assert isinstance(reason, str) and "cannot be shown" in reason and len(reason) < 120
+    # NaN and infinities, which JSON has no words for, are kept as null, flat or nested
+    for meta in ({"k": float("nan")}, {"k": [1.5, float("-inf")], "n": "NaN"}):
+        kept = storable.storable_event(event(meta=meta), "a")
+        assert isinstance(kept, Event)
+        json.loads(json.dumps(kept.meta, allow_nan=False))  # plain JSON now
+        assert kept.meta["k"] in (None, [1.5, None]) and kept.meta.get("n", "NaN") == "NaN"
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ checked on its own, and the event is copied only when something was repaired.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,9 +83,9 @@ def storable_event(event: Event, account: str) -> Event | str:
     if type(sent_at) is not float and (
         isinstance(sent_at, bool) or not isinstance(sent_at, int | float)
     ):
-        return f"sent_at must be a number of seconds, not {sent_at!r}"
+        return f"sent_at must be a number of seconds, not {_shown(sent_at)}"
     if not -_LATEST < sent_at < _LATEST:  # also false for NaN
-        return f"sent_at must be a time in Unix seconds, not {sent_at!r}"
+        return f"sent_at must be a time in Unix seconds, not {_shown(sent_at)}"
     changes: dict[str, Any] = {}
     if not texts_clean:
         try:
@@ -121,6 +122,16 @@ def storable_event(event: Event, account: str) -> Event | str:
     if not changes:
         return event
     return attrs.evolve(event, **changes)
+
+
+def _shown(value: object) -> str:
+    """`value` as a reason quotes it: short, and never an error of its own (an int of more
+    digits than Python writes out, a repr that raises)."""
+    try:
+        text = repr(value)
+    except Exception:  # ValueError for a huge int; anything from a hostile __repr__
+        return f"a {type(value).__name__} that cannot be shown"
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def _encodes(text: str) -> bool:
@@ -172,7 +183,7 @@ def _storable_attachments(
         if size is not None and (
             isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < 2**63
         ):
-            return f"attachment size must be a byte count, not {size!r}"
+            return f"attachment size must be a byte count, not {_shown(size)}"
         file_name, file_mime, file_ref = attachment.name, attachment.mime, attachment.ref
         try:
             joined: str | None = "".join(
@@ -217,6 +228,9 @@ def _flat_plain(meta: Mapping[str, Any]) -> bool:
         if type(value) is str:
             if not (value.isascii() or _encodes(value)):
                 return False
+        elif type(value) is float:
+            if not math.isfinite(value):  # NaN and infinities: not JSON
+                return False
         elif not isinstance(value, _SCALARS):  # bool is an int
             return False
     return True
@@ -233,6 +247,13 @@ def _storable_meta(meta: Mapping[str, Any]) -> Mapping[str, Any] | str:
         return f"meta is nested deeper than {MAX_DEPTH} levels"
     if nesting_exceeds(meta, MAX_DEPTH, dumped):
         return f"meta is nested deeper than {MAX_DEPTH} levels"
-    if dumped.isascii() or repair_text(dumped) is dumped:
+    finite = True
+    if "NaN" in dumped or "Infinity" in dumped:  # perhaps a float JSON has no word for
+        try:
+            json.dumps(dict(meta), allow_nan=False)
+        except ValueError:
+            finite = False
+    if finite and (dumped.isascii() or repair_text(dumped) is dumped):
         return meta
+    # a lone surrogate repaired, NaN or an infinity (JSON has neither) made null
     return dict(safe_copy(meta))

@@ -380,7 +380,10 @@ class Switchboard:
                 for key, value in state.items():
                     await self.store.set_state(account, key, value)
             return _IGNORED
-        checked = storable_event(event, account)
+        try:
+            checked = storable_event(event, account)
+        except Exception as error:  # an Event no check foresaw: a dead letter, not a stall
+            checked = f"the event cannot be checked: {type(error).__name__}"
         if isinstance(checked, str):
             return await self._malformed(account, raw, checked, state)
         event = checked
@@ -429,7 +432,10 @@ class Switchboard:
             if event is None:
                 self.counters["ignored"] += 1
                 continue
-            checked = storable_event(event, account)
+            try:
+                checked = storable_event(event, account)
+            except Exception as error:  # an Event no check foresaw: a dead letter, not a stall
+                checked = f"the event cannot be checked: {type(error).__name__}"
             if isinstance(checked, str):
                 results[index] = await self._malformed(account, raw, checked)
                 continue

@@ -12,6 +12,7 @@ cannot encode is repaired, and nesting beyond the bound is cut off.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -119,8 +120,10 @@ def dump_for_dead_letter(value: Any, secret_fields: Collection[str] = ()) -> str
 def _copy(value: Any, secret_fields: frozenset[str], depth: int) -> Any:
     if isinstance(value, str):
         return repair_text(value)
-    if value is None or isinstance(value, bool | int | float):
+    if value is None or isinstance(value, bool | int):
         return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None  # NaN, infinities: JSON has no words
     if isinstance(value, bytes):
         return f"<{len(value)} bytes>"
     if isinstance(value, Mapping | list | tuple) and depth <= 0:
