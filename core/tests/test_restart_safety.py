@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,8 @@ async def crashed_mid_reply(path: Path, channel: FakeChannel, status: str) -> No
         assert run.trigger is not None
         me = Sender("bot", "Bot", is_bot=True)
         outbound = Outbound(run.conversation.address, f"You said: {run.trigger.text}")
-        entry = await store.record_outbound(run.conversation.id, outbound, me)
+        # as the run's own tools record it: with the run's id
+        entry = await store.record_outbound(run.conversation.id, outbound, me, run.session.run_id)
         if status == "sent":
             from backchannel.model import Receipt
 
@@ -144,4 +146,99 @@ async def test_a_message_that_came_during_a_run_is_still_answered_after_that_run
     await board.wait_idle()
     assert seen.runs[1].trigger is not None and seen.runs[1].trigger.text == "second"
     assert channel.platform.texts() == ["re first", "re second"]
+    await board.stop()
+
+
+async def crashed_after_a_second_message(
+    path: Path, channel: FakeChannel, *, tool: str, take_new: bool = False
+) -> None:
+    """#1 starts a run; #2 is committed while it runs; the run answers #1 with `tool` (taking
+    #2 first through new_messages when `take_new`), and the process dies before the run is
+    recorded as finished: `path` is left as a SIGKILL at that moment leaves it (a copy of
+    the store's files, every commit in them; the live store is then stopped, which would
+    record the run as cut short, a record no killed process writes)."""
+    never = asyncio.Event()
+    started = asyncio.Event()
+    answered = asyncio.Event()
+    second_in = asyncio.Event()
+
+    async def answers_then_dies(run: Run) -> None:
+        assert run.trigger is not None
+        started.set()
+        await second_in.wait()
+        text = f"re {run.trigger.text}"
+        if take_new:
+            taken = await run.new_messages()
+            assert [m["content"] for m in taken] == ["[#2] Alice: second"]
+            text += " and second"
+        if tool == "reply":
+            said = await run.call("reply", {"message_id": run.trigger.seq, "text": text})
+        else:
+            said = await run.call("send_message", {"text": text})
+        assert said.startswith("sent"), said
+        answered.set()
+        await never.wait()  # killed here
+
+    live = path.with_name(path.name + ".live")
+    board = Switchboard(SQLiteStore(live), stop_timeout=0.1)
+    board.add_account(channel.adapter("fake"), Binding(answers_then_dies))
+    await board.start()
+    channel.platform.user_says("first")
+    await asyncio.wait_for(started.wait(), 10)
+    second = await board.ingest("fake", {**channel.platform.make_message("second"), "update": 99})
+    assert second.status == "stored"
+    second_in.set()
+    await asyncio.wait_for(answered.wait(), 10)
+    for suffix in ("", "-wal"):  # the files as the kill leaves them (WAL: commits included)
+        if Path(f"{live}{suffix}").exists():
+            shutil.copyfile(f"{live}{suffix}", f"{path}{suffix}")
+    await board.stop()
+
+
+async def test_a_message_that_came_during_a_run_cut_short_is_answered_after_the_restart(
+    tmp_path: Path,
+) -> None:
+    # the crash-loop's find: the run's answer to #1 (#3) came after #2, and the restart
+    # took it for #2's answer too, so #2 was never answered; with either send tool
+    for tool in ("reply", "send_message"):
+        path = tmp_path / f"{tool}.db"
+        channel = FakeChannel()
+        await crashed_after_a_second_message(path, channel, tool=tool)
+        seen = RecordingAgent(action=example_echo_agent())
+        board = Switchboard(SQLiteStore(path))
+        board.add_account(channel.adapter("fake"), Binding(seen))
+        await board.start()
+        await seen.wait_runs(1)
+        await board.wait_idle()
+        (run,) = seen.runs
+        assert run.trigger is not None and run.trigger.text == "second", tool
+        assert channel.platform.texts() == ["re first", "You said: second"], tool
+        await board.stop()
+
+
+async def test_what_a_run_cut_short_sent_after_seeing_a_trigger_answers_it_with_or_without_the_note(
+    tmp_path: Path,
+) -> None:
+    # a send_message (no reply target) after the run saw #2 (through new_messages) answers
+    # #2; and it does so without the restart note too, as when another worker takes the
+    # conversation over from a dead one (the note is added only at a process's own start)
+    path = tmp_path / "bc.db"
+    channel = FakeChannel()
+    await crashed_after_a_second_message(path, channel, tool="send_message", take_new=True)
+    store = SQLiteStore(path)
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(RecordingAgent()))
+    (conversation,) = await store.conversations()
+    taken_over = await board.build_run(conversation.id)  # no notes at all
+    assert taken_over.trigger is None
+    assert "Message #2 already has your reply #3" in taken_over.instruction
+    await store.close()
+    seen = RecordingAgent(action=example_echo_agent())
+    board = Switchboard(SQLiteStore(path))
+    board.add_account(channel.adapter("fake"), Binding(seen))
+    await board.start()
+    await seen.wait_runs(1)
+    await board.wait_idle()
+    assert seen.runs[0].trigger is None
+    assert channel.platform.texts() == ["re first and second"]  # nothing answered twice
     await board.stop()

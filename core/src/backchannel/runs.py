@@ -57,6 +57,9 @@ class RunSession:
     #: awaited after each message the run's tools send is recorded as pending, before it
     #: goes out (a reporter run marks its ask reported there: see asks/coordinator.py)
     on_recorded: Callable[[OutboxEntry], Awaitable[None]] | None = None
+    #: records (run id, seq) as seen by the run before `new_messages` hands newer messages
+    #: over (Store.run_saw): if the run is cut short, what it sent still counts as their answer
+    record_seen: Callable[[int, int], Awaitable[None]] | None = None
 
 
 @frozen
@@ -113,8 +116,11 @@ class Run:
         fresh = await self.session.fetch_after(self.conversation.id, self.session.seen_seq)
         if not fresh:
             return []
-        self.session.seen_seq = fresh[-1].seq
-        return [format_message(m, self.session.me) for m in fresh if m.direction == "in"]
+        session = self.session
+        if session.record_seen is not None and session.run_id is not None:
+            await session.record_seen(session.run_id, fresh[-1].seq)
+        session.seen_seq = fresh[-1].seq
+        return [format_message(m, session.me) for m in fresh if m.direction == "in"]
 
     def to_openai(self) -> dict[str, Any]:
         """Return {"messages": [system, ...], "tools": [...]} for chat-completions APIs."""
@@ -209,7 +215,7 @@ class RunBuilder:
         if trigger is None and trigger_seq:
             trigger = await self.store.message(conversation_id, trigger_seq)
         owed = trigger_seq is not None and trigger_seq > conversation.handled_seq
-        answer = window.answer_after(trigger, RESTART_NOTE in notes) if owed else None
+        answer = await self._answer(conversation_id, window, trigger) if owed else None
         if trigger is not None and answer is not None:
             # answered already (a crash came before the run was recorded as finished):
             # offering it as unanswered would make the agent answer it twice
@@ -219,7 +225,14 @@ class RunBuilder:
         hidden = max(
             conversation.visible_count - window.count - _visible_after(conversation, upto), 0
         )
-        session = RunSession(conversation_id, upto, self.store.messages_after, me, trigger=trigger)
+        session = RunSession(
+            conversation_id,
+            upto,
+            self.store.messages_after,
+            me,
+            trigger=trigger,
+            record_seen=self.store.run_saw,
+        )
         tools = tuple(self.tools(session, conversation))
         instruction = default_framing(
             conversation,
@@ -245,6 +258,21 @@ class RunBuilder:
             participants=tuple(participants),
         )
 
+    async def _answer(
+        self, conversation_id: int, window: _Window, trigger: Message | None
+    ) -> Message | None:
+        """Return our message that already answers `trigger` (see `_answer_after`), if any."""
+        if trigger is None:
+            return None
+        later = window.ours_after(trigger.seq)
+        if not later:
+            return None  # the usual case: nothing of ours since the trigger
+        if any(reply_to == trigger.seq for _seq, reply_to in later):
+            answered: set[int] = set()  # a reply to it: no need to ask the store
+        else:
+            answered = await self.store.answers_after(conversation_id, trigger.seq)
+        return window.answer_after(trigger, answered)
+
 
 class _Window(Protocol):
     """The messages a run shows, whichever shape the store handed them over in."""
@@ -255,7 +283,11 @@ class _Window(Protocol):
 
     def message(self, seq: int) -> Message | None: ...
 
-    def answer_after(self, trigger: Message | None, after_restart: bool) -> Message | None: ...
+    def ours_after(self, seq: int) -> list[tuple[int, int | None]]:
+        """(seq, reply_to_seq) of our messages after `seq` that may have arrived."""
+        ...
+
+    def answer_after(self, trigger: Message, answered: set[int]) -> Message | None: ...
 
     def participants(self) -> list[Sender]: ...
 
@@ -273,8 +305,15 @@ class _MessageWindow:
     def message(self, seq: int) -> Message | None:
         return next((m for m in reversed(self.messages) if m.seq == seq), None)
 
-    def answer_after(self, trigger: Message | None, after_restart: bool) -> Message | None:
-        return _answer_after(self.messages, trigger, after_restart)
+    def ours_after(self, seq: int) -> list[tuple[int, int | None]]:
+        return [
+            (m.seq, m.reply_to_seq)
+            for m in self.messages
+            if m.direction == "out" and m.seq > seq and m.status in _MAY_HAVE_ARRIVED
+        ]
+
+    def answer_after(self, trigger: Message, answered: set[int]) -> Message | None:
+        return _answer_after(self.messages, trigger, answered)
 
     def participants(self) -> list[Sender]:
         return _participants_in(self.messages)
@@ -365,17 +404,22 @@ class _RowWindow:
         row = next((row for row in reversed(self.rows) if row[1] == seq), None)
         return None if row is None else message_row(row)
 
-    def answer_after(self, trigger: Message | None, after_restart: bool) -> Message | None:
-        if trigger is None:
-            return None
+    def ours_after(self, seq: int) -> list[tuple[int, int | None]]:
+        return [
+            (row[1], row[11])
+            for row in self.rows
+            if row[2] == "out" and row[1] > seq and row[19] in _MAY_HAVE_ARRIVED
+        ]
+
+    def answer_after(self, trigger: Message, answered: set[int]) -> Message | None:
         row = next(
             (
                 row
                 for row in self.rows
                 if row[2] == "out"
                 and row[1] > trigger.seq
-                and row[19] in {"sent", "uncertain", "pending"}
-                and (after_restart or row[11] == trigger.seq)
+                and row[19] in _MAY_HAVE_ARRIVED
+                and (row[11] == trigger.seq or row[1] in answered)
             ),
             None,
         )
@@ -388,27 +432,29 @@ class _RowWindow:
         return list(self._seen.values())
 
 
-def _answer_after(
-    rows: Sequence[Message], trigger: Message | None, after_restart: bool
-) -> Message | None:
+#: the statuses of our messages that may have reached the platform (a failed one did not)
+_MAY_HAVE_ARRIVED = frozenset({"sent", "uncertain", "pending"})
+
+
+def _answer_after(rows: Sequence[Message], trigger: Message, answered: set[int]) -> Message | None:
     """Return our message that answers `trigger` (sent, or perhaps sent), if there is one.
 
-    A reply to the trigger always answers it. After a restart, so does any message
-    of ours after it: the run that sent it saw the trigger and was cut short before
-    it could be recorded as finished. (Without a restart, a message after the
-    trigger may be a reply to an earlier message, written before the trigger came.)
-    A failed send does not count: it definitely did not arrive.
+    A reply to the trigger always answers it. So does any message of ours that a
+    run of this conversation sent after it had seen the trigger (`answered`, from
+    `Store.answers_after`): a run cut short by a crash, or by a worker's death,
+    before it was recorded as finished. A message sent by a run that had not seen
+    the trigger (a reply to an earlier message, written while the trigger came)
+    does not, whatever came after; nor does a failed send: it definitely did not
+    arrive.
     """
-    if trigger is None:
-        return None
     return next(
         (
             m
             for m in rows
             if m.direction == "out"
             and m.seq > trigger.seq
-            and m.status in {"sent", "uncertain", "pending"}
-            and (after_restart or m.reply_to_seq == trigger.seq)
+            and m.status in _MAY_HAVE_ARRIVED
+            and (m.reply_to_seq == trigger.seq or m.seq in answered)
         ),
         None,
     )

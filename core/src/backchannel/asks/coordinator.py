@@ -266,7 +266,9 @@ class AskCoordinator:
             ),
         )
         store = self.board.store
-        run_id = await store.begin_run(origin.id, ask.origin_seq or 0, origin.last_seq)
+        # trigger 0: the reporter answers no message of the origin's, so nothing it posts
+        # may count as the answer to one (Store.answers_after)
+        run_id = await store.begin_run(origin.id, 0, origin.last_seq)
         run.session.run_id = run_id
         run.session.on_recorded = recorded
         status, error = "ok", None

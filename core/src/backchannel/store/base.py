@@ -304,6 +304,19 @@ class Store(ABC):
         """Record a run start; return its id."""
 
     @abstractmethod
+    async def run_saw(self, run_id: int, upto_seq: int) -> None:
+        """Record that a running run has now seen up to `upto_seq` (messages it took
+        mid-run): what `answers_after` goes by if the run is cut short."""
+
+    @abstractmethod
+    async def answers_after(self, conversation_id: int, trigger_seq: int) -> set[int]:
+        """Return the seqs of our messages after `trigger_seq` that a run of this
+        conversation sent after it had seen `trigger_seq` (its window or a mid-run
+        read reached it), a run with a trigger of its own (a reporter run, trigger 0,
+        answers nobody). Such a message answers the trigger whatever became of its run.
+        """
+
+    @abstractmethod
     async def finish_run(
         self,
         run_id: int,

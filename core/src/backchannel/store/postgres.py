@@ -676,6 +676,24 @@ class PostgresStore(PostgresAsks, Store):
         run_id: int = await self._write(work)
         return run_id
 
+    async def run_saw(self, run_id: int, upto_seq: int) -> None:
+        async def work(connection: Any) -> None:
+            await connection.execute(
+                "UPDATE runs SET upto_seq = GREATEST(upto_seq, %s) WHERE id = %s",
+                (upto_seq, run_id),
+            )
+
+        await self._write(work)
+
+    async def answers_after(self, conversation_id: int, trigger_seq: int) -> set[int]:
+        rows = await self._fetchall(
+            "SELECT o.message_seq FROM outbox o JOIN runs r ON r.id = o.run_id"
+            " WHERE o.conversation_id = %s AND o.message_seq > %s AND r.conversation_id = %s"
+            " AND r.upto_seq >= %s AND r.trigger_seq > 0",
+            (conversation_id, trigger_seq, conversation_id, trigger_seq),
+        )
+        return {int(seq) for (seq,) in rows}
+
     async def finish_run(
         self,
         run_id: int,

@@ -970,6 +970,21 @@ class SQLiteStore(SQLiteAsks, Store):
         )
         return int(first(row))
 
+    async def run_saw(self, run_id: int, upto_seq: int) -> None:
+        with self._write():
+            self.db.execute(
+                "UPDATE runs SET upto_seq = MAX(upto_seq, ?) WHERE id = ?", (upto_seq, run_id)
+            )
+
+    async def answers_after(self, conversation_id: int, trigger_seq: int) -> set[int]:
+        rows = self.db.execute(
+            "SELECT o.message_seq FROM outbox o JOIN runs r ON r.id = o.run_id"
+            " WHERE o.conversation_id = ? AND o.message_seq > ? AND r.conversation_id = ?"
+            " AND r.upto_seq >= ? AND r.trigger_seq > 0",
+            (conversation_id, trigger_seq, conversation_id, trigger_seq),
+        )
+        return {seq for (seq,) in rows}
+
     async def finish_run(
         self,
         run_id: int,

@@ -310,6 +310,36 @@ class StoreContract(AskStoreContract):
         assert conversation.handled_seq == 1
         assert await store.unhandled() == []
 
+    async def test_answers_after_counts_what_runs_that_saw_the_trigger_sent(
+        self, store: Store
+    ) -> None:
+        [first] = await store.append_inbound([Inbound(make_event("a1", "first"), triggers=True)])
+        conversation = await store.conversation(first.conversation_id)
+        me = Sender("me", "Agent", is_bot=True)
+        running = await store.begin_run(conversation.id, 1, 1)
+        await store.append_inbound([Inbound(make_event("a2", "second"), triggers=True)])
+        ours = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "re first"), me, running
+        )
+        assert ours.message_seq == 3
+        # the run saw #1, not #2: its message answers only #1
+        assert await store.answers_after(conversation.id, 1) == {3}
+        assert await store.answers_after(conversation.id, 2) == set()
+        await store.run_saw(running, 2)  # it took #2 mid-run (new_messages)
+        await store.run_saw(running, 1)  # never back
+        assert await store.answers_after(conversation.id, 2) == {3}
+        # a reporter run (trigger 0) and a send from no run answer nothing
+        reporter = await store.begin_run(conversation.id, 0, 3)
+        await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "the answer"), me, reporter
+        )
+        await store.record_outbound(conversation.id, Outbound(conversation.address, "cli"), me)
+        assert await store.answers_after(conversation.id, 2) == {3}
+        [other] = await store.append_inbound(
+            [Inbound(make_event("b1", "elsewhere", chat="c2"), triggers=True)]
+        )
+        assert await store.answers_after(other.conversation_id, 0) == set()
+
     async def test_runs_are_recorded_with_their_outcome(self, store: Store) -> None:
         conversation = await store.ensure_conversation(Address("acct", "c1"))
         run_id = await store.begin_run(conversation.id, 1, 1)
