@@ -308,7 +308,7 @@ class Switchboard:
             await self.store.set_state(account.name, "me", json.dumps(to_json(me)))
 
     async def stop(self, timeout: float | None = None) -> None:
-        """Stop adapters, let in-flight runs finish (bounded), flush, close the store."""
+        """Let in-flight runs finish (bounded), stop adapters, flush, close the store."""
         if self._stopping:
             return
         self._stopping = True
@@ -321,15 +321,17 @@ class Switchboard:
                 await service.stop()
             except Exception:
                 log.exception("service %r failed to stop cleanly", service)
+        # runs in flight finish first (bounded), while the adapters can still send what they
+        # say: an adapter stopped first would close the connection their sends go through
+        self.scheduler.stop()
+        await self.scheduler.drain(timeout)
         for account in self.accounts.values():
             if account.started:
                 try:
                     await account.adapter.stop()
                 except Exception:
                     log.exception("account %s failed to stop cleanly", account.name)
-        self.scheduler.stop()
         await self._group_commit.drain(timeout)
-        await self.scheduler.drain(timeout)
         if self.server is not None:
             await self.server.stop()
         if self.workers is not None:
