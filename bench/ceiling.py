@@ -93,7 +93,9 @@ def _write(
     db: apsw.Connection, chunk: list[tuple[int, int]], fixed: list[Any], known_state: _Known
 ) -> None:
     db.execute("BEGIN IMMEDIATE")
-    event_ids = [str(number + 1) for number, _ in chunk]
+    # the adapter's event ids: "{update_id}:{date}" (update ids count up from 1, and the
+    # date is the conversation's shape's)
+    event_ids = [f"{number + 1}:{int(fixed[conversation][6])}" for number, conversation in chunk]
     known: set[str] = set()
     for start in range(0, len(event_ids), 500):
         part = event_ids[start : start + 500]

@@ -45,7 +45,7 @@ from backchannel import Binding, Run, Switchboard
 from backchannel.runtime import tune_gc
 from backchannel.store import SQLiteStore
 from figures import bench_parser, emit
-from telegram_updates import ACCOUNT, make_adapter, message_shapes, updates
+from telegram_updates import ACCOUNT, event_id_of, make_adapter, message_shapes, updates
 
 _SENDER = Path(__file__).resolve().parent / "arrivals.py"
 #: updates made ahead of the schedule, so making one never delays the next arrival
@@ -212,9 +212,10 @@ async def measure(
             tracer.install(loop)
         requests: set[asyncio.Task[None]] = set()
         stream: Iterator[dict[str, Any]] = updates(events, conversations, shapes=shapes)
-        made: deque[dict[str, Any]] = deque()
+        #: (update, the event id the adapter gives it), made ahead of their arrival
+        made: deque[tuple[dict[str, Any], str]] = deque()
         for update in stream:
-            made.append(update)
+            made.append((update, event_id_of(update)))
             if len(made) >= _AHEAD:
                 break
 
@@ -249,8 +250,7 @@ async def measure(
             data = source.recv(ARRIVAL.size)
             if data:
                 number, due, sent = ARRIVAL.unpack(data)
-                update = made.popleft()
-                event_id = str(update["update_id"])
+                update, event_id = made.popleft()
                 scheduled[event_id] = due
                 sent_at[event_id] = sent
                 conversation = number % conversations
@@ -274,7 +274,7 @@ async def measure(
                 update = next(stream, None)
                 if update is None:
                     return
-                made.append(update)
+                made.append((update, event_id_of(update)))
 
         loop.add_reader(source.fileno(), arrived)
         sender = await asyncio.create_subprocess_exec(

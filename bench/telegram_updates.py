@@ -17,8 +17,9 @@ from typing import Any
 
 from backchannel.model import Event
 from backchannel_telegram import TelegramAdapter
+from backchannel_telegram.testing import event_id_of
 
-__all__ = ["ACCOUNT", "TOKEN", "make_adapter", "message_shapes", "updates"]
+__all__ = ["ACCOUNT", "TOKEN", "event_id_of", "make_adapter", "message_shapes", "updates"]
 
 ACCOUNT = "tg"
 #: a well-formed token for the bot the fixtures mention; nothing is sent with it
@@ -77,7 +78,8 @@ def updates(
 ) -> Iterator[dict[str, Any]]:
     """Yield `count` updates spread round-robin over `conversations` chats, made one at a time.
 
-    Update ids count up from `first_update`, message ids from `first_message`.
+    Update ids count up from `first_update`, message ids from `first_message`. An
+    update's event id (``event_id_of``) is ``"{update_id}:{date}"``, the date its shape's.
 
     Only the dicts that change are copied (the update, its message, its chat
     and sender), the way a JSON decoder would hand over fresh ones.

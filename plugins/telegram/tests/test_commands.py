@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from backchannel.testing import ContractContext
 from backchannel_telegram import TelegramAdapter
-from backchannel_telegram.testing import FakeTelegram
+from backchannel_telegram.testing import FakeTelegram, event_id_of
 
 
 async def test_bare_commands_in_a_group_count_only_when_they_are_the_bots_own(
@@ -21,10 +21,10 @@ async def test_bare_commands_in_a_group_count_only_when_they_are_the_bots_own(
             for text in ("/report", "/deploy now", "/start", "/start@backchannel_test_bot")
         }
         for update in said.values():
-            await contract_context.wait_ingested(str(update["update_id"]))
+            await contract_context.wait_ingested(event_id_of(update))
         mentioned = {
             text: next(
-                e.mentions_me for e in contract_context.events if e.event_id == str(u["update_id"])
+                e.mentions_me for e in contract_context.events if e.event_id == event_id_of(u)
             )
             for text, u in said.items()
         }
@@ -35,7 +35,7 @@ async def test_bare_commands_in_a_group_count_only_when_they_are_the_bots_own(
             "/start@backchannel_test_bot": True,  # named: always ours
         }
         direct = fake.inject_message(fake.private_chat(alice), alice, "/start")
-        await contract_context.wait_ingested(str(direct["update_id"]))
+        await contract_context.wait_ingested(event_id_of(direct))
         assert contract_context.events[-1].mentions_me
     finally:
         await adapter.stop()

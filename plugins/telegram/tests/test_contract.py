@@ -10,7 +10,7 @@ from backchannel.adapter import RouteTable
 from backchannel.model import Address
 from backchannel.testing import AdapterContract, ContractContext, ContractHarness
 from backchannel_telegram import TelegramAdapter
-from backchannel_telegram.testing import FakeTelegram
+from backchannel_telegram.testing import FakeTelegram, event_id_of, update_id_of
 
 
 class TelegramHarness(ContractHarness):
@@ -24,13 +24,14 @@ class TelegramHarness(ContractHarness):
         self.forum = fake.supergroup("Ops", forum=True)
 
     async def deliver_user_message(self, text: str) -> str:
-        return str(self.fake.inject_message(self.chat, self.alice, text)["update_id"])
+        return event_id_of(self.fake.inject_message(self.chat, self.alice, text))
 
+    # the fake acks and redelivers by update_id: the part of the event id before ':'
     async def deliver_again(self, event_id: str) -> None:
-        self.fake.deliver_again(int(event_id))
+        self.fake.deliver_again(update_id_of(event_id))
 
     def is_acked(self, event_id: str) -> bool:
-        return self.fake.is_acked(int(event_id))
+        return self.fake.is_acked(update_id_of(event_id))
 
     async def wait_acked(self, event_id: str, timeout: float = 10.0) -> None:
         await self.fake.wait_for(lambda: self.is_acked(event_id), timeout, f"ack of {event_id}")

@@ -10,7 +10,7 @@ from typing import Any
 
 from backchannel.model import Address
 from backchannel.store import SQLiteStore
-from backchannel_telegram.testing import FakeTelegram
+from backchannel_telegram.testing import FakeTelegram, event_id_of
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 
@@ -99,7 +99,7 @@ async def test_sigkill_between_commit_and_next_getupdates_loses_and_doubles_noth
             rows = await store.window(conversation.id, 50)
             inbound = [m for m in rows if m.direction == "in"]
             assert [(m.text, m.event_id) for m in inbound] == [
-                (message["text"], str(update["update_id"]))
+                (message["text"], event_id_of(update))
             ]
             replies = [m for m in rows if m.direction == "out"]
             assert replies, f"no reply to {message['text']!r}"

@@ -19,6 +19,7 @@ from backchannel_telegram.adapter import _delivery_error
 from backchannel_telegram.api import MAX_RETRY_AFTER, TelegramError, _result
 from backchannel_telegram.normalize import BotIdentity, migration_of, normalize_update
 from backchannel_telegram.receive import Poller, PollSettings
+from backchannel_telegram.testing import event_id_of
 
 BOT = BotIdentity(id="7000000001", username="helper_bot")
 TOKEN = "7000000001:AAH-not-a-real-token_0123456789"
@@ -302,10 +303,12 @@ def relayed(update_id: int, text: str) -> dict[str, Any]:
 async def test_string_update_ids_from_a_relay_move_the_offset_on(
     contract_context: ContractContext,
 ) -> None:
-    api = await run_poller(contract_context, [[relayed(700, "a"), relayed(701, "b")]])
+    batch = [relayed(700, "a"), relayed(701, "b")]
+    api = await run_poller(contract_context, [batch])
     assert api.offsets == [None, 702]
     assert await contract_context.get_state("offset") == "702"
-    assert [e.event_id for e in contract_context.events] == ["700", "701"]
+    assert [e.event_id for e in contract_context.events] == [event_id_of(u) for u in batch]
+    assert [e.event_id.partition(":")[0] for e in contract_context.events] == ["700", "701"]
 
 
 async def test_an_unexpected_error_in_a_poll_does_not_end_polling(
@@ -314,7 +317,7 @@ async def test_an_unexpected_error_in_a_poll_does_not_end_polling(
     update = copy.deepcopy(MESSAGE)
     api = await run_poller(contract_context, [RuntimeError("boom"), [update]])
     assert api.offsets == [None, None, MESSAGE["update_id"] + 1]
-    assert [e.event_id for e in contract_context.events] == [str(MESSAGE["update_id"])]
+    assert [e.event_id for e in contract_context.events] == [event_id_of(MESSAGE)]
     assert "RuntimeError" in caplog.text
 
 
@@ -325,7 +328,7 @@ async def test_an_answer_that_is_not_a_list_is_retried_after_a_backoff(
     update = copy.deepcopy(MESSAGE)
     api = await run_poller(contract_context, [{"not": "a list"}, {"still": "not"}, [update]])
     assert api.offsets == [None, None, None, MESSAGE["update_id"] + 1]
-    assert [e.event_id for e in contract_context.events] == [str(MESSAGE["update_id"])]
+    assert [e.event_id for e in contract_context.events] == [event_id_of(MESSAGE)]
     # logged once per kind of failure, as other getUpdates failures are
     assert caplog.text.count("not a list") == 1
 

@@ -153,7 +153,7 @@ def group_message(text: str, update_id: int = 500, /, **extra: Any) -> dict[str,
 def test_docs_text_example_is_a_direct_message() -> None:
     event = normalize_update(DOCS_TEXT, "tg", BOT)
     assert event is not None
-    assert event.event_id == "10000"
+    assert event.event_id == "10000:1441645532"  # update_id:date
     assert event.kind == "message"
     assert event.text == "/start"
     assert event.address.chat == "1111111" and event.address.thread is None
@@ -179,7 +179,7 @@ def test_docs_edit_example_is_an_edit_of_the_message() -> None:
     assert event.platform_message_id == "1365"
     assert event.text == "Edited text"
     assert event.sent_at == 1441646600.0
-    assert event.event_id == "10001"
+    assert event.event_id == "10001:1441646600"  # update_id:edit_date
 
 
 def test_each_edit_of_one_message_has_its_own_event_id() -> None:
@@ -191,6 +191,51 @@ def test_each_edit_of_one_message_has_its_own_event_id() -> None:
     assert first_event and second_event
     assert first_event.event_id != second_event.event_id
     assert first_event.platform_message_id == second_event.platform_message_id
+
+
+def test_an_update_id_telegram_reuses_after_a_quiet_week_is_another_event() -> None:
+    """After a week without updates Telegram picks the next update_id at random: a new
+    message may carry the id of one already stored, and must not be its duplicate."""
+    old = group_message("before the quiet week", 500)
+    new = group_message("after it", 500, message_id=43, date=1760000000 + 8 * 86400)
+    old_event, new_event = normalize_update(old, "tg", BOT), normalize_update(new, "tg", BOT)
+    assert old_event is not None and new_event is not None
+    assert old_event.event_id == "500:1760000000"
+    assert new_event.event_id == "500:1760691200"
+    # a redelivery of the very same update (a webhook retry, a getUpdates re-read) is
+    # still the same event, so the store still drops it as a duplicate
+    again = normalize_update(copy.deepcopy(old), "tg", BOT)
+    assert again is not None and again.event_id == old_event.event_id
+
+
+def test_a_reused_update_id_on_a_reaction_or_an_edit_is_another_event() -> None:
+    def reaction(date: int) -> dict[str, Any]:
+        return {
+            "update_id": 800,
+            "message_reaction": {
+                "chat": GROUP,
+                "message_id": 41,
+                "user": ALICE,
+                "date": date,
+                "old_reaction": [],
+                "new_reaction": [{"type": "emoji", "emoji": "👍"}],
+            },
+        }
+
+    first, later = (
+        normalize_update(reaction(1760000300), "tg", BOT),
+        normalize_update(reaction(1760700000), "tg", BOT),
+    )
+    assert first is not None and later is not None
+    assert (first.event_id, later.event_id) == ("800:1760000300", "800:1760700000")
+    edit = copy.deepcopy(DOCS_EDITED)
+    edit["edited_message"]["edit_date"] = 1442300000
+    edited = normalize_update(edit, "tg", BOT)
+    assert edited is not None and edited.event_id == "10001:1442300000"
+    # an edit without edit_date (never sent by Telegram, but accepted) takes the date
+    del edit["edited_message"]["edit_date"]
+    undated = normalize_update(edit, "tg", BOT)
+    assert undated is not None and undated.event_id == "10001:1441645532"
 
 
 def test_docs_document_and_voice_examples_become_attachments() -> None:
@@ -553,7 +598,7 @@ def test_message_reaction_becomes_a_reaction_on_the_target() -> None:
     assert event is not None
     assert (event.kind, event.text, event.platform_message_id) == ("reaction", "👍", "41")
     assert event.sender.handle == "alice"
-    assert event.event_id == "800"
+    assert event.event_id == "800:1760000300"  # update_id:date
 
 
 def test_reaction_taken_back_has_empty_text() -> None:

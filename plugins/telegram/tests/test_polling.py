@@ -12,7 +12,7 @@ from backchannel.model import Outbound
 from backchannel.testing import ContractContext
 from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.receive import Poller
-from backchannel_telegram.testing import FakeTelegram
+from backchannel_telegram.testing import FakeTelegram, event_id_of
 
 
 async def start_adapter(
@@ -33,21 +33,23 @@ async def test_offset_is_committed_with_each_update_and_a_restart_does_not_rerea
     alice = fake.user("Alice", username="alice")
     chat = fake.private_chat(alice)
     adapter = await start_adapter(fake, contract_context)
-    first = fake.inject_message(chat, alice, "one")["update_id"]
-    second = fake.inject_message(chat, alice, "two")["update_id"]
-    await contract_context.wait_ingested(str(second))
-    assert await contract_context.get_state("offset") == str(second + 1)
-    await fake.wait_for(lambda: fake.is_acked(second), what="confirmation of the second update")
+    first = fake.inject_message(chat, alice, "one")
+    second = fake.inject_message(chat, alice, "two")
+    await contract_context.wait_ingested(event_id_of(second))
+    assert await contract_context.get_state("offset") == str(second["update_id"] + 1)
+    await fake.wait_for(
+        lambda: fake.is_acked(second["update_id"]), what="confirmation of the second update"
+    )
     await adapter.stop()
 
     calls_before = len(fake.calls_to("getUpdates"))
     again = await start_adapter(fake, contract_context)
     await fake.wait_for(lambda: len(fake.calls_to("getUpdates")) > calls_before)
-    assert poll_offsets(fake)[calls_before] == second + 1
-    third = fake.inject_message(chat, alice, "three")["update_id"]
-    await contract_context.wait_ingested(str(third))
+    assert poll_offsets(fake)[calls_before] == second["update_id"] + 1
+    third = fake.inject_message(chat, alice, "three")
+    await contract_context.wait_ingested(event_id_of(third))
     await again.stop()
-    assert [contract_context.calls(str(u)) for u in (first, second, third)] == [1, 1, 1]
+    assert [contract_context.calls(event_id_of(u)) for u in (first, second, third)] == [1, 1, 1]
 
 
 async def test_uncommitted_updates_are_read_again_after_a_restart(
@@ -57,8 +59,9 @@ async def test_uncommitted_updates_are_read_again_after_a_restart(
     chat = fake.private_chat(alice)
     contract_context.hold()  # the store never commits while the first adapter runs
     adapter = await start_adapter(fake, contract_context)
-    update_id = fake.inject_message(chat, alice, "keep me")["update_id"]
-    await contract_context.wait_started(str(update_id))
+    update = fake.inject_message(chat, alice, "keep me")
+    update_id, event_id = update["update_id"], event_id_of(update)
+    await contract_context.wait_started(event_id)
     await asyncio.sleep(0)
     assert not fake.is_acked(update_id)
     # the process "dies" with the ingest unfinished: abandon the task without finishing it
@@ -67,15 +70,15 @@ async def test_uncommitted_updates_are_read_again_after_a_restart(
     poller._task.cancel()
     await asyncio.gather(poller._task, return_exceptions=True)
     await adapter.stop()
-    assert not await contract_context.is_known(str(update_id))
+    assert not await contract_context.is_known(event_id)
     assert not fake.is_acked(update_id)
 
     contract_context.release()
     again = await start_adapter(fake, contract_context)
-    await contract_context.wait_ingested(str(update_id))
+    await contract_context.wait_ingested(event_id)
     await fake.wait_for(lambda: fake.is_acked(update_id))
     await again.stop()
-    assert await contract_context.is_known(str(update_id))
+    assert await contract_context.is_known(event_id)
 
 
 async def test_another_poller_conflict_is_logged_once_and_retried_with_backoff(
@@ -87,8 +90,8 @@ async def test_another_poller_conflict_is_logged_once_and_retried_with_backoff(
     chat = fake.private_chat(alice)
     adapter = await start_adapter(fake, contract_context, retry_initial=0.05, retry_max=1.0)
     await fake.wait_for(lambda: len(fake.calls_to("getUpdates")) >= 6, what="six polls")
-    update_id = fake.inject_message(chat, alice, "after the conflict")["update_id"]
-    await contract_context.wait_ingested(str(update_id))
+    update = fake.inject_message(chat, alice, "after the conflict")
+    await contract_context.wait_ingested(event_id_of(update))
     await adapter.stop()
 
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
@@ -118,8 +121,8 @@ async def test_webhook_set_elsewhere_is_one_clear_error_until_it_is_removed(
     assert len(errors) == 1, errors
     assert "webhook is set" in errors[0] and "deleteWebhook" in errors[0]
     fake.webhook = None  # the operator deleted it
-    update_id = fake.inject_message(chat, alice, "back to polling")["update_id"]
-    await contract_context.wait_ingested(str(update_id))
+    update = fake.inject_message(chat, alice, "back to polling")
+    await contract_context.wait_ingested(event_id_of(update))
     await adapter.stop()
 
 
@@ -132,8 +135,8 @@ async def test_polling_start_deletes_an_existing_webhook(
     adapter = await start_adapter(fake, contract_context)
     assert fake.webhook is None
     assert fake.calls_to("deleteWebhook") == [{"drop_pending_updates": False}]
-    update_id = fake.inject_message(chat, alice, "hello")["update_id"]
-    await contract_context.wait_ingested(str(update_id))
+    update = fake.inject_message(chat, alice, "hello")
+    await contract_context.wait_ingested(event_id_of(update))
     await adapter.stop()
 
 
@@ -165,13 +168,10 @@ async def test_reaction_and_edit_updates_reach_the_store(
     message = fake.inject_message(group, alice, "typo hree")["message"]
     edit = fake.inject_edit(group, message["message_id"], "typo here")
     reaction = fake.inject_reaction(group, alice, message["message_id"], ["🔥"])
-    await contract_context.wait_ingested(str(reaction["update_id"]))
+    await contract_context.wait_ingested(event_id_of(reaction))
     await adapter.stop()
     kinds = [(e.kind, e.event_id) for e in contract_context.events]
-    assert kinds[-2:] == [
-        ("edit", str(edit["update_id"])),
-        ("reaction", str(reaction["update_id"])),
-    ]
+    assert kinds[-2:] == [("edit", event_id_of(edit)), ("reaction", event_id_of(reaction))]
     (row,) = await contract_context.transcript(contract_context.events[0].address)
     assert row.text == "typo here"
 
@@ -200,8 +200,8 @@ async def test_identity_is_learnt_later_when_getme_fails_at_start(
         await asyncio.wait_for(learnt.wait(), 10)  # the adapter says when getMe worked
         assert len(fake.calls_to("getMe")) >= 2
         assert adapter.me is not None and adapter.me.handle == fake.bot["username"]
-        update_id = fake.inject_message(group, alice, "@backchannel_test_bot hi")["update_id"]
-        await contract_context.wait_ingested(str(update_id))
+        update = fake.inject_message(group, alice, "@backchannel_test_bot hi")
+        await contract_context.wait_ingested(event_id_of(update))
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
@@ -230,16 +230,16 @@ async def test_a_reaction_in_a_forum_topic_lands_on_the_topic_message(
     topic = fake.create_topic(forum, "Deploys", alice)
     adapter = await start_adapter(fake, contract_context)
     update = fake.inject_message(forum, alice, "ship it", topic=topic)
-    await contract_context.wait_ingested(str(update["update_id"]))
+    await contract_context.wait_ingested(event_id_of(update))
     address = contract_context.events[-1].address
     receipt = await adapter.send(Outbound(address, "shipped"))
     own = int(receipt.platform_message_id or 0)
     first = fake.inject_reaction(forum, alice, update["message"]["message_id"], ["👍"])
     second = fake.inject_reaction(forum, alice, own, ["🎉"])
-    await contract_context.wait_ingested(str(second["update_id"]))
+    await contract_context.wait_ingested(event_id_of(second))
     await adapter.stop()
     reactions = [e for e in contract_context.events if e.kind == "reaction"]
-    assert [e.event_id for e in reactions] == [str(first["update_id"]), str(second["update_id"])]
+    assert [e.event_id for e in reactions] == [event_id_of(first), event_id_of(second)]
     assert all(e.address == address for e in reactions)
     # (the bot's own message is stored by the switchboard's outbox, not by this context)
     rows = await contract_context.transcript(address)
@@ -259,10 +259,10 @@ async def test_a_getupdates_answer_larger_than_an_inbound_body_is_read_whole(
         for i in range(2000)
     ]
     ids = [
-        fake.inject_message(chat, alice, text, extra={"entities": entities})["update_id"]
+        event_id_of(fake.inject_message(chat, alice, text, extra={"entities": entities}))
         for _ in range(24)  # about 5 MiB in one answer
     ]
     adapter = await start_adapter(fake, contract_context)
-    await contract_context.wait_ingested(str(ids[-1]))
+    await contract_context.wait_ingested(ids[-1])
     await adapter.stop()
-    assert [contract_context.calls(str(i)) for i in ids] == [1] * len(ids)
+    assert [contract_context.calls(i) for i in ids] == [1] * len(ids)

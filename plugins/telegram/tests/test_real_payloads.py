@@ -591,7 +591,7 @@ def test_long_command_after_astral_emoji_is_addressed_to_the_bot() -> None:
 def test_string_ids_are_read_as_the_same_ids() -> None:
     got = event(RELAYED_STRING_IDS)
     assert (got.event_id, got.platform_message_id, got.address.chat, got.sender.id) == (
-        "800000015",
+        "800000015:1716907060",
         "94",
         "-4000000003",
         "5550000002",
@@ -760,7 +760,7 @@ def test_an_adapter_that_was_never_started_normalizes_every_real_shape() -> None
     for one in events:
         _check_types(one)
     # the adapter knows the bot from its token and settings, as normalize_update did
-    (reply,) = [e for e in events if e.event_id == "800000001"]
+    (reply,) = [e for e in events if e.event_id == "800000001:1716907000"]
     assert reply.mentions_me and reply.address.thread == "2391"
 
 

@@ -11,7 +11,7 @@ from backchannel.errors import DeliveryError
 from backchannel.model import Address, Outbound
 from backchannel.testing import ContractContext
 from backchannel_telegram import TelegramAdapter
-from backchannel_telegram.testing import FakeTelegram
+from backchannel_telegram.testing import FakeTelegram, event_id_of
 
 
 async def test_token_is_absent_from_logs_errors_and_reprs_after_every_fault(
@@ -28,8 +28,8 @@ async def test_token_is_absent_from_logs_errors_and_reprs_after_every_fault(
     alice = fake.user("Alice")
     chat = fake.private_chat(alice)
     address = Address("test", str(chat["id"]))
-    update_id = fake.inject_message(chat, alice, "hello")["update_id"]
-    await contract_context.wait_ingested(str(update_id))
+    update = fake.inject_message(chat, alice, "hello")
+    await contract_context.wait_ingested(event_id_of(update))
 
     texts: list[str] = [repr(adapter), str(adapter.__dict__)]
     for fault in ("429", "500", "502", "reset", "hang", "forbidden"):

@@ -13,7 +13,7 @@ from backchannel.errors import RateLimited, Rejected, Uncertain
 from backchannel.model import Address, Outbound
 from backchannel.testing import ContractContext
 from backchannel_telegram import TelegramAdapter
-from backchannel_telegram.testing import FakeTelegram
+from backchannel_telegram.testing import FakeTelegram, event_id_of
 
 
 @pytest.fixture
@@ -213,11 +213,11 @@ async def test_messages_after_an_upgrade_continue_the_groups_conversation(
 ) -> None:
     alice = fake.user("Alice")
     group = fake.group("Ops")
-    before = fake.inject_message(group, alice, "before")["update_id"]
-    await contract_context.wait_ingested(str(before))
+    before = fake.inject_message(group, alice, "before")
+    await contract_context.wait_ingested(event_id_of(before))
     supergroup = fake.migrate_group(group)
-    after = fake.inject_message(supergroup, alice, "after")["update_id"]
-    await contract_context.wait_ingested(str(after))
+    after = fake.inject_message(supergroup, alice, "after")
+    await contract_context.wait_ingested(event_id_of(after))
     rows = await contract_context.transcript(address_of(group))
     assert [m.text for m in rows] == ["before", "after"]
     await adapter.send(Outbound(address_of(group), "still here"))

@@ -334,3 +334,41 @@ async def test_a_first_send_to_a_chat_telegram_does_not_know_makes_no_conversati
     outcome = await board.send(elsewhere, "hello?")
     assert "chat not found" in outcome
     assert await store.find_conversation(elsewhere) is not None
+
+
+async def test_a_message_whose_update_id_telegram_reused_is_stored_and_answered(
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any
+) -> None:
+    """After a week without updates Telegram may reuse a stored update_id (its next id is
+    chosen at random): the new message reaches the agent; a true redelivery does not."""
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    agent = RecordingAgent(answer_trigger)
+    board = await board_for(fake, agent, mode="webhook")
+
+    def answered_200s() -> int:
+        return sum(1 for _, status in fake.webhook_deliveries if status == 200)
+
+    async def inbound_texts() -> list[str]:
+        (conversation,) = await store.conversations("tg")
+        return [m.text for m in await store.window(conversation.id, 10) if m.direction == "in"]
+
+    before = fake.inject_message(chat, alice, "before the quiet week")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    fake.restart_update_ids(before["update_id"])  # the random pick hits a stored id
+    a_week_later = before["message"]["date"] + 8 * 86_400
+    after = fake.inject_message(chat, alice, "after it", extra={"date": a_week_later})
+    assert after["update_id"] == before["update_id"]
+    await fake.wait_for(lambda: answered_200s() == 2, what="the second update answered")
+    # a 200 is sent only after the commit: the message is in the store by now
+    assert await inbound_texts() == ["before the quiet week", "after it"]
+    await agent.wait_runs(2)
+    await board.wait_idle()
+
+    fake.inject(before)  # the old update once more, as after a lost 200
+    await fake.wait_for(lambda: answered_200s() == 3, what="the redelivery answered")
+    await board.wait_idle()
+    assert await inbound_texts() == ["before the quiet week", "after it"]
+    assert len(agent.runs) == 2
+    assert fake.sent_texts(chat) == ["answer to before the quiet week", "answer to after it"]

@@ -16,7 +16,7 @@ from backchannel.errors import ConfigError
 from backchannel.testing import ContractContext
 from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.adapter import SECRET_HEADER
-from backchannel_telegram.testing import FakeTelegram
+from backchannel_telegram.testing import FakeTelegram, event_id_of
 
 PATH = "/telegram/test"
 
@@ -75,13 +75,13 @@ async def test_request_with_wrong_or_missing_secret_is_refused_and_stores_nothin
     assert real_secret
     update = update_payload(fake)
     assert await post(routes.url(PATH), update, secret) == 401
-    assert contract_context.calls(str(update["update_id"])) == 0
+    assert contract_context.calls(event_id_of(update)) == 0
     assert await contract_context.rows() == 0
-    assert not await contract_context.is_known(str(update["update_id"]))
+    assert not await contract_context.is_known(event_id_of(update))
     assert "wrong or missing" in caplog.text
     assert real_secret not in caplog.text
     assert await post(routes.url(PATH), update, real_secret) == 200
-    assert await contract_context.is_known(str(update["update_id"]))
+    assert await contract_context.is_known(event_id_of(update))
     await adapter.stop()
 
 
@@ -108,7 +108,7 @@ async def test_answer_is_200_only_after_the_commit_and_failures_are_redelivered(
     await adapter.stop()
     statuses = [status for uid, status in fake.webhook_deliveries if uid == update_id]
     assert statuses == [500, 200]
-    assert ctx.calls(str(update_id)) == 1
+    assert ctx.calls(event_id_of(update)) == 1
     assert await ctx.rows() == 1
 
 
@@ -118,13 +118,14 @@ async def test_out_of_order_and_repeated_deliveries_store_each_update_once(
     alice = fake.user("Alice")
     chat = fake.private_chat(alice)
     fake.webhook_out_of_order = True
-    ids = [fake.inject_message(chat, alice, f"m{n}")["update_id"] for n in range(4)]
+    updates = [fake.inject_message(chat, alice, f"m{n}") for n in range(4)]
+    ids = [u["update_id"] for u in updates]
     adapter = await start_webhook(fake, contract_context, routes)
     await fake.wait_for(lambda: all(fake.is_acked(i) for i in ids), what="all acked")
     delivered = [uid for uid, status in fake.webhook_deliveries if status == 200]
     assert delivered == list(reversed(ids))
     fake.deliver_again(ids[1])
-    await contract_context.wait_ingested(str(ids[1]), times=2)
+    await contract_context.wait_ingested(event_id_of(updates[1]), times=2)
     await adapter.stop()
     assert contract_context.results[-1].status == "duplicate"
     assert await contract_context.rows() == 4
@@ -157,8 +158,8 @@ async def test_switching_from_webhook_to_polling_deletes_the_webhook(
     assert fake.webhook is None
     assert len(fake.calls_to("deleteWebhook")) == 1
     alice = fake.user("Alice")
-    update_id = fake.inject_message(fake.private_chat(alice), alice, "polled")["update_id"]
-    await contract_context.wait_ingested(str(update_id))
+    update = fake.inject_message(fake.private_chat(alice), alice, "polled")
+    await contract_context.wait_ingested(event_id_of(update))
     await polling.stop()
     assert await contract_context.get_state("mode") == "polling"
     assert "deleted the bot's webhook" in caplog.text
@@ -251,6 +252,36 @@ async def test_a_group_upgrade_whose_first_commit_failed_is_still_stored(
     restarted = ContractContext(store)
     again = await start_webhook(fake, restarted, routes)
     later = fake.inject_message(supergroup, alice, "after the upgrade")
-    await restarted.wait_ingested(str(later["update_id"]))
+    await restarted.wait_ingested(event_id_of(later))
     await again.stop()
     assert restarted.events[-1].address.chat == str(group["id"])
+
+
+async def test_an_update_id_telegram_reuses_after_a_quiet_week_is_stored_as_a_new_message(
+    fake: FakeTelegram, contract_context: ContractContext, routes: RouteTable
+) -> None:
+    """After a week without updates Telegram picks the next update_id at random ("instead
+    of sequentially"), and it may land on an id already stored. The new message must be
+    stored, not dropped as a duplicate; a true redelivery of the old update still is one."""
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    adapter = await start_webhook(fake, contract_context, routes)
+    before = fake.inject_message(chat, alice, "before the quiet week")
+    await contract_context.wait_ingested(event_id_of(before))
+
+    fake.restart_update_ids(before["update_id"])  # the random pick hits a stored id
+    a_week_later = before["message"]["date"] + 8 * 86_400
+    after = fake.inject_message(chat, alice, "after it", extra={"date": a_week_later})
+    assert after["update_id"] == before["update_id"]
+    await contract_context.wait_for(lambda: len(contract_context.results) == 2, what="2 ingests")
+    assert [r.status for r in contract_context.results] == ["stored", "stored"]
+
+    fake.inject(before)  # Telegram delivers the old update again (its 200 was lost)
+    await contract_context.wait_for(lambda: len(contract_context.results) == 3, what="3 ingests")
+    await adapter.stop()
+    assert contract_context.results[-1].status == "duplicate"
+    assert contract_context.results[-1].event is not None
+    assert contract_context.results[-1].event.event_id == event_id_of(before)
+    rows = await contract_context.transcript(contract_context.events[0].address)
+    assert [m.text for m in rows] == ["before the quiet week", "after it"]
+    assert [m.event_id for m in rows] == [event_id_of(before), event_id_of(after)]

@@ -4,9 +4,14 @@ What becomes what:
 
 - ``message`` / ``channel_post`` -> kind "message"; ``edited_message`` /
   ``edited_channel_post`` -> kind "edit"; ``message_reaction`` -> kind "reaction".
-- ``event_id`` is the Update's ``update_id``: Telegram's own id of this
-  happening, unique per bot and kept across webhook retries and getUpdates
-  re-reads, and different for every edit of a message.
+- ``event_id`` is ``"{update_id}:{date}"``: the Update's ``update_id``
+  (Telegram's own id of this happening, kept across webhook retries and
+  getUpdates re-reads, and different for every edit of a message) and the
+  Unix time it carries (the message's ``date``, an edit's ``edit_date``, a
+  reaction's ``date``). The time is there because update ids are not unique
+  forever: after a week without updates Telegram picks the next id at
+  random, and it may land on ids already stored; an id alone would then
+  drop new messages as duplicates of old ones.
 - The conversation is the chat; in a forum supergroup a message with
   ``is_topic_message`` lives in the topic ``message_thread_id`` (the Address's
   thread). Messages in a forum's General topic carry no thread.
@@ -278,7 +283,7 @@ def _message_event(
     # positional (in Event's field order): fourteen keywords cost more than the check itself
     return Event(
         address,
-        str(update_id),  # event_id
+        f"{update_id}:{int(sent_at)}",  # event_id (see the module's docstring)
         sender,
         kind,
         text,
@@ -593,7 +598,7 @@ def _reaction_event(
         kind = "direct" if _chat_type(chat) == "private" else "group"
     return Event(
         address=address,
-        event_id=str(update_id),
+        event_id=f"{update_id}:{date}",
         sender=sender,
         kind="reaction",
         text=text,

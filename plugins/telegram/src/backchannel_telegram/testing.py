@@ -24,7 +24,12 @@ Faults: `fail_next(method, fault)` with "429", "500", "502", "hang" (never
 answers, nothing done), "hang_after" (done, then never answers), "reset" (the
 connection is dropped, nothing done), "forbidden", "conflict"; `deliver_again`
 (the same update twice); `webhook_out_of_order`; `limit_rates` (rate windows
-that enforce with 429s or only record violations).
+that enforce with 429s or only record violations); `restart_update_ids` (ids
+chosen anew, as Telegram does after a week without updates).
+
+`event_id_of(update)` is the event id backchannel stores an Update under, and
+`update_id_of(event_id)` the update id it was made from (the fake's acks and
+redeliveries are by update id).
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from attrs import define, field
 from backchannel.testing.loopback import serve_loopback
 from backchannel.testing.watch import Watch
 
-__all__ = ["FakeTelegram", "RateWindow", "SentMessage"]
+__all__ = ["FakeTelegram", "RateWindow", "SentMessage", "event_id_of", "update_id_of"]
 
 DEFAULT_TOKEN = "123456789:AAH-fake-test-token_DO_NOT_USE_0123456789"
 CONFLICT_POLLER = (
@@ -183,6 +188,30 @@ class RateWindow:
         if len(self.stamps) < self.limit:
             return 0.0
         return self.stamps[0] + self.period - now
+
+
+def event_id_of(update: Mapping[str, Any]) -> str:
+    """The event id backchannel gives `update`: ``"{update_id}:{date}"``.
+
+    The date is the Unix time the update carries: a message's ``date``, an
+    edit's ``edit_date`` (its ``date`` when it has none), a reaction's ``date``.
+    Read from the payload here, not through `normalize_update`, so a test that
+    compares the two checks the adapter rather than itself.
+    """
+    for key in ("message", "channel_post", "edited_message", "edited_channel_post"):
+        message = update.get(key)
+        if message is not None:
+            date = message["date"]
+            if key.startswith("edited_") and message.get("edit_date") is not None:
+                date = message["edit_date"]
+            return f"{int(update['update_id'])}:{int(date)}"
+    reaction = update["message_reaction"]
+    return f"{int(update['update_id'])}:{int(reaction['date'])}"
+
+
+def update_id_of(event_id: str) -> int:
+    """The update id an event id of this adapter was made from (the part before ':')."""
+    return int(event_id.partition(":")[0])
 
 
 class _Fault(Exception):
@@ -501,6 +530,16 @@ class FakeTelegram:
                 }
             }
         )
+
+    def restart_update_ids(self, first: int) -> None:
+        """Number the next updates from `first` on, even if that id was used before.
+
+        Telegram does this after a week without updates: the next id is "chosen
+        randomly instead of sequentially", and may be one a bot has already seen.
+        `deliver_again` of a reused id delivers the newest update that had it, and
+        `is_acked` of it is true already if the older one was acked.
+        """
+        self._next_update = first
 
     def deliver_again(self, update_id: int) -> None:
         """Deliver an already delivered update once more (even if it was confirmed)."""
