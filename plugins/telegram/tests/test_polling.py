@@ -266,3 +266,29 @@ async def test_a_getupdates_answer_larger_than_an_inbound_body_is_read_whole(
     await contract_context.wait_ingested(ids[-1])
     await adapter.stop()
     assert [contract_context.calls(i) for i in ids] == [1] * len(ids)
+
+
+async def test_update_ids_numbered_anew_below_the_offset_are_read_and_confirmed(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    # after a quiet week (or a switch to a local Bot API server) ids start again lower;
+    # the server answers the old, higher offset from its queue's head, so the poller must
+    # move its offset past what it got, not keep the highest it ever sent (a hot loop
+    # re-reading one batch, nothing ever confirmed, whatever lies past it unreachable)
+    alice = fake.user("Alice", username="alice")
+    chat = fake.private_chat(alice)
+    adapter = await start_adapter(fake, contract_context)
+    old = fake.inject_message(chat, alice, "before the quiet week")
+    await fake.wait_for(lambda: fake.is_acked(old["update_id"]), what="the old id confirmed")
+    fake.restart_update_ids(old["update_id"] - 5_000)  # a week later, nothing pending
+    new = [fake.inject_message(chat, alice, f"after {n}") for n in range(3)]
+    await fake.wait_for(
+        lambda: all(fake.is_acked(u["update_id"]) for u in new), what="the new ids confirmed"
+    )
+    polls = len(fake.calls_to("getUpdates"))
+    later = fake.inject_message(chat, alice, "later")
+    await contract_context.wait_ingested(event_id_of(later))
+    assert await contract_context.get_state("offset") == str(later["update_id"] + 1)
+    assert len(fake.calls_to("getUpdates")) - polls <= 3  # no hot loop
+    await adapter.stop()
+    assert [contract_context.calls(event_id_of(u)) for u in (old, *new, later)] == [1] * 5

@@ -268,6 +268,7 @@ async def test_an_update_id_telegram_reuses_after_a_quiet_week_is_stored_as_a_ne
     adapter = await start_webhook(fake, contract_context, routes)
     before = fake.inject_message(chat, alice, "before the quiet week")
     await contract_context.wait_ingested(event_id_of(before))
+    await fake.wait_for(lambda: fake.is_acked(before["update_id"]), what="the 200 for it")
 
     fake.restart_update_ids(before["update_id"])  # the random pick hits a stored id
     a_week_later = before["message"]["date"] + 8 * 86_400

@@ -153,10 +153,18 @@ class Poller:
         # update ids as normalize reads them (ints, or digit strings from a relay): an
         # id it accepts must move the offset past its update, or the batch is read forever
         ids = [int_field(u.get("update_id")) for u in updates if isinstance(u, Mapping)]
-        next_offset = max([offset or 0, *(i + 1 for i in ids if i is not None)])
+        readable = [i for i in ids if i is not None]
+        # past this batch, not past the highest offset ever sent: the ids may have moved
+        # down (Telegram numbers at random after a quiet week; a local Bot API server has
+        # ids of its own). The server answers an offset "in the future" from its queue's
+        # head, so keeping the old, higher offset would read that same batch again and
+        # again, and never what came after it
+        next_offset = max(readable) + 1 if readable else offset
         # the offset commits with the updates it confirms, so a crash cannot lose or
         # double them; a group upgrade learnt from the batch commits with it too
-        state: dict[str, str | None] = {"offset": str(next_offset)}
+        state: dict[str, str | None] = {}
+        if next_offset is not None:
+            state["offset"] = str(next_offset)
         for update in updates:
             if isinstance(update, Mapping):
                 state.update(self._state_for(update))
