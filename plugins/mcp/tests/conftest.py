@@ -106,6 +106,11 @@ user = "{self.owner["id"]}"
             await store.close()
 
 
+def text_of(result: Any) -> str:
+    """The text blocks of an MCP tool result, joined by newlines."""
+    return "\n".join(block.text for block in result.content)
+
+
 def _toml(value: Any) -> str:
     if isinstance(value, str):
         return f'"{value}"'

@@ -19,7 +19,7 @@ from backchannel_mcp.tools import ToolBox
 from backchannel_owner.api import SessionIdentity
 from pydantic import BaseModel
 
-from .conftest import Received, World, connected, open_store
+from .conftest import Received, World, connected, open_store, text_of
 
 SESSION = SessionIdentity(session_id="c0ffee00-1111", name="ci-cd-incremental-2")
 
@@ -33,10 +33,6 @@ async def say(world: World, chat: dict[str, Any], user: dict[str, Any], text: st
 class _Notification(BaseModel):
     method: str
     params: dict[str, Any]
-
-
-def text_of(result: Any) -> str:
-    return "\n".join(block.text for block in result.content)
 
 
 async def test_the_owners_routed_reply_is_pushed_with_its_meta_and_a_strangers_is_not(

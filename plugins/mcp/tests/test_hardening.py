@@ -12,11 +12,7 @@ import pytest
 from backchannel_mcp.server import BackchannelMcp
 from backchannel_mcp.tools import ToolBox
 
-from .conftest import World, connected, open_store
-
-
-def text_of(result: Any) -> str:
-    return "\n".join(block.text for block in result.content)
+from .conftest import World, connected, open_store, text_of
 
 
 async def test_null_for_an_optional_argument_means_its_default(world: World) -> None:

@@ -10,7 +10,6 @@ import os
 import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import httpx2 as httpx
 import pytest
@@ -18,11 +17,7 @@ from backchannel.model import Address
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from .conftest import TOKEN, ChannelListener, Received, World, open_store
-
-
-def text_of(result: Any) -> str:
-    return "\n".join(block.text for block in result.content)
+from .conftest import TOKEN, ChannelListener, Received, World, open_store, text_of
 
 
 def serve_args(world: World, *more: str) -> list[str]:

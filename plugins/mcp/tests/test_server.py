@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from backchannel.model import Address
 from backchannel_mcp.server import BackchannelMcp, resource_uri
 from backchannel_mcp.tools import ToolBox
 
-from .conftest import World, connected, open_store
-
-
-def text_of(result: Any) -> str:
-    return "\n".join(block.text for block in result.content)
+from .conftest import World, connected, open_store, text_of
 
 
 async def test_lists_the_tools_and_reads_a_conversation_seeded_in_the_store(world: World) -> None:
