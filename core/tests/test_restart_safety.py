@@ -57,20 +57,27 @@ async def crashed_mid_reply(path: Path, channel: FakeChannel, status: str) -> No
     await board.stop()
 
 
+async def restarted_with_echo(
+    path: Path, channel: FakeChannel
+) -> tuple[Switchboard, RecordingAgent]:
+    """Start the store at `path` again with the README's echo agent; return once its first
+    run is done and the board is idle."""
+    seen = RecordingAgent(action=example_echo_agent())
+    board = Switchboard(SQLiteStore(path))
+    board.add_account(channel.adapter("fake"), Binding(seen))
+    await board.start()
+    await seen.wait_runs(1)
+    await board.wait_idle()
+    return board, seen
+
+
 async def test_the_example_agent_does_not_reply_twice_to_a_trigger_with_an_uncertain_reply(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "bc.db"
     channel = FakeChannel()
     await crashed_mid_reply(path, channel, "pending")  # pending at start becomes uncertain
-
-    echo = example_echo_agent()
-    seen = RecordingAgent(action=echo)
-    board = Switchboard(SQLiteStore(path))
-    board.add_account(channel.adapter("fake"), Binding(seen))
-    await board.start()
-    await seen.wait_runs(1)
-    await board.wait_idle()
+    board, seen = await restarted_with_echo(path, channel)
     (run,) = seen.runs
     assert run.trigger is None  # answered already: not presented as unanswered
     assert channel.platform.sent == []  # so the example agent sends nothing
@@ -84,13 +91,7 @@ async def test_a_trigger_answered_before_the_crash_is_not_answered_again(tmp_pat
     path = tmp_path / "bc.db"
     channel = FakeChannel()
     await crashed_mid_reply(path, channel, "sent")
-    echo = example_echo_agent()
-    seen = RecordingAgent(action=echo)
-    board = Switchboard(SQLiteStore(path))
-    board.add_account(channel.adapter("fake"), Binding(seen))
-    await board.start()
-    await seen.wait_runs(1)
-    await board.wait_idle()
+    board, seen = await restarted_with_echo(path, channel)
     assert seen.runs[0].trigger is None and channel.platform.sent == []
     # a new message afterwards is a trigger again, and is answered
     channel.platform.user_says("still there?")
@@ -204,12 +205,7 @@ async def test_a_message_that_came_during_a_run_cut_short_is_answered_after_the_
         path = tmp_path / f"{tool}.db"
         channel = FakeChannel()
         await crashed_after_a_second_message(path, channel, tool=tool)
-        seen = RecordingAgent(action=example_echo_agent())
-        board = Switchboard(SQLiteStore(path))
-        board.add_account(channel.adapter("fake"), Binding(seen))
-        await board.start()
-        await seen.wait_runs(1)
-        await board.wait_idle()
+        board, seen = await restarted_with_echo(path, channel)
         (run,) = seen.runs
         assert run.trigger is not None and run.trigger.text == "second", tool
         assert channel.platform.texts() == ["re first", "You said: second"], tool
@@ -233,12 +229,7 @@ async def test_what_a_run_cut_short_sent_after_seeing_a_trigger_answers_it_with_
     assert taken_over.trigger is None
     assert "Message #2 already has your reply #3" in taken_over.instruction
     await store.close()
-    seen = RecordingAgent(action=example_echo_agent())
-    board = Switchboard(SQLiteStore(path))
-    board.add_account(channel.adapter("fake"), Binding(seen))
-    await board.start()
-    await seen.wait_runs(1)
-    await board.wait_idle()
+    board, seen = await restarted_with_echo(path, channel)
     assert seen.runs[0].trigger is None
     assert channel.platform.texts() == ["re first and second"]  # nothing answered twice
     await board.stop()
