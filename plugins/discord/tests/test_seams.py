@@ -54,3 +54,11 @@ def test_raw_receive_event_and_client_options_exist() -> None:
     assert issubclass(discord.PrivilegedIntentsRequired, discord.ClientException)
     assert hasattr(discord, "RateLimited")
     assert discord.version_info.major == 2
+
+
+def test_a_failed_clients_gateway_socket_can_be_closed_alone() -> None:
+    # the supervisor closes `client.ws` of a client whose loop failed, keeping its HTTP to send
+    assert "self.ws" in inspect.getsource(discord.Client.__init__)
+    assert isinstance(inspect.getattr_static(DiscordWebSocket, "open"), property)
+    assert "code" in inspect.signature(DiscordWebSocket.close).parameters
+    assert "_keep_alive.stop()" in inspect.getsource(DiscordWebSocket.close)

@@ -197,11 +197,12 @@ async def test_fatal_close_after_start_is_logged_for_people(
     assert fake.token not in caplog.text
 
 
-async def test_discord_py_failing_for_good_after_start_is_logged_for_people(
+async def test_discord_py_failing_after_start_is_logged_for_people(
     fake: FakeDiscord, adapter: DiscordAdapter, contract_context: ContractContext
 ) -> None:
     # a READY without session_id makes discord.py's gateway loop raise KeyError, which
-    # ends Client.connect: nobody awaits the client task any more, so say it in the log
+    # ends Client.connect: nobody awaits the client, so say it in the log (the supervisor
+    # then restarts receiving: see test_supervisor)
     watcher = LineSeen("stopped listening")
     contract_context.log.logger.addHandler(watcher)
     try:

@@ -8,6 +8,12 @@ as the documented JSON, to ``ctx.ingest``. Replays after a RESUME and duplicate
 dispatches carry the same event ids (message id; message id + edited_timestamp
 for edits), so the store keeps one row each.
 
+When discord.py's connection loop ends on its own after start (an exception it
+does not reconnect on, such as a frame that is not JSON), the adapter restarts
+receiving with a fresh client, waiting `reconnect_delay` seconds, doubling up to
+`reconnect_max_delay`; the new session's READY catches up from the cursors.
+A refused token or a fatal close code (4004, 4010-4014) is not retried.
+
 Sending goes through discord.py's HTTP layer and its rate limiter. Waits the
 limiter would take longer than ``max_ratelimit_wait`` seconds surface as
 RateLimited so the switchboard retries from the outbox instead of blocking.
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
@@ -32,7 +39,13 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
 from .catchup import Cursors, missed_messages
-from .failures import DiscordStartError, delivery_error, explain_connection_failure, one_line
+from .failures import (
+    DiscordStartError,
+    delivery_error,
+    explain_connection_failure,
+    fatal_failure,
+    one_line,
+)
 from .normalize import CONTEXT_KEY, MESSAGE_EVENTS, REACTION_EVENTS, normalize_payload
 from .settings import DiscordSettings
 
@@ -43,6 +56,8 @@ _T = TypeVar("_T")
 _LOOKUP_ATTEMPTS = 3
 #: the longest wait between two of them, in seconds (receiving waits meanwhile)
 _LOOKUP_MAX_WAIT = 10.0
+#: seconds a failed client's Gateway socket gets to close before it is left to its HTTP's close
+_SOCKET_CLOSE_WAIT = 5.0
 
 
 class DiscordAdapter:
@@ -66,8 +81,18 @@ class DiscordAdapter:
         )
         self.me: Sender | None = None
         self._ctx: AdapterContext | None = None
+        #: the client receiving (or about to) and sending; during a restart's backoff, the
+        #: failed one, whose Gateway socket is closed and whose HTTP still sends
         self._client: _GatewayClient | None = None
+        #: a restart's new client while it logs in (not yet sending)
+        self._pending: _GatewayClient | None = None
+        #: the client `_client` replaced, kept open for sends in flight until the next restart
+        self._retired: _GatewayClient | None = None
+        #: receiving: the first connection, then the supervisor that restarts it
         self._client_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        #: when receiving stopped unexpectedly (monotonic), until a restarted client is ready
+        self._down_since: float | None = None
         self._ingest_task: asyncio.Task[None] | None = None
         self._inbox: asyncio.Queue[str] = asyncio.Queue()
         self._ready = asyncio.Event()
@@ -92,6 +117,8 @@ class DiscordAdapter:
         if self._client is not None:
             raise RuntimeError(f"Discord account {self.account!r} is already started")
         self._ctx = ctx
+        self._stopping = False
+        self._down_since = None
         self._ready = asyncio.Event()
         self._inbox = asyncio.Queue()
         self._cursors = await Cursors.load(ctx.get_state)
@@ -100,16 +127,13 @@ class DiscordAdapter:
             Route.BASE = self.settings.api_base.rstrip("/")
         if self.settings.gateway_url:
             DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(self.settings.gateway_url)
-        client = _GatewayClient(self)
-        # discord.py will not take a max_ratelimit_timeout under 30 s; shorter
-        # waits belong to the switchboard's outbox retry, not to a blocked send
-        client.http.max_ratelimit_timeout = self.settings.max_ratelimit_wait
+        client = self._new_client()
         self._client = client
         self._ingest_task = asyncio.create_task(
             self._ingest_loop(), name=f"discord-ingest-{self.account}"
         )
         self._client_task = asyncio.create_task(
-            self._run_client(client), name=f"discord-{self.account}"
+            self._receive(client), name=f"discord-{self.account}"
         )
         ready = asyncio.create_task(self._ready.wait())
         done, _ = await asyncio.wait(
@@ -135,9 +159,14 @@ class DiscordAdapter:
         )
 
     async def stop(self) -> None:
-        """Close the Gateway connection, store what was already received, close HTTP. Idempotent."""
-        client, self._client = self._client, None
-        if client is not None:
+        """Close the Gateway connection, store what was already received, close HTTP. Idempotent.
+
+        Ends the supervisor too: no restart happens during or after stop.
+        """
+        self._stopping = True  # the supervisor starts nothing new from here on
+        clients = [c for c in (self._client, self._pending, self._retired) if c is not None]
+        self._client = self._pending = self._retired = None
+        for client in clients:
             with contextlib.suppress(Exception):
                 await client.close()
         if self._ingest_task is not None and not self._ingest_task.done():
@@ -151,27 +180,90 @@ class DiscordAdapter:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._client_task = self._ingest_task = None
 
-    async def _run_client(self, client: _GatewayClient) -> None:
-        try:
-            await client.start(self.settings.token)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
+    def _new_client(self) -> _GatewayClient:
+        client = _GatewayClient(self)
+        # discord.py will not take a max_ratelimit_timeout under 30 s; shorter
+        # waits belong to the switchboard's outbox retry, not to a blocked send
+        client.http.max_ratelimit_timeout = self.settings.max_ratelimit_wait
+        return client
+
+    async def _receive(self, client: _GatewayClient) -> None:
+        """The receiving task: the first connection (its failure is start's), then supervision."""
+        error = await _ended(client.start(self.settings.token))
+        if not self._ready.is_set():
+            # start() is waiting for this task: it raises why, and stops the adapter
+            if error is None:
+                return
             failure = explain_connection_failure(error, self.account)
             if failure is None:
-                if self._ready.is_set() and self._client is client and self._ctx is not None:
-                    self._ctx.log.error(
-                        "Discord stopped listening: discord.py failed: %s: %s",
-                        type(error).__name__,
-                        one_line(str(error)),
-                    )
-                raise
-            if self._ready.is_set() and self._client is client and self._ctx is not None:
-                # after start returned, nobody awaits this task: say it where people look
-                self._ctx.log.error("Discord stopped listening: %s", failure)
+                raise error
             raise failure from None
-        if self._client is client and self._ctx is not None:
-            self._ctx.log.error("Discord connection of account %s ended", self.account)
+        await self._supervise(client, error)
+
+    async def _supervise(self, ended: _GatewayClient, error: Exception | None) -> None:
+        """Restart receiving each time discord.py's loop ends, until stop() or a fatal failure.
+
+        discord.py reconnects by itself on network errors, close codes it can
+        resume after, op 7 and op 9; its loop ends for good on anything else
+        (a frame that is not JSON, a READY without a field it needs). Then: one
+        log line, a wait (`reconnect_delay`, doubling up to `reconnect_max_delay`;
+        back to the start after a connection that stayed up that long), and a
+        fresh client (the failed one is not made to connect again): it logs in,
+        takes over sending, and connects. Its new session's READY catches up
+        what was posted meanwhile. Until it takes over, the failed client's
+        HTTP (its Gateway socket closed) goes on sending.
+        """
+        assert self._ctx is not None
+        log = self._ctx.log
+        backoff = _Backoff(self.settings.reconnect_delay, self.settings.reconnect_max_delay)
+        attempt = 0
+        while not self._stopping:
+            if ended is not self._client:
+                # a new client that never took over (its login failed)
+                with contextlib.suppress(Exception):
+                    await ended.close()
+            else:
+                await _close_gateway(ended)
+            fatal = fatal_failure(error, self.account)
+            if fatal is not None:
+                # a refused token, a fatal close code: reconnecting cannot fix it
+                log.error(
+                    "Discord stopped listening: %s; not retried: receiving stays stopped "
+                    "until backchannel is restarted",
+                    fatal,
+                )
+                return
+            delay = backoff.next(ended.uptime())
+            what = _describe(error, self.account)
+            if ended.ready_at is not None:
+                attempt = 0
+                self._down_since = time.monotonic()
+                log.error("Discord stopped listening: %s; reconnecting in %gs", what, delay)
+            else:
+                attempt += 1
+                log.warning(
+                    "Discord could not reconnect (attempt %d): %s; next try in %gs",
+                    attempt,
+                    what,
+                    delay,
+                )
+            await asyncio.sleep(delay)
+            if self._stopping:
+                return
+            fresh = self._pending = self._new_client()
+            error = await _ended(fresh.login(self.settings.token))
+            if self._stopping:
+                return  # stop() closed it
+            self._pending = None
+            if error is None:
+                retired, self._retired, self._client = self._retired, self._client, fresh
+                if retired is not None:
+                    with contextlib.suppress(Exception):
+                        await retired.close()
+                if self._stopping:
+                    return
+                error = await _ended(fresh.connect())
+            ended = fresh
 
     # ------------------------------------------------------------ receiving
 
@@ -190,6 +282,11 @@ class DiscordAdapter:
         user = client.user
         if user is not None and self.me is None:
             self.me = Sender(str(user.id), user.global_name or user.name, user.name, is_bot=True)
+        down_since, self._down_since = self._down_since, None
+        if down_since is not None and client is self._client and self._ctx is not None:
+            self._ctx.log.info(
+                "Discord is listening again, after %.1fs", time.monotonic() - down_since
+            )
         self._ready.set()
 
     async def _ingest_loop(self) -> None:
@@ -518,6 +615,8 @@ class _GatewayClient(discord.Client):
             guild_ready_timeout=adapter.settings.guild_ready_timeout,
         )
         self._adapter = adapter
+        #: when discord.py last said the client is ready (monotonic), None before
+        self.ready_at: float | None = None
         # discord.py parses every dispatch to keep its cache, and an exception from one of its
         # parsers ends Client.connect: one dispatch it cannot read would stop all receiving.
         # The adapter reads each frame itself (on_socket_raw_receive runs before the parser),
@@ -547,12 +646,64 @@ class _GatewayClient(discord.Client):
         self._adapter._on_raw(msg)
 
     async def on_ready(self) -> None:
+        self.ready_at = time.monotonic()
         self._adapter._on_ready(self)
+
+    def uptime(self) -> float:
+        """Seconds since the client was last ready (0 if it never was)."""
+        return time.monotonic() - self.ready_at if self.ready_at is not None else 0.0
 
     async def on_error(self, event_method: str, /, *args: Any, **kwargs: Any) -> None:
         ctx = self._adapter._ctx
         if ctx is not None:
             ctx.log.exception("error in discord.py handler %s", event_method)
+
+
+class _Backoff:
+    """Waits between restarts: `first` seconds, doubling up to `cap`.
+
+    Back to `first` after a connection that stayed up at least `cap` seconds.
+    """
+
+    def __init__(self, first: float, cap: float):
+        self.first = first
+        self.cap = cap
+        self._next = first
+
+    def next(self, uptime: float) -> float:
+        """The wait before the next try, after a connection that was up `uptime` seconds."""
+        if uptime >= self.cap:
+            self._next = self.first
+        delay = min(self._next, self.cap)
+        self._next = min(self._next * 2, self.cap)
+        return delay
+
+
+async def _ended(run: Awaitable[Any]) -> Exception | None:
+    """Await `run`; return the exception it ended with, None if it returned."""
+    try:
+        await run
+    except Exception as error:
+        return error
+    return None
+
+
+async def _close_gateway(client: _GatewayClient) -> None:
+    """Close a failed client's Gateway socket (and heartbeat thread); its HTTP stays open."""
+    ws = client.ws
+    if ws is not None and ws.open:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ws.close(code=1000), _SOCKET_CLOSE_WAIT)
+
+
+def _describe(error: Exception | None, account: str) -> str:
+    """What ended discord.py's Gateway loop, on one line (never the token)."""
+    if error is None:
+        return "discord.py's Gateway loop ended"
+    explained = explain_connection_failure(error, account)
+    if explained is not None:
+        return str(explained)
+    return f"discord.py failed: {type(error).__name__}: {one_line(str(error))}"
 
 
 def _nonce(outbound: Outbound, index: int, part: str) -> str | None:

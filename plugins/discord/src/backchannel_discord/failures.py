@@ -12,7 +12,13 @@ import aiohttp
 import discord
 from backchannel.errors import ConfigError, DeliveryError, RateLimited, Rejected, Uncertain
 
-__all__ = ["DiscordStartError", "delivery_error", "explain_connection_failure", "one_line"]
+__all__ = [
+    "DiscordStartError",
+    "delivery_error",
+    "explain_connection_failure",
+    "fatal_failure",
+    "one_line",
+]
 
 PORTAL = "https://discord.com/developers/applications"
 #: the longest reason a failure carries: Discord's bodies (an HTML error page) can be long
@@ -43,6 +49,28 @@ def explain_connection_failure(error: BaseException, account: str) -> DiscordSta
         explained = _explain(seen, repr(account))
         if explained is not None:
             return explained
+        seen = seen.__context__
+    return None
+
+
+def fatal_failure(error: BaseException | None, account: str) -> DiscordStartError | None:
+    """Explain `error` if no reconnect can fix it, else None.
+
+    Fatal: Discord refused the token (401 on login, close 4004), or closed the
+    Gateway with a code discord.py does not reconnect after (4010-4014: only
+    those reach the end of its loop as ConnectionClosed). Anything else that
+    ends discord.py's loop (a frame it cannot read, the network) is worth a
+    restart.
+    """
+    seen = error
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(
+            seen,
+            discord.LoginFailure | discord.PrivilegedIntentsRequired | discord.ConnectionClosed,
+        ):
+            return _explain(seen, repr(account))
         seen = seen.__context__
     return None
 

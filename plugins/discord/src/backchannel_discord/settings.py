@@ -27,6 +27,8 @@ class DiscordSettings:
     heartbeat_timeout: float = 60.0
     guild_ready_timeout: float = 2.0
     drain_timeout: float = 5.0
+    reconnect_delay: float = 1.0
+    reconnect_max_delay: float = 60.0
     catch_up: bool = True
     catch_up_limit: int = 100
     message_content_intent: bool = True
@@ -62,6 +64,8 @@ class DiscordSettings:
             heartbeat_timeout=reader.number("heartbeat_timeout", 60.0),
             guild_ready_timeout=reader.number("guild_ready_timeout", 2.0),
             drain_timeout=reader.number("drain_timeout", 5.0),
+            reconnect_delay=reader.number("reconnect_delay", 1.0),
+            reconnect_max_delay=reader.number("reconnect_max_delay", 60.0),
             catch_up=reader.flag("catch_up", True),
             catch_up_limit=int(reader.number("catch_up_limit", 100)),
             message_content_intent=reader.flag("message_content_intent", True),

@@ -29,7 +29,8 @@ What it speaks, on 127.0.0.1 and an ephemeral port:
 
 Faults: `fail_next` (REST writes), `fail_next_read` (REST reads), `disconnect` (abnormal close or a close code),
 `drop_next_dispatches` (lost in flight, replayed on resume),
-`send_reconnect` (op 7), `invalidate_session` (op 9), `stop_heartbeat_acks`,
+`send_reconnect` (op 7), `invalidate_session` (op 9), `send_raw_frame` (a frame
+as it is, e.g. not JSON), `refuse_connections` (the Gateway answers 503), `stop_heartbeat_acks`,
 `replay_overlap` (a resume replays events the client already had) and
 `redeliver` (a duplicate dispatch).
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import zlib
@@ -77,6 +78,8 @@ class GatewayServer(World):
         self.heartbeat_interval = heartbeat_interval
         self.identifies = 0
         self.resumes = 0
+        #: Gateway connections answered 503 (see `refuse_connections`)
+        self.refused = 0
         #: the query of every Gateway connection (v, encoding, compress), in order
         self.gateway_queries: list[dict[str, str]] = []
         #: close codes the fake sent, in order
@@ -89,6 +92,7 @@ class GatewayServer(World):
         self.replay_overlap = 0
         self._acks = True
         self._drop_next = 0
+        self._refuse_next = 0
         self._sessions: dict[str, _Session] = {}
         self._connections: list[_Connection] = []
 
@@ -122,6 +126,22 @@ class GatewayServer(World):
             if connection.session is not None and not resumable:
                 connection.session.invalid = True
             await self._send(connection, {"op": 9, "d": resumable})
+
+    def refuse_connections(self, count: int) -> None:
+        """Answer the next `count` Gateway connections with HTTP 503 instead of a websocket."""
+        self._refuse_next = count
+
+    async def send_raw_frame(self, text: str) -> None:
+        """Send `text` as it is, one uncompressed text frame on every connection.
+
+        Nothing is sequenced or kept for resume: a frame a client cannot read
+        (``"not json"``) is the point. discord.py's Gateway loop ends on one.
+        """
+        for connection in list(self._connections):
+            if not connection.ws.closed:
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    await connection.ws.send_str(text)
+        self._notify()
 
     def stop_heartbeat_acks(self) -> None:
         """Stop answering heartbeats (the client should give up on the socket and resume)."""
@@ -178,6 +198,11 @@ class GatewayServer(World):
         return copy
 
     async def _gateway(self, request: web.Request) -> web.StreamResponse:
+        if self._refuse_next > 0:
+            self._refuse_next -= 1
+            self.refused += 1
+            self._notify()
+            return web.Response(status=503, text="upstream connect error")
         ws = web.WebSocketResponse(autoping=True, max_msg_size=0)
         await ws.prepare(request)
         if request.query.get("v") != "10" or request.query.get("encoding", "json") != "json":
