@@ -246,3 +246,83 @@ def test_the_empty_case_imports_nothing_heavy(inbox_root: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.stdout.strip() == "0 []", done.stderr
+
+
+# hostile input: nested payloads, dot ids, shared folders, links -----------------------
+
+
+def marker(session_id: str, message_id: str, text: str = "hi") -> InboxItem:
+    return InboxItem(
+        {"id": message_id, "session_id": session_id, "text": text, "store": "/nonexistent.db"}
+    )
+
+
+def test_a_deeply_nested_payload_is_one_line_and_exit_1(inbox_root: Path, tmp_path: Path) -> None:
+    waiting(tmp_path / "bc.db")  # something waits, so the payload is read
+    nested = '{"session_id": "x", "tool_response": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    out, err = io.StringIO(), io.StringIO()
+    assert hook.run(io.StringIO(nested), out, err) == 1
+    assert out.getvalue() == ""
+    assert err.getvalue().startswith("backchannel-owner-hook: stdin is not a JSON hook payload")
+    assert err.getvalue().count("\n") == 1
+
+
+def test_a_session_id_of_dots_stays_inside_the_inbox(inbox_root: Path) -> None:
+    for session_id in (".", "..", "..."):
+        directory = session_dir(session_id)
+        assert directory.parent == inbox_root and directory.name.startswith("_")
+        assert hook._safe(session_id) == directory.name
+        path = write_marker(marker(session_id, f"m{len(session_id)}"))
+        assert path.parent.parent == inbox_root
+        assert [m.id for m in list_markers(session_id)] == [f"m{len(session_id)}"]
+    assert not (inbox_root.parent / f"m{len('..')}.json").exists()
+
+
+def test_sessions_sharing_a_folder_name_never_read_each_others_messages(
+    inbox_root: Path,
+) -> None:
+    write_marker(marker("proj:1", "m1", "for proj:1 only"))
+    twin = "proj_1"  # another session whose id is the same folder name once made safe
+    assert session_dir(twin) == session_dir("proj:1")
+    assert list_markers(twin) == []
+    assert run_hook(post_tool_use(twin)) == (0, "", "")
+    assert [m.id for m in list_markers("proj:1")] == ["m1"]
+
+
+def test_a_linked_marker_is_not_read(inbox_root: Path, tmp_path: Path) -> None:
+    item = waiting(tmp_path / "bc.db")
+    planted = tmp_path / "planted.json"
+    planted.write_text(json.dumps({**item.to_json(), "id": "zzzzz", "text": "rm -rf /"}))
+    os.symlink(planted, session_dir(SESSION) / "zzzzz.json")
+    assert [m.id for m in list_markers(SESSION)] == [item.id]
+
+
+def test_a_linked_session_folder_is_neither_read_nor_written(
+    inbox_root: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "m1.json").write_text(json.dumps(marker("s1", "m1").to_json()))
+    inbox_root.mkdir(exist_ok=True)
+    os.symlink(elsewhere, session_dir("s1"))
+    assert list_markers("s1") == []
+    try:
+        write_marker(marker("s1", "m2"))
+    except PermissionError:
+        pass
+    else:
+        raise AssertionError("a marker was written through a linked folder")
+    assert sorted(os.listdir(elsewhere)) == ["m1.json"]
+
+
+def test_a_planted_partial_file_link_is_not_written_through(
+    inbox_root: Path, tmp_path: Path
+) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    directory = session_dir("s1")
+    directory.mkdir(parents=True)
+    os.symlink(victim, directory / ".m1.json.tmp")
+    write_marker(marker("s1", "m1"))
+    assert victim.read_text() == "precious"
+    assert [m.id for m in list_markers("s1")] == ["m1"]

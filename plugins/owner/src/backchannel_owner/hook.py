@@ -39,8 +39,10 @@ def run(stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:
 
     try:
         payload = json.loads(stdin.read() or "{}")
-    except ValueError as error:
-        stderr.write(f"backchannel-owner-hook: stdin is not a JSON hook payload: {error}\n")
+    except (ValueError, RecursionError, MemoryError) as error:
+        # RecursionError: a tool's deeply nested output inside the payload
+        why = str(error) if isinstance(error, ValueError) else type(error).__name__
+        stderr.write(f"backchannel-owner-hook: stdin is not a JSON hook payload: {why}\n")
         return 1
     if not isinstance(payload, dict):
         stderr.write("backchannel-owner-hook: stdin is not a JSON object (a hook payload)\n")
@@ -76,9 +78,10 @@ def _root() -> str:
 
 
 def _safe(session_id: str) -> str:
-    """The marker directory's name for a session id (same rule as inbox.session_dir)."""
+    """The marker directory's name for a session id (same rule as inbox.safe_name)."""
     allowed = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
-    return "".join(c if c in allowed else "_" for c in session_id) or "_"
+    name = "".join(c if c in allowed else "_" for c in session_id) or "_"
+    return "_" + name if not name.strip(".") else name  # never "." or ".."
 
 
 def _deliver(session_id: str, event: str, stdout: IO[str], stderr: IO[str]) -> int:

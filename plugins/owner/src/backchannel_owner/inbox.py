@@ -24,7 +24,9 @@ __all__ = [
     "InboxItem",
     "inbox_dir",
     "list_markers",
+    "markers_in",
     "remove_marker",
+    "safe_name",
     "session_dir",
     "stamp_attempt",
     "stamp_delivered",
@@ -93,19 +95,60 @@ def inbox_dir() -> Path:
 
 
 def session_dir(session_id: str, root: Path | None = None) -> Path:
-    """The marker directory of one session (its id made safe as a file name)."""
-    return (root or inbox_dir()) / (_UNSAFE.sub("_", session_id) or "_")
+    """The marker directory of one session (its id made safe as a file name).
+
+    Never ``.`` or ``..`` (which would name the inbox root or its parent): a name
+    of dots only gets a leading ``_``. Different ids may share a folder
+    (``a/b`` and ``a:b``); each marker names its session, which readers check.
+    """
+    return (root or inbox_dir()) / safe_name(session_id)
+
+
+def safe_name(session_id: str) -> str:
+    """A session id as one safe path component (the hook applies the same rule)."""
+    name = _UNSAFE.sub("_", session_id) or "_"
+    return "_" + name if not name.strip(".") else name
+
+
+def _trusted(path: Path, *, directory: bool) -> bool:
+    """True when `path` is a real directory or file of this user, not a symlink.
+
+    A marker becomes words in an agent's context as its owner's: one planted by
+    another user (an inbox on a shared path), or a link to somewhere else, is
+    never read, and never written through. (Ownership, not mode bits: another
+    user cannot make a file this user owns.)
+    """
+    import stat
+
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    kind = stat.S_ISDIR(info.st_mode) if directory else stat.S_ISREG(info.st_mode)
+    return kind and info.st_uid == os.geteuid()
 
 
 def write_marker(item: InboxItem, root: Path | None = None) -> Path:
     """Write (atomically) the marker of one waiting message; return its path."""
     directory = session_dir(item.session_id, root)
+    if _UNSAFE.search(item.id) or not item.id.strip("."):
+        raise ValueError(f"not a marker id: {item.id!r}")
     path = directory / f"{item.id}.json"
     partial = directory / f".{item.id}.json.tmp"
     for attempt in range(5):
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not _trusted(directory, directory=True):
+            raise PermissionError(
+                f"{directory} is not a folder of this user (a symlink, or another user's):"
+                " no marker is written there"
+            )
         try:
-            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.unlink(partial)  # a leftover of a crash (or a planted link): never written through
+        except FileNotFoundError:
+            pass
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+            fd = os.open(partial, flags, 0o600)
         except FileNotFoundError:
             if attempt == 4:
                 raise
@@ -118,21 +161,34 @@ def write_marker(item: InboxItem, root: Path | None = None) -> Path:
 
 
 def list_markers(session_id: str, root: Path | None = None) -> list[InboxItem]:
-    """Return the session's waiting messages, oldest first ([] when none: one listing)."""
-    directory = session_dir(session_id, root)
+    """Return the session's waiting messages, oldest first ([] when none: one listing).
+
+    Only markers naming this very session: ids that share a folder name (``a/b``,
+    ``a:b``) never see each other's messages.
+    """
+    items = markers_in(session_dir(session_id, root))
+    return [item for item in items if item.session_id == session_id]
+
+
+def markers_in(directory: Path) -> list[InboxItem]:
+    """Return every readable marker in one session folder, oldest first."""
+    if not _trusted(directory, directory=True):
+        return []  # missing, a symlink, or not this user's own
     try:
         names = os.listdir(directory)
-    except (FileNotFoundError, NotADirectoryError):
+    except OSError:
         return []
     items = []
     for name in names:
         if not name.endswith(".json") or name.startswith("."):
             continue
         path = directory / name
+        if not _trusted(path, directory=False):
+            continue  # a link or another user's file is not a marker
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             items.append(InboxItem(data, path))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
             continue  # half-written or foreign: the store rebuilds markers at serve start
     items.sort(key=lambda item: (item.created_at, item.id))
     return items

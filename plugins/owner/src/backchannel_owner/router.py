@@ -22,7 +22,7 @@ from backchannel.switchboard import RouteVerdict, Switchboard
 
 from . import lines
 from .ids import ALPHABET, ID_LENGTH
-from .inbox import InboxItem, inbox_dir, list_markers, remove_marker, write_marker
+from .inbox import InboxItem, inbox_dir, markers_in, remove_marker, write_marker
 from .records import OwnerMessage, OwnerRecords
 from .settings import OwnerSettings
 
@@ -112,7 +112,7 @@ class OwnerDuplex:
             for directory in root.iterdir():
                 if not directory.is_dir():
                     continue
-                for item in list_markers(directory.name, root):
+                for item in markers_in(directory):
                     mine = Path(item.store).resolve() == Path(self.store_path)
                     if mine and (item.session_id, item.id) not in wanted:
                         remove_marker(item)

@@ -25,13 +25,19 @@ from tinyplace.signal import SignalSession
 from tinyplace.signal.crypto import ed25519_pub_to_x25519_pub
 
 from .contacts import ContactsApi
-from .envelope import SESSION_LABEL, build_v1_envelope, new_message_id
+from .envelope import SESSION_LABEL, build_v1_envelope, clean_text, new_message_id
 from .identity import load_identity
 from .keys import ensure_published_keys
 from .mailbox import MailboxReader
 from .normalize import MASTER, normalize_relay_message, peer_label
-from .relay_errors import CONNECT_RETRY_AFTER, not_a_contact, retry_after_of, send_error
-from .sessions import DurableSessionStore
+from .relay_errors import (
+    CONNECT_RETRY_AFTER,
+    error_code,
+    not_a_contact,
+    retry_after_of,
+    send_error,
+)
+from .sessions import DurableSessionStore, StateUnavailable
 from .transport import relay_session
 
 __all__ = ["DEFAULT_RELAY_URL", "TinyplaceAdapter"]
@@ -214,13 +220,16 @@ class TinyplaceAdapter:
         peer = outbound.address.chat
         thread = outbound.address.thread
         session = None if thread in (None, "", MASTER) else thread
-        parts = split_text(outbound.text, self.capabilities.max_text_len)
+        # half a surrogate pair (an agent echoing a peer's "\ud800") cannot be encrypted as UTF-8
+        parts = split_text(clean_text(outbound.text), self.capabilities.max_text_len)
         label = await self._peer_session_label(outbound.address) if session else None
         sent: list[str] = []
         for index, part in enumerate(parts):
             message_id = new_message_id()
             if session is not None:
-                reply_to = outbound.reply_to if index == 0 else None
+                reply_to = (
+                    clean_text(outbound.reply_to) if index == 0 and outbound.reply_to else None
+                )
                 body = build_v1_envelope(
                     session, part, message_id, in_reply_to=reply_to, to_session=label
                 )
@@ -265,14 +274,27 @@ class TinyplaceAdapter:
         await self._ratchet.acquire()
         locked = True
         try:
-            first = not await signal.has_session(peer)
+            try:
+                first = not await signal.has_session(peer)
+            except StateUnavailable as error:
+                raise Rejected(
+                    f"could not read the encryption session with {peer}: {error}"
+                ) from None
             bundle = await self._fetch_bundle(peer) if first else None
             try:
                 encrypted = await signal.encrypt(
                     peer, peer_x25519, body.encode("utf-8"), bundle, peer_ed25519
                 )
-            except ValueError as error:
-                raise Rejected(f"cannot open an encrypted session with {peer}: {error}") from None
+            except StateUnavailable as error:
+                raise Rejected(
+                    f"could not store the encryption session with {peer}: {error}"
+                ) from None
+            except Exception as error:
+                # the peer published its own bundle: a missing field, a wrong type or a bad
+                # signature in it (KeyError, TypeError, ValueError, ...) is a refusal, not a crash
+                raise Rejected(
+                    f"cannot open an encrypted session with {peer}: {type(error).__name__}: {error}"
+                ) from None
             if not first:
                 # the ratchet advance is durable; concurrent sends may go on
                 self._ratchet.release()
@@ -294,6 +316,14 @@ class TinyplaceAdapter:
                     # nothing reached the peer: the next send starts over from a fresh bundle
                     await signal.remove_session(peer)
                 raise failure from None
+            except Exception as error:
+                # the SDK raises more than TinyPlaceError once the request is out: the answer's
+                # body could not be read (a dropped connection or a timeout mid-body) or is not
+                # JSON. The relay may have stored the message: uncertain, never resent.
+                raise Uncertain(
+                    f"the relay's answer could not be read ({type(error).__name__});"
+                    " the message may have arrived"
+                ) from None
         finally:
             if locked:
                 self._ratchet.release()
@@ -307,8 +337,20 @@ class TinyplaceAdapter:
                     f"{peer} has no pre-key bundle on the relay, so it cannot receive"
                     " encrypted messages yet"
                 ) from None
+            if 400 <= error.status < 500 and error.status not in (408, 429):
+                code = error_code(error.body)
+                raise Rejected(
+                    f"the relay refused {peer}'s pre-key bundle"
+                    f" (HTTP {error.status}{f' {code}' if code else ''})"
+                ) from None
             wait = retry_after_of(error, CONNECT_RETRY_AFTER)
             raise RateLimited(wait, f"could not fetch {peer}'s pre-key bundle ({error})") from None
+        except Exception as error:
+            # a read: nothing was sent yet, so it may simply be tried again
+            raise RateLimited(
+                CONNECT_RETRY_AFTER,
+                f"could not read {peer}'s pre-key bundle from the relay ({type(error).__name__})",
+            ) from None
         if not isinstance(bundle, dict):
             raise Rejected(f"the relay returned no usable pre-key bundle for {peer}")
         return bundle
@@ -323,6 +365,10 @@ class TinyplaceAdapter:
             accepted = await ContactsApi(self._require_client().http).accepted()
         except TinyPlaceError as error:
             raise Uncertain(f"could not read the contact list from the relay ({error})") from None
+        except Exception as error:  # an answer that could not be read (cut off, not JSON)
+            raise Uncertain(
+                f"could not read the contact list from the relay ({type(error).__name__})"
+            ) from None
         return peer in accepted
 
     # helpers -----------------------------------------------------------------

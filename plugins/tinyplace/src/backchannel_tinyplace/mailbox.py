@@ -12,16 +12,17 @@ Per relay message (a decrypt advances a ratchet that cannot be rewound):
    advance in one transaction;
 5. only then DELETE it from the mailbox.
 
-`PREKEY_BUNDLE` messages are handled before `CIPHERTEXT` ones. A message that
-can never be decrypted is a dead letter (logged, kept among the store's
-dead letters, acked); anything else is retried on the next poll.
+Messages are handled in the order they were sent (at equal times a
+`PREKEY_BUNDLE` before `CIPHERTEXT`s). A message that can never be decrypted
+is a dead letter (logged, kept among the store's dead letters, acked);
+anything else is retried on the next poll.
 """
 
 from __future__ import annotations
 
 import asyncio
-import binascii
 import json
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,15 +30,16 @@ from typing import Any
 from backchannel.adapter import AdapterContext
 from backchannel.errors import NormalizeError
 from backchannel.model import Event
-from nacl.exceptions import CryptoError
 from tinyplace import TinyPlaceClient, TinyPlaceError
 from tinyplace.api.messages import decode_agent_address
 from tinyplace.signal import SignalSession
 from tinyplace.signal.crypto import ed25519_pub_to_x25519_pub
 
 from .contacts import ContactsApi
+from .envelope import clean_text
 from .normalize import event_id_of
-from .sessions import DurableSessionStore
+from .normalize import parse_timestamp as _timestamp
+from .sessions import DurableSessionStore, StateUnavailable
 
 __all__ = ["MailboxReader"]
 
@@ -45,8 +47,8 @@ __all__ = ["MailboxReader"]
 _SETTLED = "settled_event_ids"
 #: senders listed in the `pending_senders` state at most
 _MAX_PENDING_SENDERS = 200
-#: errors from the crypto layer that no retry can fix
-_PERMANENT = (ValueError, KeyError, TypeError, UnicodeDecodeError, binascii.Error, CryptoError)
+#: characters kept of one routing field in logs and dead letters
+_MAX_FIELD = 256
 
 
 class MailboxReader:
@@ -84,14 +86,19 @@ class MailboxReader:
         """Fetch the mailbox once and handle every message; return how many were committed."""
         client = self._client
         page = await client.messages.list(self.agent_id, self._limit)
-        listed = page.get("messages") if isinstance(page, dict) else None
-        envelopes = [m for m in listed or [] if isinstance(m, dict)]
-        # a PREKEY_BUNDLE opens the session the CIPHERTEXTs after it need
+        listed = page.get("messages") if isinstance(page, dict) else page
+        envelopes = [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
+        # Oldest first, by the time each was sent: a peer's messages must be decrypted in the
+        # order of its sessions. A peer that reset its session (a new PREKEY_BUNDLE) still has
+        # CIPHERTEXTs of the old one waiting before it; opening the new session first would
+        # make those undecryptable. At equal times a PREKEY_BUNDLE goes first (it opens the
+        # session the CIPHERTEXTs beside it need), then the relay's own order.
+        order = {id(m): index for index, m in enumerate(envelopes)}
         envelopes.sort(
             key=lambda m: (
+                _sent_at(m.get("timestamp")),
                 m.get("type") != "PREKEY_BUNDLE",
-                str(m.get("timestamp") or ""),
-                str(m.get("id") or ""),
+                order[id(m)],
             )
         )
         if not await self._refresh_contacts():
@@ -99,7 +106,7 @@ class MailboxReader:
         committed = 0
         seen: set[str] = set()
         stalled: set[str] = set()
-        held = [m for m in envelopes if str(m.get("from") or "") not in self._accepted]
+        held = [m for m in envelopes if _text(m.get("from")) not in self._accepted]
         if envelopes and len(held) == len(envelopes) >= self._limit:
             if not self._warned_full:
                 self._warned_full = True
@@ -112,7 +119,10 @@ class MailboxReader:
         else:
             self._warned_full = False
         for envelope in envelopes:
-            relay_id, sender = str(envelope.get("id") or ""), str(envelope.get("from") or "")
+            # one spelling of the id for dedupe, the event id and the ack: half a surrogate
+            # pair becomes U+FFFD, as the relay (and the store) keep it
+            relay_id = clean_text(_text(envelope.get("id")))
+            sender = _text(envelope.get("from"))
             if not relay_id or relay_id in seen or sender in stalled:
                 continue
             seen.add(relay_id)
@@ -152,8 +162,14 @@ class MailboxReader:
                 try:
                     sender_key = ed25519_pub_to_x25519_pub(decode_agent_address(sender))
                     plaintext = (await signal.decrypt(sender, sender_key, envelope)).decode("utf-8")
-                except _PERMANENT as error:
-                    await self._dead_letter(envelope, f"{type(error).__name__}: {error}")
+                except StateUnavailable:
+                    raise  # the store failed, not the message: retried on the next poll
+                except Exception as error:
+                    # a peer controls every field the SDK reads (a `signal` that is not an
+                    # object, a negative or infinite message number, ...): whatever the SDK
+                    # raises for it, a retry decrypts the same bytes and fails the same way
+                    why = f"{type(error).__name__}: {error}"
+                    await self._dead_letter(envelope, relay_id, sender, why)
                     await self.ack(relay_id)
                     return 0
                 raw = {"envelope": routing, "plaintext": plaintext}
@@ -192,6 +208,14 @@ class MailboxReader:
                 "could not remove message %s from the mailbox (%s); it is acked on the next poll",
                 relay_id,
                 error,
+            )
+        except Exception as error:
+            # the message is committed (or settled): a failed DELETE must not make the
+            # sender's next messages wait; the redelivery is deduplicated before decrypt
+            self._ctx.log.warning(
+                "could not remove message %s from the mailbox (%s); it is acked on the next poll",
+                relay_id,
+                type(error).__name__,
             )
 
     async def _refresh_contacts(self) -> bool:
@@ -240,20 +264,55 @@ class MailboxReader:
         data = json.loads(text) if text else {}
         return data if isinstance(data, dict) else {}
 
-    async def _dead_letter(self, envelope: Mapping[str, Any], reason: str) -> None:
-        ctx = self._ctx
-        sender, relay_id = envelope.get("from"), envelope.get("id")
+    async def _dead_letter(
+        self, envelope: Mapping[str, Any], relay_id: str, sender: str, reason: str
+    ) -> None:
         self._ctx.log.error(
             "message %s from %s cannot be decrypted (%s): recorded as a dead letter and"
             " removed from the mailbox",
-            relay_id,
-            sender,
-            reason,
+            relay_id[:_MAX_FIELD],
+            sender[:_MAX_FIELD],
+            reason[:_MAX_FIELD],
         )
-        await ctx.dead_letter(str(relay_id), reason[:500], json.dumps(_routing(envelope)))
+        await self._ctx.dead_letter(relay_id, reason[:500], json.dumps(_routing(envelope)))
 
 
 def _routing(envelope: Mapping[str, Any]) -> dict[str, Any]:
-    """The relay-visible fields of an envelope (no ciphertext)."""
+    """The relay-visible fields of an envelope (no ciphertext), as flat bounded values.
+
+    A peer chooses most of them: anything that is not a short string or a
+    number (an object, a megabyte of id) is cut down, so it can be stored,
+    logged and dumped into a dead letter.
+    """
     keys = ("id", "from", "to", "timestamp", "deviceId", "type", "contentHint")
-    return {key: envelope[key] for key in keys if key in envelope}
+    return {key: _flat(envelope[key]) for key in keys if key in envelope}
+
+
+def _flat(value: Any) -> str | int | float | bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < 2**53 else _text(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    return clean_text(value[:_MAX_FIELD] if isinstance(value, str) else _text(value))
+
+
+def _text(value: Any) -> str:
+    """A peer's scalar as text ("" for nothing, bounded text for an object or a list)."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float):
+        return str(value) if not isinstance(value, int) or abs(value) < 10**100 else "?"
+    return f"<{type(value).__name__}>"
+
+
+def _sent_at(value: Any) -> float:
+    """Seconds since the epoch of an envelope's timestamp, for ordering; unreadable: +inf."""
+    if isinstance(value, str) and not value.strip():
+        return math.inf
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return _timestamp(value, default=math.inf)
+    return math.inf

@@ -33,7 +33,7 @@ from backchannel.model import Address, Event, Sender
 
 from .envelope import ParsedBody, clean_text, parse_body
 
-__all__ = ["MASTER", "event_id_of", "normalize_relay_message", "peer_label"]
+__all__ = ["MASTER", "event_id_of", "normalize_relay_message", "parse_timestamp", "peer_label"]
 
 #: the thread name of a peer's plain-DM conversation
 MASTER = "master"
@@ -202,14 +202,26 @@ def _required_str(envelope: Mapping[str, Any], key: str) -> str:
 
 def _timestamp(value: Any) -> float:
     """Return unix seconds for an ISO string or epoch (ms) number; receive time when unreadable."""
+    return parse_timestamp(value)
+
+
+def parse_timestamp(value: Any, default: float | None = None) -> float:
+    """Return unix seconds for an ISO string or epoch (ms) number.
+
+    Unreadable: `default`, else the current time.
+    """
+    fallback = time.time() if default is None else default
     if isinstance(value, str) and value.strip().lstrip("-").replace(".", "", 1).isdigit():
-        value = float(value)  # an epoch sent as a string
+        try:
+            value = float(value)  # an epoch sent as a string
+        except ValueError:
+            return fallback
     if isinstance(value, int | float) and not isinstance(value, bool):
         try:
             seconds = float(value) / (1000.0 if value > 1e11 else 1.0)
         except OverflowError:
-            return time.time()
-        return seconds if math.isfinite(seconds) and seconds > 0 else time.time()
+            return fallback
+        return seconds if math.isfinite(seconds) and seconds > 0 else fallback
     if isinstance(value, str) and value:
         try:
             moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
@@ -217,5 +229,5 @@ def _timestamp(value: Any) -> float:
                 moment = moment.replace(tzinfo=UTC)
             return moment.timestamp()
         except (ValueError, OverflowError, OSError):
-            return time.time()
-    return time.time()
+            return fallback
+    return fallback

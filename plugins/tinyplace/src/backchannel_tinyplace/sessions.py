@@ -30,9 +30,17 @@ from tinyplace.signal.store import (
     X25519KeyPair,
 )
 
-__all__ = ["DurableSessionStore", "StateAccess"]
+__all__ = ["DurableSessionStore", "StateAccess", "StateUnavailable"]
 
 PREFIX = "signal/"
+
+
+class StateUnavailable(Exception):
+    """The durable state could not be read or written (a transient store failure).
+
+    Raised from inside a Signal operation so the caller can tell "the store
+    failed, try again" from "this message can never be decrypted".
+    """
 
 
 class StateAccess(Protocol):
@@ -79,13 +87,19 @@ class DurableSessionStore(SessionStore):
         if self._staged is not None and full in self._staged:
             # reads inside a staging see its own writes
             return self._staged[full]
-        return await self._state.get_state(full)
+        try:
+            return await self._state.get_state(full)
+        except Exception as error:
+            raise StateUnavailable(f"{type(error).__name__}: {error}") from error
 
     async def _put(self, key: str, value: str | None) -> None:
         if self._staged is not None:
             self._staged[PREFIX + key] = value
             return
-        await self._state.set_state(PREFIX + key, value)
+        try:
+            await self._state.set_state(PREFIX + key, value)
+        except Exception as error:
+            raise StateUnavailable(f"{type(error).__name__}: {error}") from error
 
     # --- identity ----------------------------------------------------------
 

@@ -59,7 +59,7 @@ from tinyplace.signal.keys import (
 )
 
 from .contacts import ContactsApi
-from .envelope import build_v1_envelope, new_message_id, parse_body
+from .envelope import build_v1_envelope, clean_text, new_message_id, parse_body
 
 __all__ = ["FakeRelay", "RelayPeer"]
 
@@ -142,7 +142,9 @@ class FakeRelay:
         kind: "rate_limited" (429 + Retry-After), "server_error" (500, nothing
         stored), "stored_then_error" (stores the envelope, then 500),
         "rejected" (403 not_a_contact), "hang" (no answer until the client
-        gives up), "reset" (the connection is dropped without an answer).
+        gives up), "reset" (the connection is dropped without an answer),
+        "garbled" (a PUT is stored; answered 200 with a body that is not JSON),
+        "cut_body" (a PUT is stored; the answer's body is cut off mid-way).
         """
         self._faults.append(_Fault(kind, method.upper(), path, retry_after))
 
@@ -230,7 +232,7 @@ class FakeRelay:
         parts = [p for p in request.path.split("/") if p]
         method = request.method
         if parts[:1] == ["keys"] and len(parts) == 3 and parts[2] == "bundle" and method == "GET":
-            return self._bundle(parts[1])
+            return await self._fault(request) or self._bundle(parts[1])
         agent = self._authenticate(request, body)
         fault = await self._fault(request)
         if fault is not None:
@@ -314,6 +316,20 @@ class FakeRelay:
             envelope = json.loads(await request.read())
             self._store({**envelope, "timestamp": envelope.get("timestamp") or _now_iso()})
             return _error(500, "internal", "injected error after storing")
+        if fault.kind in ("garbled", "cut_body"):
+            if request.method == "PUT" and request.path == "/messages":
+                envelope = json.loads(await request.read())
+                self._store({**envelope, "timestamp": envelope.get("timestamp") or _now_iso()})
+            if fault.kind == "garbled":  # a proxy's page instead of the relay's JSON
+                return web.Response(status=200, text="<html>bad gateway</html>")
+            response = web.StreamResponse(status=200)
+            response.content_length = 4096  # promised, never delivered
+            response.content_type = "application/json"
+            await response.prepare(request)
+            await response.write(b'{"id": "')
+            if request.transport is not None:
+                request.transport.abort()
+            return response
         raise ValueError(f"unknown fault {fault.kind!r}")
 
     # mailbox -------------------------------------------------------------------
@@ -357,11 +373,12 @@ class FakeRelay:
         if owner != agent:
             return _error(403, "forbidden", "you can only ack your own messages")
         box = self.mailboxes.get(owner, [])
-        kept = [m for m in box if m.get("id") != message_id]
-        if len(kept) == len(box):
+        # ids are compared as the relay keeps them: half a surrogate pair is U+FFFD there
+        gone = [m for m in box if clean_text(str(m.get("id"))) == clean_text(message_id)]
+        if not gone:
             return _error(404, "not_found", "no such message")
-        self.mailboxes[owner] = kept
-        self.acked.append((owner, message_id))
+        self.mailboxes[owner] = [m for m in box if all(m is not g for g in gone)]
+        self.acked.extend((owner, str(m.get("id"))) for m in gone)
         return web.Response(status=204)
 
     def _store(self, envelope: dict[str, Any]) -> None:
