@@ -8,7 +8,7 @@ import pytest
 from backchannel import Binding
 from backchannel.store import SQLiteStore
 from backchannel.switchboard import Switchboard
-from backchannel.testing import FakeChannel, RecordingAgent, Watch
+from backchannel.testing import ContractContext, FakeChannel, RecordingAgent, Watch
 
 
 async def test_watch_wakes_when_the_state_changes() -> None:
@@ -87,3 +87,25 @@ async def test_fake_channel_normalize_survives_mangled_payloads() -> None:
         else:
             outcomes["none" if event is None else "event"] += 1
     assert outcomes["event"] and outcomes["error"]
+
+
+async def test_the_contract_context_checks_storability_as_the_switchboard_does(
+    contract_context: ContractContext,
+) -> None:
+    """An adapter tested in the kit meets what production does: text with half a surrogate
+    pair is stored repaired, such an id is a dead letter (in a batch too), and is_known of
+    an id no store can hold is False, not an error."""
+    channel = FakeChannel()
+    adapter = channel.adapter(contract_context.account)
+    contract_context.bind(adapter)
+    platform = channel.platform
+    repaired = await contract_context.ingest(platform.make_message("half \ud800 pair"))
+    assert repaired.status == "stored" and repaired.event is not None
+    assert repaired.event.text == "half \ufffd pair"
+    refused = await contract_context.ingest(platform.make_message("x", chat="c\ud800"))
+    assert refused.status == "malformed" and "chat id" in (refused.reason or "")
+    batch = await contract_context.ingest_many(
+        [platform.make_message("y", chat="d\udc00"), platform.make_message("z")]
+    )
+    assert [r.status for r in batch] == ["malformed", "stored"]
+    assert await contract_context.is_known("e\ud800") is False

@@ -13,7 +13,9 @@ from ..adapter import AdapterContext, IngestResult, RouteTable
 from ..errors import NormalizeError
 from ..model import Address, Event, Message
 from ..secrets import register_secret
+from ..storable import storable_event
 from ..store import Inbound, Store
+from ..wire import repair_text
 from .watch import Watch
 
 __all__ = ["ContractContext"]
@@ -83,6 +85,12 @@ class ContractContext(AdapterContext):
                     await self.store.set_state(self.account, key, value)
             await self._note(None)
             return IngestResult("ignored")
+        checked = self._checked(event)
+        if isinstance(checked, str):  # as the switchboard does: repaired, or a dead letter
+            self.malformed.append(checked)
+            await self._note(None)
+            return IngestResult("malformed", reason=checked)
+        event = checked
         self._calls[event.event_id] += 1
         await self._note(event.event_id)
         await self._gate.wait()
@@ -112,9 +120,15 @@ class ContractContext(AdapterContext):
                 self.malformed.append(str(error))
                 results[index] = IngestResult("malformed", reason=str(error))
                 continue
-            if event is not None:
-                self._calls[event.event_id] += 1
-                events.append((index, event))
+            if event is None:
+                continue
+            checked = self._checked(event)
+            if isinstance(checked, str):
+                self.malformed.append(checked)
+                results[index] = IngestResult("malformed", reason=checked)
+                continue
+            self._calls[checked.event_id] += 1
+            events.append((index, checked))
         self._watch.changed()
         await self._gate.wait()
         inbounds = [Inbound(event, triggers=True) for _, event in events]
@@ -131,6 +145,10 @@ class ContractContext(AdapterContext):
             self.results.append(results[index])
         self._watch.changed()
         return results
+
+    def _checked(self, event: Event) -> Event | str:
+        """The switchboard's storability check (`storable_event`), for this context's account."""
+        return storable_event(event, self.account)
 
     async def _note(self, event_id: str | None) -> None:
         self._watch.changed()
@@ -161,6 +179,8 @@ class ContractContext(AdapterContext):
         await self._watch.wait_for(predicate, timeout, what)
 
     async def is_known(self, event_id: str) -> bool:
+        if not (event_id.isascii() or repair_text(event_id) is event_id):
+            return False  # as the switchboard's: an id the store cannot hold was never stored
         return await self.store.is_known(self.account, event_id)
 
     async def dead_letter(self, ref: str, reason: str, payload: str) -> None:
