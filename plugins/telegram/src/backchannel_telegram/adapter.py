@@ -2,7 +2,9 @@
 
 Sending paces itself (pacing.py), splits long text in UTF-16 units, follows
 groups upgraded to supergroups, and maps every failure to RateLimited,
-Rejected or Uncertain.
+Rejected or Uncertain. An Address thread is a forum topic's id, or
+``"dm:{topic_id}"``, a user's topic in a channel's direct messages chat (sent
+to with ``direct_messages_topic_id``).
 """
 
 from __future__ import annotations
@@ -22,11 +24,19 @@ from backchannel.errors import (
     Rejected,
     Uncertain,
 )
-from backchannel.model import Address, Event, Outbound, Receipt, Sender, evolve
+from backchannel.model import (
+    Address,
+    ConversationKind,
+    Event,
+    Outbound,
+    Receipt,
+    Sender,
+    evolve,
+)
 from backchannel.secrets import register_secret
 
 from .api import BotApi, TelegramError, Token
-from .normalize import BotIdentity, migration_of, normalize_update
+from .normalize import DIRECT_MESSAGES_THREAD, BotIdentity, migration_of, normalize_update
 from .pacing import Pacer, PacingLimits
 from .receive import SECRET_HEADER, Poller, PollSettings, WebhookReceiver, WebhookSettings
 
@@ -115,7 +125,8 @@ class TelegramAdapter:
         self._ctx: AdapterContext | None = None
         self._receiver: Poller | WebhookReceiver | None = None
         self._identity_task: asyncio.Task[None] | None = None
-        #: (chat, message id) -> forum topic, for reactions (which do not name the topic)
+        #: (chat, message id) -> forum topic or direct messages topic ("dm:..."), for
+        #: reactions (which do not name the topic)
         self._topics = _RecentTopics(10_000)
         #: old group chat id -> supergroup chat id, learnt from Telegram
         self._migrated: dict[str, str] = {}
@@ -180,9 +191,9 @@ class TelegramAdapter:
     def normalize(self, raw: Mapping[str, Any]) -> Event | None:
         """Turn one Bot API Update into an Event (see normalize.py).
 
-        A reaction update does not say which forum topic its message is in; when
-        this process has seen that message (received or sent), the reaction is
-        placed in its topic.
+        A reaction update does not say which forum topic (or which user's topic of
+        a channel's direct messages chat) its message is in; when this process has
+        seen that message (received or sent), the reaction is placed in its topic.
         """
         identity = self._identity
         if identity.username != self._username or identity.commands is not self._commands:
@@ -198,7 +209,10 @@ class TelegramAdapter:
             thread = self._topics.get((chat, event.platform_message_id))
             if thread is not None:
                 address = Address(self.account, chat, thread)
-                return evolve(event, address=address, conversation_kind="thread")
+                kind: ConversationKind = (
+                    "direct" if thread.startswith(DIRECT_MESSAGES_THREAD) else "thread"
+                )
+                return evolve(event, address=address, conversation_kind=kind)
         elif thread is not None:
             self._topics.remember((chat, event.platform_message_id), thread)
         return event
@@ -300,18 +314,24 @@ class TelegramAdapter:
         """Raise Rejected unless Telegram knows the chat (asked before a first operator send).
 
         The chat must be a Telegram id (an integer) or a public @username, a
-        thread a forum topic's id in a forum, and `getChat` must find the chat
-        for this bot: Telegram answers "chat not found" for a mistyped id and
-        for a person who never started the bot. When Telegram cannot be asked
-        (429, 5xx, no connection) the address is taken as it is: the send says
-        what became of it.
+        thread a forum topic's id in a forum or ``dm:{topic id}`` in a channel's
+        direct messages chat (where Telegram takes no send without a topic), and
+        `getChat` must find the chat for this bot: Telegram answers "chat not
+        found" for a mistyped id and for a person who never started the bot.
+        When Telegram cannot be asked (429, 5xx, no connection) the address is
+        taken as it is: the send says what became of it.
         """
         chat = self._chat(address)
         username = chat.startswith("@") and len(chat) > 1 and chat[1:].replace("_", "a").isalnum()
         if not username:
             _number(chat, "chat")
-        if address.thread is not None and _number(address.thread, "topic") <= 0:
-            raise Rejected(f"topic {address.thread!r} is not a forum topic id (a positive integer)")
+        thread = address.thread
+        direct = False
+        if thread is not None and thread.startswith(DIRECT_MESSAGES_THREAD):
+            _direct_messages_topic(thread)  # Rejected unless written as normalize writes it
+            direct = True
+        elif thread is not None and _number(thread, "topic") <= 0:
+            raise Rejected(f"topic {thread!r} is not a forum topic id (a positive integer)")
         try:
             info = await self._api.call("getChat", {"chat_id": chat})
         except TelegramError as error:
@@ -319,11 +339,29 @@ class TelegramAdapter:
             if isinstance(refused, Rejected) and error.migrate_to_chat_id is None:
                 raise Rejected(f"Telegram says: {error.description}") from None
             return  # rate limited, down, or a group that moved on: the send will tell
-        if address.thread is not None and not (isinstance(info, Mapping) and info.get("is_forum")):
+        known = info if isinstance(info, Mapping) else {}
+        if known.get("is_direct_messages") is True and not direct:
+            raise Rejected(
+                f"chat {chat} is a channel's direct messages chat: send to one user's topic,"
+                f" thread {DIRECT_MESSAGES_THREAD}<topic id> (see `backchannel conversations`)"
+            )
+        if direct and known.get("is_direct_messages") is not True:
+            raise Rejected(
+                f"chat {chat} is not a channel's direct messages chat: it has no"
+                f" {DIRECT_MESSAGES_THREAD} topics"
+            )
+        if thread is not None and not direct and not known.get("is_forum"):
             raise Rejected(f"chat {chat} is not a forum: it has no topics")
 
     async def typing(self, address: Address) -> None:
-        """Show "typing…" in the conversation (Telegram shows it for about 5 seconds)."""
+        """Show "typing…" in the conversation (Telegram shows it for about 5 seconds).
+
+        Not in a channel's direct messages topic: sendChatAction takes no
+        `direct_messages_topic_id`, and shown to the whole chat it would tell
+        nothing to the user waiting in their topic.
+        """
+        if address.thread and address.thread.startswith(DIRECT_MESSAGES_THREAD):
+            return
         params: dict[str, Any] = {"chat_id": self._chat(address), "action": "typing"}
         if address.thread and address.thread.isdigit():
             params["message_thread_id"] = int(address.thread)
@@ -334,11 +372,10 @@ class TelegramAdapter:
 
     async def _send_text(self, outbound: Outbound) -> Receipt:
         parts = split_text(outbound.text, MAX_TEXT, utf16_len)
+        where = _topic_params(outbound.address.thread)
         ids: list[str] = []
         for index, part in enumerate(parts):
-            params: dict[str, Any] = {"text": part}
-            if outbound.address.thread:
-                params["message_thread_id"] = _number(outbound.address.thread, "thread id")
+            params: dict[str, Any] = {"text": part, **where}
             if outbound.quiet:
                 params["disable_notification"] = True
             if index == 0 and outbound.reply_to:
@@ -455,6 +492,36 @@ def _number(value: str | None, what: str) -> int:
             "spaces, '_' or leading zeros)"
         )
     return number
+
+
+def _direct_messages_topic(thread: str) -> int:
+    """Return the topic id of a ``dm:{topic id}`` thread; refuse (Rejected) anything else.
+
+    As strict as `_number`: only the form normalize gives (a positive id,
+    written as Telegram writes it), never a second key for the same topic.
+    """
+    text = thread[len(DIRECT_MESSAGES_THREAD) :]
+    try:
+        number = int(text)
+    except ValueError:
+        number = None
+    if number is None or str(number) != text or not 0 < number < 2**63:
+        raise Rejected(
+            f"thread {thread!r} is not a channel direct messages topic"
+            f" ({DIRECT_MESSAGES_THREAD} and a positive integer, written without '+', spaces,"
+            " '_' or leading zeros)"
+        )
+    return number
+
+
+def _topic_params(thread: str | None) -> dict[str, int]:
+    """The sendMessage parameters that put a message in `thread` (none for the chat itself)."""
+    if not thread:
+        return {}
+    if thread.startswith(DIRECT_MESSAGES_THREAD):
+        # required in a direct messages chat; message_thread_id (a forum's) is not it
+        return {"direct_messages_topic_id": _direct_messages_topic(thread)}
+    return {"message_thread_id": _number(thread, "thread id")}
 
 
 def _delivery_error(error: TelegramError) -> DeliveryError:

@@ -15,6 +15,17 @@ What becomes what:
 - The conversation is the chat; in a forum supergroup a message with
   ``is_topic_message`` lives in the topic ``message_thread_id`` (the Address's
   thread). Messages in a forum's General topic carry no thread.
+- A channel's direct messages chat (a supergroup with ``is_direct_messages``,
+  Bot API 9.2) holds one topic per user writing to the channel; every message
+  there names it in ``direct_messages_topic``. Each topic is a conversation of
+  its own, kind "direct" (one person writing privately to the channel), whose
+  thread is ``"dm:{topic_id}"`` (`DIRECT_MESSAGES_THREAD` + the id): the prefix
+  tells the adapter to send with ``direct_messages_topic_id``, not a forum's
+  ``message_thread_id``. A message in such a chat whose topic is missing, null
+  or no positive 64-bit integer is a NormalizeError naming the field: filed
+  under the chat it would join every user's messages in one conversation,
+  where Telegram refuses any answer. Reactions do not name the topic (see the
+  adapter and the store's one-holder rule).
 - Service messages (members joining, pins, topic created, migration notices,
   ...) and updates of kinds we do not handle (callback queries, polls,
   business messages, ...) give None, as do messages the bot itself sent.
@@ -45,7 +56,18 @@ from attrs import frozen
 from backchannel.errors import NormalizeError
 from backchannel.model import Address, Attachment, ConversationKind, Event, EventKind, Sender
 
-__all__ = ["BotIdentity", "int_field", "migration_of", "normalize_update", "utf16_slice"]
+__all__ = [
+    "DIRECT_MESSAGES_THREAD",
+    "BotIdentity",
+    "int_field",
+    "migration_of",
+    "normalize_update",
+    "utf16_slice",
+]
+
+#: the prefix of an Address thread naming a topic of a channel's direct messages
+#: chat (``"dm:{topic_id}"``), as opposed to a forum topic (its bare id)
+DIRECT_MESSAGES_THREAD = "dm:"
 
 #: Message fields that carry something a person said or shared. A message
 #: with none of these is a service message (or a kind we do not understand).
@@ -234,7 +256,14 @@ def _message_event(
     in_topic = get("is_topic_message") is True
     thread = _topic_id(get("message_thread_id")) if in_topic else None
     conversation_kind: ConversationKind
-    if thread is not None:
+    dm_title: str | None = None
+    dm_topic = get("direct_messages_topic")
+    if dm_topic is not None or chat.get("is_direct_messages") is True:
+        # a channel's direct messages chat: one conversation per user's topic
+        topic_id, dm_title = _direct_messages_topic(dm_topic, chat, where)
+        address = Address(account, filed_under, f"{DIRECT_MESSAGES_THREAD}{topic_id}")
+        conversation_kind = "direct"
+    elif thread is not None:
         address, conversation_kind = Address(account, filed_under, str(thread)), "thread"
     else:
         address = Address(account, filed_under)
@@ -277,7 +306,7 @@ def _message_event(
         attachments: Sequence[Attachment] = ()  # plain text, the usual case
     else:
         attachments = _attachments(message, where)
-    title = chat.get("title")
+    title = chat.get("title") if dm_title is None else dm_title
     if type(title) is not str or not title:
         title = _title(chat)
     # positional (in Event's field order): fourteen keywords cost more than the check itself
@@ -304,6 +333,34 @@ def _has_content(message: Mapping[str, Any]) -> bool:
     if _CONTENT_FIELD_SET.isdisjoint(message):
         return False  # the usual service message: no content field at all
     return any(message.get(name) is not None for name in _CONTENT_FIELDS)
+
+
+def _direct_messages_topic(
+    topic: Any, chat: Mapping[str, Any], where: str
+) -> tuple[int, str | None]:
+    """Return the topic id of a message in a channel's direct messages chat, and the
+    conversation's title (the user's name and the chat's); NormalizeError when the
+    message names no usable topic."""
+    field_name = f"{where}.direct_messages_topic"
+    if topic is None:
+        raise NormalizeError(
+            "a message in a channel's direct messages chat names no topic", where=field_name
+        )
+    if not _is_mapping(topic):
+        raise NormalizeError(f"expected an object, got {type(topic).__name__}", where=field_name)
+    raw = topic.get("topic_id")
+    topic_id = _opt_int(raw)
+    if topic_id is None or topic_id <= 0:
+        raise NormalizeError(
+            f"expected a positive integer topic id, got {_show(raw)}",
+            where=f"{field_name}.topic_id",
+        )
+    user = topic.get("user")
+    person = _full_name(user) if _is_mapping(user) else ""
+    channel = _title(chat)
+    if person and channel:
+        return topic_id, f"{person} (direct messages to {channel})"
+    return topic_id, person or (f"{channel} (direct messages)" if channel else None)
 
 
 def _chat_type(chat: Mapping[str, Any]) -> str:

@@ -20,6 +20,13 @@ deleteWebhook, getWebhookInfo (updates POSTed to the webhook with the secret
 header, non-2xx retried), getChat, sendMessage, editMessageText,
 setMessageReaction, sendChatAction, with Telegram's own validation errors.
 
+Channel direct messages (Bot API 9.2): `fake.channel(title)` and
+`fake.direct_messages_chat(channel)` make a channel and its direct messages
+chat; a message injected there is in its sender's own topic (``topic_id`` is
+the user's id, as the Bot API server gives it). sendMessage there needs
+``direct_messages_topic_id``, refused as Telegram refuses it otherwise
+(`DM_TOPIC_REQUIRED`, ``topic not found``).
+
 Faults: `fail_next(method, fault)` with "429", "500", "502", "hang" (never
 answers, nothing done), "hang_after" (done, then never answers), "reset" (the
 connection is dropped, nothing done), "forbidden", "conflict"; `deliver_again`
@@ -49,7 +56,14 @@ from attrs import define, field
 from backchannel.testing.loopback import serve_loopback
 from backchannel.testing.watch import Watch
 
-__all__ = ["FakeTelegram", "RateWindow", "SentMessage", "event_id_of", "update_id_of"]
+__all__ = [
+    "DM_TOPIC_REQUIRED",
+    "FakeTelegram",
+    "RateWindow",
+    "SentMessage",
+    "event_id_of",
+    "update_id_of",
+]
 
 DEFAULT_TOKEN = "123456789:AAH-fake-test-token_DO_NOT_USE_0123456789"
 CONFLICT_POLLER = (
@@ -60,6 +74,9 @@ CONFLICT_WEBHOOK = (
     "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to "
     "delete the webhook first"
 )
+#: Telegram's answer to a send into a channel's direct messages chat that names no topic
+#: (TDLib's "Channel direct messages topic must be specified", as the Bot API server words it)
+DM_TOPIC_REQUIRED = "Bad Request: channel direct messages topic must be specified"
 NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup are "
     "exactly the same as a current content and reply markup of the message"
@@ -172,6 +189,8 @@ class SentMessage:
     quiet: bool = False
     date: int = 0
     edits: list[str] = field(factory=list)
+    #: the user's topic, in a channel's direct messages chat (`direct_messages_topic_id`)
+    direct_messages_topic_id: int | None = None
 
 
 @define
@@ -269,6 +288,10 @@ class FakeTelegram:
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}
         self._next_message: dict[int, itertools.count[int]] = {}
         self._topics: dict[int, set[int]] = {}
+        #: direct messages chat id -> topic id -> the user whose topic it is
+        self._dm_topics: dict[int, dict[int, dict[str, Any]]] = {}
+        #: channel id -> its direct messages chat id
+        self._dm_chats: dict[int, int] = {}
         self._migrated: dict[int, int] = {}
         self._faults: dict[str, list[_Fault]] = {}
         self._limits: dict[str, tuple[int, float]] = {}
@@ -382,6 +405,36 @@ class FakeTelegram:
             chat["username"] = username
         return self._register(chat)
 
+    def channel(self, title: str, *, username: str | None = None) -> dict[str, Any]:
+        """Return (and register) a channel (the bot is taken to administer it)."""
+        chat: dict[str, Any] = {
+            "id": -next(self._supergroup_ids),
+            "title": title,
+            "type": "channel",
+        }
+        if username:
+            chat["username"] = username
+        return self._register(chat)
+
+    def direct_messages_chat(self, channel: Mapping[str, Any]) -> dict[str, Any]:
+        """Return (and register, once) the direct messages chat of `channel` (Bot API 9.2).
+
+        A supergroup with ``is_direct_messages``; getChat adds ``parent_chat``
+        (the channel). Each user who writes there has a topic of their own.
+        """
+        known = self._dm_chats.get(channel["id"])
+        if known is not None:
+            return self.chats[known]
+        chat = {
+            "id": -next(self._supergroup_ids),
+            "title": channel["title"],
+            "type": "supergroup",
+            "is_direct_messages": True,
+        }
+        self._dm_chats[channel["id"]] = chat["id"]
+        self._dm_topics[chat["id"]] = {}
+        return self._register(chat)
+
     def _register(self, chat: dict[str, Any]) -> dict[str, Any]:
         self.chats[chat["id"]] = chat
         self._next_message.setdefault(chat["id"], itertools.count(1))
@@ -470,15 +523,24 @@ class FakeTelegram:
         media: str | None = None,
         extra: Mapping[str, Any] | None = None,
         deliver: bool = True,
+        topic_of: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Queue a `message` Update from `user` in `chat`; return the Update.
 
         `topic` posts in a forum topic; `reply_to` replies to that message id;
         `media` ("photo", "document", "video", "voice", "audio", "sticker",
         "animation") attaches a file with `caption`. @mentions in the text get
-        their `mention` entities, as Telegram's servers add them.
+        their `mention` entities, as Telegram's servers add them. In a
+        channel's direct messages chat the message is in the topic of
+        `topic_of` (default: `user`, writing in their own topic; give the user
+        when an admin answers in theirs), as ``direct_messages_topic``.
         """
         message = self._new_message(chat, user)
+        direct = chat["id"] in self._dm_topics
+        if direct:
+            owner = dict(topic_of or user)
+            self._dm_topics[chat["id"]][owner["id"]] = owner
+            message["direct_messages_topic"] = {"topic_id": owner["id"], "user": owner}
         if text is not None:
             message["text"] = text
             entities = _mention_entities(text)
@@ -497,7 +559,7 @@ class FakeTelegram:
             message["reply_to_message"] = self._shallow(chat["id"], topic)
         if reply_to is not None:
             message["reply_to_message"] = self._shallow(chat["id"], reply_to)
-            if topic is None and chat.get("type") == "supergroup":
+            if topic is None and chat.get("type") == "supergroup" and not direct:
                 message["message_thread_id"] = reply_to
         message.update(extra or {})
         return self.inject({"message": message}, deliver=deliver)
@@ -576,14 +638,23 @@ class FakeTelegram:
     # reading what the bot did ---------------------------------------------------------
 
     def sent_texts(
-        self, chat: Mapping[str, Any] | int | None = None, topic: int | None = None
+        self,
+        chat: Mapping[str, Any] | int | None = None,
+        topic: int | None = None,
+        *,
+        direct_messages_topic: int | None = None,
     ) -> list[str]:
-        """Texts the bot sent (to one chat, and topic), oldest first, as they read now."""
+        """Texts the bot sent (to one chat, and forum topic or direct messages topic),
+        oldest first, as they read now."""
         chat_id = chat["id"] if isinstance(chat, Mapping) else chat
         return [
             m.text
             for m in self.sent
-            if (chat_id is None or m.chat_id == chat_id) and (topic is None or m.thread_id == topic)
+            if (chat_id is None or m.chat_id == chat_id)
+            and (topic is None or m.thread_id == topic)
+            and (
+                direct_messages_topic is None or m.direct_messages_topic_id == direct_messages_topic
+            )
         ]
 
     def calls_to(self, method: str) -> list[dict[str, Any]]:
@@ -730,6 +801,9 @@ class FakeTelegram:
         full = dict(chat)
         if chat.get("type") == "supergroup":
             full["is_forum"] = bool(chat.get("is_forum"))
+        parent = next((c for c, dm in self._dm_chats.items() if dm == chat["id"]), None)
+        if parent is not None:
+            full["parent_chat"] = dict(self.chats[parent])
         return _ok(full)
 
     async def _m_getmycommands(self, params: dict[str, Any]) -> web.Response:
@@ -840,6 +914,16 @@ class FakeTelegram:
         if len(text.encode("utf-16-le")) // 2 > 4096:
             raise _BadRequest("Bad Request: message is too long")
         thread = _int(params.get("message_thread_id"), 0) or None
+        dm_topic: int | None = None
+        if chat["id"] in self._dm_topics:
+            # as the Bot API server checks it: a direct messages chat takes only its own
+            # topic parameter (a forum's message_thread_id is ignored there), and needs it
+            dm_topic = _int(params.get("direct_messages_topic_id"), 0) or None
+            if dm_topic is None and thread is None:
+                raise _BadRequest(DM_TOPIC_REQUIRED)
+            if dm_topic not in self._dm_topics[chat["id"]]:
+                raise _BadRequest("Bad Request: topic not found")
+            thread = None
         if (
             thread is not None
             and chat.get("is_forum")
@@ -866,12 +950,22 @@ class FakeTelegram:
             message["message_thread_id"] = thread
             if chat.get("is_forum"):
                 message["is_topic_message"] = True
+        if dm_topic is not None:
+            owner = self._dm_topics[chat["id"]][dm_topic]
+            message["direct_messages_topic"] = {"topic_id": dm_topic, "user": dict(owner)}
         if reply_to is not None:
             message["reply_to_message"] = self._shallow(chat["id"], reply_to)
         quiet = params.get("disable_notification") in (True, "true")
         self.sent.append(
             SentMessage(
-                chat["id"], message["message_id"], text, thread, reply_to, quiet, message["date"]
+                chat["id"],
+                message["message_id"],
+                text,
+                thread,
+                reply_to,
+                quiet,
+                message["date"],
+                direct_messages_topic_id=dm_topic,
             )
         )
         return _ok(message)
