@@ -105,3 +105,20 @@ def test_a_base64_key_that_starts_with_a_slash_is_a_key_not_a_path() -> None:
     text = base64.b64encode(seed).decode()
     assert text.startswith("/")
     assert load_identity({"identity": text}).seed == seed
+
+
+def test_an_inline_key_is_redacted_whatever_it_starts_with(tmp_path: Path) -> None:
+    """A base64 key may start with "/" (as a path does): written inline, it is still a secret."""
+    from backchannel.secrets import redact
+
+    seed = bytes([0xFC]) + os.urandom(31)  # base64 of 0xFC... starts with "/"
+    inline = base64.b64encode(seed).decode()
+    assert inline.startswith("/")
+    adapter = TinyplaceAdapter("test", {"identity": inline, "relay_url": "http://127.0.0.1:9"})
+    assert adapter.identity.seed == seed  # read as the key, not as a path
+    assert inline not in redact(f"settings were identity={inline}")
+    # a key file's path is a path, not a secret
+    key_file = tmp_path / "key.json"
+    key_file.write_text(json.dumps(list(seed + bytes(SigningKey(seed).verify_key))))
+    TinyplaceAdapter("file", {"identity": str(key_file), "relay_url": "http://127.0.0.1:9"})
+    assert str(key_file) in redact(f"key at {key_file}")

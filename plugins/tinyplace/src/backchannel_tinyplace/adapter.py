@@ -26,7 +26,7 @@ from tinyplace.signal.crypto import ed25519_pub_to_x25519_pub
 
 from .contacts import ContactsApi
 from .envelope import SESSION_LABEL, build_v1_envelope, clean_text, new_message_id
-from .identity import load_identity
+from .identity import inline_secret, load_identity
 from .keys import ensure_published_keys
 from .mailbox import MailboxReader
 from .normalize import MASTER, normalize_relay_message, peer_label
@@ -397,9 +397,9 @@ def _register_secrets(settings: Mapping[str, Any], seed_hex: str) -> None:
     except ImportError:  # an older core without log-wide redaction
         return
     register_secret(seed_hex)
-    value = settings.get("identity")
-    if isinstance(value, str) and not value.strip().startswith(("/", "~", ".")):
-        register_secret(value.strip())
+    inline = inline_secret(settings)
+    if inline is not None:
+        register_secret(inline)
 
 
 def _agent_key(peer: str) -> bytes:

@@ -87,6 +87,24 @@ def load_identity(settings: Mapping[str, Any], account: str = "") -> Identity:
     return Identity(agent_id=derive_crypto_id(bytes(SigningKey(seed).verify_key)), seed=seed)
 
 
+def inline_secret(settings: Mapping[str, Any]) -> str | None:
+    """The `identity` setting's text when it is the key itself (not a key file's path).
+
+    As `load_identity` decides: a text that decodes as a key and names no file, a
+    base64 key starting with "/" included. For log redaction: a key written in the
+    config must never be shown, whatever it starts with.
+    """
+    value = settings.get("identity")
+    if isinstance(value, list | tuple):
+        value = json.dumps(list(value))
+    if not value or not isinstance(value, str):
+        return None
+    text = value.strip()
+    if _is_file(Path(os.path.expanduser(text))) or _seed_from_text(text) is None:
+        return None
+    return text
+
+
 def generate_identity_file(path: Path) -> Identity:
     """Write a new Solana-style keypair file (mode 0600) at `path`; return its identity."""
     signing_key = SigningKey.generate()
