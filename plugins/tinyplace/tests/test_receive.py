@@ -361,3 +361,30 @@ async def test_a_late_message_decrypts_from_a_skipped_key_kept_across_a_restart(
     window = await contract_context.transcript(Address("test", peer.agent_id, "master"))
     assert [m.text for m in window] == ["m0", "m2", "m1"]
     assert await contract_context.store.dead_letters("test") == []
+
+
+async def test_a_relay_failing_poll_after_poll_is_said_once_without_a_traceback(
+    contract_context: ContractContext,
+    relay: FakeRelay,
+    peer: RelayPeer,
+    settings_for: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    adapter = TinyplaceAdapter("test", settings_for(request_timeout=0.5))
+    relay.make_contacts(peer.agent_id, adapter.agent_id)
+    await adapter.start(contract_context.bind(adapter))
+    caplog.set_level(logging.INFO)
+    try:
+        for _ in range(9):  # a proxy's page for three whole polls (the SDK tries a GET 3 times)
+            relay.fail_next("garbled", method="GET", path="/messages")
+        relay_id = await peer.send_text(adapter.agent_id, "after the proxy")
+        await relay.wait_acked(adapter.agent_id, relay_id, timeout=20)
+        # one listing more: the poll that acked it has finished (and said so)
+        await relay.wait_listed(adapter.agent_id, relay.listings[adapter.agent_id] + 1)
+    finally:
+        await adapter.stop()
+    said = [r for r in caplog.records if "mailbox poll" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.INFO], [
+        r.getMessage() for r in said
+    ]
+    assert not [r for r in caplog.records if r.exc_info]

@@ -162,15 +162,27 @@ class TinyplaceAdapter:
         return await reader.poll_once()
 
     async def _poll_forever(self) -> None:
+        # a relay that keeps failing the same way (down, or answering a body that is not
+        # JSON) is said once, not every poll interval, and said again when it recovers
+        failing: str | None = None
         while not self._stopped.is_set():
             try:
                 await self.poll_once()
+                if failing is not None:
+                    self._log().info("mailbox polls work again")
+                    failing = None
             except asyncio.CancelledError:
                 raise
-            except TinyPlaceError as error:
-                self._log().warning("mailbox poll failed: %s", error)
-            except Exception:
-                self._log().exception("mailbox poll failed")
+            except Exception as error:
+                kind = type(error).__name__
+                if kind != failing:
+                    failing = kind
+                    if isinstance(error, TinyPlaceError | aiohttp.ClientError | ValueError):
+                        # the relay's answer (an error, a reset, a body that is not JSON)
+                        reason = str(error).splitlines()[0][:300] if str(error) else kind
+                        self._log().warning("mailbox poll failed: %s: %s", kind, reason)
+                    else:
+                        self._log().exception("mailbox poll failed")
             try:
                 await asyncio.wait_for(self._stopped.wait(), self.poll_interval)
             except TimeoutError:
