@@ -127,6 +127,7 @@ def test_a_crash_between_emit_and_stamp_redelivers_then_parks_at_attempt_3(
     inbox_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     item = waiting(tmp_path / "bc.db")
+    second = waiting(tmp_path / "bc.db", "and the second")
     for attempt in (1, 2):
         crashed = CrashAfterEmit()
         with pytest.raises(KeyboardInterrupt):
@@ -135,12 +136,17 @@ def test_a_crash_between_emit_and_stamp_redelivers_then_parks_at_attempt_3(
         assert first.startswith("(redelivery) Owner sent" if attempt == 2 else "Owner sent")
         assert status_of(tmp_path / "bc.db", item.id) == ("waiting", attempt)
     told: list[str] = []
-    monkeypatch.setattr(
-        "backchannel_owner.api.tell_owner_parked", lambda parked: told.append(parked.id)
-    )
+    calls: list[int] = []
+
+    def tell(parked: list[Any]) -> None:
+        calls.append(len(parked))
+        told.extend(item.id for item in parked)
+
+    monkeypatch.setattr("backchannel_owner.api.tell_owner_parked", tell)
     assert run_hook(post_tool_use()) == (0, "", "")
     assert status_of(tmp_path / "bc.db", item.id) == ("parked", 3)
-    assert told == [item.id] and list_markers(SESSION) == []
+    assert sorted(told) == sorted([item.id, second.id]) and list_markers(SESSION) == []
+    assert calls == [2]  # every message parked in one call is told in one bounded call
 
 
 def test_stop_blocks_with_the_reason_and_an_active_stop_hook_returns_at_once(

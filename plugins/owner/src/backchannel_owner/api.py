@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from attrs import frozen
@@ -453,32 +453,51 @@ async def _deliver_directly(
     )
 
 
-def tell_owner_parked(item: InboxItem) -> None:
-    """Tell the owner that `item` was offered 3 times and never confirmed (bounded)."""
+def tell_owner_parked(parked: InboxItem | Sequence[InboxItem]) -> None:
+    """Tell the owner that each item was offered 3 times and never confirmed.
+
+    Bounded as a whole by `owner.timeout`, however many there are: the hook that
+    parks them must finish well within the coding tool's own hook timeout.
+    """
     from backchannel.config import load_config
 
-    config = load_config(item.config, strict_env=False)  # serve has the secrets
+    items = [parked] if isinstance(parked, InboxItem) else list(parked)
+    if not items:
+        return
+    config = load_config(items[0].config, strict_env=False)  # serve has the secrets
     settings = OwnerSettings.from_config(config)
+    told: list[Delivery] = []
 
-    async def send() -> Delivery:
+    async def send() -> None:
         store = open_sqlite_store(config)
         try:
-            mark, name = OwnerRecords(store.db).session(item.session_id)
-            return await deliver_to_owner(
-                config,
-                settings,
-                store,
-                Outbound(
-                    Address(settings.account, settings.chat),
-                    lines.parked_line(mark, name, item.id),
-                ),
-            )
+            records = OwnerRecords(store.db)
+            for item in items:
+                mark, name = records.session(item.session_id)
+                told.append(
+                    await deliver_to_owner(
+                        config,
+                        settings,
+                        store,
+                        Outbound(
+                            Address(settings.account, settings.chat),
+                            lines.parked_line(mark, name, item.id),
+                        ),
+                    )
+                )
         finally:
             await store.close()
 
-    async def bounded() -> Delivery:
-        return await asyncio.wait_for(send(), settings.timeout)
+    async def bounded() -> None:
+        await asyncio.wait_for(send(), settings.timeout)
 
-    delivery = asyncio.run(bounded())
-    if delivery.status != "sent":
-        raise OwnerError(f"the notice was {delivery.status}: {delivery.reason}")
+    try:
+        asyncio.run(bounded())
+    except TimeoutError:
+        raise OwnerError(
+            f"gave up after {settings.timeout:g}s (owner.timeout) with"
+            f" {len(items) - len(told)} of {len(items)} notice(s) not sent"
+        ) from None
+    failed = [delivery for delivery in told if delivery.status != "sent"]
+    if failed:
+        raise OwnerError(f"the notice was {failed[0].status}: {failed[0].reason}")

@@ -90,6 +90,7 @@ def _deliver(session_id: str, event: str, stdout: IO[str], stderr: IO[str]) -> i
 
     shown = []
     texts = []
+    parked = []
     for item in list_markers(session_id):
         if item.kind != "message":
             continue  # permission answers are for the MCP server's permission prompt
@@ -99,12 +100,20 @@ def _deliver(session_id: str, event: str, stdout: IO[str], stderr: IO[str]) -> i
             continue
         if attempts > 2:
             stamp_parked(item)
-            _tell_owner_parked(item, stderr)
+            parked.append(item)
             continue
         texts.append(delivery_text(item.id, item.text, parent_id=item.parent_id, attempts=attempts))
         shown.append(item)
-    if not texts:
-        return 0
+    if texts:
+        _emit(texts, event, stdout)
+        for item in shown:
+            stamp_delivered(item)
+    if parked:  # after the messages went out: telling the owner takes a network round trip
+        _tell_owner_parked(parked, stderr)
+    return 0
+
+
+def _emit(texts: list[str], event: str, stdout: IO[str]) -> None:
     text = "\n\n".join(texts)
     if event == "Stop":
         output: dict[str, object] = {"decision": "block", "reason": text}
@@ -114,20 +123,19 @@ def _deliver(session_id: str, event: str, stdout: IO[str], stderr: IO[str]) -> i
 
     stdout.write(json.dumps(output, ensure_ascii=False) + "\n")
     stdout.flush()
-    for item in shown:
-        stamp_delivered(item)
-    return 0
 
 
-def _tell_owner_parked(item: object, stderr: IO[str]) -> None:
+def _tell_owner_parked(parked: list[object], stderr: IO[str]) -> None:
+    """Tell the owner of every parked message at once (one bounded wait, not one each)."""
     try:
         from .api import tell_owner_parked
 
-        tell_owner_parked(item)  # type: ignore[arg-type]
+        tell_owner_parked(parked)  # type: ignore[arg-type]
     except Exception as error:
+        ids = ", ".join(f"#{getattr(item, 'id', '?')}" for item in parked)
         stderr.write(
-            f"backchannel-owner-hook: message #{getattr(item, 'id', '?')} was parked, but the"
-            f" owner could not be told: {error}\n"
+            f"backchannel-owner-hook: message(s) {ids} parked, but the owner could not be"
+            f" told: {error}\n"
         )
 
 
