@@ -17,6 +17,7 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing itself is not imported at run time: the empty case stays fast
+    from collections.abc import Sequence
     from typing import IO
 
 __all__ = ["main", "run"]
@@ -125,7 +126,7 @@ def _emit(texts: list[str], event: str, stdout: IO[str]) -> None:
     stdout.flush()
 
 
-def _tell_owner_parked(parked: list[object], stderr: IO[str]) -> None:
+def _tell_owner_parked(parked: Sequence[object], stderr: IO[str]) -> None:
     """Tell the owner of every parked message at once (one bounded wait, not one each)."""
     try:
         from .api import tell_owner_parked
