@@ -103,3 +103,29 @@ async def test_a_conversation_survives_reloading_the_store_from_state() -> None:
         reply = await session("b").encrypt("a", ed25519_pub_to_x25519_pub(a_ed), text)
         envelope = {"type": reply.type, "body": reply.body, "signal": reply.signal}
         assert await session("a").decrypt("b", ed25519_pub_to_x25519_pub(b_ed), envelope) == text
+
+
+async def test_skipped_message_keys_are_bounded_keeping_the_newest() -> None:
+    """A contact skipping ahead message after message must not grow the stored state without
+    end: past MAX_SKIPPED_KEYS, the oldest skipped keys go (sessions and sender keys)."""
+    from backchannel_tinyplace.sessions import MAX_SKIPPED_KEYS
+
+    state = DictState()
+    store = DurableSessionStore(state, identity())
+    session = x3dh_respond(
+        ed25519_seed_to_x25519_keypair(os.urandom(32)),
+        ed25519_seed_to_x25519_keypair(os.urandom(32)),
+        os.urandom(32),
+        os.urandom(32),
+    )
+    total = MAX_SKIPPED_KEYS + 500
+    session.skipped_keys.update({f"k{n}": os.urandom(32) for n in range(total)})
+    await store.store_session("peer", session)
+    kept = (await store.get_session("peer")).skipped_keys  # type: ignore[union-attr]
+    assert list(kept) == [f"k{n}" for n in range(500, total)]
+    sender_key = SenderKeyState(
+        "d1", os.urandom(32), 4, os.urandom(32), None, {n: os.urandom(32) for n in range(total)}
+    )
+    await store.store_sender_key(sender_key)
+    kept_sender = (await store.get_sender_key("d1")).skipped_keys  # type: ignore[union-attr]
+    assert sorted(kept_sender) == list(range(500, total))

@@ -16,10 +16,11 @@ the configured identity secret at start.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tinyplace.signal.store import (
     PreKeyPair,
@@ -191,7 +192,9 @@ class DurableSessionStore(SessionStore):
                 "signing_private_key": _s(sender_key.signing_private_key)
                 if sender_key.signing_private_key
                 else None,
-                "skipped_keys": {str(k): _s(v) for k, v in sender_key.skipped_keys.items()},
+                "skipped_keys": {
+                    str(k): _s(v) for k, v in _bounded(sender_key.skipped_keys).items()
+                },
             },
         )
 
@@ -254,8 +257,27 @@ def _session_record(session: SessionState) -> dict[str, Any]:
         "send_message_number": session.send_message_number,
         "recv_message_number": session.recv_message_number,
         "previous_chain_length": session.previous_chain_length,
-        "skipped_keys": {k: _s(v) for k, v in session.skipped_keys.items()},
+        "skipped_keys": {k: _s(v) for k, v in _bounded(session.skipped_keys).items()},
     }
+
+
+#: message keys kept for a peer's messages that may still arrive out of order, per session.
+#: The SDK bounds the keys one message may skip (1,000), not how many pile up: a contact
+#: skipping ahead message after message would grow the stored state without end. The
+#: oldest go first (they are the least likely still to come), as in Signal's own clients.
+MAX_SKIPPED_KEYS = 2_000
+
+
+_K = TypeVar("_K")
+
+
+def _bounded(skipped: dict[_K, bytes]) -> dict[_K, bytes]:
+    """Drop the oldest skipped keys past MAX_SKIPPED_KEYS, in place; return the dict."""
+    extra = len(skipped) - MAX_SKIPPED_KEYS
+    if extra > 0:
+        for key in list(itertools.islice(skipped, extra)):
+            del skipped[key]
+    return skipped
 
 
 def _session(data: dict[str, Any]) -> SessionState:
