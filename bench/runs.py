@@ -6,7 +6,9 @@ messages; the time from asking for the run (poke) to the moment its last
 bookkeeping is done (the switchboard's count of work in flight falls to zero,
 in the run's own task) is the framework's cost of a run. The time until
 `wait_idle` returns to the bench is printed too: it adds the loop turns the
-bench's own waiting takes, which no production run pays.
+bench's own waiting takes, which no production run pays. Before each run
+(untimed) the conversation's newest message is made its unanswered trigger:
+a conversation that owes nothing is not run.
 
 Two kinds of run, because the store keeps the latest window of its 64 most
 recently run conversations (store/windows.py):
@@ -132,9 +134,19 @@ async def measure(
             " AND held = 0 ORDER BY seq DESC LIMIT ?"
         )
 
+        def owe(conversation_id: int) -> None:
+            # its newest message asks for an answer (respond="never" keeps the ingest from
+            # running it): a conversation that owes nothing is not run at all
+            db.execute(
+                "UPDATE conversations SET trigger_seq = last_seq,"
+                " handled_seq = MIN(handled_seq, last_seq - 1) WHERE id = ?",
+                (conversation_id,),
+            )
+
         async def timed_run(conversation_id: int) -> None:
             for part in PARTS:
                 spent[part][0] = 0.0
+            owe(conversation_id)  # untimed
             started = time.perf_counter()
             board.scheduler.poke(conversation_id, ACCOUNT)
             await board.wait_idle()

@@ -233,3 +233,45 @@ async def test_what_a_run_cut_short_sent_after_seeing_a_trigger_answers_it_with_
     assert seen.runs[0].trigger is None
     assert channel.platform.texts() == ["re first and second"]  # nothing answered twice
     await board.stop()
+
+
+async def test_a_conversation_answered_while_the_adapters_start_is_not_run_again(
+    tmp_path: Path,
+) -> None:
+    # the second crash loop's find (Discord: catch-up and live messages are stored and run
+    # before start() returns): the start pokes what was owed before it, and the stale poke
+    # ran the conversation again with its already answered trigger, answering it twice
+    from backchannel.adapter import AdapterContext
+    from backchannel.store import Inbound
+    from backchannel.testing.fake_channel import FakeChannelAdapter
+
+    path = tmp_path / "bc.db"
+    channel = FakeChannel()
+    adapter = channel.adapter("fake")
+    owed = adapter.normalize(channel.platform.make_message("before the crash"))
+    assert owed is not None
+    store = SQLiteStore(path)
+    await store.append_inbound([Inbound(owed, triggers=True)])  # never answered: a crash
+    await store.close()
+    answered = asyncio.Event()
+
+    class CatchesUpWhileStarting(FakeChannelAdapter):
+        async def start(self, ctx: AdapterContext) -> None:
+            await super().start(ctx)
+            await ctx.ingest(channel.platform.make_message("sent while it was down"))
+            await answered.wait()  # start() returns only after that run (a slow READY)
+
+    async def answer(run: Run) -> None:
+        assert run.trigger is not None
+        await run.call("reply", {"message_id": run.trigger.seq, "text": f"re {run.trigger.text}"})
+        answered.set()
+
+    seen = RecordingAgent(action=answer)
+    board = Switchboard(SQLiteStore(path))
+    board.add_account(CatchesUpWhileStarting("fake", {}, channel.platform), Binding(seen))
+    await board.start()
+    await board.wait_idle()
+    assert channel.platform.texts() == ["re sent while it was down"]  # once, not twice
+    (run,) = seen.runs
+    assert RESTART_NOTE in run.instruction  # the run during the start was told of it
+    await board.stop()

@@ -259,13 +259,16 @@ class Scheduler:
 
     async def _run_once(self, account: Any, conversation_id: int, slot: _Slot) -> None:
         conversation = await self.store.conversation(conversation_id)
-        if self.claims is not None and conversation.trigger_seq <= conversation.handled_seq:
-            return  # another worker's run answered it while this one waited for the claim
         upto = conversation.last_seq
-        for gate in self.gates:
+        for gate in self.gates:  # work owed besides triggers (an ask's answer to report)
             if await gate(conversation):
                 await self.store.mark_handled(conversation_id, upto)
                 return
+        if conversation.trigger_seq <= conversation.handled_seq:
+            # answered since it was poked: by another worker's run while this one waited for
+            # the claim, or by a run while the adapters started (a restart pokes what was
+            # owed before it). A run now would offer an answered message as its trigger.
+            return
         notes, slot.notes = slot.notes, []
         try:
             run = await account.builder.build(

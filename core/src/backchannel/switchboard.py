@@ -262,6 +262,10 @@ class Switchboard:
             # leased accounts start when their lease is taken, and only their holder runs them
             self.scheduler.claims = workers
             owed = [c for c in owed if workers.may_run(c.address.account)]
+        for conversation in owed:
+            # noted before the adapters start: a run that starts meanwhile (a message caught
+            # up or arriving now) is told of the restart too
+            self.scheduler.add_note(conversation.id, RESTART_NOTE)
         if self.server is not None:
             self.url = await self.server.start()
             if not self._explicit_public_url:
@@ -278,7 +282,8 @@ class Switchboard:
             account.started = True
             await self._remember_me(account)
         for conversation in owed:
-            self.scheduler.add_note(conversation.id, RESTART_NOTE)
+            # a conversation answered while the adapters started is not run again (its
+            # run took the note); the scheduler checks once more when the run is due
             self.scheduler.poke(conversation.id, conversation.address.account)
         for service in self._services:
             await service.start(self)
