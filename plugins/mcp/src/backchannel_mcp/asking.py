@@ -86,11 +86,11 @@ async def ask_through_serve(
 
 async def asks_text(store: Store, limit: int) -> str:
     """The asks made from outside any conversation, newest first, each with its answer."""
-    made = await store.asks(origin_conversation_id=NO_ORIGIN, limit=1_000_000)
+    made = await store.asks(origin_conversation_id=NO_ORIGIN, limit=limit, newest_first=True)
     if not made:
         return "you have not asked any agent yet (ask_agent)"
-    lines = [await _ask_line(store, ask) for ask in reversed(made[-limit:])]
-    if any(ask.answer_seq is not None for ask in made[-limit:]):
+    lines = [await _ask_line(store, ask) for ask in made]
+    if any(ask.answer_seq is not None for ask in made):
         lines.append(ANSWERS_NOTE)
     return "\n".join(lines)
 
