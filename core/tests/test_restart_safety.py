@@ -151,10 +151,11 @@ async def test_a_message_that_came_during_a_run_is_still_answered_after_that_run
 
 
 async def crashed_after_a_second_message(
-    path: Path, channel: FakeChannel, *, tool: str, take_new: bool = False
+    path: Path, channel: FakeChannel, *, tool: str, take_new: bool = False, take_after: bool = False
 ) -> None:
     """#1 starts a run; #2 is committed while it runs; the run answers #1 with `tool` (taking
-    #2 first through new_messages when `take_new`), and the process dies before the run is
+    #2 first through new_messages when `take_new`, or right after its answer when
+    `take_after`), and the process dies before the run is
     recorded as finished: `path` is left as a SIGKILL at that moment leaves it (a copy of
     the store's files, every commit in them; the live store is then stopped, which would
     record the run as cut short, a record no killed process writes)."""
@@ -177,6 +178,8 @@ async def crashed_after_a_second_message(
         else:
             said = await run.call("send_message", {"text": text})
         assert said.startswith("sent"), said
+        if take_after:  # as the openai agent does: new messages right after its tool calls
+            assert [m["content"] for m in await run.new_messages()] == ["[#2] Alice: second"]
         answered.set()
         await never.wait()  # killed here
 
@@ -200,11 +203,13 @@ async def test_a_message_that_came_during_a_run_cut_short_is_answered_after_the_
     tmp_path: Path,
 ) -> None:
     # the crash-loop's find: the run's answer to #1 (#3) came after #2, and the restart
-    # took it for #2's answer too, so #2 was never answered; with either send tool
-    for tool in ("reply", "send_message"):
-        path = tmp_path / f"{tool}.db"
+    # took it for #2's answer too, so #2 was never answered; with either send tool, and
+    # when the run took #2 (new_messages) after it had sent #3: #3 was sent before it
+    # saw #2 (the review's find: the run's seen-up-to moved, not what #3 was sent after)
+    for tool, take_after in (("reply", False), ("send_message", False), ("send_message", True)):
+        path = tmp_path / f"{tool}-{take_after}.db"
         channel = FakeChannel()
-        await crashed_after_a_second_message(path, channel, tool=tool)
+        await crashed_after_a_second_message(path, channel, tool=tool, take_after=take_after)
         board, seen = await restarted_with_echo(path, channel)
         (run,) = seen.runs
         assert run.trigger is not None and run.trigger.text == "second", tool

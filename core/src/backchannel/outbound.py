@@ -72,15 +72,19 @@ class Deliverer:
         outbound: Outbound,
         *,
         run_id: int | None = None,
+        seen_seq: int | None = None,
         recorded: Callable[[OutboxEntry], Awaitable[None]] | None = None,
     ) -> DeliveryResult:
         """Record `outbound` as pending, send it, and record sent / failed / uncertain.
 
+        `run_id` and `seen_seq` name the run asking and the newest seq it had seen.
         `recorded` is awaited after the pending row is written and before the
         send (an ask writes its pending-ask row there, naming the outbox row).
         """
         sender = self.adapter.me or Sender("me", "me", is_bot=True)
-        entry = await self.store.record_outbound(conversation.id, outbound, sender, run_id)
+        entry = await self.store.record_outbound(
+            conversation.id, outbound, sender, run_id, seen_seq
+        )
         if recorded is not None:
             try:
                 await recorded(entry)
@@ -175,6 +179,7 @@ def channel_tools(
             conversation,
             Outbound(address, text),
             run_id=session.run_id,
+            seen_seq=session.seen_seq,
             recorded=session.on_recorded,
         )
         return result.describe()
@@ -196,6 +201,7 @@ def channel_tools(
             conversation,
             Outbound(address, text, reply_to=message.platform_message_id),
             run_id=session.run_id,
+            seen_seq=session.seen_seq,
             recorded=session.on_recorded,
         )
         return result.describe()
@@ -218,6 +224,7 @@ def channel_tools(
                 address, strip_id_prefix(text), kind="edit", target=message.platform_message_id
             ),
             run_id=session.run_id,
+            seen_seq=session.seen_seq,
         )
         return result.describe()
 
@@ -235,6 +242,7 @@ def channel_tools(
             conversation,
             Outbound(address, emoji, kind="reaction", target=message.platform_message_id),
             run_id=session.run_id,
+            seen_seq=session.seen_seq,
         )
         return result.describe()
 

@@ -57,9 +57,6 @@ class RunSession:
     #: awaited after each message the run's tools send is recorded as pending, before it
     #: goes out (a reporter run marks its ask reported there: see asks/coordinator.py)
     on_recorded: Callable[[OutboxEntry], Awaitable[None]] | None = None
-    #: records (run id, seq) as seen by the run before `new_messages` hands newer messages
-    #: over (Store.run_saw): if the run is cut short, what it sent still counts as their answer
-    record_seen: Callable[[int, int], Awaitable[None]] | None = None
 
 
 @frozen
@@ -117,8 +114,7 @@ class Run:
         if not fresh:
             return []
         session = self.session
-        if session.record_seen is not None and session.run_id is not None:
-            await session.record_seen(session.run_id, fresh[-1].seq)
+        # what the run's tools record from now on says it had seen these (Store.answers_after)
         session.seen_seq = fresh[-1].seq
         return [format_message(m, session.me) for m in fresh if m.direction == "in"]
 
@@ -231,7 +227,6 @@ class RunBuilder:
             self.store.messages_after,
             me,
             trigger=trigger,
-            record_seen=self.store.run_saw,
         )
         tools = tuple(self.tools(session, conversation))
         instruction = default_framing(

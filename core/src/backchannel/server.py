@@ -107,11 +107,9 @@ class HttpServer:
                         request.path,
                         self.body_timeout,
                     )
-                    return web.Response(
-                        status=408,
-                        text="the request body took too long\n",
-                        headers={"Connection": "close"},
-                    )
+                    refused = web.Response(status=408, text="the request body took too long\n")
+                    refused.force_close()  # not another request on a connection this slow
+                    return refused
             return await handler(request)
         except ConnectionResetError:  # aiohttp's ClientConnectionResetError included
             self._client_disconnected(request)

@@ -209,7 +209,10 @@ _INT64 = 2**63
 
 def _shown(value: Any) -> str:
     """`value` as an error message quotes it: its repr, cut short."""
-    shown = repr(value)
+    try:
+        shown = repr(value)
+    except ValueError:  # an int of more digits than Python writes out
+        return f"a {type(value).__name__} too long to show"
     return shown if len(shown) <= 60 else shown[:59] + "…"
 
 

@@ -165,3 +165,26 @@ async def test_a_store_failure_inside_a_decrypt_is_retried_not_dead_lettered(
     assert await store.dead_letters("test") == []
     stored = [m.text for m in await ctx.transcript(Address("test", peer.agent_id, "master"))]
     assert stored == ["through a locked database"]
+
+
+async def test_a_store_failure_before_a_send_is_retried_later_not_refused(
+    store: Any, relay: FakeRelay, peer: RelayPeer, settings_for: Any
+) -> None:
+    """The store failed, not the message: nothing went out, so the outbox tries again
+    (RateLimited), where a refusal (Rejected) would give the message up for good."""
+    from backchannel.errors import RateLimited
+    from backchannel.model import Outbound
+
+    ctx = StateFailsOnce(store, account="test")
+    adapter = TinyplaceAdapter("test", settings_for())
+    relay.make_contacts(peer.agent_id, adapter.agent_id)
+    await adapter.start(ctx.bind(adapter))
+    try:
+        address = Address("test", peer.agent_id, "master")
+        with pytest.raises(RateLimited, match="could not read the encryption session"):
+            await adapter.send(Outbound(address, "through a locked database"))
+        assert ctx.failed and len(relay.mailbox(peer.agent_id)) == 0
+        await adapter.send(Outbound(address, "through a locked database"))  # the retry
+        assert len(relay.mailbox(peer.agent_id)) == 1
+    finally:
+        await adapter.stop()

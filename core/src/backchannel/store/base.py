@@ -263,9 +263,17 @@ class Store(ABC):
     # outbound --------------------------------------------------------------
     @abstractmethod
     async def record_outbound(
-        self, conversation_id: int, outbound: Outbound, sender: Sender, run_id: int | None = None
+        self,
+        conversation_id: int,
+        outbound: Outbound,
+        sender: Sender,
+        run_id: int | None = None,
+        seen_seq: int | None = None,
     ) -> OutboxEntry:
         """Write an outbound request as `pending` before it is sent.
+
+        `run_id` and `seen_seq`: the run that asked for it, and the newest seq that
+        run had seen when it did (see `answers_after`).
 
         For kind "message" this also appends the transcript row (seq assigned).
         `outbound.origin` is kept on the outbox row and, for a message, in the
@@ -304,16 +312,14 @@ class Store(ABC):
         """Record a run start; return its id."""
 
     @abstractmethod
-    async def run_saw(self, run_id: int, upto_seq: int) -> None:
-        """Record that a running run has now seen up to `upto_seq` (messages it took
-        mid-run): what `answers_after` goes by if the run is cut short."""
-
-    @abstractmethod
     async def answers_after(self, conversation_id: int, trigger_seq: int) -> set[int]:
         """Return the seqs of our messages after `trigger_seq` that a run of this
-        conversation sent after it had seen `trigger_seq` (its window or a mid-run
-        read reached it), a run with a trigger of its own (a reporter run, trigger 0,
-        answers nobody). Such a message answers the trigger whatever became of its run.
+        conversation recorded after it had seen `trigger_seq` (the outbox row's
+        `seen_seq`: its window, or what `new_messages` had handed it by then; rows
+        from before that column, the run's `upto_seq`), a run with a trigger of its
+        own (a reporter run, trigger 0, answers nobody). Such a message answers the
+        trigger whatever became of its run; one the run sent before it saw the
+        trigger does not.
         """
 
     @abstractmethod

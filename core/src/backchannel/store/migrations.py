@@ -319,6 +319,18 @@ def m008_fewer_conversation_indexes(db: apsw.Connection) -> None:
     db.execute("DROP INDEX IF EXISTS conversations_unhandled")
 
 
+def m009_outbox_seen_seq(db: apsw.Connection) -> None:
+    """Record on each outbox row the newest seq its run had seen when it asked for it.
+
+    What decides, after a crash, whether our message answers a trigger: a run
+    that sent it after seeing the trigger (Store.answers_after). The run's own
+    `upto_seq` is not enough: a run that took newer messages mid-run
+    (`new_messages`) had not seen them when it sent what came before. Rows from
+    before this column keep NULL (the run's `upto_seq` stands in).
+    """
+    db.execute("ALTER TABLE outbox ADD COLUMN seen_seq INTEGER")
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_visible_index_and_orphan_edits,
@@ -326,6 +338,7 @@ MIGRATIONS: list[Migration] = [
     m006_asks,
     m007_thread_addresses,
     m008_fewer_conversation_indexes,
+    m009_outbox_seen_seq,
 ]
 
 

@@ -429,7 +429,12 @@ class PostgresStore(PostgresAsks, Store):
 
     # outbound --------------------------------------------------------------
     async def record_outbound(
-        self, conversation_id: int, outbound: Outbound, sender: Sender, run_id: int | None = None
+        self,
+        conversation_id: int,
+        outbound: Outbound,
+        sender: Sender,
+        run_id: int | None = None,
+        seen_seq: int | None = None,
     ) -> OutboxEntry:
         stamp = now()
 
@@ -493,12 +498,13 @@ class PostgresStore(PostgresAsks, Store):
                 if await cursor.fetchone() is None:
                     raise StoreError(f"no conversation with id {conversation_id}")
             cursor = await connection.execute(
-                "INSERT INTO outbox (conversation_id, run_id, kind, text, reply_to, target,"
-                " message_seq, status, worker, created_at, updated_at, origin)"
-                " VALUES (%s,%s,%s,%s,%s,%s,%s,'pending',%s,%s,%s,%s) RETURNING id",
+                "INSERT INTO outbox (conversation_id, run_id, seen_seq, kind, text, reply_to,"
+                " target, message_seq, status, worker, created_at, updated_at, origin)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,'pending',%s,%s,%s,%s) RETURNING id",
                 (
                     conversation_id,
                     run_id,
+                    seen_seq,
                     outbound.kind,
                     outbound.text,
                     outbound.reply_to,
@@ -676,20 +682,11 @@ class PostgresStore(PostgresAsks, Store):
         run_id: int = await self._write(work)
         return run_id
 
-    async def run_saw(self, run_id: int, upto_seq: int) -> None:
-        async def work(connection: Any) -> None:
-            await connection.execute(
-                "UPDATE runs SET upto_seq = GREATEST(upto_seq, %s) WHERE id = %s",
-                (upto_seq, run_id),
-            )
-
-        await self._write(work)
-
     async def answers_after(self, conversation_id: int, trigger_seq: int) -> set[int]:
         rows = await self._fetchall(
             "SELECT o.message_seq FROM outbox o JOIN runs r ON r.id = o.run_id"
             " WHERE o.conversation_id = %s AND o.message_seq > %s AND r.conversation_id = %s"
-            " AND r.upto_seq >= %s AND r.trigger_seq > 0",
+            " AND COALESCE(o.seen_seq, r.upto_seq) >= %s AND r.trigger_seq > 0",
             (conversation_id, trigger_seq, conversation_id, trigger_seq),
         )
         return {int(seq) for (seq,) in rows}

@@ -380,6 +380,11 @@ async def pg009_search_indexes(connection: Any) -> None:
     await catch_up(connection, locked=False)
 
 
+async def pg010_outbox_seen_seq(connection: Any) -> None:
+    """The newest seq a run had seen when it asked for each outbox row (see m009)."""
+    await connection.execute("ALTER TABLE outbox ADD COLUMN seen_seq BIGINT")
+
+
 PG_MIGRATIONS: list[Migration] = [
     pg001_initial,
     pg002_orchestration,
@@ -388,6 +393,7 @@ PG_MIGRATIONS: list[Migration] = [
     pg007_thread_addresses,
     pg008_no_recency_index,
     pg009_search_indexes,
+    pg010_outbox_seen_seq,
 ]
 
 

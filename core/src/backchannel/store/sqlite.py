@@ -769,7 +769,12 @@ class SQLiteStore(SQLiteAsks, Store):
 
     # outbound --------------------------------------------------------------
     async def record_outbound(
-        self, conversation_id: int, outbound: Outbound, sender: Sender, run_id: int | None = None
+        self,
+        conversation_id: int,
+        outbound: Outbound,
+        sender: Sender,
+        run_id: int | None = None,
+        seen_seq: int | None = None,
     ) -> OutboxEntry:
         db = self.db
         stamp = now()
@@ -829,12 +834,13 @@ class SQLiteStore(SQLiteAsks, Store):
                 raise StoreError(f"no conversation with id {conversation_id}")
             outbox_id = first(
                 db.execute(
-                    "INSERT INTO outbox (conversation_id, run_id, kind, text, reply_to, target,"
-                    " message_seq, status, created_at, updated_at, origin)"
-                    " VALUES (?,?,?,?,?,?,?,'pending',?,?,?) RETURNING id",
+                    "INSERT INTO outbox (conversation_id, run_id, seen_seq, kind, text, reply_to,"
+                    " target, message_seq, status, created_at, updated_at, origin)"
+                    " VALUES (?,?,?,?,?,?,?,?,'pending',?,?,?) RETURNING id",
                     (
                         conversation_id,
                         run_id,
+                        seen_seq,
                         outbound.kind,
                         outbound.text,
                         outbound.reply_to,
@@ -970,17 +976,11 @@ class SQLiteStore(SQLiteAsks, Store):
         )
         return int(first(row))
 
-    async def run_saw(self, run_id: int, upto_seq: int) -> None:
-        with self._write():
-            self.db.execute(
-                "UPDATE runs SET upto_seq = MAX(upto_seq, ?) WHERE id = ?", (upto_seq, run_id)
-            )
-
     async def answers_after(self, conversation_id: int, trigger_seq: int) -> set[int]:
         rows = self.db.execute(
             "SELECT o.message_seq FROM outbox o JOIN runs r ON r.id = o.run_id"
             " WHERE o.conversation_id = ? AND o.message_seq > ? AND r.conversation_id = ?"
-            " AND r.upto_seq >= ? AND r.trigger_seq > 0",
+            " AND COALESCE(o.seen_seq, r.upto_seq) >= ? AND r.trigger_seq > 0",
             (conversation_id, trigger_seq, conversation_id, trigger_seq),
         )
         return {seq for (seq,) in rows}

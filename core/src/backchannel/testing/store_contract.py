@@ -310,31 +310,40 @@ class StoreContract(AskStoreContract):
         assert conversation.handled_seq == 1
         assert await store.unhandled() == []
 
-    async def test_answers_after_counts_what_runs_that_saw_the_trigger_sent(
+    async def test_answers_after_counts_what_runs_sent_after_seeing_the_trigger(
         self, store: Store
     ) -> None:
         [first] = await store.append_inbound([Inbound(make_event("a1", "first"), triggers=True)])
         conversation = await store.conversation(first.conversation_id)
         me = Sender("me", "Agent", is_bot=True)
+        address = conversation.address
         running = await store.begin_run(conversation.id, 1, 1)
         await store.append_inbound([Inbound(make_event("a2", "second"), triggers=True)])
-        ours = await store.record_outbound(
-            conversation.id, Outbound(conversation.address, "re first"), me, running
+        early = await store.record_outbound(
+            conversation.id, Outbound(address, "re first"), me, running, seen_seq=1
         )
-        assert ours.message_seq == 3
-        # the run saw #1, not #2: its message answers only #1
+        assert early.message_seq == 3
+        # the run had seen #1, not #2, when it sent #3: it answers only #1
         assert await store.answers_after(conversation.id, 1) == {3}
         assert await store.answers_after(conversation.id, 2) == set()
-        await store.run_saw(running, 2)  # it took #2 mid-run (new_messages)
-        await store.run_saw(running, 1)  # never back
-        assert await store.answers_after(conversation.id, 2) == {3}
-        # a reporter run (trigger 0) and a send from no run answer nothing
-        reporter = await store.begin_run(conversation.id, 0, 3)
-        await store.record_outbound(
-            conversation.id, Outbound(conversation.address, "the answer"), me, reporter
+        # it then takes #2 (new_messages) and sends again: that one answers #2, the
+        # earlier one still does not
+        late = await store.record_outbound(
+            conversation.id, Outbound(address, "re second"), me, running, seen_seq=2
         )
-        await store.record_outbound(conversation.id, Outbound(conversation.address, "cli"), me)
-        assert await store.answers_after(conversation.id, 2) == {3}
+        assert late.message_seq == 4
+        assert await store.answers_after(conversation.id, 2) == {4}
+        # a row recorded without seen_seq (before the column) goes by the run's upto_seq
+        await store.record_outbound(conversation.id, Outbound(address, "old style"), me, running)
+        assert await store.answers_after(conversation.id, 1) == {3, 4, 5}
+        assert await store.answers_after(conversation.id, 2) == {4}
+        # a reporter run (trigger 0) and a send from no run answer nothing
+        reporter = await store.begin_run(conversation.id, 0, 5)
+        await store.record_outbound(
+            conversation.id, Outbound(address, "the answer"), me, reporter, seen_seq=5
+        )
+        await store.record_outbound(conversation.id, Outbound(address, "cli"), me)
+        assert await store.answers_after(conversation.id, 2) == {4}
         [other] = await store.append_inbound(
             [Inbound(make_event("b1", "elsewhere", chat="c2"), triggers=True)]
         )

@@ -289,8 +289,10 @@ class TinyplaceAdapter:
             try:
                 first = not await signal.has_session(peer)
             except StateUnavailable as error:
-                raise Rejected(
-                    f"could not read the encryption session with {peer}: {error}"
+                # the store failed, not the message: nothing was sent, so it is tried again
+                raise RateLimited(
+                    CONNECT_RETRY_AFTER,
+                    f"could not read the encryption session with {peer}: {error}",
                 ) from None
             bundle = await self._fetch_bundle(peer) if first else None
             try:
@@ -298,8 +300,10 @@ class TinyplaceAdapter:
                     peer, peer_x25519, body.encode("utf-8"), bundle, peer_ed25519
                 )
             except StateUnavailable as error:
-                raise Rejected(
-                    f"could not store the encryption session with {peer}: {error}"
+                # nothing was sent and the stored ratchet did not move: tried again later
+                raise RateLimited(
+                    CONNECT_RETRY_AFTER,
+                    f"could not store the encryption session with {peer}: {error}",
                 ) from None
             except Exception as error:
                 # the peer published its own bundle: a missing field, a wrong type or a bad
