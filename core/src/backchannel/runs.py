@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from attrs import define, field, frozen
 
 from .config import KEPT_WINDOWS
-from .framing import default_framing, format_message, inbound_line, own_line, speaker
+from .framing import default_framing, flattened, format_message, inbound_line, own_line, speaker
 from .model import Conversation, Message, Sender
 from .secrets import redact
 from .store.cache import LRUCache
@@ -128,10 +128,13 @@ class Run:
         """Return {"system", "messages", "tools"} with strictly alternating roles, user first."""
         merged: list[dict[str, Any]] = []
         for message in self.messages:
+            # messages of one role share one text here: a message's own further lines are
+            # indented, so none can read as another message's [#n] line
+            content = flattened(message["content"])
             if merged and merged[-1]["role"] == message["role"]:
-                merged[-1]["content"] += "\n\n" + message["content"]
+                merged[-1]["content"] += "\n\n" + content
             else:
-                merged.append({"role": message["role"], "content": message["content"]})
+                merged.append({"role": message["role"], "content": content})
         if not merged or merged[0]["role"] != "user":
             merged.insert(0, {"role": "user", "content": "(earlier messages are not shown)"})
         if merged[-1]["role"] != "user":
