@@ -280,3 +280,42 @@ async def test_a_conversation_answered_while_the_adapters_start_is_not_run_again
     (run,) = seen.runs
     assert RESTART_NOTE in run.instruction  # the run during the start was told of it
     await board.stop()
+
+
+async def test_a_trigger_a_cut_short_run_asked_another_agent_about_is_not_asked_again(
+    store: SQLiteStore,
+) -> None:
+    # the third crash loop's find: a run killed after its ask went out left its trigger
+    # owed; the restarted run was offered it again and asked the other agent a second time
+    from backchannel.model import Address as Addr
+    from backchannel.model import Outbound, Receipt
+
+    channel = FakeChannel()
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(RecordingAgent()))
+    stored = await board.ingest("fake", channel.platform.make_message("ask B for the status"))
+    assert stored.conversation_id is not None
+    origin = stored.conversation_id
+    session = await store.ensure_conversation(Addr("fake", "peer-b", "s1"), kind="thread")
+    me = Sender("bot", "Bot", is_bot=True)
+    entry = await store.record_outbound(session.id, Outbound(session.address, "status?"), me)
+    await store.mark_sent(entry.id, Receipt("q1"))
+    offered = await board.build_run(origin)
+    assert offered.trigger is not None  # no ask yet: the trigger is owed and offered
+    await store.record_ask(
+        origin_conversation_id=origin,
+        origin_seq=stored.seq,
+        peer_conversation_id=session.id,
+        question="status?",
+        deadline=1e12,
+        message_seq=entry.message_seq,
+        outbox_id=entry.id,
+    )
+    run = await board.build_run(origin)
+    assert run.trigger is None
+    assert f"Message #{stored.seq}: you already asked" in run.instruction
+    assert '"peer-b"' in run.instruction and "Do not ask again" in run.instruction
+    # a message after the ask is a trigger of its own
+    later = await board.ingest("fake", channel.platform.make_message("and the weather?"))
+    again = await board.build_run(origin)
+    assert again.trigger is not None and again.trigger.seq == later.seq

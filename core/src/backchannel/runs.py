@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from attrs import define, field, frozen
 
 from .config import KEPT_WINDOWS
-from .framing import default_framing, flattened, format_message, inbound_line, own_line, speaker
+from .framing import (
+    default_framing,
+    flattened,
+    format_message,
+    inbound_line,
+    own_line,
+    speaker,
+    untrusted,
+)
 from .model import Conversation, Message, Sender
 from .secrets import redact
 from .store.cache import LRUCache
@@ -220,6 +228,13 @@ class RunBuilder:
             # offering it as unanswered would make the agent answer it twice
             notes = (*notes, _already_answered_note(trigger, answer))
             trigger = None
+        elif trigger is not None and owed:
+            asked = await self._asked_about(conversation_id, trigger)
+            if asked is not None:
+                # a run cut short after it asked another agent about the trigger: its
+                # answer is reported here; offering the trigger again would ask twice
+                notes = (*notes, asked)
+                trigger = None
         participants = window.participants()
         hidden = max(
             conversation.visible_count - window.count - _visible_after(conversation, upto), 0
@@ -270,6 +285,33 @@ class RunBuilder:
         else:
             answered = await self.store.answers_after(conversation_id, trigger.seq)
         return window.answer_after(trigger, answered)
+
+    async def _asked_about(self, conversation_id: int, trigger: Message) -> str | None:
+        """The note for an ask this conversation made about `trigger` (or later), if any.
+
+        An ask records the seq of the message its run was answering (`origin_seq`):
+        at or past the trigger, that run had seen it and acted on it by asking.
+        """
+        asks = await self.store.asks(
+            origin_conversation_id=conversation_id, limit=5, newest_first=True
+        )
+        ask = next(
+            (
+                a
+                for a in asks
+                if a.origin_seq is not None and a.origin_seq >= trigger.seq and a.state != "failed"
+            ),
+            None,
+        )
+        if ask is None:
+            return None
+        session = await self.store.conversation(ask.peer_conversation_id)
+        return (
+            f"Message #{trigger.seq}: you already asked {untrusted(session.address.chat)} about"
+            f" it (ask #{ask.id}, {ask.state}) before this run; the answer is reported here"
+            " when it comes, so this run has no new message to answer. Do not ask again; send"
+            " something only if the conversation needs it."
+        )
 
 
 class _Window(Protocol):
