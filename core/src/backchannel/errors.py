@@ -132,7 +132,16 @@ class Rejected(DeliveryError):
 
 
 class Uncertain(DeliveryError):
-    """The outcome is unknown: the message may have arrived. Never retried automatically."""
+    """The outcome is unknown: the message may have arrived. Never retried automatically.
+
+    `platform_message_id`: the id the message has on the platform if it arrived,
+    when the adapter knows it without an answer (a client-chosen id): it is
+    recorded, so a reply to the message can still be placed.
+    """
+
+    def __init__(self, reason: str, *, platform_message_id: str | None = None):
+        super().__init__(reason)
+        self.platform_message_id = platform_message_id
 
 
 def log_failure(logger: logging.Logger, error: BaseException, message: str, *args: Any) -> None:

@@ -122,7 +122,9 @@ class Deliverer:
                 entry = await self.store.mark_failed(entry.id, error.reason)
                 return DeliveryResult(entry)
             except Uncertain as error:
-                entry = await self.store.mark_uncertain(entry.id, error.reason)
+                entry = await self.store.mark_uncertain(
+                    entry.id, error.reason, platform_message_id=error.platform_message_id
+                )
                 log.warning("send to %s is uncertain: %s", conversation.address.key, error.reason)
                 return DeliveryResult(entry)
             except DeliveryError as error:  # a plugin raised the base class: be safe

@@ -68,3 +68,17 @@ async def test_an_unreadable_bundle_answer_is_retried_later(
     assert relay.sent_by(account.agent_id) == []
     await account.send(Outbound(Address("test", peer.agent_id, "master"), "hello again"))
     assert [text for _, text in await peer.receive()] == ["hello again"]
+
+
+async def test_an_uncertain_send_keeps_the_id_the_relay_stored_it_under(
+    account: TinyplaceAdapter, relay: FakeRelay, peer: RelayPeer
+) -> None:
+    """The message id is chosen before the PUT: a send answered 500 after the relay stored
+    it is Uncertain, and says that id, so a reply naming it can be placed (and an ask's
+    answer matched to its own question, not guessed)."""
+    relay.make_contacts(peer.agent_id, account.agent_id)
+    relay.fail_next("stored_then_error")
+    with pytest.raises(Uncertain) as caught:
+        await account.send(Outbound(Address("test", peer.agent_id, "master"), "status?"))
+    [stored] = relay.mailbox(peer.agent_id)
+    assert caught.value.platform_message_id == stored["id"]

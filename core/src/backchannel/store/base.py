@@ -289,8 +289,14 @@ class Store(ABC):
         """Record a definite failure (the platform said no)."""
 
     @abstractmethod
-    async def mark_uncertain(self, outbox_id: int, reason: str) -> OutboxEntry:
-        """Record that the outcome is unknown (it may have arrived)."""
+    async def mark_uncertain(
+        self, outbox_id: int, reason: str, *, platform_message_id: str | None = None
+    ) -> OutboxEntry:
+        """Record that the outcome is unknown (it may have arrived).
+
+        `platform_message_id`, when the adapter knows the id it would have: kept on
+        the message, so a reply to it is placed (and matched to its ask).
+        """
 
     @abstractmethod
     async def outbox(

@@ -597,9 +597,24 @@ class PostgresStore(PostgresAsks, Store):
         await self._write(work)
         return await self._outbox_entry_now(outbox_id)
 
-    async def mark_uncertain(self, outbox_id: int, reason: str) -> OutboxEntry:
+    async def mark_uncertain(
+        self, outbox_id: int, reason: str, *, platform_message_id: str | None = None
+    ) -> OutboxEntry:
         async def work(connection: Any) -> None:
             await self._set_outbox_status(connection, outbox_id, "uncertain", reason)
+            if platform_message_id is None:
+                return
+            entry = await self._outbox_entry(connection, outbox_id)
+            if entry.message_seq is not None:
+                await connection.execute(
+                    "UPDATE outbox SET platform_ids = %s WHERE id = %s",
+                    (json.dumps([platform_message_id]), outbox_id),
+                )
+                await connection.execute(
+                    "UPDATE messages SET platform_message_id = %s"
+                    " WHERE conversation_id = %s AND seq = %s",
+                    (platform_message_id, entry.conversation_id, entry.message_seq),
+                )
 
         await self._write(work)
         return await self._outbox_entry_now(outbox_id)

@@ -140,14 +140,16 @@ class PostgresAsks:
             if done:
                 return done[0]
             cursor = await connection.execute(
-                "SELECT reply_to_seq FROM messages WHERE conversation_id = %s AND seq = %s"
-                " AND direction = 'in' AND held = 0",
+                "SELECT reply_to_seq, reply_to FROM messages WHERE conversation_id = %s"
+                " AND seq = %s AND direction = 'in' AND held = 0",
                 (peer_conversation_id, seq),
             )
             message = await cursor.fetchone()
             if message is None:
                 return None
-            reply_to_seq = message[0]
+            reply_to_seq, reply_to = message
+            if reply_to_seq is None and reply_to is not None:
+                return None  # a reply to a message we cannot place: see the SQLite store
             found = [
                 ask
                 for ask in candidates

@@ -905,9 +905,22 @@ class SQLiteStore(SQLiteAsks, Store):
             self._set_outbox_status(outbox_id, "failed", reason)
         return self._outbox_entry(outbox_id)
 
-    async def mark_uncertain(self, outbox_id: int, reason: str) -> OutboxEntry:
+    async def mark_uncertain(
+        self, outbox_id: int, reason: str, *, platform_message_id: str | None = None
+    ) -> OutboxEntry:
         with self._write():
             self._set_outbox_status(outbox_id, "uncertain", reason)
+            entry = self._outbox_entry(outbox_id)
+            if platform_message_id is not None and entry.message_seq is not None:
+                self.db.execute(
+                    "UPDATE outbox SET platform_ids = ? WHERE id = ?",
+                    (json.dumps([platform_message_id]), outbox_id),
+                )
+                self.db.execute(
+                    "UPDATE messages SET platform_message_id = ?"
+                    " WHERE conversation_id = ? AND seq = ?",
+                    (platform_message_id, entry.conversation_id, entry.message_seq),
+                )
         return self._outbox_entry(outbox_id)
 
     def _set_outbox_status(self, outbox_id: int, status: str, reason: str) -> None:

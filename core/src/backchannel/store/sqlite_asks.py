@@ -100,13 +100,19 @@ class SQLiteAsks:
             if done:
                 return _ask(done[0])
             message = db.execute(
-                "SELECT reply_to_seq FROM messages WHERE conversation_id = ? AND seq = ?"
+                "SELECT reply_to_seq, reply_to FROM messages WHERE conversation_id = ? AND seq = ?"
                 " AND direction = 'in' AND held = 0",
                 (peer_conversation_id, seq),
             ).fetchall()
             if not message:
                 return None
-            reply_to_seq = message[0][0]
+            reply_to_seq, reply_to = message[0]
+            if reply_to_seq is None and reply_to is not None:
+                # a reply to a message we cannot place (a question whose send was
+                # uncertain, its platform id never known): whose answer it is cannot be
+                # told, and the oldest open ask would be a guess that may report it as
+                # the answer to another question; it stays the session's own message
+                return None
             candidates = f"peer_conversation_id = ? AND answer_seq IS NULL AND {_OPEN}"
             found: list[Any] = []
             if reply_to_seq is not None:

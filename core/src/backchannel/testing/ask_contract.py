@@ -91,6 +91,21 @@ class AskStoreContract:
         assert (await store.correlate_reply(session, two)).id == second  # type: ignore[union-attr]
         assert await store.correlate_reply(session, three) is None
 
+    async def test_a_reply_to_a_message_we_cannot_place_answers_no_ask_by_guess(
+        self, store: Store
+    ) -> None:
+        # the question's send was uncertain and its platform id never known: a reply
+        # naming it must not be taken for the answer to the oldest open ask
+        session, [(first, _), (second, _)] = await self._asks(store, 2)
+        seq = await _answer(store, "r-lost", "answer to a lost question", reply_to="m-unknown")
+        assert await store.correlate_reply(session, seq) is None
+        assert [a.id for a in await store.asks(states=("pending",))] == [first, second]
+        # a reply naming a question we know still answers it, and one naming none the oldest
+        known = await _answer(store, "r2", "second's answer", reply_to="m1")
+        assert (await store.correlate_reply(session, known)).id == second  # type: ignore[union-attr]
+        plain = await _answer(store, "r1", "an answer")
+        assert (await store.correlate_reply(session, plain)).id == first  # type: ignore[union-attr]
+
     async def test_an_answer_is_reported_once_and_expiry_is_edge_triggered(
         self, store: Store
     ) -> None:

@@ -276,6 +276,18 @@ class StoreContract(AskStoreContract):
         message = await store.message(conversation.id, unsure.message_seq)
         assert message is not None and message.status == "uncertain"
         assert message.status_reason == "timeout"
+        # an id the adapter chose itself is kept: a reply naming it is placed
+        named = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "c"), ME
+        )
+        kept = await store.mark_uncertain(named.id, "reset", platform_message_id="p-chosen")
+        assert kept.status == "uncertain" and kept.platform_ids == ("p-chosen",)
+        [reply] = await store.append_inbound(
+            [Inbound(make_event("r-c", "got it", chat="c1", reply_to="p-chosen"))]
+        )
+        assert reply.seq is not None
+        answer = await store.message(conversation.id, reply.seq)
+        assert answer is not None and answer.reply_to_seq == named.message_seq
 
     async def test_recover_turns_pending_into_uncertain(self, store: Store) -> None:
         conversation = await store.ensure_conversation(Address("acct", "c1"))

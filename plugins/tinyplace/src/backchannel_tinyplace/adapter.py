@@ -250,10 +250,15 @@ class TinyplaceAdapter:
             try:
                 await self._send_one(peer, body, message_id)
             except DeliveryError as error:
+                # the id is chosen here, before the PUT: an uncertain send keeps it, so a
+                # peer's reply naming it is placed (and matched to its ask, not guessed)
                 if sent:
                     raise Uncertain(
-                        f"{len(sent)} of {len(parts)} parts were delivered, then: {error.reason}"
+                        f"{len(sent)} of {len(parts)} parts were delivered, then: {error.reason}",
+                        platform_message_id=sent[0],
                     ) from None
+                if isinstance(error, Uncertain):
+                    raise Uncertain(error.reason, platform_message_id=message_id) from None
                 raise
             sent.append(message_id)
         return Receipt(platform_message_id=sent[0], part_ids=tuple(sent))
