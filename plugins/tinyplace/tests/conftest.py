@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from backchannel.testing import ContractContext
+from backchannel_tinyplace import TinyplaceAdapter
 from backchannel_tinyplace.testing import FakeRelay, RelayPeer
 
 
@@ -38,3 +40,14 @@ def account_settings(relay: FakeRelay, seed: bytes | None = None, **extra: Any) 
 @pytest.fixture
 def settings_for(relay: FakeRelay) -> Any:
     return lambda seed=None, **extra: account_settings(relay, seed, **extra)
+
+
+@pytest.fixture
+async def account(
+    contract_context: ContractContext, relay: FakeRelay, settings_for: Any
+) -> AsyncIterator[TinyplaceAdapter]:
+    """A started adapter of the contract context's account, on the fake relay."""
+    adapter = TinyplaceAdapter(contract_context.account, settings_for())
+    await adapter.start(contract_context.bind(adapter))
+    yield adapter
+    await adapter.stop()

@@ -4,44 +4,17 @@ from __future__ import annotations
 
 import base64
 import secrets
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from backchannel.model import Address
 from backchannel.testing import ContractContext
 from backchannel_tinyplace import TinyplaceAdapter
-from backchannel_tinyplace.envelope import new_message_id
-from backchannel_tinyplace.testing import FakeRelay, RelayPeer
-
-
-@pytest.fixture
-async def account(
-    contract_context: ContractContext, relay: FakeRelay, settings_for: Any
-) -> AsyncIterator[TinyplaceAdapter]:
-    adapter = TinyplaceAdapter(contract_context.account, settings_for())
-    await adapter.start(contract_context.bind(adapter))
-    yield adapter
-    await adapter.stop()
+from backchannel_tinyplace.testing import FakeRelay, RelayPeer, undecryptable_envelope
 
 
 def _envelope(to: str, sender: str, **fields: Any) -> dict[str, Any]:
-    envelope: dict[str, Any] = {
-        "id": new_message_id(),
-        "from": sender,
-        "to": to,
-        "timestamp": "2020-01-01T00:00:00.000Z",
-        "deviceId": 1,
-        "type": "CIPHERTEXT",
-        "body": base64.b64encode(secrets.token_bytes(64)).decode(),
-        "signal": {
-            "ratchetKey": base64.b64encode(secrets.token_bytes(32)).decode(),
-            "messageNumber": 0,
-            "previousChainLength": 0,
-        },
-    }
-    envelope.update(fields)
-    return envelope
+    return undecryptable_envelope(to, sender, **fields)
 
 
 def _key() -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -31,16 +30,6 @@ class DecryptCounter:
             return await real(sender, key, envelope)
 
         signal.decrypt = counted
-
-
-@pytest.fixture
-async def account(
-    contract_context: ContractContext, relay: FakeRelay, settings_for: Any
-) -> AsyncIterator[TinyplaceAdapter]:
-    adapter = TinyplaceAdapter(contract_context.account, settings_for())
-    await adapter.start(contract_context.bind(adapter))
-    yield adapter
-    await adapter.stop()
 
 
 async def texts(ctx: ContractContext, address: Address) -> list[str]:

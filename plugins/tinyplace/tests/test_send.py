@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -13,16 +12,6 @@ from backchannel.testing import ContractContext
 from backchannel_tinyplace import TinyplaceAdapter
 from backchannel_tinyplace.envelope import ENVELOPE_V1
 from backchannel_tinyplace.testing import FakeRelay, RelayPeer
-
-
-@pytest.fixture
-async def account(
-    contract_context: ContractContext, relay: FakeRelay, settings_for: Any
-) -> AsyncIterator[TinyplaceAdapter]:
-    adapter = TinyplaceAdapter(contract_context.account, settings_for())
-    await adapter.start(contract_context.bind(adapter))
-    yield adapter
-    await adapter.stop()
 
 
 async def test_session_send_is_a_v1_envelope_naming_the_session_twice_and_the_reply(

@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from backchannel.errors import RateLimited, Rejected, Uncertain
 from backchannel.model import Address, Outbound
-from backchannel.testing import ContractContext
 from backchannel_tinyplace import TinyplaceAdapter
 from backchannel_tinyplace.testing import FakeRelay, RelayPeer
-
-
-@pytest.fixture
-async def account(
-    contract_context: ContractContext, relay: FakeRelay, settings_for: Any
-) -> AsyncIterator[TinyplaceAdapter]:
-    adapter = TinyplaceAdapter(contract_context.account, settings_for())
-    await adapter.start(contract_context.bind(adapter))
-    yield adapter
-    await adapter.stop()
 
 
 @pytest.mark.parametrize("fault", ["garbled", "cut_body"])

@@ -61,7 +61,7 @@ from tinyplace.signal.keys import (
 from .contacts import ContactsApi
 from .envelope import build_v1_envelope, clean_text, new_message_id, parse_body
 
-__all__ = ["FakeRelay", "RelayPeer"]
+__all__ = ["FakeRelay", "RelayPeer", "undecryptable_envelope"]
 
 Tap = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -84,6 +84,29 @@ class _Relationship:
 
     def other(self, me: str) -> str:
         return self.addressee if me == self.requester else self.requester
+
+
+def undecryptable_envelope(to: str, sender: str, **fields: Any) -> dict[str, Any]:
+    """A relay envelope (CIPHERTEXT from `sender` to `to`) that no key can decrypt.
+
+    `fields` replace or add to its fields (a hostile peer's choices, in tests).
+    """
+    envelope: dict[str, Any] = {
+        "id": new_message_id(),
+        "from": sender,
+        "to": to,
+        "timestamp": "2020-01-01T00:00:00.000Z",
+        "deviceId": 1,
+        "type": "CIPHERTEXT",
+        "body": base64.b64encode(secrets.token_bytes(64)).decode(),
+        "signal": {
+            "ratchetKey": base64.b64encode(secrets.token_bytes(32)).decode(),
+            "messageNumber": 0,
+            "previousChainLength": 0,
+        },
+    }
+    envelope.update(fields)
+    return envelope
 
 
 class FakeRelay:
@@ -159,23 +182,9 @@ class FakeRelay:
 
     def inject_undecryptable(self, to: str, sender: str) -> str:
         """Store a CIPHERTEXT from `sender` that no key can decrypt; return its id."""
-        message_id = new_message_id()
-        envelope = {
-            "id": message_id,
-            "from": sender,
-            "to": to,
-            "timestamp": _now_iso(),
-            "deviceId": 1,
-            "type": "CIPHERTEXT",
-            "body": base64.b64encode(secrets.token_bytes(64)).decode(),
-            "signal": {
-                "ratchetKey": base64.b64encode(secrets.token_bytes(32)).decode(),
-                "messageNumber": 0,
-                "previousChainLength": 0,
-            },
-        }
+        envelope = undecryptable_envelope(to, sender, timestamp=_now_iso())
         self._store(envelope)
-        return message_id
+        return str(envelope["id"])
 
     def make_contacts(self, a: str, b: str) -> None:
         """Record `a` and `b` as accepted contacts (as if one asked and the other accepted)."""
