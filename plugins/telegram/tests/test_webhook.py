@@ -85,20 +85,23 @@ async def test_request_with_wrong_or_missing_secret_is_refused_and_stores_nothin
     await adapter.stop()
 
 
+class FailingOnce(ContractContext):
+    """A context whose first ingest fails (a full disk): the answer must not be 200."""
+
+    failures = 1
+
+    async def ingest(
+        self, raw: Mapping[str, Any], *, state: Mapping[str, str | None] | None = None
+    ) -> IngestResult:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("disk full")
+        return await super().ingest(raw, state=state)
+
+
 async def test_answer_is_200_only_after_the_commit_and_failures_are_redelivered(
     fake: FakeTelegram, store: Any, routes: RouteTable
 ) -> None:
-    class FailingOnce(ContractContext):
-        failures = 1
-
-        async def ingest(
-            self, raw: Mapping[str, Any], *, state: Mapping[str, str | None] | None = None
-        ) -> IngestResult:
-            if self.failures:
-                self.failures -= 1
-                raise RuntimeError("disk full")
-            return await super().ingest(raw, state=state)
-
     ctx = FailingOnce(store)
     adapter = await start_webhook(fake, ctx, routes)
     alice = fake.user("Alice")
@@ -220,17 +223,6 @@ async def test_a_group_upgrade_whose_first_commit_failed_is_still_stored(
     fake: FakeTelegram, store: Any, routes: RouteTable
 ) -> None:
     """The upgrade is learnt before the commit; the redelivery must still carry it to the store."""
-
-    class FailingOnce(ContractContext):
-        failures = 1
-
-        async def ingest(
-            self, raw: Mapping[str, Any], *, state: Mapping[str, str | None] | None = None
-        ) -> IngestResult:
-            if self.failures:
-                self.failures -= 1
-                raise RuntimeError("disk full")
-            return await super().ingest(raw, state=state)
 
     alice = fake.user("Alice")
     group = fake.group("Ops")
