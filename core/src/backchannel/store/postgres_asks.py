@@ -149,12 +149,27 @@ class PostgresAsks:
                 return None
             reply_to_seq, reply_to = message
             if reply_to_seq is None and reply_to is not None:
-                return None  # a reply to a message we cannot place: see the SQLite store
-            found = [
-                ask
-                for ask in candidates
-                if reply_to_seq is not None and ask.message_seq == reply_to_seq
-            ] or [ask for ask in candidates if (ask.message_seq or 0) < seq]
+                # a reply to a message we cannot place: the one open ask whose question's
+                # platform id we never learnt, if exactly one (see the SQLite store)
+                cursor = await connection.execute(
+                    "SELECT a.id FROM asks a LEFT JOIN messages m"
+                    " ON m.conversation_id = a.peer_conversation_id AND m.seq = a.message_seq"
+                    " WHERE a.peer_conversation_id = %s AND m.platform_message_id IS NULL",
+                    (peer_conversation_id,),
+                )
+                unknown = {row[0] for row in await cursor.fetchall()}
+                unplaced = [
+                    ask for ask in candidates if ask.id in unknown and (ask.message_seq or 0) < seq
+                ]
+                if len(unplaced) != 1:
+                    return None
+                found = unplaced
+            else:
+                found = [
+                    ask
+                    for ask in candidates
+                    if reply_to_seq is not None and ask.message_seq == reply_to_seq
+                ] or [ask for ask in candidates if (ask.message_seq or 0) < seq]
             if not found:
                 return None
             cursor = await connection.execute(

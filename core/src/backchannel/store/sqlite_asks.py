@@ -107,15 +107,25 @@ class SQLiteAsks:
             if not message:
                 return None
             reply_to_seq, reply_to = message[0]
-            if reply_to_seq is None and reply_to is not None:
-                # a reply to a message we cannot place (a question whose send was
-                # uncertain, its platform id never known): whose answer it is cannot be
-                # told, and the oldest open ask would be a guess that may report it as
-                # the answer to another question; it stays the session's own message
-                return None
             candidates = f"peer_conversation_id = ? AND answer_seq IS NULL AND {_OPEN}"
             found: list[Any] = []
-            if reply_to_seq is not None:
+            if reply_to_seq is None and reply_to is not None:
+                # a reply to a message we cannot place: the question it answers is one
+                # whose platform id we never learnt (its send died or was uncertain). With
+                # exactly one such open ask it is that one; with several, the oldest
+                # open ask would be a guess that may report it as another's answer
+                unplaced = db.execute(
+                    "SELECT a.id FROM asks a LEFT JOIN messages m"
+                    " ON m.conversation_id = a.peer_conversation_id AND m.seq = a.message_seq"
+                    f" WHERE a.peer_conversation_id = ? AND a.answer_seq IS NULL AND a.{_OPEN}"
+                    " AND m.platform_message_id IS NULL AND COALESCE(a.message_seq, 0) < ?"
+                    " LIMIT 2",
+                    (peer_conversation_id, seq),
+                ).fetchall()
+                if len(unplaced) != 1:
+                    return None
+                found = unplaced
+            elif reply_to_seq is not None:
                 found = db.execute(
                     f"SELECT id FROM asks WHERE {candidates} AND message_seq = ?",
                     (peer_conversation_id, reply_to_seq),

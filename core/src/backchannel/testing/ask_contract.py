@@ -91,11 +91,11 @@ class AskStoreContract:
         assert (await store.correlate_reply(session, two)).id == second  # type: ignore[union-attr]
         assert await store.correlate_reply(session, three) is None
 
-    async def test_a_reply_to_a_message_we_cannot_place_answers_no_ask_by_guess(
+    async def test_a_reply_to_a_message_we_cannot_place_is_matched_only_when_unambiguous(
         self, store: Store
     ) -> None:
-        # the question's send was uncertain and its platform id never known: a reply
-        # naming it must not be taken for the answer to the oldest open ask
+        # two open asks whose questions both have known ids: a reply naming an id we do not
+        # know is no one's answer (guessing the oldest could report it as another's)
         session, [(first, _), (second, _)] = await self._asks(store, 2)
         seq = await _answer(store, "r-lost", "answer to a lost question", reply_to="m-unknown")
         assert await store.correlate_reply(session, seq) is None
@@ -105,6 +105,32 @@ class AskStoreContract:
         assert (await store.correlate_reply(session, known)).id == second  # type: ignore[union-attr]
         plain = await _answer(store, "r1", "an answer")
         assert (await store.correlate_reply(session, plain)).id == first  # type: ignore[union-attr]
+
+    async def test_a_reply_naming_an_unknown_id_answers_the_one_question_whose_id_is_unknown(
+        self, store: Store
+    ) -> None:
+        # a question whose send died mid-flight (recovered as uncertain, its platform id
+        # never learnt) is the only open ask a reply naming an unknown id can answer
+        session, [(first, _)] = await self._asks(store, 1)
+        origin = await store.ensure_conversation(Address("web", "owner"))
+        conversation = await store.conversation(session)
+        entry = await store.record_outbound(session, Outbound(conversation.address, "q-lost"), ME)
+        await store.mark_uncertain(entry.id, "killed mid-send")  # no platform id
+        lost = await store.record_ask(
+            origin_conversation_id=origin.id,
+            origin_seq=9,
+            peer_conversation_id=session,
+            question="q-lost",
+            deadline=1e12,
+            message_seq=entry.message_seq,
+            outbox_id=entry.id,
+        )
+        seq = await _answer(store, "r-x", "answer to the lost one", reply_to="m-never-seen")
+        matched = await store.correlate_reply(session, seq)
+        assert matched is not None and matched.id == lost.id
+        assert [a.id for a in await store.asks(states=("pending",)) if a.answer_seq is None] == [
+            first
+        ]
 
     async def test_an_answer_is_reported_once_and_expiry_is_edge_triggered(
         self, store: Store
