@@ -149,8 +149,8 @@ class PostgresAsks:
                 return None
             reply_to_seq, reply_to = message
             if reply_to_seq is None and reply_to is not None:
-                # a reply to a message we cannot place: the one open ask whose question's
-                # platform id we never learnt, if exactly one (see the SQLite store)
+                # a reply to a message we cannot place: the oldest open ask whose question's
+                # platform id we never learnt (see the SQLite store)
                 cursor = await connection.execute(
                     "SELECT a.id FROM asks a LEFT JOIN messages m"
                     " ON m.conversation_id = a.peer_conversation_id AND m.seq = a.message_seq"
@@ -161,9 +161,9 @@ class PostgresAsks:
                 unplaced = [
                     ask for ask in candidates if ask.id in unknown and (ask.message_seq or 0) < seq
                 ]
-                if len(unplaced) != 1:
+                if not unplaced:
                     return None
-                found = unplaced
+                found = unplaced[:1]  # candidates are in id order
             else:
                 found = [
                     ask

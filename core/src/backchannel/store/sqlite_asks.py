@@ -111,20 +111,20 @@ class SQLiteAsks:
             found: list[Any] = []
             if reply_to_seq is None and reply_to is not None:
                 # a reply to a message we cannot place: the question it answers is one
-                # whose platform id we never learnt (its send died or was uncertain). With
-                # exactly one such open ask it is that one; with several, the oldest
-                # open ask would be a guess that may report it as another's answer
-                unplaced = db.execute(
+                # whose platform id we never learnt (its send died mid-flight), the oldest
+                # of those (answers come in the order asked); never a question whose id we
+                # know, which a reply would have named (that guess reported one question's
+                # answer as another's)
+                found = db.execute(
                     "SELECT a.id FROM asks a LEFT JOIN messages m"
                     " ON m.conversation_id = a.peer_conversation_id AND m.seq = a.message_seq"
                     f" WHERE a.peer_conversation_id = ? AND a.answer_seq IS NULL AND a.{_OPEN}"
                     " AND m.platform_message_id IS NULL AND COALESCE(a.message_seq, 0) < ?"
-                    " LIMIT 2",
+                    " ORDER BY a.id LIMIT 1",
                     (peer_conversation_id, seq),
                 ).fetchall()
-                if len(unplaced) != 1:
+                if not found:
                     return None
-                found = unplaced
             elif reply_to_seq is not None:
                 found = db.execute(
                     f"SELECT id FROM asks WHERE {candidates} AND message_seq = ?",

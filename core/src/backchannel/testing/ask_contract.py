@@ -91,7 +91,7 @@ class AskStoreContract:
         assert (await store.correlate_reply(session, two)).id == second  # type: ignore[union-attr]
         assert await store.correlate_reply(session, three) is None
 
-    async def test_a_reply_to_a_message_we_cannot_place_is_matched_only_when_unambiguous(
+    async def test_a_reply_to_a_message_we_cannot_place_never_answers_a_known_question(
         self, store: Store
     ) -> None:
         # two open asks whose questions both have known ids: a reply naming an id we do not
@@ -106,28 +106,35 @@ class AskStoreContract:
         plain = await _answer(store, "r1", "an answer")
         assert (await store.correlate_reply(session, plain)).id == first  # type: ignore[union-attr]
 
-    async def test_a_reply_naming_an_unknown_id_answers_the_one_question_whose_id_is_unknown(
+    async def test_a_reply_naming_an_unknown_id_answers_a_question_whose_id_is_unknown(
         self, store: Store
     ) -> None:
-        # a question whose send died mid-flight (recovered as uncertain, its platform id
-        # never learnt) is the only open ask a reply naming an unknown id can answer
+        # questions whose sends died mid-flight (recovered as uncertain, their platform ids
+        # never learnt) are the only asks a reply naming an unknown id can answer, oldest
+        # first; the question whose id is known is left to the reply that names it
         session, [(first, _)] = await self._asks(store, 1)
         origin = await store.ensure_conversation(Address("web", "owner"))
         conversation = await store.conversation(session)
-        entry = await store.record_outbound(session, Outbound(conversation.address, "q-lost"), ME)
-        await store.mark_uncertain(entry.id, "killed mid-send")  # no platform id
-        lost = await store.record_ask(
-            origin_conversation_id=origin.id,
-            origin_seq=9,
-            peer_conversation_id=session,
-            question="q-lost",
-            deadline=1e12,
-            message_seq=entry.message_seq,
-            outbox_id=entry.id,
-        )
-        seq = await _answer(store, "r-x", "answer to the lost one", reply_to="m-never-seen")
-        matched = await store.correlate_reply(session, seq)
-        assert matched is not None and matched.id == lost.id
+        lost = []
+        for n in range(2):
+            entry = await store.record_outbound(
+                session, Outbound(conversation.address, f"q-lost{n}"), ME
+            )
+            await store.mark_uncertain(entry.id, "killed mid-send")  # no platform id
+            ask = await store.record_ask(
+                origin_conversation_id=origin.id,
+                origin_seq=9 + n,
+                peer_conversation_id=session,
+                question=f"q-lost{n}",
+                deadline=1e12,
+                message_seq=entry.message_seq,
+                outbox_id=entry.id,
+            )
+            lost.append(ask.id)
+        for n in range(2):
+            seq = await _answer(store, f"r-x{n}", f"answer {n}", reply_to=f"m-never-seen{n}")
+            matched = await store.correlate_reply(session, seq)
+            assert matched is not None and matched.id == lost[n]
         assert [a.id for a in await store.asks(states=("pending",)) if a.answer_seq is None] == [
             first
         ]
