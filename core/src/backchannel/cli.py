@@ -507,15 +507,8 @@ def runs_command(
         found = await _find(store, conversation) if conversation else None
         return await run_reports(store, found, only_failed=only_failed, limit=limit)
 
-    reports = _with_store(config, read, missing=[])
-    if as_json:
-        _echo_json([report.to_json() for report in reports])
-        return
-    if not reports:
-        what = "failed runs" if only_failed else "runs"
-        click.echo(f"no {what} yet (store: {config.store.path})")
-        return
-    click.echo(render_runs(reports))
+    what = "failed runs yet" if only_failed else "runs yet"
+    reports = _report_listing(config, read, as_json, what, render_runs)
     if not only_failed and any(failed(r.run) for r in reports):
         click.echo(f"(only the failed ones: `{hints.command('runs', '--failed')}`)")
 
@@ -547,15 +540,8 @@ def asks_command(
         found = await _find(store, conversation) if conversation else None
         return await ask_reports(store, found, only_waiting=only_waiting, limit=limit)
 
-    reports = _with_store(config, read, missing=[])
-    if as_json:
-        _echo_json([report.to_json() for report in reports])
-        return
-    if not reports:
-        what = "asks waiting for an answer" if only_waiting else "asks"
-        click.echo(f"no {what} (store: {config.store.path})")
-        return
-    click.echo(render_asks(reports))
+    what = "asks waiting for an answer" if only_waiting else "asks"
+    _report_listing(config, read, as_json, what, render_asks)
 
 
 @main.command("preview")
@@ -755,6 +741,24 @@ def _require_store(config: Config) -> None:
             f"there is no store at {config.store.path} yet (run `{hints.command('serve')}`"
             " first, or pass -c/--store)"
         )
+
+
+def _report_listing(
+    config: Config, read: Any, as_json: bool, what: str, render: Callable[[Any], str]
+) -> list[Any]:
+    """Print the reports `read` returns: JSON, a table, or "no WHAT (store: ...)".
+
+    Return them when the table was printed (a command may add a hint), else [].
+    """
+    reports: list[Any] = _with_store(config, read, missing=[])
+    if as_json:
+        _echo_json([report.to_json() for report in reports])
+        return []
+    if not reports:
+        click.echo(f"no {what} (store: {config.store.path})")
+        return []
+    click.echo(render(reports))
+    return reports
 
 
 def _with_store(config: Config, read: Any, **kwargs: Any) -> Any:
