@@ -25,7 +25,7 @@ import asyncio
 import logging
 import re
 import urllib.parse
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ from backchannel.errors import (
     Uncertain,
 )
 from backchannel.model import Address, Event, Outbound, Receipt, Sender
+from backchannel.store.cache import LRUCache
 from backchannel.wire import BadPayload, parse_json
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -149,7 +150,7 @@ class SlackAdapter:
         self._directory: Directory | None = None
         self._inflight: dict[str, asyncio.Task[IngestResult]] = {}
         #: envelope event_ids of recent unreadable events (each is one dead letter)
-        self._unreadable: OrderedDict[str, None] = OrderedDict()
+        self._unreadable: LRUCache[str, bool] = LRUCache(UNREADABLE_REMEMBERED)
         self._threads: set[str] = set()
         self._started = False
         #: received: deliveries with an event; joined: those that shared an in-flight ingest
@@ -439,15 +440,12 @@ class SlackAdapter:
         envelope = payload.get("event_id")
         if not isinstance(envelope, str) or not envelope or len(envelope) > 200:
             return await ctx.ingest(payload)
-        if envelope in self._unreadable:
-            self._unreadable.move_to_end(envelope)
+        if self._unreadable.get(envelope):
             return IngestResult("duplicate", reason="an unreadable event already dead-lettered")
 
         async def once() -> IngestResult:
             result = await ctx.ingest(payload)
-            self._unreadable[envelope] = None
-            while len(self._unreadable) > UNREADABLE_REMEMBERED:
-                self._unreadable.popitem(last=False)
+            self._unreadable.put(envelope, True)
             return result
 
         return await self._shared(f"unreadable:{envelope}", once)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +18,7 @@ from aiohttp import web
 from backchannel.adapter import AdapterContext, Capabilities, split_text
 from backchannel.errors import RateLimited, Rejected, Uncertain
 from backchannel.model import Address, Event, Message, Outbound, Receipt, Sender, now
+from backchannel.store.cache import LRUCache
 
 from .hub import Hub
 from .limits import Buckets
@@ -61,7 +61,7 @@ class WebchatAdapter:
         self._ctx: AdapterContext | None = None
         self._routes: list[tuple[str, str]] = []
         #: conversations a page opened (a bounded cache of the durable state keys)
-        self._known_chats: OrderedDict[str, None] = OrderedDict()
+        self._known_chats: LRUCache[str, bool] = LRUCache(KNOWN_CHATS_CACHED)
         #: websockets upgraded but not past their hello yet
         self.handshakes = 0
 
@@ -111,10 +111,7 @@ class WebchatAdapter:
 
     def _know(self, chat: str) -> None:
         """Cache that `chat` was opened; the cache is bounded (the state is the record)."""
-        self._known_chats[chat] = None
-        self._known_chats.move_to_end(chat)
-        while len(self._known_chats) > KNOWN_CHATS_CACHED:
-            self._known_chats.popitem(last=False)
+        self._known_chats.put(chat, True)
 
     async def transcript(self, chat: str) -> list[Message]:
         """Return the last `settings.history` messages of conversation `chat`.
