@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 
 from .model import Attachment, Event, Sender
-from .wire import MAX_DEPTH, nesting_exceeds, repair_text, safe_copy
+from .wire import MAX_DEPTH, nesting_exceeds, repair_text, safe_copy, shown
 
 __all__ = ["storable_event"]
 
@@ -83,9 +83,9 @@ def storable_event(event: Event, account: str) -> Event | str:
     if type(sent_at) is not float and (
         isinstance(sent_at, bool) or not isinstance(sent_at, int | float)
     ):
-        return f"sent_at must be a number of seconds, not {_shown(sent_at)}"
+        return f"sent_at must be a number of seconds, not {shown(sent_at)}"
     if not -_LATEST < sent_at < _LATEST:  # also false for NaN
-        return f"sent_at must be a time in Unix seconds, not {_shown(sent_at)}"
+        return f"sent_at must be a time in Unix seconds, not {shown(sent_at)}"
     changes: dict[str, Any] = {}
     if not texts_clean:
         try:
@@ -122,16 +122,6 @@ def storable_event(event: Event, account: str) -> Event | str:
     if not changes:
         return event
     return attrs.evolve(event, **changes)
-
-
-def _shown(value: object) -> str:
-    """`value` as a reason quotes it: short, and never an error of its own (an int of more
-    digits than Python writes out, a repr that raises)."""
-    try:
-        text = repr(value)
-    except Exception:  # ValueError for a huge int; anything from a hostile __repr__
-        return f"a {type(value).__name__} that cannot be shown"
-    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def _encodes(text: str) -> bool:
@@ -183,7 +173,7 @@ def _storable_attachments(
         if size is not None and (
             isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < 2**63
         ):
-            return f"attachment size must be a byte count, not {_shown(size)}"
+            return f"attachment size must be a byte count, not {shown(size)}"
         file_name, file_mime, file_ref = attachment.name, attachment.mime, attachment.ref
         try:
             joined: str | None = "".join(

@@ -17,7 +17,7 @@ from typing import Any
 
 from attrs import field, frozen
 
-from .wire import repair_text
+from .wire import repair_text, shown
 
 __all__ = ["Tool", "ToolArgumentError"]
 
@@ -207,23 +207,14 @@ def _schema_for(annotation: Any) -> dict[str, Any]:
 _INT64 = 2**63
 
 
-def _shown(value: Any) -> str:
-    """`value` as an error message quotes it: its repr, cut short."""
-    try:
-        shown = repr(value)
-    except ValueError:  # an int of more digits than Python writes out
-        return f"a {type(value).__name__} too long to show"
-    return shown if len(shown) <= 60 else shown[:59] + "…"
-
-
 def _coerce_value(name: str, value: Any, schema: Mapping[str, Any]) -> Any:
     kind = schema.get("type")
     if "enum" in schema and value not in schema["enum"]:
         allowed = ", ".join(map(str, schema["enum"]))
-        raise ToolArgumentError(f"{name} must be one of {allowed}, not {_shown(value)}")
+        raise ToolArgumentError(f"{name} must be one of {allowed}, not {shown(value)}")
     if kind == "integer":
         if isinstance(value, bool):
-            raise ToolArgumentError(f"{name} must be an integer, not {_shown(value)}")
+            raise ToolArgumentError(f"{name} must be an integer, not {shown(value)}")
         number: int | None = None
         if isinstance(value, int):
             number = value
@@ -234,14 +225,14 @@ def _coerce_value(name: str, value: Any, schema: Mapping[str, Any]) -> Any:
             if len(text) <= 40 and re.fullmatch(r"-?\d+", text):
                 number = int(text)
         if number is None:
-            raise ToolArgumentError(f"{name} must be an integer, not {_shown(value)}")
+            raise ToolArgumentError(f"{name} must be an integer, not {shown(value)}")
         if not -_INT64 <= number < _INT64:  # no store holds it: say so, not OverflowError
             raise ToolArgumentError(f"{name} is out of range")
         return number
     if kind == "number":
         if isinstance(value, int | float) and not isinstance(value, bool):
             return value
-        raise ToolArgumentError(f"{name} must be a number, not {_shown(value)}")
+        raise ToolArgumentError(f"{name} must be a number, not {shown(value)}")
     if kind == "string":
         if isinstance(value, str):
             return repair_text(value)  # half a surrogate pair: no store or platform takes it
@@ -252,7 +243,7 @@ def _coerce_value(name: str, value: Any, schema: Mapping[str, Any]) -> Any:
                 raise ToolArgumentError(f"{name} is out of range") from None
         raise ToolArgumentError(f"{name} must be a string, not {type(value).__name__}")
     if kind == "boolean" and not isinstance(value, bool):
-        raise ToolArgumentError(f"{name} must be true or false, not {_shown(value)}")
+        raise ToolArgumentError(f"{name} must be true or false, not {shown(value)}")
     return value
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "parse_json",
     "repair_text",
     "safe_copy",
+    "shown",
 ]
 
 #: the largest body any ingress parses (the HTTP server refuses larger ones first)
@@ -140,3 +141,14 @@ def _copy(value: Any, secret_fields: frozenset[str], depth: int) -> Any:
     if isinstance(value, list | tuple):
         return [_copy(item, secret_fields, depth - 1) for item in value]
     return repair_text(repr(value)[:200])
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """`value` as an error message quotes it: its repr, cut to `limit` characters, and
+    never an error of its own (an int of more digits than Python writes out, a repr
+    that raises)."""
+    try:
+        text = repr(value)
+    except Exception:  # ValueError for a huge int; anything from a hostile __repr__
+        return f"a {type(value).__name__} that cannot be shown"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
