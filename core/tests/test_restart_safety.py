@@ -287,12 +287,14 @@ async def test_a_trigger_a_cut_short_run_asked_another_agent_about_is_not_asked_
 ) -> None:
     # the third crash loop's find: a run killed after its ask went out left its trigger
     # owed; the restarted run was offered it again and asked the other agent a second time
+    from backchannel.asks import AskCoordinator, AskSettings
     from backchannel.model import Address as Addr
     from backchannel.model import Outbound, Receipt
 
     channel = FakeChannel()
     board = Switchboard(store)
     board.add_account(channel.adapter("fake"), Binding(RecordingAgent()))
+    AskCoordinator(board, AskSettings()).attach()  # as orchestration does with agent peers
     stored = await board.ingest("fake", channel.platform.make_message("ask B for the status"))
     assert stored.conversation_id is not None
     origin = stored.conversation_id

@@ -168,6 +168,7 @@ class RunBuilder:
         tools: Callable[[RunSession, Conversation], Sequence[Tool]],
         framing_hook: Callable[[Conversation, str, str], str | None] | None = None,
         kept_lines: LRUCache[int, dict[int, _KeptLine]] | None = None,
+        asking: Callable[[], bool] | None = None,
     ):
         self.store = store
         self.channel = channel
@@ -181,6 +182,9 @@ class RunBuilder:
         self.kept_lines: LRUCache[int, dict[int, _KeptLine]] = (
             kept_lines if kept_lines is not None else LRUCache(KEPT_WINDOWS)
         )
+        #: whether runs can ask other agents (an ask coordinator is attached): only then
+        #: is an owed trigger looked up among the asks (one query a run otherwise)
+        self.asking = asking
 
     async def build(
         self,
@@ -228,7 +232,7 @@ class RunBuilder:
             # offering it as unanswered would make the agent answer it twice
             notes = (*notes, _already_answered_note(trigger, answer))
             trigger = None
-        elif trigger is not None and owed:
+        elif trigger is not None and owed and self.asking is not None and self.asking():
             asked = await self._asked_about(conversation_id, trigger)
             if asked is not None:
                 # a run cut short after it asked another agent about the trigger: its

@@ -170,6 +170,9 @@ class Switchboard:
         #: conversations whose every new message is looked at (a session with an open ask:
         #: its answer may not call for a run itself), not only triggering ones
         self.watched: set[int] = set()
+        #: True once an ask coordinator is attached (asks/coordinator.py): only then can a
+        #: run have asked another agent, so only then do runs look for such asks
+        self.asking = False
         #: set (before start) when this is one of several workers sharing a PostgreSQL store
         self.workers: WorkerCoordinator | None = None
         self._routers: dict[str, list[InboundRouter]] = {}
@@ -238,6 +241,7 @@ class Switchboard:
             tools=tools,
             framing_hook=framing,
             kept_lines=self._kept_lines,
+            asking=lambda: self.asking,
         )
         self.accounts[account] = _Account(account, adapter, binding, context, deliverer, builder)
 

@@ -86,6 +86,7 @@ class AskCoordinator:
         """Install the gate and the service on the board; return self."""
         self.board.scheduler.gates.append(self.gate)
         self.board.add_service(self)
+        self.board.asking = True  # runs look for asks a cut-short run made (RunBuilder)
         return self
 
     def wake(self) -> None:
