@@ -565,6 +565,72 @@ async def test_sigkill_between_the_ask_and_the_answer_still_reports_it_once_afte
     assert f"started by an ask from web/{OWNER_CHAT}" in shown.output
 
 
+async def test_an_answer_to_a_question_whose_send_was_killed_mid_put_is_matched_to_it(
+    relay: FakeRelay, tmp_path: Path
+) -> None:
+    """Two questions in one session, each cut off by a SIGKILL during its PUT.
+
+    The first never reached the peer; the second did. The peer's answer names
+    the second, and is matched to it: tiny.place chooses message ids before
+    sending, and the id is stored before the PUT. Were it not, neither
+    question's id would be known after the restarts, and the answer would be
+    matched by order, to the first.
+    """
+    seed, port = os.urandom(32), free_port()
+    a_id, db = agent_id_of(seed), tmp_path / "a" / "backchannel.db"
+    hold = asyncio.Event()
+    hold.set()
+    b_agent = PeerAgent("B", hold=hold)
+    b_board, b_adapter = await start_peer(relay.url, tmp_path, "b", b_agent)
+    relay.make_contacts(a_id, b_adapter.agent_id)
+
+    async def killed(process: Any) -> None:
+        process.send_signal(signal.SIGKILL)
+        assert await asyncio.wait_for(process.wait(), 30) == -signal.SIGKILL
+
+    process, url = await start_child(relay, db, seed, port)
+    try:
+        async with owner_page(url) as page:  # a clean first exchange opens the session
+            await page.say(f"ask {b_adapter.agent_id} zero")
+            await page.wait_for(agent_says("Answer received: B answers: ZERO"), 30)
+            relay.fail_next("hang")  # the first question never reaches B
+            await page.say(f"ask {b_adapter.agent_id} first")
+            await relay.wait_for(lambda: relay.hanging == 1, 30, "the first question's PUT")
+            await killed(process)
+        process, url = await start_child(relay, db, seed, port)
+        async with owner_page(url) as page:
+            hold.clear()
+            b_agent.got_question.clear()
+            relay.fail_next("stored_then_hang")  # the second does, but A never hears so
+            await page.say(f"ask {b_adapter.agent_id} second")
+            await asyncio.wait_for(b_agent.got_question.wait(), 30)
+            await killed(process)
+        hold.set()  # B answers the second question while A is down
+        await relay.wait_for(lambda: bool(relay.mailbox(a_id)), 30, "B's answer")
+        process, url = await start_child(relay, db, seed, port)
+        async with owner_page(url) as page:
+            await page.wait_for(agent_says("Answer received: B answers: SECOND"), 30)
+            process.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(process.wait(), 30) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        await b_board.stop()
+    assert b_agent.questions == ["zero", "second"]
+    store = SQLiteStore(db)
+    try:
+        asks = {ask.question: ask for ask in await store.asks()}
+        assert {q: ask.state for q, ask in asks.items()} == {
+            "zero": "answered",
+            "first": "pending",  # still open: it may yet be answered, or it expires
+            "second": "answered",
+        }
+        assert asks["first"].answer_seq is None
+    finally:
+        await store.close()
+
+
 def test_preview_of_the_master_conversation_shows_the_ask_tool(tmp_path: Path) -> None:
     db = tmp_path / "a" / "backchannel.db"
     config = tmp_path / "a.toml"

@@ -199,6 +199,15 @@ class AdapterContext:
         """
         raise NotImplementedError
 
+    async def note_message_id(self, outbox_id: int | None, platform_message_id: str) -> None:
+        """Record the id a send's message will have, just before sending it.
+
+        For adapters that choose message ids themselves: when the process dies
+        during the send, the stored message keeps the id, so a reply naming it
+        is placed. `outbox_id` is `Outbound.outbox_id` (None: nothing to note).
+        """
+        raise NotImplementedError
+
     async def get_state(self, key: str) -> str | None:
         """Read one durable per-account value (a poll cursor, a session blob)."""
         raise NotImplementedError

@@ -749,6 +749,10 @@ class AccountContext(AdapterContext):
             self.account, repair_text(ref), repair_text(reason), kept
         )
 
+    async def note_message_id(self, outbox_id: int | None, platform_message_id: str) -> None:
+        if outbox_id is not None:
+            await self.board.store.note_platform_id(outbox_id, repair_text(platform_message_id))
+
     async def get_state(self, key: str) -> str | None:
         if not _encodable(key):
             return None

@@ -7,6 +7,7 @@ together, and async so a networked backend fits the same shape.
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -26,8 +27,18 @@ __all__ = [
     "Participant",
     "RunRecord",
     "Store",
+    "dead_letter_digest",
     "find_by_reference",
 ]
+
+#: the columns a dead letter is listed with (Store.dead_letters)
+DEAD_LETTER_KEYS = ("id", "account", "ref", "reason", "payload", "at", "deliveries", "first_at")
+
+
+def dead_letter_digest(ref: str, payload: str) -> str:
+    """Name an unreadable payload by what is kept of it: its redeliveries share the name."""
+    kept = f"{ref}\0{payload}".encode("utf-8", "replace")
+    return hashlib.sha256(kept).hexdigest()
 
 
 @frozen
@@ -299,6 +310,16 @@ class Store(ABC):
         """
 
     @abstractmethod
+    async def note_platform_id(self, outbox_id: int, platform_message_id: str) -> None:
+        """Record the id a pending send's message will have, before it is sent.
+
+        For adapters that choose the id themselves (tiny.place): when the
+        process dies during the send, the message keeps the id, so a reply
+        naming it is still placed (and matched to its ask). Only a pending
+        entry of kind message is changed; anything else is left alone.
+        """
+
+    @abstractmethod
     async def outbox(
         self, status: str | None = None, conversation_id: int | None = None, limit: int = 100
     ) -> list[OutboxEntry]:
@@ -359,7 +380,13 @@ class Store(ABC):
 
     @abstractmethod
     async def add_dead_letter(self, account: str, ref: str, reason: str, payload: str) -> None:
-        """Keep a payload that could not be processed, for the operator."""
+        """Keep a payload that could not be processed, for the operator.
+
+        The same payload again (same account, ref and kept copy: a platform's
+        redelivery) does not add a second letter: its letter is replaced by one
+        with the next id, the latest reason, and `deliveries` counted up, so the
+        newest id still counts every delivery.
+        """
 
     @abstractmethod
     async def dead_letters(

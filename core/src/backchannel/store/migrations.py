@@ -331,6 +331,26 @@ def m009_outbox_seen_seq(db: apsw.Connection) -> None:
     db.execute("ALTER TABLE outbox ADD COLUMN seen_seq INTEGER")
 
 
+def m010_dead_letter_deliveries(db: apsw.Connection) -> None:
+    """One dead letter per unreadable payload, however often it is delivered.
+
+    A platform redelivers what it was not told it got (a poll offset not yet
+    confirmed, a webhook answered by a process that then died): each delivery
+    of the same unreadable payload used to add a row. `digest` names the
+    payload (its ref and kept copy); a repeat replaces the row with one that
+    counts it (`deliveries`) and keeps when it was first seen (`first_at`).
+    Rows from before this column keep NULL and are never matched.
+    """
+    db.execute(
+        """
+        ALTER TABLE dead_letters ADD COLUMN digest TEXT;
+        ALTER TABLE dead_letters ADD COLUMN deliveries INTEGER NOT NULL DEFAULT 1;
+        ALTER TABLE dead_letters ADD COLUMN first_at REAL;
+        CREATE UNIQUE INDEX dead_letters_digest ON dead_letters (account, digest);
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_visible_index_and_orphan_edits,
@@ -339,6 +359,7 @@ MIGRATIONS: list[Migration] = [
     m007_thread_addresses,
     m008_fewer_conversation_indexes,
     m009_outbox_seen_seq,
+    m010_dead_letter_deliveries,
 ]
 
 

@@ -36,7 +36,16 @@ from ..config import display_url
 from ..errors import StoreError
 from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, now
 from ..secrets import redact
-from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, Store
+from .base import (
+    DEAD_LETTER_KEYS,
+    AppendResult,
+    Inbound,
+    OutboxEntry,
+    Participant,
+    RunRecord,
+    Store,
+    dead_letter_digest,
+)
 from .postgres_asks import PostgresAsks
 from .postgres_migrations import (
     ACCENTED,
@@ -619,6 +628,24 @@ class PostgresStore(PostgresAsks, Store):
         await self._write(work)
         return await self._outbox_entry_now(outbox_id)
 
+    async def note_platform_id(self, outbox_id: int, platform_message_id: str) -> None:
+        async def work(connection: Any) -> None:
+            cursor = await connection.execute(
+                "UPDATE outbox SET platform_ids = %s"
+                " WHERE id = %s AND status = 'pending' AND kind = 'message'"
+                " AND message_seq IS NOT NULL RETURNING conversation_id, message_seq",
+                (json.dumps([platform_message_id]), outbox_id),
+            )
+            row = await cursor.fetchone()
+            if row is not None:
+                await connection.execute(
+                    "UPDATE messages SET platform_message_id = %s"
+                    " WHERE conversation_id = %s AND seq = %s",
+                    (platform_message_id, row[0], row[1]),
+                )
+
+        await self._write(work)
+
     async def _set_outbox_status(
         self, connection: Any, outbox_id: int, status: str, reason: str
     ) -> None:
@@ -758,11 +785,26 @@ class PostgresStore(PostgresAsks, Store):
         await self._write(work)
 
     async def add_dead_letter(self, account: str, ref: str, reason: str, payload: str) -> None:
+        payload = redact(payload)[:65536]
+        digest = dead_letter_digest(ref, payload)
+
         async def work(connection: Any) -> None:
+            stamp = now()
+            cursor = await connection.execute(
+                "DELETE FROM dead_letters WHERE account = %s AND digest = %s"
+                " RETURNING deliveries, COALESCE(first_at, at)",
+                (account, digest),
+            )
+            old = await cursor.fetchone()
+            deliveries, first_at = (old[0] + 1, old[1]) if old else (1, stamp)
+            # a worker adding the same letter at the same moment: counted into its row
             await connection.execute(
-                "INSERT INTO dead_letters (account, ref, reason, payload, at)"
-                " VALUES (%s,%s,%s,%s,%s)",
-                (account, ref, redact(reason), redact(payload)[:65536], now()),
+                "INSERT INTO dead_letters"
+                " (account, ref, reason, payload, at, digest, deliveries, first_at)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s)"
+                " ON CONFLICT (account, digest) DO UPDATE SET reason = excluded.reason,"
+                " at = excluded.at, deliveries = dead_letters.deliveries + excluded.deliveries",
+                (account, ref, redact(reason), payload, stamp, digest, deliveries, first_at),
             )
 
         await self._write(work)
@@ -770,14 +812,16 @@ class PostgresStore(PostgresAsks, Store):
     async def dead_letters(
         self, account: str | None = None, limit: int = 100
     ) -> list[dict[str, Any]]:
-        sql = "SELECT id, account, ref, reason, payload, at FROM dead_letters"
+        sql = (
+            "SELECT id, account, ref, reason, payload, at, deliveries, COALESCE(first_at, at)"
+            " FROM dead_letters"
+        )
         params: tuple[Any, ...] = (limit,)
         if account is not None:
             sql += " WHERE account = %s"
             params = (account, limit)
         rows = await self._fetchall(sql + " ORDER BY id DESC LIMIT %s", params)
-        keys = ("id", "account", "ref", "reason", "payload", "at")
-        return [dict(zip(keys, row, strict=True)) for row in rows]
+        return [dict(zip(DEAD_LETTER_KEYS, row, strict=True)) for row in rows]
 
     async def stats(self) -> dict[str, int]:
         async def count(sql: str) -> int:

@@ -385,6 +385,18 @@ async def pg010_outbox_seen_seq(connection: Any) -> None:
     await connection.execute("ALTER TABLE outbox ADD COLUMN seen_seq BIGINT")
 
 
+async def pg011_dead_letter_deliveries(connection: Any) -> None:
+    """One dead letter per unreadable payload, counting its deliveries (see m010)."""
+    await connection.execute(
+        """
+        ALTER TABLE dead_letters ADD COLUMN digest TEXT;
+        ALTER TABLE dead_letters ADD COLUMN deliveries INTEGER NOT NULL DEFAULT 1;
+        ALTER TABLE dead_letters ADD COLUMN first_at DOUBLE PRECISION;
+        CREATE UNIQUE INDEX dead_letters_digest ON dead_letters (account, digest);
+        """
+    )
+
+
 PG_MIGRATIONS: list[Migration] = [
     pg001_initial,
     pg002_orchestration,
@@ -394,6 +406,7 @@ PG_MIGRATIONS: list[Migration] = [
     pg008_no_recency_index,
     pg009_search_indexes,
     pg010_outbox_seen_seq,
+    pg011_dead_letter_deliveries,
 ]
 
 

@@ -23,7 +23,16 @@ from ..config import KEPT_WINDOWS
 from ..errors import StoreError
 from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, now
 from ..secrets import redact
-from .base import AppendResult, Inbound, OutboxEntry, Participant, RunRecord, Store
+from .base import (
+    DEAD_LETTER_KEYS,
+    AppendResult,
+    Inbound,
+    OutboxEntry,
+    Participant,
+    RunRecord,
+    Store,
+    dead_letter_digest,
+)
 from .cache import LRUCache
 from .checkpoint import Checkpointer
 from .migrations import migrate
@@ -923,6 +932,25 @@ class SQLiteStore(SQLiteAsks, Store):
                 )
         return self._outbox_entry(outbox_id)
 
+    async def note_platform_id(self, outbox_id: int, platform_message_id: str) -> None:
+        db = self.db
+        with self._write():
+            row = db.execute(
+                "SELECT conversation_id, message_seq FROM outbox"
+                " WHERE id = ? AND status = 'pending' AND kind = 'message'",
+                (outbox_id,),
+            ).fetchone()
+            if row is None or row[1] is None:
+                return
+            db.execute(
+                "UPDATE outbox SET platform_ids = ? WHERE id = ?",
+                (json.dumps([platform_message_id]), outbox_id),
+            )
+            db.execute(
+                "UPDATE messages SET platform_message_id = ? WHERE conversation_id = ? AND seq = ?",
+                (platform_message_id, row[0], row[1]),
+            )
+
     def _set_outbox_status(self, outbox_id: int, status: str, reason: str) -> None:
         db = self.db
         reason = redact(reason)  # adapters' reasons may quote what a library said
@@ -1057,23 +1085,49 @@ class SQLiteStore(SQLiteAsks, Store):
             )
 
     async def add_dead_letter(self, account: str, ref: str, reason: str, payload: str) -> None:
+        db = self.db
+        payload = redact(payload)[:65536]
+        digest = dead_letter_digest(ref, payload)
+        stamp = now()
         with self._write():
-            self.db.execute(
-                "INSERT INTO dead_letters (account, ref, reason, payload, at) VALUES (?,?,?,?,?)",
-                (account, ref, redact(reason), redact(payload)[:65536], now()),
+            # the next id before the old row goes: a repeat gets a newer id than its letter had
+            next_id = int(first(db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM dead_letters")))
+            old = db.execute(
+                "DELETE FROM dead_letters WHERE account = ? AND digest = ?"
+                " RETURNING deliveries, COALESCE(first_at, at)",
+                (account, digest),
+            ).fetchone()
+            deliveries, first_at = (old[0] + 1, old[1]) if old else (1, stamp)
+            db.execute(
+                "INSERT INTO dead_letters"
+                " (id, account, ref, reason, payload, at, digest, deliveries, first_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    next_id,
+                    account,
+                    ref,
+                    redact(reason),
+                    payload,
+                    stamp,
+                    digest,
+                    deliveries,
+                    first_at,
+                ),
             )
 
     async def dead_letters(
         self, account: str | None = None, limit: int = 100
     ) -> list[dict[str, Any]]:
-        sql = "SELECT id, account, ref, reason, payload, at FROM dead_letters"
+        sql = (
+            "SELECT id, account, ref, reason, payload, at, deliveries, COALESCE(first_at, at)"
+            " FROM dead_letters"
+        )
         params: tuple[Any, ...] = (limit,)
         if account is not None:
             sql += " WHERE account = ?"
             params = (account, limit)
         rows = self.db.execute(sql + " ORDER BY id DESC LIMIT ?", params)
-        keys = ("id", "account", "ref", "reason", "payload", "at")
-        return [dict(zip(keys, row, strict=True)) for row in rows]
+        return [dict(zip(DEAD_LETTER_KEYS, row, strict=True)) for row in rows]
 
     async def stats(self) -> dict[str, int]:
         db = self.db

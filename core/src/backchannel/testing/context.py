@@ -186,6 +186,10 @@ class ContractContext(AdapterContext):
     async def dead_letter(self, ref: str, reason: str, payload: str) -> None:
         await self.store.add_dead_letter(self.account, ref, reason, payload)
 
+    async def note_message_id(self, outbox_id: int | None, platform_message_id: str) -> None:
+        if outbox_id is not None:
+            await self.store.note_platform_id(outbox_id, platform_message_id)
+
     async def get_state(self, key: str) -> str | None:
         return await self.store.get_state(self.account, key)
 

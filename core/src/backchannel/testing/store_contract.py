@@ -299,6 +299,39 @@ class StoreContract(AskStoreContract):
         assert recovered[0].status == "uncertain"
         assert await store.outbox(status="pending") == []
 
+    async def test_an_id_noted_before_sending_survives_a_restart(self, store: Store) -> None:
+        conversation = await store.ensure_conversation(Address("acct", "c1"))
+        entry = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "q"), ME
+        )
+        await store.note_platform_id(entry.id, "p-before")
+        [recovered] = await store.recover()  # the process died during the send
+        assert recovered.status == "uncertain" and recovered.platform_ids == ("p-before",)
+        [reply] = await store.append_inbound(
+            [Inbound(make_event("r-q", "an answer", chat="c1", reply_to="p-before"))]
+        )
+        answer = await store.message(conversation.id, reply.seq or 0)
+        assert answer is not None and answer.reply_to_seq == entry.message_seq
+        # only a pending send's message is changed: not one settled, not an edit
+
+        async def platform_id(seq: int | None) -> str | None:
+            message = await store.message(conversation.id, seq or 0)
+            assert message is not None
+            return message.platform_message_id
+
+        await store.note_platform_id(entry.id, "p-late")
+        assert await platform_id(entry.message_seq) == "p-before"
+        sent = await store.record_outbound(conversation.id, Outbound(conversation.address, "s"), ME)
+        await store.mark_sent(sent.id, Receipt("p-sent"))
+        await store.note_platform_id(sent.id, "p-other")
+        assert await platform_id(sent.message_seq) == "p-sent"
+        edit = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "s2", kind="edit", target="p-sent"), ME
+        )
+        await store.note_platform_id(edit.id, "p-edit")
+        [newest, *_] = await store.outbox(conversation_id=conversation.id)
+        assert newest.id == edit.id and newest.platform_ids == ()
+
     async def test_outbound_edit_changes_own_message_when_sent(self, store: Store) -> None:
         conversation = await store.ensure_conversation(Address("acct", "c1"))
         entry = await store.record_outbound(
@@ -408,6 +441,28 @@ class StoreContract(AskStoreContract):
         await store.add_dead_letter("acct", "malformed", "missing chat", "{}")
         (letter,) = await store.dead_letters("acct")
         assert letter["reason"] == "missing chat"
+        assert letter["deliveries"] == 1 and letter["first_at"] == letter["at"]
+
+    async def test_a_redelivered_dead_letter_is_counted_not_kept_twice(self, store: Store) -> None:
+        await store.add_dead_letter("acct", "malformed", "missing chat", '{"u": 1}')
+        await store.add_dead_letter("acct", "malformed", "missing chat", '{"u": 2}')
+        [second, first] = await store.dead_letters("acct")
+        await store.add_dead_letter("acct", "malformed", "missing chat, again", '{"u": 1}')
+        await store.add_dead_letter("other", "malformed", "missing chat", '{"u": 1}')
+        await store.add_dead_letter("acct", "r-9", "undecryptable", '{"u": 1}')
+        letters = await store.dead_letters("acct")
+        assert [(d["ref"], d["payload"], d["deliveries"]) for d in letters] == [
+            ("r-9", '{"u": 1}', 1),  # another ref: another letter
+            ("malformed", '{"u": 1}', 2),  # the repeat: one letter, counted, with a newer id
+            ("malformed", '{"u": 2}', 1),
+        ]
+        again = letters[1]
+        assert second["id"] < again["id"] < letters[0]["id"]
+        assert again["reason"] == "missing chat, again"
+        assert again["first_at"] == first["at"] and again["at"] >= first["at"]
+        assert len(await store.dead_letters("other")) == 1
+        # the newest id still counts every delivery (the fuzz kit counts by it)
+        assert letters[0]["id"] - first["id"] == 4
 
     async def test_finishing_a_run_can_advance_handled_seq_with_it(self, store: Store) -> None:
         (stored,) = await store.append_inbound([Inbound(make_event("e1"), triggers=True)])

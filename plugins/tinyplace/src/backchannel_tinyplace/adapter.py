@@ -247,6 +247,17 @@ class TinyplaceAdapter:
                 )
             else:
                 body = part
+            if index == 0 and self._ctx is not None:
+                # stored before the PUT: when the process dies during it, the message
+                # keeps its id, so a peer's answer naming it is placed, not guessed
+                try:
+                    await self._ctx.note_message_id(outbound.outbox_id, message_id)
+                except Exception as error:
+                    # the store failed, and nothing was sent: tried again later
+                    raise RateLimited(
+                        CONNECT_RETRY_AFTER,
+                        f"could not record the message id before sending ({type(error).__name__})",
+                    ) from None
             try:
                 await self._send_one(peer, body, message_id)
             except DeliveryError as error:

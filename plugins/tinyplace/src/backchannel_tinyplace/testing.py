@@ -19,7 +19,7 @@ Every signed request is verified as the SDK signs it: Ed25519 over
 a date more than `max_skew` seconds off, and a nonce seen before (401).
 
 Faults: `fail_next` ("rate_limited", "server_error", "stored_then_error",
-"rejected", "hang", "reset"), `duplicate_next_listing`, `redeliver`,
+"rejected", "hang", "stored_then_hang", "reset"), `duplicate_next_listing`, `redeliver`,
 `inject_undecryptable`.
 
 `RelayPeer` is another agent on the relay, driven by test code with the
@@ -127,6 +127,8 @@ class FakeRelay:
         self.relationships: dict[frozenset[str], _Relationship] = {}
         self._nonces: dict[str, float] = {}
         self._faults: list[_Fault] = []
+        #: requests held unanswered by a "hang" or "stored_then_hang" fault right now
+        self.hanging = 0
         self._duplicate_listing: set[str] = set()
         self._taps: dict[str, Tap] = {}
         self._watch = Watch("FakeRelay")
@@ -165,7 +167,8 @@ class FakeRelay:
         kind: "rate_limited" (429 + Retry-After), "server_error" (500, nothing
         stored), "stored_then_error" (stores the envelope, then 500),
         "rejected" (403 not_a_contact), "hang" (no answer until the client
-        gives up), "reset" (the connection is dropped without an answer),
+        gives up; `hanging` counts such requests), "stored_then_hang" (stores
+        the envelope, then hangs), "reset" (the connection is dropped without an answer),
         "garbled" (a PUT is stored; answered 200 with a body that is not JSON),
         "cut_body" (a PUT is stored; the answer's body is cut off mid-way).
         """
@@ -314,8 +317,16 @@ class FakeRelay:
             return _error(500, "internal", "injected server error")
         if fault.kind == "rejected":
             return _error(403, "not_a_contact", "You can only message your contacts")
-        if fault.kind == "hang":
-            await self._closing.wait()
+        if fault.kind in ("hang", "stored_then_hang"):
+            if fault.kind == "stored_then_hang":
+                envelope = json.loads(await request.read())
+                self._store({**envelope, "timestamp": envelope.get("timestamp") or _now_iso()})
+            self.hanging += 1
+            self._watch.changed()
+            try:
+                await self._closing.wait()
+            finally:
+                self.hanging -= 1
             return _error(503, "closing", "relay closing")
         if fault.kind == "reset":
             if request.transport is not None:
