@@ -265,12 +265,61 @@ def marker(session_id: str, message_id: str, text: str = "hi") -> InboxItem:
 
 def test_a_deeply_nested_payload_is_one_line_and_exit_1(inbox_root: Path, tmp_path: Path) -> None:
     waiting(tmp_path / "bc.db")  # something waits, so the payload is read
-    nested = '{"session_id": "x", "tool_response": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    nested = '{"tool_response": ' + "[" * 200_000 + "]" * 200_000 + ', "session_id": "x"}'
     out, err = io.StringIO(), io.StringIO()
     assert hook.run(io.StringIO(nested), out, err) == 1
     assert out.getvalue() == ""
-    assert err.getvalue().startswith("backchannel-owner-hook: stdin is not a JSON hook payload")
-    assert err.getvalue().count("\n") == 1
+    assert err.getvalue() == (
+        "backchannel-owner-hook: stdin is not a JSON hook payload:"
+        " too deeply nested to read, and no session_id before that\n"
+    )
+
+
+class BoundedReads(io.StringIO):
+    """stdin that refuses a read of everything: the hook must read it in bounded pieces."""
+
+    def read(self, size: int | None = -1) -> str:
+        assert size is not None and 0 < size <= hook.MAX_PAYLOAD + 1, size
+        return super().read(size)
+
+
+@pytest.mark.parametrize("shape", ["huge", "nested"])
+def test_a_huge_or_deep_tool_output_still_delivers_by_the_payloads_head(
+    inbox_root: Path, tmp_path: Path, shape: str
+) -> None:
+    """Claude Code writes session_id and hook_event_name before the tool's output: a
+    payload too large (or too deep) to read whole is read by its head, bounded."""
+    item = waiting(tmp_path / "bc.db")
+    output = (
+        json.dumps("x" * (hook.MAX_PAYLOAD + 10))
+        if shape == "huge"
+        else "[" * 200_000 + "]" * 200_000
+    )
+    payload = (
+        f'{{"session_id": "{SESSION}", "hook_event_name": "PostToolUse",'
+        f' "tool_name": "Read", "tool_response": {output}}}'
+    )
+    source = BoundedReads(payload)
+    out, err = io.StringIO(), io.StringIO()
+    assert hook.run(source, out, err) == 0, err.getvalue()
+    context = json.loads(out.getvalue())["hookSpecificOutput"]
+    assert context["hookEventName"] == "PostToolUse"
+    assert f"#{item.id}" in context["additionalContext"]
+    assert source.read(1) == ""  # all of stdin was consumed: the writer is never left blocked
+
+
+def test_a_huge_payload_without_a_session_id_first_is_one_line_and_exit_1(
+    inbox_root: Path, tmp_path: Path
+) -> None:
+    waiting(tmp_path / "bc.db")
+    payload = f'{{"tool_response": {json.dumps("x" * (hook.MAX_PAYLOAD + 10))}, "session_id": "x"}}'
+    out, err = io.StringIO(), io.StringIO()
+    assert hook.run(io.StringIO(payload), out, err) == 1
+    assert out.getvalue() == ""
+    assert err.getvalue() == (
+        "backchannel-owner-hook: stdin is not a JSON hook payload:"
+        " too large to read, and no session_id before that\n"
+    )
 
 
 def test_a_session_id_of_dots_stays_inside_the_inbox(inbox_root: Path) -> None:

@@ -18,7 +18,7 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing itself is not imported at run time: the empty case stays fast
     from collections.abc import Sequence
-    from typing import IO
+    from typing import IO, Any
 
 __all__ = ["main", "run"]
 
@@ -39,7 +39,7 @@ def run(stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:
     import json  # json pulls in re and enum: only paid when some session has mail
 
     try:
-        payload = json.loads(stdin.read() or "{}")
+        payload = _read_payload(stdin, json)
     except (ValueError, RecursionError, MemoryError) as error:
         # RecursionError: a tool's deeply nested output inside the payload
         why = str(error) if isinstance(error, ValueError) else type(error).__name__
@@ -66,6 +66,63 @@ def run(stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:
     except Exception as error:  # one line for people; Claude Code carries on (exit 1)
         stderr.write(f"backchannel-owner-hook: {type(error).__name__}: {error}\n")
         return 1
+
+
+#: characters of a payload read whole; a larger one (a tool's huge output) is read by its head
+MAX_PAYLOAD = 8 * 1024 * 1024
+
+
+def _read_payload(stdin: IO[str], json: Any) -> Any:
+    """Return the hook payload: whole, or, when it is too large or too deeply nested to
+    read whole, the top-level members before the one that is (Claude Code writes
+    `session_id` and `hook_event_name` before the tool's input and output)."""
+    text = stdin.read(MAX_PAYLOAD + 1)
+    if len(text) <= MAX_PAYLOAD:
+        try:
+            return json.loads(text or "{}")
+        except RecursionError:
+            pass
+    else:
+        while stdin.read(1 << 20):  # the rest is not kept (the writer is not left blocked)
+            pass
+    members = _leading_members(text, json)
+    if "session_id" not in members:
+        what = "too large" if len(text) > MAX_PAYLOAD else "too deeply nested"
+        raise ValueError(f"{what} to read, and no session_id before that")
+    return members
+
+
+def _leading_members(text: str, json: Any) -> dict[str, Any]:
+    """The members of the JSON object `text` starts, up to the first that cannot be read."""
+    decoder = json.JSONDecoder()
+    members: dict[str, Any] = {}
+    at = _skip_space(text, 0)
+    if not text.startswith("{", at):
+        raise ValueError("not a JSON object")
+    at += 1
+    while True:
+        at = _skip_space(text, at)
+        if text.startswith("}", at) or at >= len(text):
+            return members
+        try:
+            key, at = decoder.raw_decode(text, at)
+            at = _skip_space(text, at)
+            if not isinstance(key, str) or not text.startswith(":", at):
+                return members
+            value, at = decoder.raw_decode(text, _skip_space(text, at + 1))
+        except (ValueError, RecursionError):
+            return members
+        members[key] = value  # as json.loads: the last of a repeated key
+        at = _skip_space(text, at)
+        if not text.startswith(",", at):
+            return members
+        at += 1
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\n\r":
+        at += 1
+    return at
 
 
 def _root() -> str:
