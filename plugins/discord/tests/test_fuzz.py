@@ -78,6 +78,18 @@ def samples(fake: FakeDiscord) -> list[dict[str, Any]]:
             "d": {"ids": [reply["id"]], "channel_id": fake.general},
         }
     )
+    # a moderator's clears (every reaction; everyone's one emoji)
+    guild = fake.channels[fake.general]["guild_id"]
+    where = {"channel_id": fake.general, "message_id": mention["id"], "guild_id": guild}
+    frames.append({"op": 0, "t": "MESSAGE_REACTION_REMOVE_ALL", "s": 5, "d": where})
+    frames.append(
+        {
+            "op": 0,
+            "t": "MESSAGE_REACTION_REMOVE_EMOJI",
+            "s": 6,
+            "d": {**where, "emoji": {"id": "4242", "name": "shipit"}},
+        }
+    )
     return frames
 
 

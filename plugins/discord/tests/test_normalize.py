@@ -449,6 +449,33 @@ def test_a_dm_reaction_is_direct_and_the_bots_own_is_not_for_the_transcript() ->
     assert norm(envelope("MESSAGE_REACTION_ADD", {**REACTION_ADD, "user_id": BOT})) is None
 
 
+def test_a_moderators_clear_names_no_one_and_says_what_goes() -> None:
+    # as Discord documents them: REMOVE_ALL has channel, message and guild; REMOVE_EMOJI adds
+    # the emoji
+    where = {"channel_id": CHANNEL, "message_id": "334385199974967042", "guild_id": GUILD}
+    every = norm(envelope("MESSAGE_REACTION_REMOVE_ALL", where, session_id="a1b2"))
+    assert (every.kind, every.text, every.meta["cleared"]) == ("reaction", "", "all")
+    assert every.platform_message_id == "334385199974967042"
+    assert every.sender.is_unknown
+    assert every.event_id == "334385199974967042:unreact-all:a1b2:12"
+    one = norm(
+        envelope(
+            "MESSAGE_REACTION_REMOVE_EMOJI",
+            {**where, "emoji": {"name": "shipit", "id": "4242"}},
+            session_id="a1b2",
+        )
+    )
+    assert (one.text, one.meta["cleared"]) == (":shipit:", "emoji")
+    assert one.sender.is_unknown
+    assert one.event_id == "334385199974967042:unreact-emoji:4242:a1b2:12"
+    with pytest.raises(NormalizeError) as raised:
+        norm(envelope("MESSAGE_REACTION_REMOVE_EMOJI", where))
+    assert raised.value.where == "d.emoji"
+    with pytest.raises(NormalizeError) as raised:
+        norm(envelope("MESSAGE_REACTION_REMOVE_ALL", {**where, "message_id": None}))
+    assert raised.value.where == "d.message_id"
+
+
 @pytest.mark.parametrize(
     ("field", "value", "where"),
     [

@@ -242,3 +242,16 @@ async def test_reactions_show_on_their_message_and_come_off_by_user_id(
     assert await reactions_of(fake.general, None, said["id"]) == (("Alice", ":party_parrot:"),)
     assert await reactions_of(fake.general, thread, in_thread["id"]) == (("Bob", "👀"),)
     assert len(agent.runs) == 1  # the mention's: reactions never start a run
+
+    # a moderator's clears name no one: everyone's one emoji, then every reaction
+    await fake.react(said["id"], bob, "party_parrot:123456789012345678")
+    await fake.react(said["id"], bob, "👍")
+    await fake.react(in_thread["id"], fake.alice, "👀")
+    await fake.react(in_thread["id"], fake.alice, "✅")
+    await fake.clear_reactions(said["id"], "party_parrot:123456789012345678")
+    await fake.clear_reactions(in_thread["id"])
+    await fake.post_message(fake.general, fake.alice, f"<@{fake.bot_id}> and now?")
+    await agent.wait_runs(2)
+    await board.wait_idle()
+    assert await reactions_of(fake.general, None, said["id"]) == (("Bob", "👍"),)
+    assert await reactions_of(fake.general, thread, in_thread["id"]) == ()

@@ -345,9 +345,16 @@ def with_reaction(reactions_json: str | None, event: Event) -> str:
     the sender's whole set before and after (`old_reaction`, `new_reaction`:
     Telegram) takes what left the set and adds what joined it; any other adds
     its emoji, or with `meta["removed"]` takes it away. Order is kept.
+    A moderator's clear names no sender: `meta["cleared"]` "all" takes every
+    reaction off the message, "emoji" everyone's `event.text`.
     """
     reactions = json.loads(reactions_json or "[]")
     sender, meta = event.sender, event.meta
+    cleared = meta.get("cleared")
+    if cleared == "all":
+        return "[]"
+    if cleared == "emoji":
+        return json.dumps([entry for entry in reactions if str(entry[1]) != event.text])
     old, new = meta.get("old_reaction"), meta.get("new_reaction")
     if isinstance(old, list) and isinstance(new, list):
         take = {str(e) for e in old} - {str(e) for e in new}

@@ -62,7 +62,14 @@ _MAX_SNOWFLAKE = 2**64 - 1
 #: how much of an offending value a NormalizeError shows
 _SHOWN = 80
 #: the reaction dispatches normalize reads
-REACTION_EVENTS = frozenset({"MESSAGE_REACTION_ADD", "MESSAGE_REACTION_REMOVE"})
+REACTION_EVENTS = frozenset(
+    {
+        "MESSAGE_REACTION_ADD",
+        "MESSAGE_REACTION_REMOVE",
+        "MESSAGE_REACTION_REMOVE_ALL",
+        "MESSAGE_REACTION_REMOVE_EMOJI",
+    }
+)
 #: every gateway dispatch normalize reads (the rest are not for the agent)
 MESSAGE_EVENTS = frozenset({"MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE"}) | REACTION_EVENTS
 
@@ -275,22 +282,19 @@ def _reaction(
     """MESSAGE_REACTION_ADD / _REMOVE: one user's emoji on one message, added or taken back.
 
     A removal names only the user's id: the store takes the reaction back by id.
+    A moderator's REMOVE_ALL (every reaction) or REMOVE_EMOJI (everyone's one
+    emoji) names no user: the event's sender is unknown and `meta["cleared"]`
+    says what goes.
     """
+    if kind in ("MESSAGE_REACTION_REMOVE_ALL", "MESSAGE_REACTION_REMOVE_EMOJI"):
+        return _reactions_cleared(reader, kind, account, context, raw)
     user_id = reader.snowflake("user_id")
     message_id = reader.snowflake("message_id")
     channel_id = reader.snowflake("channel_id")
     assert user_id is not None and message_id is not None and channel_id is not None
     if bot_id is not None and user_id == bot_id:
         return None  # our own reaction, recorded in the outbox when we sent it
-    emoji = reader.sub("emoji")
-    if emoji is None:
-        raise NormalizeError("a reaction without an emoji", where=reader.prefix + "emoji")
-    name = emoji.text("name")
-    custom = emoji.snowflake("id", required=False)
-    # a Unicode emoji is its own name; a custom one is shown :name: (its image is not text)
-    text = name if custom is None else f":{name or custom}:"
-    if not text:
-        raise NormalizeError("an emoji without a name", where=emoji.prefix + "name")
+    text, key = _emoji(reader)
     member = reader.sub("member")
     user = member.sub("user") if member is not None else None
     if member is not None and user is not None and user.snowflake("id", required=False) == user_id:
@@ -302,18 +306,10 @@ def _reaction(
     removed = kind == "MESSAGE_REACTION_REMOVE"
     if removed:
         meta["removed"] = True
-    # the gateway session and its sequence number: a replay after a resume (same session)
-    # is the same event, a later add of the same emoji by the same person is another, also
-    # in a later session, where Discord counts `s` from 1 again
-    sequence = raw.get("s")
-    suffix = ""
-    if isinstance(sequence, int) and not isinstance(sequence, bool) and 0 <= sequence < 2**63:
-        session = _str(context.get("session_id"))
-        suffix = f":{session}:{sequence}" if session else f":{sequence}"
     action = "unreact" if removed else "react"
     return Event(
         address=_address(account, channel_id, parent_id),
-        event_id=f"{message_id}:{action}:{user_id}:{custom or name}{suffix}",
+        event_id=f"{message_id}:{action}:{user_id}:{key}{_dispatch_suffix(raw, context)}",
         sender=sender,
         kind="reaction",
         text=text,
@@ -323,6 +319,62 @@ def _reaction(
         meta=meta,
         raw=raw,
     )
+
+
+def _reactions_cleared(
+    reader: _Reader,
+    kind: str,
+    account: str,
+    context: Mapping[str, Any],
+    raw: Mapping[str, Any],
+) -> Event:
+    message_id = reader.snowflake("message_id")
+    channel_id = reader.snowflake("channel_id")
+    assert message_id is not None and channel_id is not None
+    if kind == "MESSAGE_REACTION_REMOVE_EMOJI":
+        text, key = _emoji(reader)
+        meta_cleared, what = "emoji", f"unreact-emoji:{key}"
+    else:
+        text, meta_cleared, what = "", "all", "unreact-all"
+    conversation_kind, title, meta, parent_id = _conversation(reader, context)
+    meta["cleared"] = meta_cleared
+    return Event(
+        address=_address(account, channel_id, parent_id),
+        event_id=f"{message_id}:{what}{_dispatch_suffix(raw, context)}",
+        sender=Sender.unknown(),
+        kind="reaction",
+        text=text,
+        platform_message_id=message_id,
+        conversation_kind=conversation_kind,
+        conversation_title=title,
+        meta=meta,
+        raw=raw,
+    )
+
+
+def _emoji(reader: _Reader) -> tuple[str, str]:
+    """A reaction's emoji: (as shown, as keyed in the event id)."""
+    emoji = reader.sub("emoji")
+    if emoji is None:
+        raise NormalizeError("a reaction without an emoji", where=reader.prefix + "emoji")
+    name = emoji.text("name")
+    custom = emoji.snowflake("id", required=False)
+    # a Unicode emoji is its own name; a custom one is shown :name: (its image is not text)
+    text = name if custom is None else f":{name or custom}:"
+    if not text:
+        raise NormalizeError("an emoji without a name", where=emoji.prefix + "name")
+    return text, custom or name or ""
+
+
+def _dispatch_suffix(raw: Mapping[str, Any], context: Mapping[str, Any]) -> str:
+    """The gateway session and its sequence number: a replay after a resume (same session)
+    is the same event, a later add of the same emoji by the same person is another, also
+    in a later session, where Discord counts `s` from 1 again."""
+    sequence = raw.get("s")
+    if isinstance(sequence, int) and not isinstance(sequence, bool) and 0 <= sequence < 2**63:
+        session = _str(context.get("session_id"))
+        return f":{session}:{sequence}" if session else f":{sequence}"
+    return ""
 
 
 def _sender(author: _Reader | None, member: Mapping[str, Any] | None, webhook_id: object) -> Sender:

@@ -180,6 +180,22 @@ class FakeDiscord(RestServer):
         await self.dispatch("MESSAGE_REACTION_REMOVE" if remove else "MESSAGE_REACTION_ADD", data)
         return data
 
+    async def clear_reactions(self, message_id: str, emoji: str | None = None) -> dict[str, Any]:
+        """A moderator removes every reaction from a message (MESSAGE_REACTION_REMOVE_ALL),
+        or everyone's `emoji` (MESSAGE_REACTION_REMOVE_EMOJI): neither names who did it."""
+        message = self.messages[message_id]
+        data: dict[str, Any] = {"channel_id": message["channel_id"], "message_id": message_id}
+        guild_id = self.channels[message["channel_id"]].get("guild_id")
+        if guild_id:
+            data["guild_id"] = guild_id
+        if emoji is None:
+            await self.dispatch("MESSAGE_REACTION_REMOVE_ALL", data)
+            return data
+        name, _, custom = emoji.partition(":")
+        data["emoji"] = {"id": custom or None, "name": name}
+        await self.dispatch("MESSAGE_REACTION_REMOVE_EMOJI", data)
+        return data
+
     async def edit_message(self, message_id: str, content: str) -> dict[str, Any]:
         """A user edits a message: dispatch MESSAGE_UPDATE with the full message."""
         message = self.messages[message_id]
