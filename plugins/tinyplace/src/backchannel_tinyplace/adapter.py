@@ -5,7 +5,9 @@ decrypt, one decrypt, commit with the ratchet advance, then DELETE). It also
 keeps this agent's pre-key bundle published (`keys.py`).
 
 Sends are Signal-encrypted with the SDK's `SignalSession`; the ratchet advance
-is written to the store before the PUT.
+is written to the store before the PUT. The `PREKEY_BUNDLE` that opens a
+session is kept too, and sent again before the next message until the relay
+has taken it or the peer has written back (`_resend_opening`).
 """
 
 from __future__ import annotations
@@ -296,7 +298,7 @@ class TinyplaceAdapter:
 
     async def _send_one(self, peer: str, body: str, message_id: str) -> None:
         client = self._require_client()
-        _, signal = self._require_signal()
+        store, signal = self._require_signal()
         peer_ed25519 = _agent_key(peer)
         peer_x25519 = ed25519_pub_to_x25519_pub(peer_ed25519)
         await self._ratchet.acquire()
@@ -304,14 +306,25 @@ class TinyplaceAdapter:
         try:
             try:
                 first = not await signal.has_session(peer)
+                opening = None if first else await store.get_opening(peer)
             except StateUnavailable as error:
                 # the store failed, not the message: nothing was sent, so it is tried again
                 raise RateLimited(
                     CONNECT_RETRY_AFTER,
                     f"could not read the encryption session with {peer}: {error}",
                 ) from None
+            if opening is not None and "body" not in opening:
+                # the process died after opening the session and before keeping its opening
+                # envelope: nothing of it was sent, so it is opened afresh
+                await self._drop_session(peer)
+                first = True
+            elif opening is not None:
+                first = not await self._resend_opening(peer, opening)
             bundle = await self._fetch_bundle(peer) if first else None
             try:
+                if first:
+                    # marks the session as opened here and not yet sent, before it exists
+                    await store.store_opening(peer, {"id": message_id})
                 encrypted = await signal.encrypt(
                     peer, peer_x25519, body.encode("utf-8"), bundle, peer_ed25519
                 )
@@ -327,10 +340,6 @@ class TinyplaceAdapter:
                 raise Rejected(
                     f"cannot open an encrypted session with {peer}: {type(error).__name__}: {error}"
                 ) from None
-            if not first:
-                # the ratchet advance is durable; concurrent sends may go on
-                self._ratchet.release()
-                locked = False
             envelope = {
                 "id": message_id,
                 "from": self.agent_id,
@@ -340,13 +349,32 @@ class TinyplaceAdapter:
                 "body": encrypted.body,
                 "signal": encrypted.signal,
             }
+            if first:
+                try:
+                    # kept before the PUT, as the session is: whatever becomes of the PUT (an
+                    # error, a timeout, this process killed), it can be sent again
+                    await store.store_opening(peer, envelope)
+                except StateUnavailable as error:
+                    # nothing was sent; the marker above makes the next send start over
+                    raise RateLimited(
+                        CONNECT_RETRY_AFTER,
+                        f"could not store the encryption session with {peer}: {error}",
+                    ) from None
+            else:
+                # the ratchet advance is durable; concurrent sends may go on
+                self._ratchet.release()
+                locked = False
             try:
                 await client.messages.send(envelope)
             except TinyPlaceError as error:
                 failure = send_error(error, peer)
                 if first and not isinstance(failure, Uncertain):
                     # nothing reached the peer: the next send starts over from a fresh bundle
+                    # (this drops the kept opening too)
                     await signal.remove_session(peer)
+                # after an uncertain opening the session and its opening are both kept: the
+                # peer may hold it (its answer is in this session), or may not (then the
+                # next send delivers the opening again first)
                 raise failure from None
             except Exception as error:
                 # the SDK raises more than TinyPlaceError once the request is out: the answer's
@@ -356,9 +384,82 @@ class TinyplaceAdapter:
                     f"the relay's answer could not be read ({type(error).__name__});"
                     " the message may have arrived"
                 ) from None
+            if first:
+                await self._opening_confirmed(peer)
         finally:
             if locked:
                 self._ratchet.release()
+
+    async def _resend_opening(self, peer: str, opening: dict[str, Any]) -> bool:
+        """Send the kept, unconfirmed opening of our session with `peer` again, unchanged.
+
+        Called with the ratchet lock held, before the next message to `peer` is
+        encrypted. Whether the first PUT of the opening reached the relay is not
+        known (it ended uncertain, or the process died during it): if it did
+        not, nothing of the session can ever be decrypted by the peer. Sent again
+        with the same id and bytes it is harmless if it did: a backchannel peer
+        acks an id it already stored without decrypting it again.
+
+        Return True when the session stands (the relay took the opening), False
+        when it was dropped and the caller must open a fresh one. Raise
+        RateLimited when the answer leaves it unknown (the next message waits,
+        so it never arrives before the opening it needs), or the refusal the
+        next message would get too.
+        """
+        try:
+            await self._require_client().messages.send(opening)
+        except TinyPlaceError as error:
+            failure = send_error(error, peer)
+            if error.status == 409:
+                # the relay already holds an envelope with this id: the first PUT arrived
+                await self._opening_confirmed(peer)
+                return True
+            if isinstance(failure, Rejected) and not (
+                error.status == 401 or error_code(error.body) == "not_a_contact"
+            ):
+                # the relay refuses this envelope itself: start the session over
+                self._log().warning(
+                    "the relay refused the kept opening of the encrypted session with %s (%s);"
+                    " opening a new session",
+                    peer,
+                    failure.reason,
+                )
+                await self._drop_session(peer)
+                return False
+            if isinstance(failure, Rejected):
+                raise failure from None
+            raise RateLimited(
+                failure.retry_after if isinstance(failure, RateLimited) else CONNECT_RETRY_AFTER,
+                f"the message that opens the encrypted session with {peer} is sent again first,"
+                f" and that failed: {failure.reason}",
+            ) from None
+        except Exception as error:
+            raise RateLimited(
+                CONNECT_RETRY_AFTER,
+                f"the message that opens the encrypted session with {peer} is sent again first,"
+                f" and the relay's answer could not be read ({type(error).__name__})",
+            ) from None
+        await self._opening_confirmed(peer)
+        return True
+
+    async def _opening_confirmed(self, peer: str) -> None:
+        """The relay took our session's opening: it is not sent again."""
+        store, _ = self._require_signal()
+        try:
+            await store.remove_opening(peer)
+        except StateUnavailable as error:
+            # the message went out; the opening is sent once more next time (harmless)
+            self._log().warning("could not clear the kept session opening for %s (%s)", peer, error)
+
+    async def _drop_session(self, peer: str) -> None:
+        _, signal = self._require_signal()
+        try:
+            await signal.remove_session(peer)
+        except StateUnavailable as error:
+            raise RateLimited(
+                CONNECT_RETRY_AFTER,
+                f"could not reset the encryption session with {peer}: {error}",
+            ) from None
 
     async def _fetch_bundle(self, peer: str) -> dict[str, Any]:
         try:

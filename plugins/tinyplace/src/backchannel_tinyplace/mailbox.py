@@ -7,7 +7,9 @@ Per relay message (a decrypt advances a ratchet that cannot be rewound):
    ``pending_senders`` for the operator to approve;
 2. dedupe before decrypting: a message already stored (a crash came between
    commit and DELETE) is acked, never decrypted again;
-3. decrypt once, with the session store's writes staged;
+3. decrypt once, with the session store's writes staged (a decrypt also
+   settles the opening of a session we opened with the sender, kept until
+   then: see `DurableSessionStore.store_opening`);
 4. commit: `ctx.ingest(raw, state=staged)` stores the message and the ratchet
    advance in one transaction;
 5. only then DELETE it from the mailbox.
@@ -162,6 +164,10 @@ class MailboxReader:
                 try:
                     sender_key = ed25519_pub_to_x25519_pub(decode_agent_address(sender))
                     plaintext = (await signal.decrypt(sender, sender_key, envelope)).decode("utf-8")
+                    if await store.get_opening(sender) is not None:
+                        # the peer holds our session (it wrote in it), or replaced it with its
+                        # own: the opening we kept is not sent again (committed with the message)
+                        await store.remove_opening(sender)
                 except StateUnavailable:
                     raise  # the store failed, not the message: retried on the next poll
                 except Exception as error:

@@ -9,6 +9,10 @@ transaction as the message whose decryption caused them. If the commit never
 happens (crash, store error), the ratchet stays where the store says it was,
 and the message, still in the mailbox, decrypts again from that state.
 
+Beside the SDK's records it keeps, per peer, the *opening* envelope of a
+session this side opened (the `PREKEY_BUNDLE`) until the relay is known to
+hold it or the peer is known to have read it (see `store_opening`).
+
 The long-term identity key pair is never written here: it is derived from
 the configured identity secret at start.
 """
@@ -18,7 +22,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
@@ -163,6 +167,32 @@ class DurableSessionStore(SessionStore):
 
     async def remove_session(self, address: str) -> None:
         await self._put(f"session/{address}", None)
+        # an opening belongs to the session it opened
+        await self.remove_opening(address)
+
+    # --- unconfirmed session openings (backchannel's, not the SDK's) ---------
+
+    async def get_opening(self, address: str) -> dict[str, Any] | None:
+        """The envelope that opened our session with `address`, while it is unconfirmed."""
+        data = await self._get_json(f"opening/{address}")
+        return data if isinstance(data, dict) else None
+
+    async def store_opening(self, address: str, envelope: Mapping[str, Any]) -> None:
+        """Keep the `PREKEY_BUNDLE` envelope that opens our session with `address`.
+
+        The adapter writes a marker (an envelope with no ``body``) before the
+        SDK stores the new session, and the envelope itself before the PUT: so
+        whatever becomes of the PUT (an error, a timeout, the process killed),
+        a session we opened has its opening at hand, or is known never to have
+        been sent. Until the relay accepts the opening or something from the
+        peer is decrypted, every send to the peer first sends it again, same id
+        and bytes: without it the peer can never decrypt anything of the
+        session.
+        """
+        await self._put_json(f"opening/{address}", dict(envelope))
+
+    async def remove_opening(self, address: str) -> None:
+        await self._put(f"opening/{address}", None)
 
     # --- sender keys (groups; stored for completeness) ----------------------
 
