@@ -16,9 +16,10 @@ recently run conversations (store/windows.py):
 - not run lately: every conversation in turn, more of them than the store
   keeps windows for, so each run reads its whole window. Beside these, a
   same-run reference: plain apsw reading a 50-row window of another
-  conversation (every column, the store's own query and connection) just
-  before each run, so the ratio holds on a loaded machine where the absolute
-  figures swing.
+  conversation (every column, the store's own query and connection:
+  store/windows.py's read_window, so the two cannot drift apart) just before
+  each run, so the ratio holds on a loaded machine where the absolute figures
+  swing.
 - run lately: 32 conversations, each getting one new message (untimed)
   before each of its runs, as a conversation in progress does: the run reads
   the row past its kept window. The first round, which keeps the windows, is
@@ -55,7 +56,7 @@ from backchannel.model import Address
 from backchannel.runs import WindowSettings
 from backchannel.runtime import tune_gc
 from backchannel.store import SQLiteStore
-from backchannel.store.rows import MESSAGE_COLUMNS
+from backchannel.store.windows import read_window
 from figures import bench_parser, emit
 from telegram_updates import ACCOUNT, make_adapter, message_shapes, updates
 
@@ -129,10 +130,6 @@ async def measure(
 
         busy.leave = timed_leave  # type: ignore[method-assign]
         db = board.store.db
-        window_sql = (
-            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq <= ?"
-            " AND held = 0 ORDER BY seq DESC LIMIT ?"
-        )
 
         def owe(conversation_id: int) -> None:
             # its newest message asks for an answer (respond="never" keeps the ingest from
@@ -162,7 +159,7 @@ async def measure(
                 # the run
                 other = ids[(number + len(ids) // 2) % len(ids)]
                 started = time.perf_counter()
-                db.execute(window_sql, (other, 2**62, window)).fetchall()
+                read_window(db, other, window, 2**62)
                 reference.append(time.perf_counter() - started)
                 await timed_run(conversation_id)
         cold = (list(took), list(until_idle), {part: list(parts[part]) for part in PARTS})
