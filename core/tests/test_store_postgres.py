@@ -161,6 +161,44 @@ async def test_a_run_whose_claim_another_worker_took_cannot_send(postgres_url: s
     await other.close()
 
 
+async def test_a_stalled_run_cannot_send_after_another_run_answered_and_released(
+    postgres_url: str,
+) -> None:
+    """The claim fence holds after the claim is gone, and against a restart under one name.
+
+    A worker stalled past its claim (ttl already lapsed here: -1) wakes after another
+    worker ran the conversation, answered and released the claim; and a worker
+    restarted under the same name claims the conversation again while its stalled
+    former process still has a run. Neither stalled run may record its send.
+    """
+    from backchannel.model import Address, Outbound, Sender
+
+    me = Sender("agent", "Agent", is_bot=True)
+    slow = PostgresStore(postgres_url, worker="slow")
+    other = PostgresStore(postgres_url, worker="other")
+    conversation = await slow.ensure_conversation(Address("acct", "c1"))
+    address = conversation.address
+    assert await slow.claim_run(conversation.id, ttl=-1)  # it stalls past its claim at once
+    stalled = await slow.begin_run(conversation.id, 1, 1)
+    assert await other.claim_run(conversation.id, ttl=10)
+    answering = await other.begin_run(conversation.id, 1, 1)
+    await other.record_outbound(conversation.id, Outbound(address, "answer"), me, answering)
+    await other.finish_run(answering, "ok", None, 1, handled_seq=1)
+    await other.release_run(conversation.id)
+    with pytest.raises(StoreError, match="another run has answered it and released it"):
+        await slow.record_outbound(conversation.id, Outbound(address, "again"), me, stalled)
+    # the same name, restarted: its new run holds the claim; the old process's run does not
+    restarted = PostgresStore(postgres_url, worker="slow")
+    assert await restarted.claim_run(conversation.id, ttl=10)
+    fresh = await restarted.begin_run(conversation.id, 2, 2)
+    with pytest.raises(StoreError, match="holds it for another run"):
+        await slow.record_outbound(conversation.id, Outbound(address, "again"), me, stalled)
+    await restarted.record_outbound(conversation.id, Outbound(address, "fresh"), me, fresh)
+    assert [e.text for e in await slow.outbox()] == ["fresh", "answer"]
+    for store in (slow, other, restarted):
+        await store.close()
+
+
 async def test_reading_commands_work_on_a_postgresql_store(
     postgres_url: str, tmp_path: Path
 ) -> None:

@@ -449,7 +449,7 @@ class PostgresStore(PostgresAsks, Store):
 
         async def work(connection: Any) -> int:
             if self.worker is not None and run_id is not None:
-                await self._check_claim(connection, conversation_id)
+                await self._check_claim(connection, conversation_id, run_id)
             seq = None
             if outbound.kind == "message":
                 # the row lock this UPDATE takes is what keeps seqs gapless across writers
@@ -531,24 +531,32 @@ class PostgresStore(PostgresAsks, Store):
         outbox_id = await self._write(work)
         return await self._outbox_entry_now(outbox_id)
 
-    async def _check_claim(self, connection: Any, conversation_id: int) -> None:
-        """Fence a run's send: only the worker holding the conversation's claim may record it.
+    async def _check_claim(self, connection: Any, conversation_id: int, run_id: int) -> None:
+        """Fence a run's send: only the run holding the conversation's claim may record it.
 
         A worker that stalled past its claim's ttl may find another worker running the
-        conversation; its send is refused (locking the claim row, so the other run's
-        window, built after it claims, shows every send recorded before).
+        conversation, or done with it (the claim released), or itself restarted and
+        running it again: in each case its send is refused. The claim row is locked, so
+        the other run's window, built after it claims, shows every send recorded before.
         """
         cursor = await connection.execute(
-            "SELECT worker FROM run_claims WHERE conversation_id = %s FOR UPDATE",
+            "SELECT worker, run_id FROM run_claims WHERE conversation_id = %s FOR UPDATE",
             (conversation_id,),
         )
         row = await cursor.fetchone()
-        if row is not None and row[0] != self.worker:
-            raise StoreError(
-                f"worker {self.worker} no longer holds conversation {conversation_id}: worker"
-                f" {row[0]} took it over after this worker's claim lapsed (missed heartbeats);"
-                " this send was not made, that worker's run answers instead"
-            )
+        if row is not None and row[0] == self.worker and row[1] == run_id:
+            return
+        if row is None:
+            now_held = "another run has answered it and released it meanwhile"
+        elif row[0] != self.worker:
+            now_held = f"worker {row[0]} took it over"
+        else:
+            now_held = "this worker (restarted, or running it again) holds it for another run"
+        raise StoreError(
+            f"run {run_id} of worker {self.worker} no longer holds conversation"
+            f" {conversation_id}: its claim lapsed (missed heartbeats) and {now_held};"
+            " this send was not made"
+        )
 
     async def mark_sent(self, outbox_id: int, receipt: Receipt) -> OutboxEntry:
         ids = receipt.part_ids or (
@@ -719,6 +727,13 @@ class PostgresStore(PostgresAsks, Store):
                 (conversation_id, trigger_seq, upto_seq, now(), self.worker),
             )
             row = await cursor.fetchone()
+            if self.worker is not None:
+                # the claim this worker took for the conversation is now this run's: only
+                # its sends are recorded (_check_claim)
+                await connection.execute(
+                    "UPDATE run_claims SET run_id = %s WHERE conversation_id = %s AND worker = %s",
+                    (row[0], conversation_id, self.worker),
+                )
             return int(row[0])
 
         run_id: int = await self._write(work)
@@ -958,9 +973,10 @@ class PostgresStore(PostgresAsks, Store):
         """Claim the right to run this conversation's agent; False when a live worker has it."""
         me = self._me()
         rows = await self._one(
+            # no run holds a fresh claim until begin_run binds its own
             "INSERT INTO run_claims (conversation_id, worker, expires_at)"
             f" VALUES (%s, %s, {DB_NOW} + %s) ON CONFLICT (conversation_id) DO UPDATE SET"
-            " worker = excluded.worker, expires_at = excluded.expires_at"
+            " worker = excluded.worker, expires_at = excluded.expires_at, run_id = NULL"
             f" WHERE run_claims.worker = excluded.worker OR run_claims.expires_at < {DB_NOW}"
             " RETURNING worker",
             (conversation_id, me, ttl),

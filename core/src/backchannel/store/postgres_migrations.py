@@ -397,6 +397,17 @@ async def pg011_dead_letter_deliveries(connection: Any) -> None:
     )
 
 
+async def pg012_run_claim_run(connection: Any) -> None:
+    """Bind a conversation's run claim to the run that holds it (`run_id`).
+
+    A send of a run is recorded only while its own run holds the claim: a
+    worker that stalled past its claim (a GC pause, a frozen VM) must not send
+    after another worker ran the conversation and released the claim, nor
+    after a restart of itself under the same name claimed it again.
+    """
+    await connection.execute("ALTER TABLE run_claims ADD COLUMN run_id BIGINT")
+
+
 PG_MIGRATIONS: list[Migration] = [
     pg001_initial,
     pg002_orchestration,
@@ -407,6 +418,7 @@ PG_MIGRATIONS: list[Migration] = [
     pg009_search_indexes,
     pg010_outbox_seen_seq,
     pg011_dead_letter_deliveries,
+    pg012_run_claim_run,
 ]
 
 
