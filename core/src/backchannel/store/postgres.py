@@ -176,31 +176,34 @@ class PostgresStore(PostgresAsks, Store):
 
         None means every worker's (a single process that owns the whole database).
         """
-        mine = "" if worker is None else " AND worker = %s"
-        params: tuple[Any, ...] = () if worker is None else (worker,)
 
         async def work(connection: Any) -> list[int]:
-            cursor = await connection.execute(
-                f"SELECT id FROM outbox WHERE status = 'pending'{mine} ORDER BY id FOR UPDATE",
-                params,
-            )
-            pending = [row[0] for row in await cursor.fetchall()]
-            for outbox_id in pending:
-                await self._set_outbox_status(
-                    connection,
-                    outbox_id,
-                    "uncertain",
-                    "interrupted by a restart before the platform answered",
-                )
-            await connection.execute(
-                "UPDATE runs SET status = 'interrupted', error = 'the process stopped during the run',"
-                f" finished_at = %s WHERE status = 'running'{mine}",
-                (now(), *params),
-            )
-            return pending
+            return await self._recover_in(connection, worker)
 
         pending = await self._write(work)
         return [await self._outbox_entry_now(outbox_id) for outbox_id in pending]
+
+    async def _recover_in(self, connection: Any, worker: str | None) -> list[int]:
+        mine = "" if worker is None else " AND worker = %s"
+        params: tuple[Any, ...] = () if worker is None else (worker,)
+        cursor = await connection.execute(
+            f"SELECT id FROM outbox WHERE status = 'pending'{mine} ORDER BY id FOR UPDATE",
+            params,
+        )
+        pending = [row[0] for row in await cursor.fetchall()]
+        for outbox_id in pending:
+            await self._set_outbox_status(
+                connection,
+                outbox_id,
+                "uncertain",
+                "interrupted by a restart before the platform answered",
+            )
+        await connection.execute(
+            "UPDATE runs SET status = 'interrupted', error = 'the process stopped during the run',"
+            f" finished_at = %s WHERE status = 'running'{mine}",
+            (now(), *params),
+        )
+        return pending
 
     # inbound ---------------------------------------------------------------
     async def append_inbound(self, items: Sequence[Inbound]) -> list[AppendResult]:
@@ -995,12 +998,24 @@ class PostgresStore(PostgresAsks, Store):
         Its pending sends become uncertain and its running runs interrupted, once:
         it is then recorded as stopped (a restart under its name registers again).
         """
-        found = await self._one(
-            "UPDATE workers SET stopped_at = " + DB_NOW + " WHERE stopped_at IS NULL"
-            f" AND heartbeat_at < {DB_NOW} - %s AND name IS DISTINCT FROM %s RETURNING name",
-            (ttl, self.worker),
-        )
-        return {row[0]: await self.recover_worker(row[0]) for row in found or []}
+
+        async def work(connection: Any) -> dict[str, list[int]]:
+            # one transaction: the workers rows stay locked while their sends and runs are
+            # recovered, so a restart under one of these names (which registers on that
+            # row) cannot start a send or a run that this would then mark as interrupted
+            cursor = await connection.execute(
+                "UPDATE workers SET stopped_at = " + DB_NOW + " WHERE stopped_at IS NULL"
+                f" AND heartbeat_at < {DB_NOW} - %s AND name IS DISTINCT FROM %s RETURNING name",
+                (ttl, self.worker),
+            )
+            names = [row[0] for row in await cursor.fetchall()]
+            return {name: await self._recover_in(connection, name) for name in names}
+
+        found: dict[str, list[int]] = await self._write(work)
+        return {
+            name: [await self._outbox_entry_now(outbox_id) for outbox_id in pending]
+            for name, pending in found.items()
+        }
 
     async def workers_report(self) -> list[dict[str, Any]]:
         """Every worker with its heartbeat age, state and the accounts it leases."""
