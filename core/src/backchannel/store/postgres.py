@@ -613,6 +613,19 @@ class PostgresStore(PostgresAsks, Store):
     async def mark_failed(self, outbox_id: int, reason: str) -> OutboxEntry:
         async def work(connection: Any) -> None:
             await self._set_outbox_status(connection, outbox_id, "failed", reason)
+            # an id noted before sending (note_platform_id) names nothing that arrived
+            cursor = await connection.execute(
+                "UPDATE outbox SET platform_ids = NULL WHERE id = %s AND kind = 'message'"
+                " AND platform_ids IS NOT NULL RETURNING conversation_id, message_seq",
+                (outbox_id,),
+            )
+            row = await cursor.fetchone()
+            if row is not None and row[1] is not None:
+                await connection.execute(
+                    "UPDATE messages SET platform_message_id = NULL"
+                    " WHERE conversation_id = %s AND seq = %s",
+                    (row[0], row[1]),
+                )
 
         await self._write(work)
         return await self._outbox_entry_now(outbox_id)

@@ -921,6 +921,16 @@ class SQLiteStore(SQLiteAsks, Store):
     async def mark_failed(self, outbox_id: int, reason: str) -> OutboxEntry:
         with self._write():
             self._set_outbox_status(outbox_id, "failed", reason)
+            # an id noted before sending (note_platform_id) names nothing that arrived
+            entry = self._outbox_entry(outbox_id)
+            if entry.platform_ids and entry.kind == "message":
+                self.db.execute("UPDATE outbox SET platform_ids = NULL WHERE id = ?", (outbox_id,))
+                if entry.message_seq is not None:
+                    self.db.execute(
+                        "UPDATE messages SET platform_message_id = NULL"
+                        " WHERE conversation_id = ? AND seq = ?",
+                        (entry.conversation_id, entry.message_seq),
+                    )
         return self._outbox_entry(outbox_id)
 
     async def mark_uncertain(

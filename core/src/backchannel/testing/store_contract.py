@@ -331,6 +331,14 @@ class StoreContract(AskStoreContract):
         await store.note_platform_id(edit.id, "p-edit")
         [newest, *_] = await store.outbox(conversation_id=conversation.id)
         assert newest.id == edit.id and newest.platform_ids == ()
+        # a send the platform refused never arrived: the id noted for it names nothing
+        refused = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "r"), ME
+        )
+        await store.note_platform_id(refused.id, "p-refused")
+        failed = await store.mark_failed(refused.id, "not a contact")
+        assert failed.platform_ids == ()
+        assert await platform_id(refused.message_seq) is None
 
     async def test_outbound_edit_changes_own_message_when_sent(self, store: Store) -> None:
         conversation = await store.ensure_conversation(Address("acct", "c1"))
