@@ -194,7 +194,13 @@ async def test_a_stalled_run_cannot_send_after_another_run_answered_and_released
     with pytest.raises(StoreError, match="holds it for another run"):
         await slow.record_outbound(conversation.id, Outbound(address, "again"), me, stalled)
     await restarted.record_outbound(conversation.id, Outbound(address, "fresh"), me, fresh)
-    assert [e.text for e in await slow.outbox()] == ["fresh", "answer"]
+    # a run's send elsewhere (a cross-conversation send, an ask) is fenced by the run's own
+    # conversation's claim, not the target's (which no one claims)
+    elsewhere = await restarted.ensure_conversation(Address("acct", "c2"))
+    await restarted.record_outbound(elsewhere.id, Outbound(elsewhere.address, "hi"), me, fresh)
+    with pytest.raises(StoreError, match="holds it for another run"):
+        await slow.record_outbound(elsewhere.id, Outbound(elsewhere.address, "hi"), me, stalled)
+    assert [e.text for e in await slow.outbox()] == ["hi", "fresh", "answer"]
     for store in (slow, other, restarted):
         await store.close()
 

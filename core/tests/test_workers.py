@@ -172,6 +172,42 @@ async def test_one_run_per_conversation_across_workers_and_every_message_answere
     await store.close()
 
 
+async def test_a_workers_run_sends_into_another_conversation(
+    boards: Callable[..., Awaitable[Switchboard]], postgres_url: str
+) -> None:
+    """A run's send elsewhere (send_to_conversation, an ask) is fenced by the run's own
+    conversation's claim: the target, which no one claims, does not refuse it."""
+    from backchannel.model import Address
+    from backchannel.orchestration.tools import deliver_cross
+
+    platform = FakePlatform()
+    outcomes: list[str] = []
+    done = asyncio.Event()
+
+    async def relay(run: Run) -> None:
+        try:
+            target = await run_board.store.ensure_conversation(Address("fake", "other-chat"))
+            outcome = await deliver_cross(
+                run_board,
+                target,
+                "relayed",
+                origin_key=run.conversation.address.key,
+                run_id=run.session.run_id,
+            )
+            outcomes.append(outcome.state)
+        except Exception as error:
+            outcomes.append(f"{type(error).__name__}: {error}")
+        finally:
+            done.set()
+
+    run_board = await boards("w1", WebhookFakeAdapter("fake", {}, platform), relay)
+    await run_board.ingest("fake", platform.make_message("m1", chat="c1"))
+    await asyncio.wait_for(done.wait(), 30)
+    await run_board.wait_idle()
+    assert outcomes == ["sent"]
+    assert [(sent.chat, sent.text) for sent in platform.sent] == [("other-chat", "relayed")]
+
+
 async def test_backchannel_workers_lists_workers_accounts_and_leases(
     boards: Callable[..., Awaitable[Switchboard]], postgres_url: str, tmp_path: Path
 ) -> None:

@@ -452,7 +452,7 @@ class PostgresStore(PostgresAsks, Store):
 
         async def work(connection: Any) -> int:
             if self.worker is not None and run_id is not None:
-                await self._check_claim(connection, conversation_id, run_id)
+                await self._check_claim(connection, run_id)
             seq = None
             if outbound.kind == "message":
                 # the row lock this UPDATE takes is what keeps seqs gapless across writers
@@ -534,14 +534,23 @@ class PostgresStore(PostgresAsks, Store):
         outbox_id = await self._write(work)
         return await self._outbox_entry_now(outbox_id)
 
-    async def _check_claim(self, connection: Any, conversation_id: int, run_id: int) -> None:
-        """Fence a run's send: only the run holding the conversation's claim may record it.
+    async def _check_claim(self, connection: Any, run_id: int) -> None:
+        """Fence a run's send: only while the run holds its conversation's claim.
 
-        A worker that stalled past its claim's ttl may find another worker running the
-        conversation, or done with it (the claim released), or itself restarted and
-        running it again: in each case its send is refused. The claim row is locked, so
-        the other run's window, built after it claims, shows every send recorded before.
+        The run's own conversation, whatever the send's target (a cross-conversation
+        send or an ask goes elsewhere). A worker that stalled past its claim's ttl may
+        find another worker running that conversation, or done with it (the claim
+        released), or itself restarted and running it again: in each case its send is
+        refused. The claim row is locked, so the other run's window, built after it
+        claims, shows every send recorded before.
         """
+        cursor = await connection.execute(
+            "SELECT conversation_id FROM runs WHERE id = %s", (run_id,)
+        )
+        found = await cursor.fetchone()
+        if found is None:
+            raise StoreError(f"there is no run {run_id}: its send was not made")
+        conversation_id = found[0]
         cursor = await connection.execute(
             "SELECT worker, run_id FROM run_claims WHERE conversation_id = %s FOR UPDATE",
             (conversation_id,),
