@@ -34,7 +34,14 @@ class Policy:
     respond: Respond = "mention"
 
     def may_reach(self, event: Event) -> bool:
-        """Return True when the sender may reach the agent (else the message is held)."""
+        """Return True when the sender may reach the agent (else the message is held).
+
+        A change the platform reports without naming who made it (a deletion, a
+        moderator clearing reactions) is a fact about a stored message, not someone
+        reaching the agent: it is never held.
+        """
+        if event.kind != "message" and event.sender.is_unknown:
+            return True
         sender = event.sender.id
         if self.access == "anyone":
             return True

@@ -214,6 +214,34 @@ async def test_a_first_send_goes_ahead_when_discord_cannot_be_asked(
     assert await store.find_conversation(Address("main", missing)) is not None
 
 
+async def test_a_moderators_clear_and_a_delete_apply_under_an_owner_only_policy(
+    fake: FakeDiscord, store: SQLiteStore, board_for: Any
+) -> None:
+    """Neither names who made it: a fact about a stored message, never held by the policy
+    (a held change is not applied)."""
+    agent = RecordingAgent(lambda run: "noted")
+    board = await board_for(agent, respond="always", access="owner", owner=fake.alice)
+    said = await fake.post_message(fake.general, fake.alice, "deploy went fine")
+    gone = await fake.post_message(fake.general, fake.alice, "a secret, deleted")
+    await fake.react(said["id"], fake.alice, "🎉")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    await fake.clear_reactions(said["id"])
+    await fake.delete_message(gone["id"])
+    await fake.post_message(fake.general, fake.alice, "and now?")
+    await agent.wait_runs(2)
+    await board.wait_idle()
+    conversation = await store.find_conversation(Address("main", fake.general))
+    assert conversation is not None
+    kept = await store.message_by_platform_id(conversation.id, said["id"])
+    deleted = await store.message_by_platform_id(conversation.id, gone["id"])
+    assert kept is not None and kept.reactions == ()
+    assert deleted is not None and deleted.deleted_at is not None
+    assert any(
+        "(deleted; it said: a secret, deleted)" in m["content"] for m in agent.runs[-1].messages
+    )
+
+
 async def test_reactions_show_on_their_message_and_come_off_by_user_id(
     fake: FakeDiscord, store: SQLiteStore, board_for: Any
 ) -> None:
