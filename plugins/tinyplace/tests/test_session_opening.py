@@ -22,6 +22,7 @@ from backchannel.model import Address, Outbound
 from backchannel.store import SQLiteStore
 from backchannel.testing import ContractContext
 from backchannel_tinyplace import TinyplaceAdapter
+from backchannel_tinyplace.adapter import OPENING_COPIES
 from backchannel_tinyplace.sessions import StateUnavailable
 from backchannel_tinyplace.testing import FakeRelay, RelayPeer
 from tinyplace import LocalSigner, TinyPlaceError
@@ -77,6 +78,32 @@ async def test_when_the_resent_opening_fails_too_the_next_message_waits_for_it(
     assert relay.mailbox(peer.agent_id) == []
     await account.send(Outbound(master("test", peer.agent_id), "second"))
     assert [text for _, text in await peer.receive()] == ["first", "second"]
+
+
+async def test_an_opening_whose_copies_keep_failing_is_given_up_for_a_fresh_session(
+    account: TinyplaceAdapter, relay: FakeRelay, peer: RelayPeer
+) -> None:
+    """A relay that keeps refusing the copy (a 5xx on a repeated id, say) must not hold
+    every send to the peer forever: after OPENING_COPIES failed copies the session is
+    opened afresh, and the next message goes out as its own PREKEY_BUNDLE."""
+    relay.make_contacts(peer.agent_id, account.agent_id)
+    relay.fail_next("stored_then_error")  # the relay kept it; only its answer was lost
+    with pytest.raises(Uncertain):
+        await account.send(Outbound(master("test", peer.agent_id), "first"))
+    for _ in range(OPENING_COPIES - 1):
+        relay.fail_next("server_error")  # each copy fails
+        with pytest.raises(RateLimited):
+            await account.send(Outbound(master("test", peer.agent_id), "second"))
+    relay.fail_next("server_error")
+    await account.send(Outbound(master("test", peer.agent_id), "second"))
+    received = await peer.receive()
+    assert [(e["type"], text) for e, text in received] == [
+        ("PREKEY_BUNDLE", "first"),
+        ("PREKEY_BUNDLE", "second"),  # a fresh session's opening
+    ]
+    assert await kept_opening(account, peer.agent_id) is None
+    await account.send(Outbound(master("test", peer.agent_id), "third"))
+    assert [(e["type"], text) for e, text in await peer.receive()] == [("CIPHERTEXT", "third")]
 
 
 async def test_a_peer_no_longer_a_contact_refuses_the_copy_and_the_next_message_alike(

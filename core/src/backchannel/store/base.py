@@ -385,7 +385,8 @@ class Store(ABC):
         The same payload again (same account, ref and kept copy: a platform's
         redelivery) does not add a second letter: its letter is replaced by one
         with the next id, the latest reason, and `deliveries` counted up, so the
-        newest id still counts every delivery.
+        newest id still counts every delivery (of one writer at a time: PostgreSQL
+        workers adding the same letter at once may leave a gap).
         """
 
     @abstractmethod

@@ -842,8 +842,9 @@ class PostgresStore(PostgresAsks, Store):
                 "INSERT INTO dead_letters"
                 " (account, ref, reason, payload, at, digest, deliveries, first_at)"
                 " VALUES (%s,%s,%s,%s,%s,%s,%s,%s)"
-                " ON CONFLICT (account, digest) DO UPDATE SET reason = excluded.reason,"
-                " at = excluded.at, deliveries = dead_letters.deliveries + excluded.deliveries",
+                " ON CONFLICT (account, digest) DO UPDATE SET id = excluded.id,"
+                " reason = excluded.reason, at = excluded.at,"
+                " deliveries = dead_letters.deliveries + excluded.deliveries",
                 (account, ref, redact(reason), payload, stamp, digest, deliveries, first_at),
             )
 

@@ -58,6 +58,10 @@ _KEY_CHECK_EVERY = 100
 log = logging.getLogger("backchannel.tinyplace")
 
 
+#: copies of a kept session opening that may fail before the session is opened afresh
+OPENING_COPIES = 3
+
+
 class TinyplaceAdapter:
     """A tiny.place agent identity: DMs with other agents, threaded by harness session."""
 
@@ -428,18 +432,43 @@ class TinyplaceAdapter:
                 return False
             if isinstance(failure, Rejected):
                 raise failure from None
+            if await self._give_up_opening(peer):
+                return False
             raise RateLimited(
                 failure.retry_after if isinstance(failure, RateLimited) else CONNECT_RETRY_AFTER,
                 f"the message that opens the encrypted session with {peer} is sent again first,"
                 f" and that failed: {failure.reason}",
             ) from None
         except Exception as error:
+            if await self._give_up_opening(peer):
+                return False
             raise RateLimited(
                 CONNECT_RETRY_AFTER,
                 f"the message that opens the encrypted session with {peer} is sent again first,"
                 f" and the relay's answer could not be read ({type(error).__name__})",
             ) from None
         await self._opening_confirmed(peer)
+        return True
+
+    async def _give_up_opening(self, peer: str) -> bool:
+        """Count a copy of the kept opening the relay did not take; after
+        OPENING_COPIES of them, drop the session (True): the next message opens a
+        fresh one, rather than every send to `peer` waiting on a copy that keeps
+        failing (a relay refusing a repeated id with a 5xx, say)."""
+        store, _ = self._require_signal()
+        try:
+            failures = await store.count_opening_failure(peer)
+        except StateUnavailable:
+            return False
+        if failures < OPENING_COPIES:
+            return False
+        self._log().warning(
+            "the kept opening of the encrypted session with %s failed %d times; opening a new"
+            " session",
+            peer,
+            failures,
+        )
+        await self._drop_session(peer)
         return True
 
     async def _opening_confirmed(self, peer: str) -> None:

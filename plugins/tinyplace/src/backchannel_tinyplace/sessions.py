@@ -193,6 +193,14 @@ class DurableSessionStore(SessionStore):
 
     async def remove_opening(self, address: str) -> None:
         await self._put(f"opening/{address}", None)
+        await self._put(f"opening_failures/{address}", None)
+
+    async def count_opening_failure(self, address: str) -> int:
+        """Count one more copy of the kept opening that the relay did not take; return
+        how many so far."""
+        failures = int(await self._get(f"opening_failures/{address}") or 0) + 1
+        await self._put(f"opening_failures/{address}", str(failures))
+        return failures
 
     # --- sender keys (groups; stored for completeness) ----------------------
 
