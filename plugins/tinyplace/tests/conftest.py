@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,3 +54,20 @@ async def account(
     await adapter.start(contract_context.bind(adapter))
     yield adapter
     await adapter.stop()
+
+
+async def spawn_ready(script: Path, *args: str, what: str) -> asyncio.subprocess.Process:
+    """Start `script` in its own Python process; return it once it prints READY."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(script),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    line = await asyncio.wait_for(process.stdout.readline(), 30)
+    if line.strip() != b"READY":
+        _, err = await process.communicate()
+        raise AssertionError(f"{what} did not start: {line!r} {err.decode()[-2000:]}")
+    return process

@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 
 from backchannel.model import Address
@@ -14,28 +13,15 @@ from backchannel.store import SQLiteStore
 from backchannel_tinyplace.testing import FakeRelay, RelayPeer
 from tinyplace import LocalSigner
 
+from .conftest import spawn_ready
+
 SCRIPT = Path(__file__).with_name("crash_receiver.py")
 
 
 async def run_receiver(
     mode: str, relay: FakeRelay, db: Path, seed: bytes
 ) -> asyncio.subprocess.Process:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(SCRIPT),
-        mode,
-        relay.url,
-        str(db),
-        seed.hex(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stdout is not None
-    line = await asyncio.wait_for(process.stdout.readline(), 30)
-    if line.strip() != b"READY":
-        _, err = await process.communicate()
-        raise AssertionError(f"receiver did not start: {line!r} {err.decode()[-2000:]}")
-    return process
+    return await spawn_ready(SCRIPT, mode, relay.url, str(db), seed.hex(), what="receiver")
 
 
 async def test_sigkill_after_commit_before_delete_is_acked_on_restart_without_a_second_decrypt(

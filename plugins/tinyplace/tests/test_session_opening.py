@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,8 @@ from backchannel_tinyplace.adapter import OPENING_COPIES
 from backchannel_tinyplace.sessions import StateUnavailable
 from backchannel_tinyplace.testing import FakeRelay, RelayPeer
 from tinyplace import LocalSigner, TinyPlaceError
+
+from .conftest import spawn_ready
 
 SENDER = Path(__file__).with_name("crash_sender.py")
 
@@ -248,22 +249,7 @@ async def test_an_opening_that_did_arrive_is_read_once_by_a_backchannel_peer(
 
 
 async def run_sender(relay: FakeRelay, db: Path, seed: bytes, peer: str) -> Any:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(SENDER),
-        relay.url,
-        str(db),
-        seed.hex(),
-        peer,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stdout is not None
-    line = await asyncio.wait_for(process.stdout.readline(), 30)
-    if line.strip() != b"READY":
-        _, err = await process.communicate()
-        raise AssertionError(f"sender did not start: {line!r} {err.decode()[-2000:]}")
-    return process
+    return await spawn_ready(SENDER, relay.url, str(db), seed.hex(), peer, what="sender")
 
 
 @pytest.mark.parametrize("fault", ["hang", "stored_then_hang"])
