@@ -36,11 +36,12 @@ class Policy:
     def may_reach(self, event: Event) -> bool:
         """Return True when the sender may reach the agent (else the message is held).
 
-        A change the platform reports without naming who made it (a deletion, a
-        moderator clearing reactions) is a fact about a stored message, not someone
-        reaching the agent: it is never held.
+        A deletion or a reaction change the platform reports without naming who made
+        it (a moderator clearing reactions) is a fact about a stored message, not
+        someone reaching the agent: it is never held. An edit changes what someone
+        said, so it is judged by its sender as a message is.
         """
-        if event.kind != "message" and event.sender.is_unknown:
+        if event.kind in ("delete", "reaction") and event.sender.is_unknown:
             return True
         sender = event.sender.id
         if self.access == "anyone":
