@@ -56,6 +56,37 @@ async def test_a_surrogate_in_an_id_is_a_dead_letter_and_the_batch_moves_on(
     await board.stop()
 
 
+async def test_a_cursor_never_moves_past_an_unreadable_payload_without_its_letter(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state an ingest carries (a catch-up cursor) commits with the dead letter: if the
+    letter cannot be written (the process dies there, the disk is full), the cursor stays,
+    so the payload is read again after a restart instead of vanishing."""
+    channel = FakeChannel()
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(RecordingAgent(lambda run: None)))
+    await board.start()
+    await store.set_state("fake", "cursor", "1")
+    bad = channel.platform.make_message("x", chat="c\ud800")  # a dead letter (see above)
+    real_add = store.add_dead_letter
+
+    async def dies(*args: Any, **kwargs: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(store, "add_dead_letter", dies)
+    with pytest.raises(OSError):
+        await board.ingest("fake", bad, state={"cursor": "2"})
+    assert await store.get_state("fake", "cursor") == "1"
+    assert await store.dead_letters("fake") == []
+    monkeypatch.setattr(store, "add_dead_letter", real_add)
+    result = await board.ingest("fake", bad, state={"cursor": "2"})
+    assert result.status == "malformed"
+    assert await store.get_state("fake", "cursor") == "2"
+    assert len(await store.dead_letters("fake")) == 1
+    await board.wait_idle()
+    await board.stop()
+
+
 async def test_what_the_check_misses_the_store_refusal_dead_letters_event_by_event(
     store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -555,16 +555,15 @@ class Switchboard:
         state: Mapping[str, str | None] | None = None,
     ) -> IngestResult:
         self.counters["malformed"] += 1
-        if state:  # adapter state moves on whatever became of the payload
-            for key, value in state.items():
-                await self.store.set_state(account, key, value)
         reason = repair_text(reason)
         if len(reason) > MAX_REASON:  # a reason may quote the payload: one readable line
             reason = reason[:MAX_REASON] + "…"
         log.warning("account %s: malformed payload dropped: %s", account, reason)
         adapter = self.accounts[account].adapter
         payload = dump_for_dead_letter(raw, getattr(adapter, "secret_fields", ()))
-        await self.store.add_dead_letter(account, "malformed", reason, payload)
+        # adapter state moves on whatever became of the payload, in the letter's transaction:
+        # a cursor past the payload never moves without it
+        await self.store.add_dead_letter(account, "malformed", reason, payload, state=state)
         return IngestResult("malformed", reason=reason)
 
     # operator tools --------------------------------------------------------

@@ -379,8 +379,20 @@ class Store(ABC):
         """Write (None deletes) one durable per-account value."""
 
     @abstractmethod
-    async def add_dead_letter(self, account: str, ref: str, reason: str, payload: str) -> None:
+    async def add_dead_letter(
+        self,
+        account: str,
+        ref: str,
+        reason: str,
+        payload: str,
+        *,
+        state: Mapping[str, str | None] | None = None,
+    ) -> None:
         """Keep a payload that could not be processed, for the operator.
+
+        `state` (the account's adapter state, key -> value, None deletes) is
+        written in the same transaction: a cursor that moves past the payload
+        never moves without its letter.
 
         The same payload again (same account, ref and kept copy: a platform's
         redelivery) does not add a second letter: its letter is replaced by one

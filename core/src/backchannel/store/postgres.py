@@ -824,7 +824,15 @@ class PostgresStore(PostgresAsks, Store):
 
         await self._write(work)
 
-    async def add_dead_letter(self, account: str, ref: str, reason: str, payload: str) -> None:
+    async def add_dead_letter(
+        self,
+        account: str,
+        ref: str,
+        reason: str,
+        payload: str,
+        *,
+        state: Mapping[str, str | None] | None = None,
+    ) -> None:
         payload = redact(payload)[:65536]
         digest = dead_letter_digest(ref, payload)
 
@@ -847,6 +855,8 @@ class PostgresStore(PostgresAsks, Store):
                 " deliveries = dead_letters.deliveries + excluded.deliveries",
                 (account, ref, redact(reason), payload, stamp, digest, deliveries, first_at),
             )
+            for key, value in (state or {}).items():
+                await _write_state(connection, account, key, value)
 
         await self._write(work)
 

@@ -1103,7 +1103,15 @@ class SQLiteStore(SQLiteAsks, Store):
                 (account, key, str(value), now()),
             )
 
-    async def add_dead_letter(self, account: str, ref: str, reason: str, payload: str) -> None:
+    async def add_dead_letter(
+        self,
+        account: str,
+        ref: str,
+        reason: str,
+        payload: str,
+        *,
+        state: Mapping[str, str | None] | None = None,
+    ) -> None:
         db = self.db
         payload = redact(payload)[:65536]
         digest = dead_letter_digest(ref, payload)
@@ -1133,6 +1141,8 @@ class SQLiteStore(SQLiteAsks, Store):
                     first_at,
                 ),
             )
+            for key, value in (state or {}).items():
+                self._write_state(account, key, value)
 
     async def dead_letters(
         self, account: str | None = None, limit: int = 100

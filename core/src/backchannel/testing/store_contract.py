@@ -450,6 +450,13 @@ class StoreContract(AskStoreContract):
         (letter,) = await store.dead_letters("acct")
         assert letter["reason"] == "missing chat"
         assert letter["deliveries"] == 1 and letter["first_at"] == letter["at"]
+        # the adapter state an ingest carries commits with its letter
+        await store.set_state("acct", "gone", "x")
+        await store.add_dead_letter(
+            "acct", "r-1", "undecryptable", "{}", state={"cursor": "5", "gone": None}
+        )
+        assert await store.get_state("acct", "cursor") == "5"
+        assert await store.get_state("acct", "gone") is None
 
     async def test_a_redelivered_dead_letter_is_counted_not_kept_twice(self, store: Store) -> None:
         await store.add_dead_letter("acct", "malformed", "missing chat", '{"u": 1}')
