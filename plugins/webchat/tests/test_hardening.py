@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import aiohttp
 import pytest
@@ -174,3 +175,44 @@ async def test_a_frame_the_server_fails_on_costs_that_frame_not_the_connection(
     await page.wait_for(lambda f: f["type"] == "pong")
     assert not page.closed.is_set()
     assert "Error handling request" not in caplog.text
+
+
+async def test_the_fake_browser_closes_its_session_when_its_reader_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The test kit's page: a reader that ended in an error (its confirmation of a pushed
+    delivery hit a closing socket) is raised by close(), after the session is closed."""
+    from aiohttp import web
+
+    async def pushes_then_leaves(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_json({"type": "message", "role": "agent", "text": "hi", "delivery": "d1"})
+        return ws  # the server closes the socket
+
+    app = web.Application()
+    app.router.add_get("/ws", pushes_then_leaves)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    real_send = aiohttp.ClientWebSocketResponse.send_str
+
+    async def send_str(self: Any, data: str, compress: Any = None) -> None:
+        if '"received"' in data:
+            raise aiohttp.ClientConnectionResetError("Cannot write to closing transport")
+        await real_send(self, data, compress)
+
+    monkeypatch.setattr(aiohttp.ClientWebSocketResponse, "send_str", send_str)
+    page = FakeBrowser(f"http://127.0.0.1:{port}/")
+    try:
+        await page.open(hello=False)
+        await asyncio.wait_for(page.closed.wait(), 10)
+        session = page._session
+        with pytest.raises(aiohttp.ClientConnectionResetError):
+            await page.close()
+        assert session is not None and session.closed
+        await page.close()  # idempotent
+    finally:
+        await runner.cleanup()

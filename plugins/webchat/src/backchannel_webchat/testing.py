@@ -133,15 +133,18 @@ class FakeBrowser:
             await self.wait_for(lambda f: f["type"] == "transcript", timeout, after=start)
 
     async def close(self) -> None:
-        """Close the tab. Idempotent."""
-        if self._ws is not None:
-            await self._ws.close()
-        if self._reader is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-        if self._session is not None:
-            await self._session.close()
-        self._ws = self._session = self._reader = None
+        """Close the tab. Idempotent. The HTTP session is closed even when the reader
+        ended in an error (a connection reset), which is then raised."""
+        try:
+            if self._ws is not None:
+                await self._ws.close()
+            if self._reader is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._reader
+        finally:
+            if self._session is not None:
+                await self._session.close()
+            self._ws = self._session = self._reader = None
 
     async def reload(self) -> None:
         """Close and reopen the tab, as a page reload does (same visitor, same tab)."""
