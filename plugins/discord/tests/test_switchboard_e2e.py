@@ -283,3 +283,19 @@ async def test_reactions_show_on_their_message_and_come_off_by_user_id(
     await board.wait_idle()
     assert await reactions_of(fake.general, None, said["id"]) == (("Bob", "👍"),)
     assert await reactions_of(fake.general, thread, in_thread["id"]) == ()
+    # a custom emoji is known by its id: renamed since it was added, it still comes off
+    await fake.react(said["id"], bob, "shipit:424242424242424242")
+    await fake.react(said["id"], fake.alice, "shipit:424242424242424242")
+    await fake.react(said["id"], bob, "ship_it:424242424242424242", remove=True)
+    await fake.post_message(fake.general, fake.alice, f"<@{fake.bot_id}> one left?")
+    await agent.wait_runs(3)
+    await board.wait_idle()
+    assert await reactions_of(fake.general, None, said["id"]) == (
+        ("Bob", "👍"),
+        ("Alice", ":shipit:"),
+    )
+    await fake.clear_reactions(said["id"], "shipped:424242424242424242")
+    await fake.post_message(fake.general, fake.alice, f"<@{fake.bot_id}> none?")
+    await agent.wait_runs(4)
+    await board.wait_idle()
+    assert await reactions_of(fake.general, None, said["id"]) == (("Bob", "👍"),)

@@ -346,21 +346,33 @@ def with_reaction(reactions_json: str | None, event: Event) -> str:
     Telegram) takes what left the set and adds what joined it; any other adds
     its emoji, or with `meta["removed"]` takes it away. Order is kept.
     A moderator's clear names no sender: `meta["cleared"]` "all" takes every
-    reaction off the message, "emoji" everyone's `event.text`.
+    reaction off the message, "emoji" everyone's `event.text`. An emoji the
+    platform names by an id of its own (`meta["emoji_key"]`: a Discord custom
+    emoji, whose name may change) is kept with it, as a fourth element, and
+    matched by it.
     """
     reactions = json.loads(reactions_json or "[]")
     sender, meta = event.sender, event.meta
+    raw_key = meta.get("emoji_key")
+    key = raw_key if isinstance(raw_key, str) and raw_key else None
+
+    def is_this_emoji(entry: list[Any]) -> bool:
+        if key is not None and len(entry) > 3:
+            return str(entry[3]) == key
+        return str(entry[1]) == event.text
+
     cleared = meta.get("cleared")
     if cleared == "all":
         return "[]"
     if cleared == "emoji":
-        return json.dumps([entry for entry in reactions if str(entry[1]) != event.text])
+        return json.dumps([entry for entry in reactions if not is_this_emoji(entry)])
     old, new = meta.get("old_reaction"), meta.get("new_reaction")
+    removed = False
     if isinstance(old, list) and isinstance(new, list):
         take = {str(e) for e in old} - {str(e) for e in new}
         give = [str(e) for e in new if e not in old]
     elif meta.get("removed"):
-        take, give = {event.text}, []
+        take, give, removed = set(), [], True
     else:
         take, give = set(), [event.text]
 
@@ -375,12 +387,16 @@ def with_reaction(reactions_json: str | None, event: Event) -> str:
     for entry in reactions:
         if theirs(entry):
             emoji = str(entry[1])
-            if emoji in take or emoji in have:
+            if emoji in take or emoji in have or (removed and is_this_emoji(entry)):
                 continue
             have.add(emoji)
-            entry = [sender.label if named else entry[0], emoji, sender.id]  # name as now
+            # the name as now; an emoji's own id, if it has one, is kept
+            entry = [sender.label if named else entry[0], emoji, sender.id, *entry[3:4]]
         kept.append(entry)
-    kept.extend([sender.label, emoji, sender.id] for emoji in give if emoji and emoji not in have)
+    tail = [key] if key is not None else []
+    kept.extend(
+        [sender.label, emoji, sender.id, *tail] for emoji in give if emoji and emoji not in have
+    )
     return json.dumps(kept)
 
 

@@ -294,7 +294,7 @@ def _reaction(
     assert user_id is not None and message_id is not None and channel_id is not None
     if bot_id is not None and user_id == bot_id:
         return None  # our own reaction, recorded in the outbox when we sent it
-    text, key = _emoji(reader)
+    text, key, custom = _emoji(reader)
     member = reader.sub("member")
     user = member.sub("user") if member is not None else None
     if member is not None and user is not None and user.snowflake("id", required=False) == user_id:
@@ -306,6 +306,8 @@ def _reaction(
     removed = kind == "MESSAGE_REACTION_REMOVE"
     if removed:
         meta["removed"] = True
+    if custom is not None:
+        meta["emoji_key"] = custom  # a custom emoji keeps its id when renamed
     action = "unreact" if removed else "react"
     return Event(
         address=_address(account, channel_id, parent_id),
@@ -331,13 +333,16 @@ def _reactions_cleared(
     message_id = reader.snowflake("message_id")
     channel_id = reader.snowflake("channel_id")
     assert message_id is not None and channel_id is not None
+    custom = None
     if kind == "MESSAGE_REACTION_REMOVE_EMOJI":
-        text, key = _emoji(reader)
+        text, key, custom = _emoji(reader)
         meta_cleared, what = "emoji", f"unreact-emoji:{key}"
     else:
         text, meta_cleared, what = "", "all", "unreact-all"
     conversation_kind, title, meta, parent_id = _conversation(reader, context)
     meta["cleared"] = meta_cleared
+    if custom is not None:
+        meta["emoji_key"] = custom
     return Event(
         address=_address(account, channel_id, parent_id),
         event_id=f"{message_id}:{what}{_dispatch_suffix(raw, context)}",
@@ -352,8 +357,8 @@ def _reactions_cleared(
     )
 
 
-def _emoji(reader: _Reader) -> tuple[str, str]:
-    """A reaction's emoji: (as shown, as keyed in the event id)."""
+def _emoji(reader: _Reader) -> tuple[str, str, str | None]:
+    """A reaction's emoji: (as shown, as keyed in the event id, a custom emoji's id)."""
     emoji = reader.sub("emoji")
     if emoji is None:
         raise NormalizeError("a reaction without an emoji", where=reader.prefix + "emoji")
@@ -363,7 +368,7 @@ def _emoji(reader: _Reader) -> tuple[str, str]:
     text = name if custom is None else f":{name or custom}:"
     if not text:
         raise NormalizeError("an emoji without a name", where=emoji.prefix + "name")
-    return text, custom or name or ""
+    return text, custom or name or "", custom
 
 
 def _dispatch_suffix(raw: Mapping[str, Any], context: Mapping[str, Any]) -> str:
