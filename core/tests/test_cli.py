@@ -215,6 +215,25 @@ def test_an_unknown_conversation_is_one_line_on_stderr_and_exit_1(
         )
 
 
+def test_hostile_ids_and_limits_are_one_line_errors(
+    webchat_conversation: tuple[Path, str],
+) -> None:
+    """Digits that are not ASCII ("²", "١": str.isdigit says yes), ids past 64 bits and a
+    5,000-digit id name no conversation; a --limit past a store's integers is refused by
+    the option itself. Never a traceback."""
+    path, _ = webchat_conversation
+    for reference in ("²", "١", "9" * 25, "1" * 5000):
+        result = invoke("show", reference, "-c", str(path), env={"UV_RUN_RECURSION_DEPTH": ""})
+        assert result.exit_code == 1, result.output
+        assert result.stdout == ""
+        assert result.stderr.startswith("error: no conversation ")
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    for command in ("conversations", "runs", "asks"):
+        result = invoke(command, "--limit", "9" * 25, "-c", str(path))
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output and "--limit" in result.output
+
+
 def test_store_commands_without_a_store_say_so(tmp_path: Path) -> None:
     path = write_config(tmp_path, "")
     listed = invoke("conversations", "-c", str(path))

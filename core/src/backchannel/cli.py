@@ -131,6 +131,10 @@ class BackchannelGroup(click.Group):
             ctx.exit(130)
 
 
+#: a listing's --limit: past this it is no longer a count a store can read (SQLite and
+#: PostgreSQL take a 64-bit integer), and no listing is that long
+LIMIT = click.IntRange(1, 1_000_000)
+
 @click.group(cls=BackchannelGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="backchannel", prog_name="backchannel")
 def main() -> None:
@@ -371,7 +375,7 @@ def workers_command(config_path: Path | None, as_json: bool) -> None:
 @config_option
 @store_option
 @click.option("--account", help="Only this account's conversations.")
-@click.option("--limit", type=click.IntRange(1), default=100, show_default=True)
+@click.option("--limit", type=LIMIT, default=100, show_default=True)
 @json_option
 def conversations_command(
     config_path: Path | None,
@@ -412,7 +416,7 @@ def conversations_command(
 @config_option
 @store_option
 @click.option(
-    "--limit", type=click.IntRange(1), default=100, show_default=True, help="Last N messages."
+    "--limit", type=LIMIT, default=100, show_default=True, help="Last N messages."
 )
 @json_option
 def show_command(
@@ -487,7 +491,7 @@ def show_command(
 @config_option
 @store_option
 @click.option("--failed", "only_failed", is_flag=True, help="Only runs that did not end ok.")
-@click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
+@click.option("--limit", type=LIMIT, default=50, show_default=True)
 @json_option
 def runs_command(
     conversation: str | None,
@@ -520,7 +524,7 @@ def runs_command(
 @click.option(
     "--waiting", "only_waiting", is_flag=True, help="Only asks still waiting for an answer."
 )
-@click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
+@click.option("--limit", type=LIMIT, default=50, show_default=True)
 @json_option
 def asks_command(
     conversation: str | None,

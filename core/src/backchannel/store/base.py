@@ -485,6 +485,9 @@ async def find_by_reference(store: Store, reference: str) -> Conversation | None
     taken as a thread. None when nothing matches.
     """
     if reference.isdigit():
+        # an id is ASCII digits a store can hold ("²" and "١" are digits to str.isdigit)
+        if not reference.isascii() or len(reference) > 19 or int(reference) >= 2**63:
+            return None
         try:
             return await store.conversation(int(reference))
         except StoreError:
