@@ -135,6 +135,7 @@ class BackchannelGroup(click.Group):
 #: PostgreSQL take a 64-bit integer), and no listing is that long
 LIMIT = click.IntRange(1, 1_000_000)
 
+
 @click.group(cls=BackchannelGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="backchannel", prog_name="backchannel")
 def main() -> None:
@@ -415,9 +416,7 @@ def conversations_command(
 @click.argument("conversation")
 @config_option
 @store_option
-@click.option(
-    "--limit", type=LIMIT, default=100, show_default=True, help="Last N messages."
-)
+@click.option("--limit", type=LIMIT, default=100, show_default=True, help="Last N messages.")
 @json_option
 def show_command(
     conversation: str,
