@@ -505,3 +505,80 @@ async def test_a_name_or_text_cannot_forge_another_messages_line(store: SQLiteSt
     older = await run.call("read_history", {"before_id": 4})
     assert [line.split("]")[0] for line in message_lines(older)] == ["[#1", "[#2", "[#3"]
     assert "Mallory\n" not in "".join(run.messages[0].values())  # a run's lines too
+
+
+async def test_a_send_elsewhere_by_a_run_cut_short_is_not_made_again_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The owner's run sent into another conversation, then was cut short (the process
+    stopped) before it finished: the restarted run is told, and the owner's message is
+    not offered again, so Alice gets one message, not two."""
+    from backchannel.orchestration import attach
+
+    owner = "olivia"
+    config = parse_config(
+        {
+            "accounts": {"home": {"channel": "fake"}, "work": {"channel": "fake"}},
+            "agents": {"assistant": {"kind": "demo"}},
+            "bindings": [
+                {"agent": "assistant", "accounts": ["home"], "access": "owner",
+                 "owner": owner, "orchestrate": True},
+                {"agent": "assistant", "accounts": ["work"], "respond": "always",
+                 "orchestrate": True, "owner": owner},
+            ],
+        },
+        check_plugins=False,
+    )  # fmt: skip
+    path = tmp_path / "bc.db"
+    channels = {"home": FakeChannel(), "work": FakeChannel()}
+
+    def board_for(action: Any) -> tuple[Switchboard, RecordingAgent]:
+        board = Switchboard(SQLiteStore(path), stop_timeout=0.1)
+        agent = RecordingAgent(action=action)
+        for binding, (name, channel) in zip(config.bindings, channels.items(), strict=True):
+            board.add_account(
+                channel.adapter(name),
+                Binding(agent, access=binding.access, owner=binding.owner, respond=binding.respond),
+            )
+        attach(board, config)
+        return board, agent
+
+    sent, never = asyncio.Event(), asyncio.Event()
+
+    async def sends_then_hangs(run: Run) -> None:
+        if run.trigger is not None and run.trigger.sender.id == owner:
+            await run.call(
+                "send_to_conversation", {"conversation": "work/alice-dm", "text": "Friday"}
+            )
+            sent.set()
+            await never.wait()  # cut short here: the stop cancels the run
+
+    board, agent = board_for(sends_then_hangs)
+    await board.start()
+    channels["work"].platform.user_says("the invoice is 1200", chat="alice-dm", sender="alice")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    channels["home"].platform.user_says("tell Alice: Friday", chat="home-dm", sender=owner)
+    await asyncio.wait_for(sent.wait(), 10)
+    await board.stop()
+
+    offered: list[Run] = []
+
+    async def would_send_again(run: Run) -> None:
+        offered.append(run)
+        if run.trigger is not None and run.trigger.sender.id == owner:
+            await run.call(
+                "send_to_conversation", {"conversation": "work/alice-dm", "text": "Friday"}
+            )
+
+    board, agent = board_for(would_send_again)
+    await board.start()
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    await board.stop()
+    (to_alice,) = channels["work"].platform.sent  # Alice got it once
+    assert "Friday" in to_alice.text
+    (run,) = offered
+    assert run.trigger is None
+    assert "had already sent a message about it to" in run.instruction
+    assert "alice-dm" in run.instruction

@@ -182,8 +182,9 @@ class RunBuilder:
         self.kept_lines: LRUCache[int, dict[int, _KeptLine]] = (
             kept_lines if kept_lines is not None else LRUCache(KEPT_WINDOWS)
         )
-        #: whether runs can ask other agents (an ask coordinator is attached): only then
-        #: is an owed trigger looked up among the asks (one query a run otherwise)
+        #: whether runs can ask other agents or send into other conversations (the
+        #: orchestration tools are attached): only then is an owed trigger looked up among
+        #: the asks and the sends elsewhere a cut-short run made (queries a run otherwise)
         self.asking = asking
 
     async def build(
@@ -234,9 +235,11 @@ class RunBuilder:
             trigger = None
         elif trigger is not None and owed and self.asking is not None and self.asking():
             asked = await self._asked_about(conversation_id, trigger)
+            if asked is None:
+                asked = await self._sent_elsewhere_about(conversation_id, trigger)
             if asked is not None:
-                # a run cut short after it asked another agent about the trigger: its
-                # answer is reported here; offering the trigger again would ask twice
+                # a run cut short after it asked another agent about the trigger, or sent
+                # into another conversation: offering the trigger again would do it twice
                 notes = (*notes, asked)
                 trigger = None
         participants = window.participants()
@@ -290,6 +293,12 @@ class RunBuilder:
             answered = await self.store.answers_after(conversation_id, trigger.seq)
         return window.answer_after(trigger, answered)
 
+    async def _sent_elsewhere_about(self, conversation_id: int, trigger: Message) -> str | None:
+        """The note for a message a cut-short run sent into another conversation after
+        seeing `trigger` (send_to_conversation), if any."""
+        sent = await self.store.sent_elsewhere_after(conversation_id, trigger.seq)
+        return None if sent is None else await _sent_elsewhere_note(self.store, trigger, sent)
+
     async def _asked_about(self, conversation_id: int, trigger: Message) -> str | None:
         """The note for an ask this conversation made about `trigger` (or later), if any.
 
@@ -316,6 +325,17 @@ class RunBuilder:
             " when it comes, so this run has no new message to answer. Do not ask again; send"
             " something only if the conversation needs it."
         )
+
+
+async def _sent_elsewhere_note(store: Any, trigger: Message, sent: Any) -> str:
+    target = await store.conversation(sent.conversation_id)
+    seq = f"#{sent.message_seq}" if sent.message_seq is not None else f"send {sent.id}"
+    return (
+        f"Message #{trigger.seq}: a run of this conversation that was cut short had already"
+        f" sent a message about it to {untrusted(target.address.key)} ({seq},"
+        f" {sent.status}) before this run, so this run has no new message to answer. Do"
+        " not send it again; send something only if the conversation needs it."
+    )
 
 
 class _Window(Protocol):

@@ -170,8 +170,9 @@ class Switchboard:
         #: conversations whose every new message is looked at (a session with an open ask:
         #: its answer may not call for a run itself), not only triggering ones
         self.watched: set[int] = set()
-        #: True once an ask coordinator is attached (asks/coordinator.py): only then can a
-        #: run have asked another agent, so only then do runs look for such asks
+        #: True once the orchestration tools (orchestration.attach) or an ask coordinator
+        #: are attached: only then can a run have asked another agent or sent into another
+        #: conversation, so only then do runs look for what a cut-short run did so
         self.asking = False
         #: set (before start) when this is one of several workers sharing a PostgreSQL store
         self.workers: WorkerCoordinator | None = None

@@ -69,6 +69,10 @@ def attach(board: Switchboard, config: Config) -> Orchestrator:
     from ..asks import AskCoordinator, AskSettings
 
     orchestrator = Orchestrator(board, config)
+    if any(binding.orchestrate for binding in config.bindings):
+        # send_to_conversation may be offered: runs look for what a cut-short run sent
+        # elsewhere (RunBuilder)
+        board.asking = True
     settings = config.orchestration
     # the ask flow only where answers can come from: an account whose channel has agent peers
     if any(account.adapter.capabilities.agent_peers for account in board.accounts.values()):

@@ -350,6 +350,18 @@ class Store(ABC):
         """
 
     @abstractmethod
+    async def sent_elsewhere_after(
+        self, conversation_id: int, trigger_seq: int
+    ) -> OutboxEntry | None:
+        """The newest message a recent run of this conversation sent into another
+        conversation after seeing `trigger_seq` (a cross-conversation send), if any.
+
+        A run cut short after such a send (a crash, a worker's death) answered its
+        trigger elsewhere: the next run must not be offered it again. The last 5
+        runs are looked at; a send that failed does not count.
+        """
+
+    @abstractmethod
     async def finish_run(
         self,
         run_id: int,

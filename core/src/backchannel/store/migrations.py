@@ -351,6 +351,16 @@ def m010_dead_letter_deliveries(db: apsw.Connection) -> None:
     )
 
 
+def m011_outbox_run_index(db: apsw.Connection) -> None:
+    """Index outbox rows by the run that asked for them.
+
+    A run cut short after it sent into another conversation (send_to_conversation)
+    must not be offered its trigger again: the next run looks up what the last
+    runs of its conversation sent elsewhere (Store.sent_elsewhere_after).
+    """
+    db.execute("CREATE INDEX outbox_run ON outbox (run_id) WHERE run_id IS NOT NULL")
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_visible_index_and_orphan_edits,
@@ -360,6 +370,7 @@ MIGRATIONS: list[Migration] = [
     m008_fewer_conversation_indexes,
     m009_outbox_seen_seq,
     m010_dead_letter_deliveries,
+    m011_outbox_run_index,
 ]
 
 

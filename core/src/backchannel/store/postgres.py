@@ -773,6 +773,20 @@ class PostgresStore(PostgresAsks, Store):
         )
         return {int(seq) for (seq,) in rows}
 
+    async def sent_elsewhere_after(
+        self, conversation_id: int, trigger_seq: int
+    ) -> OutboxEntry | None:
+        row = await self._fetchone(
+            "WITH recent AS (SELECT id, upto_seq, trigger_seq FROM runs"
+            " WHERE conversation_id = %s ORDER BY id DESC LIMIT 5)"
+            " SELECT o.id FROM recent r JOIN outbox o ON o.run_id = r.id"
+            " WHERE o.conversation_id != %s AND o.kind = 'message' AND o.status != 'failed'"
+            " AND r.trigger_seq > 0 AND COALESCE(o.seen_seq, r.upto_seq) >= %s"
+            " ORDER BY o.id DESC LIMIT 1",
+            (conversation_id, conversation_id, trigger_seq),
+        )
+        return None if row is None else await self._outbox_entry_now(int(row[0]))
+
     async def finish_run(
         self,
         run_id: int,

@@ -408,6 +408,11 @@ async def pg012_run_claim_run(connection: Any) -> None:
     await connection.execute("ALTER TABLE run_claims ADD COLUMN run_id BIGINT")
 
 
+async def pg013_outbox_run_index(connection: Any) -> None:
+    """Index outbox rows by the run that asked for them (see m011)."""
+    await connection.execute("CREATE INDEX outbox_run ON outbox (run_id) WHERE run_id IS NOT NULL")
+
+
 PG_MIGRATIONS: list[Migration] = [
     pg001_initial,
     pg002_orchestration,
@@ -419,6 +424,7 @@ PG_MIGRATIONS: list[Migration] = [
     pg010_outbox_seen_seq,
     pg011_dead_letter_deliveries,
     pg012_run_claim_run,
+    pg013_outbox_run_index,
 ]
 
 

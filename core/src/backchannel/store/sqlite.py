@@ -1045,6 +1045,20 @@ class SQLiteStore(SQLiteAsks, Store):
         )
         return {seq for (seq,) in rows}
 
+    async def sent_elsewhere_after(
+        self, conversation_id: int, trigger_seq: int
+    ) -> OutboxEntry | None:
+        row = self.db.execute(
+            "WITH recent AS (SELECT id, upto_seq, trigger_seq FROM runs"
+            " WHERE conversation_id = ? ORDER BY id DESC LIMIT 5)"
+            " SELECT o.id FROM recent r JOIN outbox o ON o.run_id = r.id"
+            " WHERE o.conversation_id != ? AND o.kind = 'message' AND o.status != 'failed'"
+            " AND r.trigger_seq > 0 AND COALESCE(o.seen_seq, r.upto_seq) >= ?"
+            " ORDER BY o.id DESC LIMIT 1",
+            (conversation_id, conversation_id, trigger_seq),
+        ).fetchone()
+        return None if row is None else self._outbox_entry(row[0])
+
     async def finish_run(
         self,
         run_id: int,

@@ -299,6 +299,25 @@ class StoreContract(AskStoreContract):
         assert recovered[0].status == "uncertain"
         assert await store.outbox(status="pending") == []
 
+    async def test_a_send_elsewhere_is_found_for_the_trigger_its_run_had_seen(
+        self, store: Store
+    ) -> None:
+        here = await store.ensure_conversation(Address("acct", "here"))
+        there = await store.ensure_conversation(Address("acct", "there"))
+        run_id = await store.begin_run(here.id, 1, 1)
+        assert await store.sent_elsewhere_after(here.id, 1) is None
+        await store.record_outbound(here.id, Outbound(here.address, "own"), ME, run_id, 1)
+        assert await store.sent_elsewhere_after(here.id, 1) is None  # its own: not elsewhere
+        sent = await store.record_outbound(
+            there.id, Outbound(there.address, "relayed"), ME, run_id, 1
+        )
+        found = await store.sent_elsewhere_after(here.id, 1)
+        assert found is not None and found.id == sent.id
+        assert await store.sent_elsewhere_after(here.id, 2) is None  # not seen by that run
+        assert await store.sent_elsewhere_after(there.id, 1) is None
+        await store.mark_failed(sent.id, "refused")
+        assert await store.sent_elsewhere_after(here.id, 1) is None  # never went out
+
     async def test_an_id_noted_before_sending_survives_a_restart(self, store: Store) -> None:
         conversation = await store.ensure_conversation(Address("acct", "c1"))
         entry = await store.record_outbound(
