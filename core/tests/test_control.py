@@ -242,3 +242,81 @@ async def _open_chat(config: Config) -> str:
             await page.wait_for(lambda f: f["type"] == "message" and f["role"] == "agent", 15)
             return page.chat
     raise AssertionError("serve did not start")
+
+
+async def _fake_serve(path: Path, answer: bytes | None) -> asyncio.AbstractServer:
+    """A socket that takes one request, then answers `answer` (None: just closes)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        if answer is not None:
+            writer.write(answer)
+            await writer.drain()
+        writer.close()
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return await asyncio.start_unix_server(handle, path=str(path))
+
+
+@pytest.mark.parametrize("answer", [None, b'{"ok": tr\n', b"[1, 2]\n"])
+async def test_a_serve_that_took_a_send_and_gave_no_answer_is_never_sent_around(
+    tmp_path: Path, platform: FakePlatform, answer: bytes | None
+) -> None:
+    """It may have sent: ControlLost, not ControlUnavailable (whose callers send directly),
+    and `backchannel send` reports the send uncertain, in one line, and sends nothing."""
+    config_path = write_config(tmp_path, FAKE)
+    config = load_config(config_path)
+    path = control.socket_path(config.store.path)
+    assert path is not None
+    server = await _fake_serve(path, answer)
+    try:
+        with pytest.raises(control.ControlLost, match="it may have done it"):
+            await control.call(config, "send", address={"account": "ops", "chat": "c1"}, text="x")
+        result = await asyncio.to_thread(
+            CliRunner().invoke, main, ["send", "ops", "c1", "pay it", "-c", str(config_path)]
+        )
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.stdout.startswith("ops/c1: delivery uncertain (")
+    assert "Traceback" not in result.output
+    assert platform.sent == []  # not sent around the serve that may have sent it
+
+
+async def test_a_stopping_serve_answers_the_send_it_took_before_it_closes(
+    tmp_path: Path, platform: FakePlatform
+) -> None:
+    """A send handed over just before serve stops is finished and answered, not cut off
+    (which left it uncertain on both sides)."""
+    config = load_config(write_config(tmp_path, FAKE))
+    release, sending = asyncio.Event(), asyncio.Event()
+    async for board in running(config):
+        adapter = board.accounts["ops"].adapter
+        real_send = adapter.send
+
+        async def slow_send(outbound: Any, real_send: Any = real_send) -> Any:
+            sending.set()
+            await release.wait()
+            return await real_send(outbound)
+
+        adapter.send = slow_send  # type: ignore[method-assign]
+        # a second control server on this board, at the socket of a store path of its own
+        other = tmp_path / "other" / "bc.db"
+        path = control.socket_path(str(other))
+        assert path is not None
+        path.parent.mkdir(parents=True)
+        server = control.ControlServer(board, path)
+        assert await server.start()
+        address = {"account": "ops", "chat": "c1", "thread": None}
+        call = asyncio.create_task(control.call(str(other), "send", address=address, text="late"))
+        await asyncio.wait_for(sending.wait(), 15)
+        stopping = asyncio.create_task(server.stop())
+        await asyncio.sleep(0)  # the stop has begun: it waits for the request taken
+        assert not stopping.done()
+        release.set()
+        sent = await asyncio.wait_for(call, 15)
+        await asyncio.wait_for(stopping, 15)
+        assert sent["state"] == "sent"
+    assert platform.texts("c1") == ["late"]

@@ -650,6 +650,19 @@ async def _send(config: Config, where: list[str], thread: str | None, text: str)
     except control.ControlUnavailable:
         outcome = await _send_directly(config, address, text)
         via = "direct"
+    except (control.ControlLost, TimeoutError) as error:
+        # the serve took the send and did not say what became of it: never sent again here
+        reason = str(error)
+        outcome = {
+            "conversation": address.key,
+            "state": "uncertain",
+            "seq": None,
+            "platform_message_id": None,
+            "reason": reason,
+            "result": f"delivery uncertain ({reason}): the message may or may not have arrived;"
+            " do not resend unless you know it did not",
+        }
+        via = "serve"
     status = outcome.pop("state")  # printed as `status`, the name `send --json` has always used
     channel = config.accounts[address.account].channel
     return {**outcome, "status": status, "via": via, "channel": channel}

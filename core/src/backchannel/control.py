@@ -55,12 +55,19 @@ log = logging.getLogger("backchannel.control")
 Handler = Callable[["Switchboard", Mapping[str, Any]], Awaitable[Mapping[str, Any]]]
 
 MAX_LINE = 1024 * 1024
+#: how long a stop waits for requests already taken to be answered
+STOP_GRACE = 30.0
 # sun_path holds 108 bytes on Linux; longer store paths get a socket in the temp dir
 _MAX_SOCKET_PATH = 100
 
 
 class ControlUnavailable(BackchannelError):
     """No `serve` answers on this store's control socket."""
+
+
+class ControlLost(BackchannelError):
+    """The request reached the `serve`, which then gave no readable answer (it stopped or
+    died mid-operation): the operation may have happened. Never act directly after it."""
 
 
 class ControlError(BackchannelError):
@@ -85,7 +92,9 @@ async def call(
     """Ask the `serve` on `target` (a Config or a store path) to run `op`; return its result.
 
     Raises `ControlUnavailable` when no `serve` listens (act directly instead),
-    `ControlError` when it answered with an error, TimeoutError after `timeout`.
+    `ControlError` when it answered with an error, `ControlLost` when it took the
+    request and gave no readable answer, TimeoutError after `timeout` (with either of
+    the last two the operation may have happened: never act directly then).
     """
     store_path = str(target) if isinstance(target, str | Path) else target.store.path
     path = socket_path(store_path)
@@ -101,23 +110,37 @@ async def call(
         raise ControlUnavailable(
             f"cannot reach the serve on the store {store_path}: {error.strerror or error}"
         ) from None
+    lost = (
+        f"the serve on {store_path} took {op!r} and closed the connection without answering;"
+        " it may have done it"
+    )
     try:
         request = json.dumps({"op": op, "args": args}, ensure_ascii=False) + "\n"
         writer.write(request.encode("utf-8"))
-        await writer.drain()
         try:
+            await writer.drain()
             line = await asyncio.wait_for(reader.readline(), timeout)
         except TimeoutError:
             raise TimeoutError(
                 f"the serve on {store_path} did not answer {op!r} within {timeout:g}s"
             ) from None
+        except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            raise ControlLost(lost) from None
     finally:
         writer.close()
         with contextlib.suppress(OSError):
             await writer.wait_closed()
     if not line:
-        raise ControlUnavailable(f"the serve on {store_path} closed the connection")
-    answer = json.loads(line)
+        raise ControlLost(lost)
+    try:
+        answer = json.loads(line)
+    except (ValueError, RecursionError):
+        answer = None
+    if not isinstance(answer, dict):
+        raise ControlLost(
+            f"the serve on {store_path} answered {op!r} with something unreadable;"
+            " it may have done it"
+        )
     if not answer.get("ok"):
         raise ControlError(str(answer.get("error") or "the serve refused the request"))
     result: dict[str, Any] = answer.get("result") or {}
@@ -133,6 +156,11 @@ class ControlServer:
         self.ops: dict[str, Handler] = dict(BUILTIN_OPS)
         self._server: asyncio.AbstractServer | None = None
         self._clients: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
+        #: requests being handled now, and an event set while there are none: a stop
+        #: lets them answer first (a send cut off mid-way would be "uncertain" on both sides)
+        self._handling = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     def register(self, name: str, handler: Handler) -> None:
         """Add an operation (plugins, through the ``register_control_ops`` hook)."""
@@ -165,6 +193,10 @@ class ControlServer:
         if self._server is None:
             return
         self._server.close()
+        # requests already taken are answered first (bounded): the board still runs, so a
+        # send handed over is finished and its outcome told, not cut off and left uncertain
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), STOP_GRACE)
         # end open connections so their handlers return on their own (never cancel them:
         # asyncio's stream callback logs a cancelled handler as an error)
         for writer in self._clients.values():
@@ -193,7 +225,14 @@ class ControlServer:
                     return
                 if not line:
                     return
-                await _answer(writer, await self._handle(line))
+                self._handling += 1
+                self._idle.clear()
+                try:
+                    await _answer(writer, await self._handle(line))
+                finally:
+                    self._handling -= 1
+                    if not self._handling:
+                        self._idle.set()
         except (ConnectionError, asyncio.IncompleteReadError):
             log.debug("control client went away")
         finally:

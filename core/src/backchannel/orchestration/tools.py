@@ -83,9 +83,15 @@ async def deliver_cross(
     """
     key = target.address.key
     if isinstance(via, Config):
-        from ..control import call
+        from ..control import ControlLost, call
 
-        answer = await call(via, "send", conversation=str(target.id), text=text, origin=origin_key)
+        try:
+            answer = await call(
+                via, "send", conversation=str(target.id), text=text, origin=origin_key
+            )
+        except (ControlLost, TimeoutError) as error:
+            # serve took the send and gave no answer: it may have gone out, never resent
+            return SendOutcome("uncertain", key, None, str(error))
         return SendOutcome(str(answer.get("state")), key, answer.get("seq"), answer.get("reason"))
     account = via.accounts.get(target.address.account)
     if account is None:

@@ -81,6 +81,11 @@ async def ask_through_serve(
             f"the ask is UNCERTAIN: serve did not answer within {ASK_TIMEOUT:g}s, so the question"
             " may or may not have been sent. Look with the asks tool before asking again."
         )
+    except control.ControlLost:
+        return (
+            "the ask is UNCERTAIN: serve took it and stopped before answering, so the question"
+            " may or may not have been sent. Look with the asks tool before asking again."
+        )
     return str(answer.get("description") or answer)
 
 

@@ -101,6 +101,9 @@ async def _hand_to_serve(
             via="serve",
             kind=_kind(react_to),
         )
+    except control.ControlLost as error:
+        # serve took it and stopped before answering: never sent again directly
+        return SendOutcome("uncertain", key, reason=str(error), via="serve", kind=_kind(react_to))
     return SendOutcome(
         state=str(answer.get("state", "uncertain")),
         conversation=key,

@@ -359,7 +359,7 @@ async def deliver_to_owner(
     out directly through the account's adapter. Either way it is recorded in the
     same store (record before send, outcome after).
     """
-    from backchannel.control import ControlError, ControlUnavailable, call
+    from backchannel.control import ControlError, ControlLost, ControlUnavailable, call
 
     try:
         result = await call(
@@ -382,6 +382,9 @@ async def deliver_to_owner(
         return Delivery(
             "uncertain", None, f"serve did not answer within {settings.timeout:g}s", "serve"
         )
+    except ControlLost as error:
+        # serve took the send and stopped before answering: never sent again directly
+        return Delivery("uncertain", None, str(error), "serve")
     return Delivery(
         str(result.get("status") or "uncertain"),
         result.get("platform_message_id"),
