@@ -361,6 +361,29 @@ def m011_outbox_run_index(db: apsw.Connection) -> None:
     db.execute("CREATE INDEX outbox_run ON outbox (run_id) WHERE run_id IS NOT NULL")
 
 
+def m012_held_rename_not_searchable(db: apsw.Connection) -> None:
+    """A held sender's new name is not made searchable either.
+
+    m003's rename trigger indexed every rename, so a sender the policy holds
+    back became findable by search once their name changed. It now indexes a
+    rename only as the insert trigger indexes a name: when the participant's
+    first message is visible. (A name a held sender was renamed to before this
+    migration stays in the index.)
+    """
+    db.execute(
+        """
+        DROP TRIGGER names_fts_participant_rename;
+        CREATE TRIGGER names_fts_participant_rename AFTER UPDATE OF name, handle ON participants
+        WHEN (old.name IS NOT new.name OR old.handle IS NOT new.handle)
+            AND EXISTS (SELECT 1 FROM messages WHERE conversation_id = new.conversation_id
+                        AND seq = new.first_seq AND held = 0) BEGIN
+            INSERT INTO names_fts (text, conversation_id)
+                VALUES (new.name || ' ' || COALESCE(new.handle, ''), new.conversation_id);
+        END;
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_visible_index_and_orphan_edits,
@@ -371,6 +394,7 @@ MIGRATIONS: list[Migration] = [
     m009_outbox_seen_seq,
     m010_dead_letter_deliveries,
     m011_outbox_run_index,
+    m012_held_rename_not_searchable,
 ]
 
 

@@ -299,6 +299,24 @@ class StoreContract(AskStoreContract):
         assert recovered[0].status == "uncertain"
         assert await store.outbox(status="pending") == []
 
+    async def test_a_held_sender_is_not_found_by_a_name_it_changed_to(self, store: Store) -> None:
+        mallory = Sender("666", "Mallory")
+        await store.append_inbound([Inbound(make_event("h1", "hello", chat="g"))])
+        await store.append_inbound(
+            [Inbound(make_event("h2", "spam", chat="g", sender=mallory), held=True)]
+        )
+        renamed = Sender("666", "Zorblax")
+        await store.append_inbound(
+            [Inbound(make_event("h3", "more spam", chat="g", sender=renamed), held=True)]
+        )
+        for name in ("Mallory", "Zorblax"):
+            assert await store.search_conversations(query=name) == []
+        # a visible sender's new name is found
+        await store.append_inbound(
+            [Inbound(make_event("h4", "hi", chat="g", sender=Sender(ALICE.id, "Alicia")))]
+        )
+        assert len(await store.search_conversations(query="Alicia")) == 1
+
     async def test_a_send_elsewhere_is_found_for_the_trigger_its_run_had_seen(
         self, store: Store
     ) -> None:
