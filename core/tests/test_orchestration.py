@@ -215,6 +215,23 @@ async def test_send_to_conversation_delivers_with_attribution_and_records_its_or
     assert "sent on request of conversation home/home-dm" in later.messages[-1]["content"]
 
 
+async def test_a_send_too_long_for_one_labelled_message_is_refused_not_split(
+    rig: Any,
+) -> None:
+    """Split by the platform, only the first part would carry the label: such a send is
+    refused with its size, and nothing is sent or written."""
+    results: list[str] = []
+    built = await rig(owner_sends_to_alice("x" * 4000, results))
+    ids = await seed(built)
+    await owner_run(built, "send Alice the long report", 3)
+    (result,) = results
+    assert result.startswith("error: too long for one message there (")
+    assert "(4041 characters with the label, at most 200)" in result
+    assert "nothing was sent" in result
+    assert built.platform("work").sent == []
+    assert await built.store.outbox(conversation_id=ids["alice"]) == []
+
+
 REFUSALS = {
     "disabled": "disabled by the operator",
     "messaging_off": "switched off",

@@ -224,10 +224,22 @@ class Orchestrator:
             except Refused as refusal:
                 log.info("send_to_conversation from %s refused: %s", here, refusal.code)
                 return str(refusal)
+            labelled = f"{attribution(here)}\n{text}"
+            account = self.board.accounts.get(target.conversation.address.account)
+            limit = account.adapter.capabilities.max_text_len if account is not None else None
+            # UTF-16 units, the stricter count (Telegram's): a text split by the platform's
+            # limit would carry the label on its first part only
+            size = len(labelled.encode("utf-16-le")) // 2
+            if limit and size > limit:
+                return (
+                    f"error: too long for one message there ({size} characters with the"
+                    f" label, at most {limit}): nothing was sent. Send it in shorter parts;"
+                    " each is labelled."
+                )
             outcome = await deliver_cross(
                 self.board,
                 target.conversation,
-                f"{attribution(here)}\n{text}",
+                labelled,
                 origin_key=here,
                 run_id=session.run_id,
             )
