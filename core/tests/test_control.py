@@ -177,6 +177,38 @@ async def test_plugins_add_operations(tmp_path: Path) -> None:
         pm.unregister(name="test-control-op")
 
 
+async def test_an_operations_error_never_hands_a_registered_secret_to_the_client(
+    tmp_path: Path,
+) -> None:
+    from backchannel.errors import DeliveryError
+    from backchannel.secrets import register_secret
+
+    secret = "sk-control-" + os.urandom(8).hex()
+    register_secret(secret)
+
+    class Plugin:
+        @hookimpl
+        def register_control_ops(self, register: Any) -> None:
+            async def leaky(board: Switchboard, args: Any) -> dict[str, Any]:
+                if args.get("kind") == "value":
+                    raise ValueError(f"bad token {secret}")
+                raise DeliveryError(f"the platform said: token {secret} is revoked")
+
+            register("test.leaky", leaky)
+
+    pm = get_plugin_manager()
+    pm.register(Plugin(), name="test-control-leaky")
+    try:
+        config = load_config(write_config(tmp_path, FAKE))
+        async for _board in running(config):
+            for kind in ("error", "value"):
+                with pytest.raises(control.ControlError) as refused:
+                    await control.call(config, "test.leaky", kind=kind)
+                assert secret not in str(refused.value) and "***" in str(refused.value)
+    finally:
+        pm.unregister(name="test-control-leaky")
+
+
 def test_a_long_store_path_gets_a_socket_in_the_temp_dir(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 120) / "bc.db"
     path = control.socket_path(str(deep))

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import BackchannelError, ConfigError, StoreError
+from .secrets import redact
 from .terminal import terminal_safe
 
 if TYPE_CHECKING:
@@ -260,9 +261,10 @@ class ControlServer:
         try:
             result = await handler(self.board, args)
         except BackchannelError as error:
-            return {"ok": False, "error": terminal_safe(str(error), one_line=True)}
+            # what a library said may quote a registered secret: never handed to a client
+            return {"ok": False, "error": terminal_safe(redact(str(error)), one_line=True)}
         except (KeyError, TypeError, ValueError) as error:
-            reason = terminal_safe(f"{type(error).__name__}: {error}", one_line=True)
+            reason = terminal_safe(redact(f"{type(error).__name__}: {error}"), one_line=True)
             return {"ok": False, "error": f"{op}: bad arguments ({reason})"}
         except Exception as error:  # a bug: one line to the client, the traceback in the log
             log.exception("control operation %s failed", op)
