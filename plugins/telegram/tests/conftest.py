@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from backchannel.adapter import RouteTable
+from backchannel.runs import Run
 from backchannel.server import HttpServer
+from backchannel.store import SQLiteStore
+from backchannel.switchboard import Binding, Switchboard
+from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.testing import FakeTelegram
 
 
@@ -24,3 +29,27 @@ async def routes() -> AsyncIterator[RouteTable]:
     table.public_url = await server.start()
     yield table
     await server.stop()
+
+
+def answer_trigger(run: Run) -> str:
+    assert run.trigger is not None
+    return f"answer to {run.trigger.text}"
+
+
+@pytest.fixture
+async def board_for(store: SQLiteStore) -> AsyncIterator[Any]:
+    boards: list[Switchboard] = []
+
+    async def make(
+        fake: FakeTelegram, agent: Any, mode: str = "polling", **settings: Any
+    ) -> Switchboard:
+        adapter = TelegramAdapter("tg", fake.settings(mode=mode, **settings))
+        board = Switchboard(store, port=0 if mode == "webhook" else None)
+        board.add_account(adapter, Binding(agent, respond="mention"), secrets=[fake.token])
+        await board.start()
+        boards.append(board)
+        return board
+
+    yield make
+    for board in boards:
+        await board.stop()

@@ -16,13 +16,14 @@ import pytest
 from backchannel.errors import NormalizeError, Rejected
 from backchannel.model import Address, Outbound
 from backchannel.policy import Policy
-from backchannel.runs import Run
 from backchannel.store import SQLiteStore
 from backchannel.switchboard import Binding, Switchboard
 from backchannel.testing import ContractContext, RecordingAgent
 from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.normalize import BotIdentity, normalize_update
 from backchannel_telegram.testing import DM_TOPIC_REQUIRED, FakeTelegram
+
+from .conftest import answer_trigger
 
 BOT = BotIdentity(id="123456789", username="backchannel_test_bot")
 DM_CHAT = -1002800000005
@@ -52,11 +53,6 @@ def with_topic(topic: Any, *, key: str = "message") -> dict[str, Any]:
     else:
         update[key]["direct_messages_topic"] = topic
     return update
-
-
-def answer_trigger(run: Run) -> str:
-    assert run.trigger is not None
-    return f"answer to {run.trigger.text}"
 
 
 # --- normalize ------------------------------------------------------------------
@@ -341,26 +337,6 @@ def test_a_reaction_is_placed_in_the_topic_this_process_saw_its_message_in() -> 
 
 
 # --- end to end ---------------------------------------------------------------------
-
-
-@pytest.fixture
-async def board_for(store: SQLiteStore) -> AsyncIterator[Any]:
-    boards: list[Switchboard] = []
-
-    async def make(fake: FakeTelegram, agent: Any, mode: str = "polling") -> Switchboard:
-        board = Switchboard(store, port=0 if mode == "webhook" else None)
-        board.add_account(
-            TelegramAdapter("tg", fake.settings(mode=mode)),
-            Binding(agent, respond="mention"),
-            secrets=[fake.token],
-        )
-        await board.start()
-        boards.append(board)
-        return board
-
-    yield make
-    for board in boards:
-        await board.stop()
 
 
 @pytest.mark.parametrize("mode", ["polling", "webhook"])

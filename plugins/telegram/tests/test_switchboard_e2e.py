@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -18,33 +17,11 @@ from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.adapter import SECRET_HEADER
 from backchannel_telegram.testing import FakeTelegram
 
+from .conftest import answer_trigger
+
 LONG_ANSWER = "\n\n".join(
     f"Section {n}. " + " ".join(f"detail{n}-{k}" for k in range(180)) for n in range(8)
 )
-
-
-def answer_trigger(run: Run) -> str:
-    assert run.trigger is not None
-    return f"answer to {run.trigger.text}"
-
-
-@pytest.fixture
-async def board_for(store: SQLiteStore) -> AsyncIterator[Any]:
-    boards: list[Switchboard] = []
-
-    async def make(
-        fake: FakeTelegram, agent: Any, mode: str = "polling", **settings: Any
-    ) -> Switchboard:
-        adapter = TelegramAdapter("tg", fake.settings(mode=mode, **settings))
-        board = Switchboard(store, port=0 if mode == "webhook" else None)
-        board.add_account(adapter, Binding(agent, respond="mention"), secrets=[fake.token])
-        await board.start()
-        boards.append(board)
-        return board
-
-    yield make
-    for board in boards:
-        await board.stop()
 
 
 @pytest.mark.parametrize("mode", ["polling", "webhook"])
