@@ -11,6 +11,7 @@ from backchannel.runs import Run
 from backchannel.server import HttpServer
 from backchannel.store import SQLiteStore
 from backchannel.switchboard import Binding, Switchboard
+from backchannel.testing import ContractContext
 from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.testing import FakeTelegram
 
@@ -53,3 +54,14 @@ async def board_for(store: SQLiteStore) -> AsyncIterator[Any]:
     yield make
     for board in boards:
         await board.stop()
+
+
+@pytest.fixture
+async def adapter(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> AsyncIterator[TelegramAdapter]:
+    """A started adapter of the contract context's account, on the fake."""
+    started = TelegramAdapter(contract_context.account, fake.settings(request_timeout=1.0))
+    await started.start(contract_context.bind(started))
+    yield started
+    await started.stop()

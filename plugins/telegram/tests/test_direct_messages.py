@@ -8,7 +8,6 @@ in which every user writing to the channel has a topic of their own
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -18,7 +17,7 @@ from backchannel.model import Address, Outbound
 from backchannel.policy import Policy
 from backchannel.store import SQLiteStore
 from backchannel.switchboard import Binding, Switchboard
-from backchannel.testing import ContractContext, RecordingAgent
+from backchannel.testing import RecordingAgent
 from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.normalize import BotIdentity, normalize_update
 from backchannel_telegram.testing import DM_TOPIC_REQUIRED, FakeTelegram
@@ -173,16 +172,6 @@ def test_outside_a_direct_messages_chat_a_null_topic_is_absent() -> None:
 
 
 # --- the adapter and the fake ---------------------------------------------------------
-
-
-@pytest.fixture
-async def adapter(
-    fake: FakeTelegram, contract_context: ContractContext
-) -> AsyncIterator[TelegramAdapter]:
-    started = TelegramAdapter(contract_context.account, fake.settings(request_timeout=1.0))
-    await started.start(contract_context.bind(started))
-    yield started
-    await started.stop()
 
 
 def channel_with_readers(fake: FakeTelegram) -> tuple[dict[str, Any], ...]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,16 +13,6 @@ from backchannel.model import Address, Outbound
 from backchannel.testing import ContractContext
 from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.testing import FakeTelegram, event_id_of
-
-
-@pytest.fixture
-async def adapter(
-    fake: FakeTelegram, contract_context: ContractContext
-) -> AsyncIterator[TelegramAdapter]:
-    started = TelegramAdapter(contract_context.account, fake.settings(request_timeout=1.0))
-    await started.start(contract_context.bind(started))
-    yield started
-    await started.stop()
 
 
 def address_of(chat: dict[str, Any], thread: int | None = None) -> Address:
