@@ -311,3 +311,53 @@ def test_on_postgresql_the_duplex_says_once_that_it_is_off(
         configure_switchboard(board, config)
     assert [r.getMessage() for r in caplog.records if "owner duplex is off" in r.getMessage()]
     assert "tg" not in board._routers  # no inbound router: replies are plain messages
+
+
+def test_parked_items_of_two_stores_are_told_each_through_its_own_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One inbox folder holds the markers of every store delivering to it: each parked
+    item's notice goes through its own config's owner account and store."""
+    from types import SimpleNamespace
+
+    import backchannel.config
+    from backchannel_owner import api
+    from backchannel_owner.inbox import InboxItem
+
+    told: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(backchannel.config, "load_config", lambda path, **_: f"config:{path}")
+    monkeypatch.setattr(
+        api.OwnerSettings,
+        "from_config",
+        staticmethod(
+            lambda config: SimpleNamespace(account=f"acct:{config}", chat="1", timeout=5.0)
+        ),
+    )
+
+    class Store:
+        def __init__(self, config: str) -> None:
+            self.config, self.db = config, None
+
+        async def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(api, "open_sqlite_store", Store)
+    monkeypatch.setattr(api, "OwnerRecords", lambda db: SimpleNamespace(session=lambda s: ("m", s)))
+
+    async def deliver(config: str, settings: Any, store: Store, outbound: Any) -> Any:
+        told.append((config, store.config, outbound.address.account))
+        return api.Delivery("sent", "p1", None, "direct")
+
+    monkeypatch.setattr(api, "deliver_to_owner", deliver)
+
+    def item(n: int, config: str) -> InboxItem:
+        return InboxItem(
+            {"id": f"i{n}", "session_id": "s", "store": f"{config}.db", "config": config}
+        )
+
+    api.tell_owner_parked([item(1, "a.toml"), item(2, "b.toml"), item(3, "a.toml")])
+    assert told == [
+        ("config:a.toml", "config:a.toml", "acct:config:a.toml"),
+        ("config:a.toml", "config:a.toml", "acct:config:a.toml"),
+        ("config:b.toml", "config:b.toml", "acct:config:b.toml"),
+    ]

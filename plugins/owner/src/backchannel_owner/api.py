@@ -459,46 +459,55 @@ async def _deliver_directly(
 def tell_owner_parked(parked: InboxItem | Sequence[InboxItem]) -> None:
     """Tell the owner that each item was offered 3 times and never confirmed.
 
-    Bounded as a whole by `owner.timeout`, however many there are: the hook that
-    parks them must finish well within the coding tool's own hook timeout.
+    Each item is told through its own config and store (one inbox folder holds the
+    markers of every store that delivers to it). Bounded as a whole by the
+    shortest `owner.timeout`, however many there are: the hook that parks them must
+    finish well within the coding tool's own hook timeout.
     """
     from backchannel.config import load_config
 
     items = [parked] if isinstance(parked, InboxItem) else list(parked)
     if not items:
         return
-    config = load_config(items[0].config, strict_env=False)  # serve has the secrets
-    settings = OwnerSettings.from_config(config)
+    groups: dict[str | None, list[InboxItem]] = {}
+    for item in items:
+        groups.setdefault(item.config, []).append(item)
+    plans = []
+    for path, group in groups.items():
+        config = load_config(path, strict_env=False)  # serve has the secrets
+        plans.append((config, OwnerSettings.from_config(config), group))
+    timeout = min(settings.timeout for _, settings, _ in plans)
     told: list[Delivery] = []
 
     async def send() -> None:
-        store = open_sqlite_store(config)
-        try:
-            records = OwnerRecords(store.db)
-            for item in items:
-                mark, name = records.session(item.session_id)
-                told.append(
-                    await deliver_to_owner(
-                        config,
-                        settings,
-                        store,
-                        Outbound(
-                            Address(settings.account, settings.chat),
-                            lines.parked_line(mark, name, item.id),
-                        ),
+        for config, settings, group in plans:
+            store = open_sqlite_store(config)
+            try:
+                records = OwnerRecords(store.db)
+                for item in group:
+                    mark, name = records.session(item.session_id)
+                    told.append(
+                        await deliver_to_owner(
+                            config,
+                            settings,
+                            store,
+                            Outbound(
+                                Address(settings.account, settings.chat),
+                                lines.parked_line(mark, name, item.id),
+                            ),
+                        )
                     )
-                )
-        finally:
-            await store.close()
+            finally:
+                await store.close()
 
     async def bounded() -> None:
-        await asyncio.wait_for(send(), settings.timeout)
+        await asyncio.wait_for(send(), timeout)
 
     try:
         asyncio.run(bounded())
     except TimeoutError:
         raise OwnerError(
-            f"gave up after {settings.timeout:g}s (owner.timeout) with"
+            f"gave up after {timeout:g}s (owner.timeout) with"
             f" {len(items) - len(told)} of {len(items)} notice(s) not sent"
         ) from None
     failed = [delivery for delivery in told if delivery.status != "sent"]
