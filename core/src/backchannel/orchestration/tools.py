@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from attrs import evolve, frozen
 
+from ..adapter import utf16_len
 from ..config import Config
 from ..framing import strip_id_prefix
 from ..model import Conversation, Outbound
@@ -71,6 +72,7 @@ async def deliver_cross(
     *,
     origin_key: str,
     run_id: int | None = None,
+    seen_seq: int | None = None,
 ) -> SendOutcome:
     """Send `text` into `target` through the account that owns it, recorded with its origin.
 
@@ -101,7 +103,12 @@ async def deliver_cross(
             " Nothing was sent.",
         )
     result = await account.deliverer.deliver(
-        target, Outbound(target.address, text, origin=origin_key), run_id=run_id
+        target,
+        Outbound(target.address, text, origin=origin_key),
+        run_id=run_id,
+        # what the run had seen: a send about a message it took mid-run counts for that one
+        # (Store.sent_elsewhere_after)
+        seen_seq=seen_seq,
     )
     entry = result.entry
     return SendOutcome(entry.status, key, entry.message_seq, entry.reason)
@@ -229,7 +236,7 @@ class Orchestrator:
             limit = account.adapter.capabilities.max_text_len if account is not None else None
             # UTF-16 units, the stricter count (Telegram's): a text split by the platform's
             # limit would carry the label on its first part only
-            size = len(labelled.encode("utf-16-le")) // 2
+            size = utf16_len(labelled)
             if limit and size > limit:
                 return (
                     f"error: too long for one message there ({size} characters with the"
@@ -242,6 +249,7 @@ class Orchestrator:
                 labelled,
                 origin_key=here,
                 run_id=session.run_id,
+                seen_seq=session.seen_seq,
             )
             return outcome.describe()
 
