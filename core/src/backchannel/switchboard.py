@@ -33,7 +33,7 @@ from .storable import storable_event
 from .store import AppendResult, Inbound, OutboxEntry, Store
 from .store.cache import LRUCache
 from .tools import Tool
-from .wire import BadPayload, dump_for_dead_letter, parse_json, repair_text
+from .wire import BadPayload, dump_for_dead_letter, encodable, parse_json, repair_text
 
 if TYPE_CHECKING:
     from .model import OutboundKind
@@ -733,7 +733,7 @@ class AccountContext(AdapterContext):
         return await self.board.ingest_many(self.account, raws, state=state)
 
     async def is_known(self, event_id: str) -> bool:
-        if not _encodable(event_id):
+        if not encodable(event_id):
             return False  # an id the store cannot hold was never stored
         return await self.board.store.is_known(self.account, event_id)
 
@@ -754,7 +754,7 @@ class AccountContext(AdapterContext):
             await self.board.store.note_platform_id(outbox_id, repair_text(platform_message_id))
 
     async def get_state(self, key: str) -> str | None:
-        if not _encodable(key):
+        if not encodable(key):
             return None
         return await self.board.store.get_state(self.account, key)
 
@@ -766,7 +766,7 @@ class AccountContext(AdapterContext):
     async def transcript(
         self, address: Address, limit: int = 200, *, held: bool = False
     ) -> list[Message]:
-        if not all(_encodable(part) for part in (address.chat, address.thread or "")):
+        if not all(encodable(part) for part in (address.chat, address.thread or "")):
             return []
         store = self.board.store
         conversation = await store.find_conversation(address)
@@ -777,18 +777,13 @@ class AccountContext(AdapterContext):
         return await store.window(conversation.id, limit)
 
 
-def _encodable(text: str) -> bool:
-    """Say whether the store can hold `text` as it is (no lone surrogates)."""
-    return text.isascii() or repair_text(text) is text
-
-
 def _storable_state(state: Mapping[str, str | None] | None) -> Mapping[str, str | None] | None:
     """Return adapter state without entries the store cannot hold (each logged once here)."""
     if not state:
         return state
     kept: dict[str, str | None] = {}
     for key, value in state.items():
-        if _encodable(str(key)) and (value is None or _encodable(str(value))):
+        if encodable(str(key)) and (value is None or encodable(str(value))):
             kept[key] = value
         else:
             log.warning(

@@ -24,6 +24,7 @@ __all__ = [
     "MAX_DEPTH",
     "BadPayload",
     "dump_for_dead_letter",
+    "encodable",
     "nesting_exceeds",
     "parse_json",
     "repair_text",
@@ -90,6 +91,11 @@ def nesting_exceeds(
             return True
         stack.extend((child, depth + 1) for child in children)
     return False
+
+
+def encodable(text: str) -> bool:
+    """Say whether a store can hold `text` as it is (no lone surrogates)."""
+    return text.isascii() or repair_text(text) is text
 
 
 def repair_text(text: str) -> str:

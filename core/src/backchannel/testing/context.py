@@ -15,7 +15,7 @@ from ..model import Address, Event, Message
 from ..secrets import register_secret
 from ..storable import storable_event
 from ..store import Inbound, Store
-from ..wire import repair_text
+from ..wire import encodable
 from .watch import Watch
 
 __all__ = ["ContractContext"]
@@ -179,7 +179,7 @@ class ContractContext(AdapterContext):
         await self._watch.wait_for(predicate, timeout, what)
 
     async def is_known(self, event_id: str) -> bool:
-        if not (event_id.isascii() or repair_text(event_id) is event_id):
+        if not encodable(event_id):
             return False  # as the switchboard's: an id the store cannot hold was never stored
         return await self.store.is_known(self.account, event_id)
 
