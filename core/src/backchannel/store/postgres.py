@@ -622,19 +622,10 @@ class PostgresStore(PostgresAsks, Store):
     async def mark_failed(self, outbox_id: int, reason: str) -> OutboxEntry:
         async def work(connection: Any) -> None:
             await self._set_outbox_status(connection, outbox_id, "failed", reason)
-            # an id noted before sending (note_platform_id) names nothing that arrived
-            cursor = await connection.execute(
-                "UPDATE outbox SET platform_ids = NULL WHERE id = %s AND kind = 'message'"
-                " AND platform_ids IS NOT NULL RETURNING conversation_id, message_seq",
-                (outbox_id,),
-            )
-            row = await cursor.fetchone()
-            if row is not None and row[1] is not None:
-                await connection.execute(
-                    "UPDATE messages SET platform_message_id = NULL"
-                    " WHERE conversation_id = %s AND seq = %s",
-                    (row[0], row[1]),
-                )
+            entry = await self._outbox_entry(connection, outbox_id)
+            if entry.platform_ids and entry.kind == "message":
+                # an id noted before sending (note_platform_id) names nothing that arrived
+                await _set_platform_id(connection, entry, None)
 
         await self._write(work)
         return await self._outbox_entry_now(outbox_id)
@@ -644,38 +635,18 @@ class PostgresStore(PostgresAsks, Store):
     ) -> OutboxEntry:
         async def work(connection: Any) -> None:
             await self._set_outbox_status(connection, outbox_id, "uncertain", reason)
-            if platform_message_id is None:
-                return
-            entry = await self._outbox_entry(connection, outbox_id)
-            if entry.message_seq is not None:
-                await connection.execute(
-                    "UPDATE outbox SET platform_ids = %s WHERE id = %s",
-                    (json.dumps([platform_message_id]), outbox_id),
-                )
-                await connection.execute(
-                    "UPDATE messages SET platform_message_id = %s"
-                    " WHERE conversation_id = %s AND seq = %s",
-                    (platform_message_id, entry.conversation_id, entry.message_seq),
-                )
+            if platform_message_id is not None:
+                entry = await self._outbox_entry(connection, outbox_id)
+                await _set_platform_id(connection, entry, platform_message_id)
 
         await self._write(work)
         return await self._outbox_entry_now(outbox_id)
 
     async def note_platform_id(self, outbox_id: int, platform_message_id: str) -> None:
         async def work(connection: Any) -> None:
-            cursor = await connection.execute(
-                "UPDATE outbox SET platform_ids = %s"
-                " WHERE id = %s AND status = 'pending' AND kind = 'message'"
-                " AND message_seq IS NOT NULL RETURNING conversation_id, message_seq",
-                (json.dumps([platform_message_id]), outbox_id),
-            )
-            row = await cursor.fetchone()
-            if row is not None:
-                await connection.execute(
-                    "UPDATE messages SET platform_message_id = %s"
-                    " WHERE conversation_id = %s AND seq = %s",
-                    (platform_message_id, row[0], row[1]),
-                )
+            entry = await self._outbox_entry(connection, outbox_id)
+            if entry.status == "pending" and entry.kind == "message":
+                await _set_platform_id(connection, entry, platform_message_id)
 
         await self._write(work)
 
@@ -1089,6 +1060,20 @@ class PostgresStore(PostgresAsks, Store):
 
     async def notify(self, payload: str) -> None:
         await self._one("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, payload))
+
+
+async def _set_platform_id(
+    connection: Any, entry: OutboxEntry, platform_message_id: str | None
+) -> None:
+    """Give a message send's outbox row and transcript row this platform id (None: none)."""
+    if entry.message_seq is None:
+        return
+    ids = None if platform_message_id is None else json.dumps([platform_message_id])
+    await connection.execute("UPDATE outbox SET platform_ids = %s WHERE id = %s", (ids, entry.id))
+    await connection.execute(
+        "UPDATE messages SET platform_message_id = %s WHERE conversation_id = %s AND seq = %s",
+        (platform_message_id, entry.conversation_id, entry.message_seq),
+    )
 
 
 async def _write_state(connection: Any, account: str, key: str, value: str | None) -> None:

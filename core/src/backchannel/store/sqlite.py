@@ -921,16 +921,10 @@ class SQLiteStore(SQLiteAsks, Store):
     async def mark_failed(self, outbox_id: int, reason: str) -> OutboxEntry:
         with self._write():
             self._set_outbox_status(outbox_id, "failed", reason)
-            # an id noted before sending (note_platform_id) names nothing that arrived
             entry = self._outbox_entry(outbox_id)
             if entry.platform_ids and entry.kind == "message":
-                self.db.execute("UPDATE outbox SET platform_ids = NULL WHERE id = ?", (outbox_id,))
-                if entry.message_seq is not None:
-                    self.db.execute(
-                        "UPDATE messages SET platform_message_id = NULL"
-                        " WHERE conversation_id = ? AND seq = ?",
-                        (entry.conversation_id, entry.message_seq),
-                    )
+                # an id noted before sending (note_platform_id) names nothing that arrived
+                self._set_platform_id(entry, None)
         return self._outbox_entry(outbox_id)
 
     async def mark_uncertain(
@@ -938,37 +932,26 @@ class SQLiteStore(SQLiteAsks, Store):
     ) -> OutboxEntry:
         with self._write():
             self._set_outbox_status(outbox_id, "uncertain", reason)
-            entry = self._outbox_entry(outbox_id)
-            if platform_message_id is not None and entry.message_seq is not None:
-                self.db.execute(
-                    "UPDATE outbox SET platform_ids = ? WHERE id = ?",
-                    (json.dumps([platform_message_id]), outbox_id),
-                )
-                self.db.execute(
-                    "UPDATE messages SET platform_message_id = ?"
-                    " WHERE conversation_id = ? AND seq = ?",
-                    (platform_message_id, entry.conversation_id, entry.message_seq),
-                )
+            if platform_message_id is not None:
+                self._set_platform_id(self._outbox_entry(outbox_id), platform_message_id)
         return self._outbox_entry(outbox_id)
 
     async def note_platform_id(self, outbox_id: int, platform_message_id: str) -> None:
-        db = self.db
         with self._write():
-            row = db.execute(
-                "SELECT conversation_id, message_seq FROM outbox"
-                " WHERE id = ? AND status = 'pending' AND kind = 'message'",
-                (outbox_id,),
-            ).fetchone()
-            if row is None or row[1] is None:
-                return
-            db.execute(
-                "UPDATE outbox SET platform_ids = ? WHERE id = ?",
-                (json.dumps([platform_message_id]), outbox_id),
-            )
-            db.execute(
-                "UPDATE messages SET platform_message_id = ? WHERE conversation_id = ? AND seq = ?",
-                (platform_message_id, row[0], row[1]),
-            )
+            entry = self._outbox_entry(outbox_id)
+            if entry.status == "pending" and entry.kind == "message":
+                self._set_platform_id(entry, platform_message_id)
+
+    def _set_platform_id(self, entry: OutboxEntry, platform_message_id: str | None) -> None:
+        """Give a message send's outbox row and transcript row this platform id (None: none)."""
+        if entry.message_seq is None:
+            return
+        ids = None if platform_message_id is None else json.dumps([platform_message_id])
+        self.db.execute("UPDATE outbox SET platform_ids = ? WHERE id = ?", (ids, entry.id))
+        self.db.execute(
+            "UPDATE messages SET platform_message_id = ? WHERE conversation_id = ? AND seq = ?",
+            (platform_message_id, entry.conversation_id, entry.message_seq),
+        )
 
     def _set_outbox_status(self, outbox_id: int, status: str, reason: str) -> None:
         db = self.db
