@@ -500,12 +500,11 @@ def _direct_messages_topic(thread: str) -> int:
     As strict as `_number`: only the form normalize gives (a positive id,
     written as Telegram writes it), never a second key for the same topic.
     """
-    text = thread[len(DIRECT_MESSAGES_THREAD) :]
     try:
-        number = int(text)
-    except ValueError:
-        number = None
-    if number is None or str(number) != text or not 0 < number < 2**63:
+        number = _number(thread[len(DIRECT_MESSAGES_THREAD) :], "topic")
+    except Rejected:
+        number = 0
+    if not 0 < number < 2**63:
         raise Rejected(
             f"thread {thread!r} is not a channel direct messages topic"
             f" ({DIRECT_MESSAGES_THREAD} and a positive integer, written without '+', spaces,"
