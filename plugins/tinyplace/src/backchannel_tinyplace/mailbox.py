@@ -39,8 +39,7 @@ from tinyplace.signal.crypto import ed25519_pub_to_x25519_pub
 
 from .contacts import ContactsApi
 from .envelope import clean_text
-from .normalize import event_id_of
-from .normalize import parse_timestamp as _timestamp
+from .normalize import event_id_of, parse_timestamp
 from .sessions import DurableSessionStore, StateUnavailable
 
 __all__ = ["MailboxReader"]
@@ -317,8 +316,4 @@ def _text(value: Any) -> str:
 
 def _sent_at(value: Any) -> float:
     """Seconds since the epoch of an envelope's timestamp, for ordering; unreadable: +inf."""
-    if isinstance(value, str) and not value.strip():
-        return math.inf
-    if isinstance(value, str | int | float) and not isinstance(value, bool):
-        return _timestamp(value, default=math.inf)
-    return math.inf
+    return parse_timestamp(value, default=math.inf)

@@ -56,7 +56,7 @@ def normalize_relay_message(raw: Mapping[str, Any], account: str, me: str | None
     if me is not None and peer == me:
         return None
     event_id = event_id_of(peer, relay_id)
-    sent_at = _timestamp(envelope.get("timestamp"))
+    sent_at = parse_timestamp(envelope.get("timestamp"))  # unreadable: receive time
     if raw.get("redelivered") is True:
         return Event(
             address=Address(account, peer, MASTER),
@@ -198,11 +198,6 @@ def _required_str(envelope: Mapping[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value:
         raise NormalizeError("missing or empty", where=f"envelope.{key}")
     return clean_text(value)
-
-
-def _timestamp(value: Any) -> float:
-    """Return unix seconds for an ISO string or epoch (ms) number; receive time when unreadable."""
-    return parse_timestamp(value)
 
 
 def parse_timestamp(value: Any, default: float | None = None) -> float:
