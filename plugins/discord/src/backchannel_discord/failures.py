@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import aiohttp
 import discord
 from backchannel.errors import ConfigError, DeliveryError, RateLimited, Rejected, Uncertain
@@ -42,14 +44,10 @@ def explain_connection_failure(error: BaseException, account: str) -> DiscordSta
     (discord.py 2.x fails with an AttributeError when the very first Gateway
     connection fails; the network error is its __context__.)
     """
-    seen: BaseException | None = error
-    for _ in range(5):
-        if seen is None:
-            return None
+    for seen in _chain(error):
         explained = _explain(seen, repr(account))
         if explained is not None:
             return explained
-        seen = seen.__context__
     return None
 
 
@@ -62,17 +60,22 @@ def fatal_failure(error: BaseException | None, account: str) -> DiscordStartErro
     ends discord.py's loop (a frame it cannot read, the network) is worth a
     restart.
     """
-    seen = error
-    for _ in range(5):
-        if seen is None:
-            return None
+    for seen in _chain(error):
         if isinstance(
             seen,
             discord.LoginFailure | discord.PrivilegedIntentsRequired | discord.ConnectionClosed,
         ):
             return _explain(seen, repr(account))
-        seen = seen.__context__
     return None
+
+
+def _chain(error: BaseException | None) -> Iterator[BaseException]:
+    """`error` and the errors it was raised while handling (`__context__`), five at most."""
+    for _ in range(5):
+        if error is None:
+            return
+        yield error
+        error = error.__context__
 
 
 def delivery_error(error: BaseException, request_timeout: float) -> DeliveryError | None:

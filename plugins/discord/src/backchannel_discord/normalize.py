@@ -70,6 +70,8 @@ REACTION_EVENTS = frozenset(
         "MESSAGE_REACTION_REMOVE_EMOJI",
     }
 )
+#: a moderator's clears: they name no user
+_CLEARS = frozenset({"MESSAGE_REACTION_REMOVE_ALL", "MESSAGE_REACTION_REMOVE_EMOJI"})
 #: every gateway dispatch normalize reads (the rest are not for the agent)
 MESSAGE_EVENTS = frozenset({"MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE"}) | REACTION_EVENTS
 
@@ -100,6 +102,8 @@ def normalize_payload(
     reader = _Reader(data, where)
     if kind == "MESSAGE_DELETE":
         return _delete(reader, account, context)
+    if kind in _CLEARS:
+        return _reactions_cleared(reader, kind, account, context, raw)
     if kind in REACTION_EVENTS:
         return _reaction(reader, kind, account, bot_id, context, raw)
     return _message(reader, kind, account, bot_id, context, raw)
@@ -282,12 +286,7 @@ def _reaction(
     """MESSAGE_REACTION_ADD / _REMOVE: one user's emoji on one message, added or taken back.
 
     A removal names only the user's id: the store takes the reaction back by id.
-    A moderator's REMOVE_ALL (every reaction) or REMOVE_EMOJI (everyone's one
-    emoji) names no user: the event's sender is unknown and `meta["cleared"]`
-    says what goes.
     """
-    if kind in ("MESSAGE_REACTION_REMOVE_ALL", "MESSAGE_REACTION_REMOVE_EMOJI"):
-        return _reactions_cleared(reader, kind, account, context, raw)
     user_id = reader.snowflake("user_id")
     message_id = reader.snowflake("message_id")
     channel_id = reader.snowflake("channel_id")
@@ -330,6 +329,8 @@ def _reactions_cleared(
     context: Mapping[str, Any],
     raw: Mapping[str, Any],
 ) -> Event:
+    """A moderator's REMOVE_ALL (every reaction) or REMOVE_EMOJI (everyone's one emoji):
+    no user is named, so the sender is unknown and `meta["cleared"]` says what goes."""
     message_id = reader.snowflake("message_id")
     channel_id = reader.snowflake("channel_id")
     assert message_id is not None and channel_id is not None
