@@ -68,7 +68,7 @@ def load_identity(settings: Mapping[str, Any], account: str = "") -> Identity:
     text = value.strip()
     path = Path(os.path.expanduser(text))
     # a base64 key may start with "/": only a key that does not decode is read as a path
-    inline_key = key == "identity" and not _is_file(path) and _seed_from_text(text) is not None
+    inline_key = key == "identity" and inline_secret(settings) is not None
     if not inline_key and (key == "identity_file" or _looks_like_path(text) or _is_file(path)):
         try:
             text = path.read_text(encoding="utf-8").strip()
