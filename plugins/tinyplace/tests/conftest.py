@@ -36,6 +36,9 @@ def account_settings(relay: FakeRelay, seed: bytes | None = None, **extra: Any) 
         "poll_interval": 0.05,
         "request_timeout": 2.0,
         "prekey_pool": 4,
+        # kept openings are copied at start; later copies on their own would race the
+        # faults a test injects for the copy before its next message
+        "opening_retry": 3600.0,
         **extra,
     }
 

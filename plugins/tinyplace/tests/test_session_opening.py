@@ -283,3 +283,92 @@ async def test_sigkill_during_the_put_of_the_opening_leaves_the_session_usable(
         ("PREKEY_BUNDLE", "first"),
         ("CIPHERTEXT", "second"),
     ]
+
+
+async def started(contract_context: ContractContext, settings: dict[str, Any]) -> TinyplaceAdapter:
+    adapter = TinyplaceAdapter(contract_context.account, settings)
+    await adapter.start(contract_context.bind(adapter))
+    return adapter
+
+
+async def test_an_uncertain_opening_is_sent_again_without_waiting_for_a_next_message(
+    contract_context: ContractContext, relay: FakeRelay, peer: RelayPeer, settings_for: Any
+) -> None:
+    """A first message (a question to another agent, say) whose PUT never reached the
+    relay must not wait for a next message that may never come."""
+    account = await started(contract_context, settings_for(opening_retry=0.05))
+    try:
+        relay.make_contacts(peer.agent_id, account.agent_id)
+        relay.fail_next("server_error")
+        with pytest.raises(Uncertain) as caught:
+            await account.send(Outbound(master("test", peer.agent_id), "first"))
+        first = caught.value.platform_message_id
+        await relay.wait_for(lambda: len(relay.mailbox(peer.agent_id)) == 1, 30, "the copy")
+        assert [(e["id"], e["type"], text) for e, text in await peer.receive()] == [
+            (first, "PREKEY_BUNDLE", "first")
+        ]
+        await relay.wait_for(lambda: not account._openings_kept, 30, "the opening settled")
+        assert await kept_opening(account, peer.agent_id) is None
+        await account.send(Outbound(master("test", peer.agent_id), "second"))
+        assert [(e["type"], text) for e, text in await peer.receive()] == [("CIPHERTEXT", "second")]
+    finally:
+        await account.stop()
+
+
+async def test_copies_sent_on_their_own_are_not_counted_against_the_session(
+    contract_context: ContractContext, relay: FakeRelay, peer: RelayPeer, settings_for: Any
+) -> None:
+    """A relay that is down for a while fails every copy: the session must not be given
+    up for that (the first message would then never arrive), only tried again."""
+    account = await started(contract_context, settings_for(opening_retry=0.05))
+    try:
+        relay.make_contacts(peer.agent_id, account.agent_id)
+        relay.fail_next("server_error")
+        with pytest.raises(Uncertain) as caught:
+            await account.send(Outbound(master("test", peer.agent_id), "first"))
+        copies = OPENING_COPIES + 2
+        for _ in range(copies):
+            relay.fail_next("server_error")
+        await relay.wait_for(lambda: len(relay.mailbox(peer.agent_id)) == 1, 30, "a copy")
+        failed = [r for r in relay.requests if r[:2] == ("PUT", "/messages") and r[2] == 500]
+        assert len(failed) == 1 + copies
+        received = await peer.receive()
+        assert [(e["id"], e["type"], text) for e, text in received] == [
+            (caught.value.platform_message_id, "PREKEY_BUNDLE", "first")
+        ]
+    finally:
+        await account.stop()
+
+
+@pytest.mark.parametrize("fault", ["hang", "stored_then_hang"])
+async def test_after_a_sigkill_during_the_put_of_the_opening_it_arrives_with_no_next_message(
+    fault: str, tmp_path: Path, relay: FakeRelay, peer: RelayPeer, settings_for: Any
+) -> None:
+    seed = os.urandom(32)
+    alice = LocalSigner.from_seed(seed, siws=False).agent_id
+    db = tmp_path / "alice" / "backchannel.db"
+    relay.make_contacts(alice, peer.agent_id)
+    relay.fail_next(fault)
+
+    sender = await run_sender(relay, db, seed, peer.agent_id)
+    try:
+        await relay.wait_for(lambda: relay.hanging == 1, 30, "the opening's PUT")
+    finally:
+        sender.kill()
+    assert await asyncio.wait_for(sender.wait(), 30) == -signal.SIGKILL
+
+    def copied() -> bool:
+        return any(r[:3] == ("PUT", "/messages", 201) for r in relay.requests)
+
+    store = SQLiteStore(db)
+    ctx = ContractContext(store, account="alice")
+    restarted = TinyplaceAdapter("alice", settings_for(seed))
+    await restarted.start(ctx.bind(restarted))
+    try:
+        await relay.wait_for(copied, 30, "the copy sent at start")
+        received = await peer.receive()
+        assert await kept_opening(restarted, peer.agent_id) is None
+    finally:
+        await restarted.stop()
+        await store.close()
+    assert [(e["type"], text) for e, text in received] == [("PREKEY_BUNDLE", "first")]

@@ -129,3 +129,26 @@ async def test_skipped_message_keys_are_bounded_keeping_the_newest() -> None:
     await store.store_sender_key(sender_key)
     kept_sender = (await store.get_sender_key("d1")).skipped_keys  # type: ignore[union-attr]
     assert sorted(kept_sender) == list(range(500, total))
+
+
+async def test_the_peers_with_a_kept_opening_are_listed_until_it_is_removed() -> None:
+    """The adapter sends kept openings again on its own: it finds them by this list."""
+    state = DictState()
+    store = DurableSessionStore(state, identity())
+    assert await store.peers_with_openings() == []
+    await store.store_opening("a", {"id": "m1"})  # the marker, then the envelope
+    await store.store_opening("a", {"id": "m1", "body": "x"})
+    await store.store_opening("b", {"id": "m2", "body": "y"})
+    assert await store.peers_with_openings() == ["a", "b"]
+    with store.staging() as staged:
+        # the peer wrote back: settled in the transaction of its message
+        await store.remove_opening("a")
+        assert await store.peers_with_openings() == ["b"]
+    for key, value in staged.items():
+        await state.set_state(key, value)
+    assert await store.peers_with_openings() == ["b"]
+    assert await store.get_opening("a") is None
+    await store.remove_session("b")  # an opening belongs to its session
+    assert await store.peers_with_openings() == []
+    state.values["signal/openings"] = '{"not": "a list"}'
+    assert await store.peers_with_openings() == []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,6 +91,8 @@ class TinyplaceAdapter:
         self.request_timeout = float(settings.get("request_timeout", 20.0))
         self.poll_limit = int(settings.get("poll_limit", 100))
         self.prekey_pool = int(settings.get("prekey_pool", 20))
+        #: seconds between copies of a kept session opening sent on their own
+        self.opening_retry = float(settings.get("opening_retry", 30.0))
         self.me: Sender | None = Sender(
             id=self.agent_id, name=peer_label(self.agent_id), handle=self.agent_id, is_bot=True
         )
@@ -101,6 +104,10 @@ class TinyplaceAdapter:
         self._reader: MailboxReader | None = None
         self._polls = 0
         self._keys_ready = False
+        #: whether a session opening may be kept unconfirmed (checked at start), and
+        #: when its copies are due (`_resend_kept_openings`)
+        self._openings_kept = True
+        self._openings_due = 0.0
         self._ratchet = asyncio.Lock()
         self._stopped = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -173,6 +180,9 @@ class TinyplaceAdapter:
         failing: str | None = None
         while not self._stopped.is_set():
             try:
+                if self._openings_kept and time.monotonic() >= self._openings_due:
+                    self._openings_due = time.monotonic() + self.opening_retry
+                    await self._resend_kept_openings()
                 await self.poll_once()
                 if failing is not None:
                     self._log().info("mailbox polls work again")
@@ -358,6 +368,9 @@ class TinyplaceAdapter:
                     # kept before the PUT, as the session is: whatever becomes of the PUT (an
                     # error, a timeout, this process killed), it can be sent again
                     await store.store_opening(peer, envelope)
+                    # until the relay takes it; copied on its own only after a while
+                    self._openings_kept = True
+                    self._openings_due = time.monotonic() + self.opening_retry
                 except StateUnavailable as error:
                     # nothing was sent; the marker above makes the next send start over
                     raise RateLimited(
@@ -394,7 +407,9 @@ class TinyplaceAdapter:
             if locked:
                 self._ratchet.release()
 
-    async def _resend_opening(self, peer: str, opening: dict[str, Any]) -> bool:
+    async def _resend_opening(
+        self, peer: str, opening: dict[str, Any], *, count_failure: bool = True
+    ) -> bool:
         """Send the kept, unconfirmed opening of our session with `peer` again, unchanged.
 
         Called with the ratchet lock held, before the next message to `peer` is
@@ -432,7 +447,7 @@ class TinyplaceAdapter:
                 return False
             if isinstance(failure, Rejected):
                 raise failure from None
-            if await self._give_up_opening(peer):
+            if count_failure and await self._give_up_opening(peer):
                 return False
             raise RateLimited(
                 failure.retry_after if isinstance(failure, RateLimited) else CONNECT_RETRY_AFTER,
@@ -440,7 +455,7 @@ class TinyplaceAdapter:
                 f" and that failed: {failure.reason}",
             ) from None
         except Exception as error:
-            if await self._give_up_opening(peer):
+            if count_failure and await self._give_up_opening(peer):
                 return False
             raise RateLimited(
                 CONNECT_RETRY_AFTER,
@@ -449,6 +464,46 @@ class TinyplaceAdapter:
             ) from None
         await self._opening_confirmed(peer)
         return True
+
+    async def _resend_kept_openings(self) -> None:
+        """Send every kept, unconfirmed session opening again, without waiting for a
+        next message to its peer: at start, and every `opening_retry` seconds while
+        one is kept.
+
+        An opening is kept when its PUT ended uncertain or the process died during
+        it. That first message (a question to another agent, say) may never have
+        reached the relay; waiting for the next message to the peer could leave it
+        undelivered for good. A copy that fails here is not counted against the
+        session (the relay may just be down): it is tried again later.
+        """
+        store, _ = self._require_signal()
+        try:
+            peers = await store.peers_with_openings()
+        except StateUnavailable:
+            return  # tried again later
+        kept = False
+        for peer in peers:
+            async with self._ratchet:
+                try:
+                    opening = await store.get_opening(peer)
+                    if opening is None:
+                        await store.remove_opening(peer)  # only listed: unlist it
+                    elif "body" not in opening:
+                        # opened, and the process died before its opening was kept: nothing
+                        # of it was sent, so the next message opens the session afresh
+                        await self._drop_session(peer)
+                    else:
+                        await self._resend_opening(peer, opening, count_failure=False)
+                except (DeliveryError, StateUnavailable) as error:
+                    kept = True
+                    reason = error.reason if isinstance(error, DeliveryError) else str(error)
+                    self._log().info(
+                        "the kept opening of the encrypted session with %s was not sent again"
+                        " yet (%s); trying later",
+                        peer,
+                        reason,
+                    )
+        self._openings_kept = kept
 
     async def _give_up_opening(self, peer: str) -> bool:
         """Count a copy of the kept opening the relay did not take; after

@@ -38,6 +38,8 @@ from tinyplace.signal.store import (
 __all__ = ["DurableSessionStore", "StateAccess", "StateUnavailable"]
 
 PREFIX = "signal/"
+#: the key listing the peers whose session opening is kept
+OPENINGS = "openings"
 
 
 class StateUnavailable(Exception):
@@ -189,11 +191,26 @@ class DurableSessionStore(SessionStore):
         and bytes: without it the peer can never decrypt anything of the
         session.
         """
+        peers = await self.peers_with_openings()
+        if address not in peers:
+            # listed before it is kept: a listed peer without an opening is only skipped
+            await self._put_json(OPENINGS, [*peers, address])
         await self._put_json(f"opening/{address}", dict(envelope))
 
     async def remove_opening(self, address: str) -> None:
         await self._put(f"opening/{address}", None)
         await self._put(f"opening_failures/{address}", None)
+        peers = await self.peers_with_openings()
+        if address in peers:
+            await self._put_json(OPENINGS, [peer for peer in peers if peer != address])
+
+    async def peers_with_openings(self) -> list[str]:
+        """The peers whose session opening may still be kept (see `store_opening`):
+        the adapter sends those again without waiting for a next message."""
+        data = await self._get_json(OPENINGS)
+        if not isinstance(data, list):
+            return []
+        return [peer for peer in data if isinstance(peer, str)]
 
     async def count_opening_failure(self, address: str) -> int:
         """Count one more copy of the kept opening that the relay did not take; return
