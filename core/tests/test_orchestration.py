@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -524,12 +525,18 @@ async def test_a_name_or_text_cannot_forge_another_messages_line(store: SQLiteSt
     assert "Mallory\n" not in "".join(run.messages[0].values())  # a run's lines too
 
 
+@pytest.mark.parametrize("mid_run", [False, True], ids=["trigger", "taken-mid-run"])
 async def test_a_send_elsewhere_by_a_run_cut_short_is_not_made_again_after_a_restart(
-    tmp_path: Path,
+    tmp_path: Path, mid_run: bool
 ) -> None:
     """The owner's run sent into another conversation, then was cut short (the process
     stopped) before it finished: the restarted run is told, and the owner's message is
-    not offered again, so Alice gets one message, not two."""
+    not offered again, so Alice gets one message, not two.
+
+    `mid_run`: the owner's second message came while the run was going, and the run
+    took it (`Run.new_messages`) before sending. The restarted run's trigger is then
+    that second message, past what the run was started with: the send must count for
+    it too (the outbox row keeps the newest seq the run had seen)."""
     from backchannel.orchestration import attach
 
     owner = "olivia"
@@ -547,9 +554,10 @@ async def test_a_send_elsewhere_by_a_run_cut_short_is_not_made_again_after_a_res
         check_plugins=False,
     )  # fmt: skip
     path = tmp_path / "bc.db"
+    live = tmp_path / "bc.db.live"
     channels = {"home": FakeChannel(), "work": FakeChannel()}
 
-    def board_for(action: Any) -> tuple[Switchboard, RecordingAgent]:
+    def board_for(action: Any, path: Path) -> tuple[Switchboard, RecordingAgent]:
         board = Switchboard(SQLiteStore(path), stop_timeout=0.1)
         agent = RecordingAgent(action=action)
         for binding, (name, channel) in zip(config.bindings, channels.items(), strict=True):
@@ -560,23 +568,39 @@ async def test_a_send_elsewhere_by_a_run_cut_short_is_not_made_again_after_a_res
         attach(board, config)
         return board, agent
 
-    sent, never = asyncio.Event(), asyncio.Event()
+    sent, never, entered, second_in = (asyncio.Event() for _ in range(4))
+    taken: list[dict[str, str]] = []
 
     async def sends_then_hangs(run: Run) -> None:
         if run.trigger is not None and run.trigger.sender.id == owner:
+            entered.set()
+            if mid_run:
+                await second_in.wait()
+                taken.extend(await run.new_messages())
             await run.call(
                 "send_to_conversation", {"conversation": "work/alice-dm", "text": "Friday"}
             )
             sent.set()
             await never.wait()  # cut short here: the stop cancels the run
 
-    board, agent = board_for(sends_then_hangs)
+    board, agent = board_for(sends_then_hangs, live)
     await board.start()
     channels["work"].platform.user_says("the invoice is 1200", chat="alice-dm", sender="alice")
     await agent.wait_runs(1)
     await board.wait_idle()
     channels["home"].platform.user_says("tell Alice: Friday", chat="home-dm", sender=owner)
+    if mid_run:
+        await asyncio.wait_for(entered.wait(), 10)
+        second = channels["home"].platform.make_message("please", chat="home-dm", sender=owner)
+        assert (await board.ingest("home", {**second, "update": 99})).status == "stored"
+        second_in.set()
     await asyncio.wait_for(sent.wait(), 10)
+    assert [line["content"].endswith("please") for line in taken] == ([True] if mid_run else [])
+    # the store's files as a SIGKILL now leaves them (a stop would record the run as cut
+    # short, with what it had seen: a record no killed process writes)
+    for suffix in ("", "-wal"):
+        if Path(f"{live}{suffix}").exists():
+            shutil.copyfile(f"{live}{suffix}", f"{path}{suffix}")
     await board.stop()
 
     offered: list[Run] = []
@@ -588,7 +612,7 @@ async def test_a_send_elsewhere_by_a_run_cut_short_is_not_made_again_after_a_res
                 "send_to_conversation", {"conversation": "work/alice-dm", "text": "Friday"}
             )
 
-    board, agent = board_for(would_send_again)
+    board, agent = board_for(would_send_again, path)
     await board.start()
     await agent.wait_runs(1)
     await board.wait_idle()
@@ -597,5 +621,6 @@ async def test_a_send_elsewhere_by_a_run_cut_short_is_not_made_again_after_a_res
     assert "Friday" in to_alice.text
     (run,) = offered
     assert run.trigger is None
+    assert run.messages[-1]["content"].endswith("please" if mid_run else "Friday")
     assert "had already sent a message about it to" in run.instruction
     assert "alice-dm" in run.instruction
