@@ -169,7 +169,19 @@ class PostgresAsks:
                     ask
                     for ask in candidates
                     if reply_to_seq is not None and ask.message_seq == reply_to_seq
-                ] or [ask for ask in candidates if (ask.message_seq or 0) < seq]
+                ]
+                if not found and reply_to_seq is not None:
+                    cursor = await connection.execute(
+                        "SELECT 1 FROM messages WHERE conversation_id = %s AND seq = %s"
+                        " AND direction = 'out'",
+                        (peer_conversation_id, reply_to_seq),
+                    )
+                    if await cursor.fetchone() is not None:
+                        # a reply to a message of ours no open ask asked: a follow-up of the
+                        # peer's own (see the SQLite store)
+                        return None
+                if not found:
+                    found = [ask for ask in candidates if (ask.message_seq or 0) < seq]
             if not found:
                 return None
             cursor = await connection.execute(

@@ -1032,11 +1032,13 @@ class SQLiteStore(SQLiteAsks, Store):
         self, conversation_id: int, trigger_seq: int
     ) -> OutboxEntry | None:
         row = self.db.execute(
-            "WITH recent AS (SELECT id, upto_seq, trigger_seq FROM runs"
-            " WHERE conversation_id = ? ORDER BY id DESC LIMIT 5)"
+            "WITH recent AS (SELECT id, upto_seq FROM runs"
+            # runs that answered a message: the reporter runs of asks (trigger 0), which
+            # a restart may run first, must not push the cut-short run out of the five
+            " WHERE conversation_id = ? AND trigger_seq > 0 ORDER BY id DESC LIMIT 5)"
             " SELECT o.id FROM recent r JOIN outbox o ON o.run_id = r.id"
             " WHERE o.conversation_id != ? AND o.kind = 'message' AND o.status != 'failed'"
-            " AND r.trigger_seq > 0 AND COALESCE(o.seen_seq, r.upto_seq) >= ?"
+            " AND COALESCE(o.seen_seq, r.upto_seq) >= ?"
             " ORDER BY o.id DESC LIMIT 1",
             (conversation_id, conversation_id, trigger_seq),
         ).fetchone()

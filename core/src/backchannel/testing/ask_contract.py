@@ -91,6 +91,20 @@ class AskStoreContract:
         assert (await store.correlate_reply(session, two)).id == second  # type: ignore[union-attr]
         assert await store.correlate_reply(session, three) is None
 
+    async def test_a_follow_up_to_an_answered_question_is_not_taken_for_another_answer(
+        self, store: Store
+    ) -> None:
+        """The peer answers q0, then writes more in reply to q0: that follow-up is its own
+        message, not the answer to q1 (which would then report it as q1's answer, and lose
+        the real one)."""
+        session, [(first, _), (second, _)] = await self._asks(store, 2)
+        answer = await _answer(store, "r1", "q0's answer", reply_to="m0")
+        assert (await store.correlate_reply(session, answer)).id == first  # type: ignore[union-attr]
+        follow_up = await _answer(store, "r2", "also, about q0", reply_to="m0")
+        assert await store.correlate_reply(session, follow_up) is None
+        real = await _answer(store, "r3", "q1's answer", reply_to="m1")
+        assert (await store.correlate_reply(session, real)).id == second  # type: ignore[union-attr]
+
     async def test_a_reply_to_a_message_we_cannot_place_never_answers_a_known_question(
         self, store: Store
     ) -> None:

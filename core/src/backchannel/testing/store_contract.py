@@ -336,6 +336,21 @@ class StoreContract(AskStoreContract):
         await store.mark_failed(sent.id, "refused")
         assert await store.sent_elsewhere_after(here.id, 1) is None  # never went out
 
+    async def test_reporter_runs_do_not_hide_a_send_elsewhere(self, store: Store) -> None:
+        """After a kill, a restart may run an ask's reporters (trigger 0) in the conversation
+        before its owed run: however many, the cut-short run's send elsewhere is found."""
+        here = await store.ensure_conversation(Address("acct", "here"))
+        there = await store.ensure_conversation(Address("acct", "there"))
+        run_id = await store.begin_run(here.id, 1, 1)
+        sent = await store.record_outbound(
+            there.id, Outbound(there.address, "relayed"), ME, run_id, 1
+        )
+        for _ in range(6):
+            reporter = await store.begin_run(here.id, 0, 1)
+            await store.finish_run(reporter, "ok")
+        found = await store.sent_elsewhere_after(here.id, 1)
+        assert found is not None and found.id == sent.id
+
     async def test_an_id_noted_before_sending_survives_a_restart(self, store: Store) -> None:
         conversation = await store.ensure_conversation(Address("acct", "c1"))
         entry = await store.record_outbound(
