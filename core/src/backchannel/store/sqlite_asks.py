@@ -130,11 +130,14 @@ class SQLiteAsks:
                     f"SELECT id FROM asks WHERE {candidates} AND message_seq = ?",
                     (peer_conversation_id, reply_to_seq),
                 ).fetchall()
-                if not found and db.execute(
-                    "SELECT 1 FROM messages WHERE conversation_id = ? AND seq = ?"
-                    " AND direction = 'out'",
-                    (peer_conversation_id, reply_to_seq),
-                ).fetchall():
+                if (
+                    not found
+                    and db.execute(
+                        "SELECT 1 FROM messages WHERE conversation_id = ? AND seq = ?"
+                        " AND direction = 'out'",
+                        (peer_conversation_id, reply_to_seq),
+                    ).fetchall()
+                ):
                     # a reply to a message of ours that no open ask asked (a question already
                     # answered, say): a follow-up of the peer's own, never another's answer
                     return None
