@@ -97,3 +97,41 @@ async def test_catch_up_can_be_turned_off(
         await second.stop()
     transcript = await contract_context.transcript(Address("test", fake.general))
     assert [m.text for m in transcript] == ["one", "live"]
+
+
+async def test_edits_and_deletions_made_while_stopped_are_applied_on_the_next_start(
+    fake: FakeDiscord, contract_context: ContractContext
+) -> None:
+    """Discord never dispatches them again to a new session: the catch-up finds them in the
+    newest page of history (edited_timestamp set; a stored message gone from it)."""
+    first = DiscordAdapter("test", {**fake.settings, **FAST})
+    await first.start(contract_context.bind(first))
+    sent = [await fake.post_message(fake.general, fake.alice, t) for t in ("one", "two", "three")]
+    for message in sent:
+        await contract_context.wait_ingested(message["id"])
+    await first.stop()
+
+    # while no session listens: nothing reaches the bot (no gateway connection)
+    edited = fake.messages[sent[0]["id"]]
+    edited["content"], edited["edited_timestamp"] = "one, edited", "2026-12-01T10:00:00+00:00"
+    fake.remove_message(sent[1]["id"])
+    missed = await fake.post_message(fake.general, fake.alice, "four")
+
+    second = DiscordAdapter("test", {**fake.settings, **FAST})
+    await second.start(contract_context.bind(second))
+    try:
+        await contract_context.wait_ingested(missed["id"])
+        await contract_context.wait_ingested(f"{sent[0]['id']}:edit:{edited['edited_timestamp']}")
+        await contract_context.wait_ingested(f"{sent[1]['id']}:delete")
+    finally:
+        await second.stop()
+    transcript = await contract_context.transcript(Address("test", fake.general))
+    assert [(m.text, m.deleted_at is not None) for m in transcript] == [
+        ("one, edited", False),
+        ("two", True),  # kept, marked deleted (as a live MESSAGE_DELETE leaves it)
+        ("three", False),
+        ("four", False),
+    ]
+    # one history request for the channel: the newest page held the cursor
+    reads = [p for m, p, _ in fake.requests if m == "GET" and p.endswith("/messages")]
+    assert reads == [f"/channels/{fake.general}/messages"]

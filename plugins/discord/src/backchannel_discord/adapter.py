@@ -32,13 +32,19 @@ from typing import Any, TypeVar
 import discord
 import yarl
 from backchannel.adapter import AdapterContext, Capabilities, split_text
-from backchannel.errors import BackchannelError, RateLimited, Rejected, Uncertain
+from backchannel.errors import (
+    BackchannelError,
+    NormalizeError,
+    RateLimited,
+    Rejected,
+    Uncertain,
+)
 from backchannel.model import Address, Event, Outbound, Receipt, Sender
 from backchannel.wire import BadPayload, parse_json
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from .catchup import Cursors, missed_messages
+from .catchup import Cursor, Cursors, read_history
 from .failures import (
     DiscordStartError,
     delivery_error,
@@ -347,8 +353,8 @@ class DiscordAdapter:
             if client is None:
                 return
             try:
-                missed = await self._call(
-                    missed_messages(client.http, channel_id, cursor, self.settings.catch_up_limit)
+                history = await self._call(
+                    read_history(client.http, channel_id, cursor, self.settings.catch_up_limit)
                 )
             except (RateLimited, Rejected, Uncertain) as error:
                 self._ctx.log.warning(
@@ -357,8 +363,47 @@ class DiscordAdapter:
                     error.reason,
                 )
                 continue
-            for message in missed:
+            for message in history.missed:
                 await self._ingest({"op": 0, "t": "MESSAGE_CREATE", "d": message})
+            await self._changed_while_away(channel_id, cursor, history.recent)
+
+    async def _changed_while_away(
+        self, channel_id: str, cursor: Cursor, recent: list[dict[str, Any]]
+    ) -> None:
+        """Apply the edits and deletions made while no session listened to messages at or
+        before the cursor (the newest page of them): Discord dispatches neither again.
+
+        An edited message is ingested as the MESSAGE_UPDATE it would have been (its
+        event id names the edit's time: one already stored changes nothing). A message
+        stored here, within the page's span, that the page no longer holds was deleted.
+        Reactions made meanwhile are not recovered: REST gives counts, not who reacted.
+        """
+        assert self._ctx is not None
+        if not recent:
+            return
+        for message in recent:
+            if message.get("edited_timestamp"):
+                await self._ingest({"op": 0, "t": "MESSAGE_UPDATE", "d": dict(message)})
+        probe: dict[str, Any] = {"op": 0, "t": "MESSAGE_CREATE", "d": dict(recent[-1])}
+        context = await self._context_for(recent[-1])
+        if context:
+            probe[CONTEXT_KEY] = context
+        try:
+            event = self.normalize(probe)
+            stored = await self._ctx.transcript(event.address, 2 * len(recent)) if event else []
+        except (NormalizeError, NotImplementedError):
+            return
+        present = {str(message.get("id")) for message in recent}
+        oldest = min(int(message["id"]) for message in recent)
+        for message in stored:
+            platform_id = message.platform_message_id
+            if platform_id is None or not platform_id.isdigit() or platform_id in present:
+                continue
+            if oldest <= int(platform_id) <= cursor.message_id:
+                data = {"id": platform_id, "channel_id": channel_id}
+                if cursor.guild_id:
+                    data["guild_id"] = cursor.guild_id
+                await self._ingest({"op": 0, "t": "MESSAGE_DELETE", "d": data})
 
     async def _ingest(self, payload: dict[str, Any]) -> None:
         assert self._ctx is not None

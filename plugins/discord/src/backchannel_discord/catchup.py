@@ -21,7 +21,7 @@ from attrs import define, field
 
 from .normalize import as_snowflake, snowflake_time
 
-__all__ = ["Cursor", "Cursors", "missed_messages"]
+__all__ = ["Cursor", "Cursors", "History", "missed_messages", "read_history"]
 
 #: channels remembered for catch-up; the least recently active are forgotten first
 MAX_CHANNELS = 200
@@ -103,6 +103,46 @@ class Cursors:
         return (
             current is not None and message_id.isdigit() and current.message_id >= int(message_id)
         )
+
+
+@define
+class History:
+    """What one channel's catch-up read: the messages posted after the cursor (oldest
+    first, unreadable ones last), and the newest page of those at or before it (oldest
+    first), whose edits and deletions made meanwhile are looked for."""
+
+    missed: list[dict[str, Any]] = field(factory=list)
+    recent: list[dict[str, Any]] = field(factory=list)
+
+
+async def read_history(http: Any, channel_id: str, cursor: Cursor, limit: int) -> History:
+    """Read a channel's history for the catch-up: one request when fewer than a page of
+    messages came after the cursor (the usual case: that page holds them and the newest
+    ones before them), else the messages after it page by page and one page before it.
+
+    REST message objects carry no guild_id; it is filled from the cursor so
+    normalize sees a guild message, not a DM.
+    """
+    page = await http.logs_from(int(channel_id), _PAGE)
+    page = page if isinstance(page, list) else []
+    placed = sorted((m for m in page if _id(m) is not None), key=lambda m: _id(m) or 0)
+    if len(page) < _PAGE or (placed and (_id(placed[0]) or 0) <= cursor.message_id):
+        # the page reaches back to the cursor (or holds the whole channel)
+        at = cursor.message_id
+        missed = [m for m in placed if (_id(m) or 0) > at][:limit]
+        missed.extend(m for m in page if _id(m) is None)
+        history = History(missed, [m for m in placed if (_id(m) or 0) <= at])
+    else:
+        before = await http.logs_from(int(channel_id), _PAGE, before=cursor.message_id + 1)
+        before = before if isinstance(before, list) else []
+        history = History(
+            await missed_messages(http, channel_id, cursor, limit),
+            sorted((m for m in before if _id(m) is not None), key=lambda m: _id(m) or 0),
+        )
+    for message in (*history.missed, *history.recent):
+        if cursor.guild_id and isinstance(message, dict) and "guild_id" not in message:
+            message["guild_id"] = cursor.guild_id
+    return history
 
 
 async def missed_messages(
