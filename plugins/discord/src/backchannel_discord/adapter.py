@@ -395,8 +395,8 @@ class DiscordAdapter:
             return
         present = {str(message.get("id")) for message in recent}
         oldest = min(int(message["id"]) for message in recent)
-        for message in stored:
-            platform_id = message.platform_message_id
+        for kept in stored:
+            platform_id = kept.platform_message_id
             if platform_id is None or not platform_id.isdigit() or platform_id in present:
                 continue
             if oldest <= int(platform_id) <= cursor.message_id:
