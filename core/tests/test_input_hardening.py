@@ -304,3 +304,106 @@ async def test_slow_clients_cannot_hold_a_connection(caplog: pytest.LogCaptureFi
             assert response.status == 200 and handled == [13]
     finally:
         await server.stop()
+
+
+async def test_strangers_and_crowds_cannot_make_the_server_buffer_without_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A route's header check refuses a stranger before its body is read; the bodies held
+    at once are bounded (a request past the bound is a 503, not buffered); a request the
+    HTTP parser refuses is counted, not a traceback."""
+    import asyncio
+
+    from aiohttp import ClientSession, web
+    from backchannel.adapter import RouteTable
+    from backchannel.server import HttpServer
+
+    routes = RouteTable()
+    handled: list[int] = []
+
+    async def webhook(request: web.Request) -> web.StreamResponse:
+        handled.append(len(await request.read()))
+        return web.Response(text="ok")
+
+    def needs_secret(request: web.Request) -> web.StreamResponse | None:
+        if request.headers.get("X-Secret") == "s3cret":
+            return None
+        return web.Response(status=401, text="no\n")
+
+    routes.add("POST", "/hook", webhook, check=needs_secret)
+    server = HttpServer(routes, port=0, max_buffered=1_000_000)
+    url = await server.start()
+    port = int(url.rsplit(":", 1)[1])
+
+    async def begin(length: int, secret: str = "s3cret") -> tuple[Any, Any]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            f"POST /hook HTTP/1.1\r\nHost: x\r\nX-Secret: {secret}\r\n"
+            f"Content-Length: {length}\r\n\r\n".encode()
+            + b"x" * 10
+        )
+        await writer.drain()
+        return reader, writer
+
+    try:
+        # a stranger announcing a big body is refused at its headers, the body unread
+        reader, writer = await begin(3_000_000, secret="wrong")
+        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        assert answer.startswith(b"HTTP/1.1 401") and server.buffered == 0
+        writer.close()
+        # one request holds 600 kB of room while its body trickles: the next is refused
+        slow_reader, slow_writer = await begin(600_000)
+        await asyncio.wait_for(_until(lambda: server.buffered == 600_000), 30)
+        reader, writer = await begin(600_000)
+        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in answer
+        writer.close()
+        assert handled == [] and server.refused_busy == 1
+        # the slow one finishes: handled, its room given back, and the next is served
+        slow_writer.write(b"x" * (600_000 - 10))
+        await slow_writer.drain()
+        assert (await asyncio.wait_for(slow_reader.readline(), 30)).startswith(b"HTTP/1.1 200")
+        slow_writer.close()
+        async with (
+            ClientSession() as session,
+            session.post(f"{url}/hook", data=b"y" * 600_000, headers={"X-Secret": "s3cret"}) as r,
+        ):
+            assert r.status == 200
+        assert handled == [600_000, 600_000] and server.buffered == 0
+        # a header the parser refuses: a 400 from aiohttp, counted, no traceback logged
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /hook HTTP/1.1\r\nHost: x\r\nBad\x01Header: y\r\n\r\n")
+        await writer.drain()
+        status_line = await asyncio.wait_for(reader.readline(), 30)
+        assert status_line.startswith(b"HTTP/1.") and b" 400 " in status_line
+        writer.close()
+        assert server.malformed.count == 1
+        assert "Traceback" not in caplog.text and "Error handling request" not in caplog.text
+    finally:
+        await server.stop()
+
+
+async def _until(check: Any) -> None:
+    import asyncio
+
+    while not check():
+        await asyncio.sleep(0.01)
+
+
+def test_serve_raises_its_open_file_limit_to_the_hard_limit() -> None:
+    """A thousand idle connections must not use up the soft limit (often 1,024)."""
+    import resource
+
+    from backchannel.runtime import raise_open_file_limit
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        lower = min(256, soft)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lower, hard))
+        raised = raise_open_file_limit()
+        assert raised == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        assert raised is not None and raised > lower
+        if hard != resource.RLIM_INFINITY:
+            assert raised == hard
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

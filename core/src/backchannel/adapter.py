@@ -105,6 +105,9 @@ class IngestResult:
 
 
 Handler = Callable[["web.Request"], Awaitable["web.StreamResponse"]]
+#: looks at a request's headers before its body is read: a response refuses it there
+#: (an unauthenticated sender is not let to make the server buffer a body), None lets it in
+HeaderCheck = Callable[["web.Request"], "web.StreamResponse | None"]
 
 
 @define
@@ -117,19 +120,35 @@ class RouteTable:
 
     public_url: str = "http://127.0.0.1:8765"
     _routes: dict[tuple[str, str], Handler] = field(factory=dict)
+    _checks: dict[tuple[str, str], HeaderCheck] = field(factory=dict)
 
-    def add(self, method: str, path: str, handler: Handler) -> str:
-        """Serve `handler` at `path`; return the public URL of the route."""
+    def add(
+        self, method: str, path: str, handler: Handler, *, check: HeaderCheck | None = None
+    ) -> str:
+        """Serve `handler` at `path`; return the public URL of the route.
+
+        `check` sees the request's headers before the server reads its body: a
+        webhook that authenticates by a header (Telegram's secret token) or
+        whose signature headers must be there and fresh (Slack) refuses a
+        stranger before the stranger's body costs any memory.
+        """
         if not path.startswith("/"):
             raise ValueError(f"route path must start with '/': {path!r}")
         key = (method.upper(), path)
         if key in self._routes:
             raise ValueError(f"route {method.upper()} {path} is already registered")
         self._routes[key] = handler
+        if check is not None:
+            self._checks[key] = check
         return self.url(path)
 
     def remove(self, method: str, path: str) -> None:
         self._routes.pop((method.upper(), path), None)
+        self._checks.pop((method.upper(), path), None)
+
+    def check(self, method: str, path: str) -> HeaderCheck | None:
+        """The header check of the route `find` gives for this request, if it has one."""
+        return self._checks.get((method.upper(), path))
 
     def url(self, path: str) -> str:
         return self.public_url.rstrip("/") + path

@@ -34,7 +34,7 @@ from .plugins import channels as channel_registry
 from .plugins import get_plugin_manager
 from .policy import Policy
 from .runs import Agent, Run, WindowSettings
-from .runtime import tune_gc
+from .runtime import raise_open_file_limit, tune_gc
 from .store import SQLiteStore, Store
 from .switchboard import Binding, Switchboard
 
@@ -241,6 +241,7 @@ async def serve(
         installed.append(signal.SIGHUP)
     control = _control_server(config, board) if worker is None else None
     restore_gc = None
+    raise_open_file_limit()  # a connection is a file: a thousand must not stop all serving
     try:
         await board.start()
         if control is not None and not await control.start():

@@ -1,4 +1,4 @@
-"""Process tuning for a long-running `serve`: the cyclic garbage collector.
+"""Process tuning for a long-running `serve`: the cyclic garbage collector, open files.
 
 Ingest allocates many short-lived containers (payload dicts, events, rows);
 with Python's default gen-0 threshold of 700, a collection runs every few
@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable
 
-__all__ = ["GC_THRESHOLDS", "tune_gc"]
+__all__ = ["GC_THRESHOLDS", "raise_open_file_limit", "tune_gc"]
 
 #: gen-0 allocations between young collections; every 20 of those a gen-1, every
 #: 20 of those a full one (the defaults are 700, 10, 10)
@@ -38,3 +38,27 @@ def tune_gc() -> Callable[[], None]:
         gc.set_threshold(*previous)
 
     return restore
+
+
+def raise_open_file_limit() -> int | None:
+    """Raise this process's soft limit of open files to its hard limit; return the new
+    soft limit (None where there are no such limits).
+
+    Every connection is a file: with the common soft limit of 1,024, a thousand idle
+    connections (or the web chat's sockets) leave no file for the next accept, and
+    `serve` stops answering anyone, its health check included. The hard limit is what
+    the administrator allows; the soft one is only a default.
+    """
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft == resource.RLIM_INFINITY or (wanted != resource.RLIM_INFINITY and soft >= wanted):
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ValueError, OSError):
+        return soft
+    return wanted

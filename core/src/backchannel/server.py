@@ -9,6 +9,14 @@ A client that sends slowly cannot hold a connection for long (slowloris): a
 connection whose request headers are not complete `idle_timeout` seconds
 after it opened (or after its last response) is closed, and a body not
 complete within `body_timeout` seconds is a 408 before any route reads it.
+
+Memory: a route's header check (`RouteTable.add(check=...)`: a webhook's
+secret header) refuses a stranger before the body is read, and the bodies
+held at once are bounded across all requests (`max_buffered`, each counted at
+its announced length, or the most a body may be when it announces none): a
+request past that bound is a 503 with Retry-After, never buffered. A request
+aiohttp's parser refuses (a bad header byte, a header too long) is a 400 and
+counted, at most one INFO line a minute, not a traceback each.
 """
 
 from __future__ import annotations
@@ -34,8 +42,10 @@ MAX_BODY = 4 * 1024 * 1024
 IDLE_TIMEOUT = 30.0
 #: seconds a request's body may take to arrive in full
 BODY_TIMEOUT = 30.0
-#: seconds between INFO lines counting client disconnects
+#: seconds between INFO lines counting client disconnects (and refused requests)
 DISCONNECT_REPORT_INTERVAL = 60.0
+#: bytes of request bodies held at once, across every request being read
+MAX_BUFFERED = 32 * 1024 * 1024
 
 
 class HttpServer:
@@ -50,10 +60,17 @@ class HttpServer:
         health: Callable[[], Awaitable[dict[str, Any]]] | None = None,
         idle_timeout: float = IDLE_TIMEOUT,
         body_timeout: float = BODY_TIMEOUT,
+        max_buffered: int = MAX_BUFFERED,
     ):
         self.routes = routes
         self.idle_timeout = idle_timeout
         self.body_timeout = body_timeout
+        self.max_buffered = max_buffered
+        #: body bytes reserved by the requests being read or handled now
+        self.buffered = 0
+        #: requests refused for want of buffer room, and malformed ones aiohttp refused
+        self.refused_busy = 0
+        self.malformed = _MalformedRequests()
         self.host = host
         self.port = port
         self.health = health
@@ -73,6 +90,9 @@ class HttpServer:
             {"keepalive_timeout": self.idle_timeout} if self.idle_timeout > 0 else {}
         )
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, **extra)
+        server_log = logging.getLogger("aiohttp.server")
+        if self.malformed not in server_log.filters:
+            server_log.addFilter(self.malformed)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
@@ -87,6 +107,7 @@ class HttpServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        logging.getLogger("aiohttp.server").removeFilter(self.malformed)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         handler = self.routes.find(request.method, request.path)
@@ -94,6 +115,19 @@ class HttpServer:
             if self.routes.serves(request.path):
                 raise web.HTTPMethodNotAllowed(request.method, [])
             raise web.HTTPNotFound(text=f"no route for {request.path}\n")
+        check = self.routes.check(request.method, request.path)
+        if check is not None and (refused := check(request)) is not None:
+            refused.force_close()  # whatever body it brought is not read
+            return refused
+        reserved = 0
+        if request.can_read_body:
+            announced = request.content_length
+            if announced is not None and announced > MAX_BODY:
+                raise web.HTTPRequestEntityTooLarge(MAX_BODY, announced)
+            reserved = MAX_BODY if announced is None else announced
+            if self.buffered + reserved > self.max_buffered:
+                return self._busy(request)
+            self.buffered += reserved
         try:
             if request.can_read_body:
                 # read here, bounded (aiohttp keeps it: the route's own read gets it at once)
@@ -117,6 +151,26 @@ class HttpServer:
         except BadPayload as error:
             log.warning("%s %s: refused a body: %s", request.method, request.path, error)
             return web.Response(status=400, text=f"{error}\n")
+        finally:
+            self.buffered -= reserved
+
+    def _busy(self, request: web.Request) -> web.Response:
+        """Refuse a request whose body would pass `max_buffered`: 503, try again shortly."""
+        self.refused_busy += 1
+        first = self.refused_busy == 1
+        (log.warning if first else log.debug)(
+            "%s %s: %d bytes of request bodies are being read already; answered 503"
+            " (%d such request(s) so far)",
+            request.method,
+            request.path,
+            self.buffered,
+            self.refused_busy,
+        )
+        refused = web.Response(
+            status=503, text="too many requests in progress\n", headers={"Retry-After": "1"}
+        )
+        refused.force_close()
+        return refused
 
     def _client_disconnected(self, request: web.Request) -> None:
         """Count a dropped connection: DEBUG each, INFO at most once a minute with the count."""
@@ -135,3 +189,34 @@ class HttpServer:
     async def _healthz(self, request: web.Request) -> web.Response:
         figures = await self.health() if self.health else {}
         return web.json_response({"ok": True, **figures})
+
+
+class _MalformedRequests(logging.Filter):
+    """Drops aiohttp's traceback for a request its parser refused (answered 400 by aiohttp:
+    a bad header byte, a header too long, a broken chunk); counts them, and says how many
+    at most once a minute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+        self._unreported = 0
+        self._reported_at = 0.0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        error = record.exc_info[1] if record.exc_info else None
+        if not isinstance(error, HttpProcessingError):
+            return True
+        self.count += 1
+        self._unreported += 1
+        moment = time.monotonic()
+        if moment - self._reported_at >= DISCONNECT_REPORT_INTERVAL:
+            log.info(
+                "refused %d malformed HTTP request(s) since the last report (latest: %s)",
+                self._unreported,
+                type(error).__name__,
+            )
+            self._unreported = 0
+            self._reported_at = moment
+        return False

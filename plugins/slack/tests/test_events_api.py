@@ -257,3 +257,27 @@ async def test_a_redelivered_unreadable_event_is_one_dead_letter(
     other["event"]["ts"] = "tomorrow"
     await slack.wait_acked((await slack.deliver(other)).event_id)
     assert len(contract_context.malformed) == 2
+
+
+async def test_an_unsigned_or_stale_request_is_refused_before_its_body_is_read(
+    slack: FakeSlack, start_adapter: Any
+) -> None:
+    """Without signature headers, or stamped outside Slack's five minutes, a request
+    announcing a big body gets its 401 at the headers: the body is never awaited."""
+    import asyncio
+    import time
+    from urllib.parse import urlsplit
+
+    adapter = await start_adapter("events")
+    url = urlsplit(adapter.events_url)
+    stale = str(int(time.time()) - 3600)
+    for extra in ("", f"X-Slack-Request-Timestamp: {stale}\r\nX-Slack-Signature: v0=00\r\n"):
+        reader, writer = await asyncio.open_connection(url.hostname, url.port)
+        writer.write(
+            f"POST {url.path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
+            "Content-Length: 3000000\r\n\r\n{".encode()
+        )
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        assert head.startswith(b"HTTP/1.1 401"), extra
+        writer.close()

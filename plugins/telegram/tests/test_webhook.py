@@ -278,3 +278,22 @@ async def test_an_update_id_telegram_reuses_after_a_quiet_week_is_stored_as_a_ne
     rows = await contract_context.transcript(contract_context.events[0].address)
     assert [m.text for m in rows] == ["before the quiet week", "after it"]
     assert [m.event_id for m in rows] == [event_id_of(before), event_id_of(after)]
+
+
+async def test_a_stranger_is_refused_at_its_headers_before_its_body_is_read(
+    fake: FakeTelegram, contract_context: ContractContext, routes: RouteTable
+) -> None:
+    """No secret header: 401 as soon as the headers are in, the announced 3 MB never awaited
+    (an unauthenticated sender cannot make the server buffer bodies)."""
+    adapter = await start_webhook(fake, contract_context, routes)
+    url = urlsplit(routes.url(PATH))
+    reader, writer = await asyncio.open_connection(url.hostname, url.port)
+    writer.write(
+        f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: 3000000\r\n\r\n{".encode()
+    )
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+    assert head.startswith(b"HTTP/1.1 401")
+    writer.close()
+    await adapter.stop()

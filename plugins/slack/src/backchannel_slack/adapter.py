@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -187,7 +188,9 @@ class SlackAdapter:
             await self._connect_socket(sdk_logger, proxy)
         else:
             self._verifier = SignatureVerifier(settings.signing_secret or "")
-            self.events_url = ctx.routes.add("POST", settings.events_path, self._handle_http)
+            self.events_url = ctx.routes.add(
+                "POST", settings.events_path, self._handle_http, check=_unsigned
+            )
             self._log.info("Slack events are expected at %s", self.events_url)
 
     async def stop(self) -> None:
@@ -667,6 +670,32 @@ def emoji_name(text: str) -> str:
     if bare in EMOJI_NAMES:
         return EMOJI_NAMES[bare]
     return stripped.strip(":").strip()
+
+
+#: the longest unsigned request let in (Slack's ssl_check form); anything else must be signed
+_UNSIGNED_MAX = 4096
+#: how far a request's timestamp may be from now (the signature verifier's own window)
+_STALE_AFTER = 300
+
+
+def _unsigned(request: Any) -> Any:
+    """Refuse, before its body is read, a request that cannot be validly signed: without
+    Slack's signature headers, or stamped outside the verifier's five minutes (the body
+    is checked against the signature once read). Slack's unsigned ssl_check is a small
+    form: one announcing at most 4 KB is let in, the handler answers it."""
+    from aiohttp import web
+
+    stamp = request.headers.get("X-Slack-Request-Timestamp", "")
+    if request.headers.get("X-Slack-Signature") and stamp.isascii() and stamp.isdigit():
+        if abs(time.time() - int(stamp)) <= _STALE_AFTER:
+            return None
+    elif (
+        request.content_type == "application/x-www-form-urlencoded"
+        and request.content_length is not None
+        and request.content_length <= _UNSIGNED_MAX
+    ):
+        return None
+    return web.Response(status=401, text="invalid signature\n")
 
 
 def _form(content_type: str, body: bytes) -> dict[str, str] | None:

@@ -229,7 +229,9 @@ class WebhookReceiver:
         secret = self._api.derive_secret(f"webhook:{self._account}")
         register_secret(secret)
         self._secret = secret
-        route_url = self._ctx.routes.add("POST", self._settings.path, self._on_request)
+        route_url = self._ctx.routes.add(
+            "POST", self._settings.path, self._on_request, check=self._refuse_stranger
+        )
         self._serving = True
         url = self._settings.url or route_url
         try:
@@ -261,15 +263,23 @@ class WebhookReceiver:
             self._serving = False
             self._ctx.routes.remove("POST", self._settings.path)
 
-    async def _on_request(self, request: web.Request) -> web.StreamResponse:
+    def _refuse_stranger(self, request: web.Request) -> web.StreamResponse | None:
+        """The secret header, checked before the body is read (the server's route check): a
+        request without it costs no buffering."""
         given = request.headers.get(SECRET_HEADER, "")
-        if not self._secret or not _secret_matches(given, self._secret):
-            self._ctx.log.warning(
-                "refused a webhook request from %s: wrong or missing %s header",
-                request.remote,
-                SECRET_HEADER,
-            )
-            return web.json_response({"ok": False, "description": "Unauthorized"}, status=401)
+        if self._secret and _secret_matches(given, self._secret):
+            return None
+        self._ctx.log.warning(
+            "refused a webhook request from %s: wrong or missing %s header",
+            request.remote,
+            SECRET_HEADER,
+        )
+        return web.json_response({"ok": False, "description": "Unauthorized"}, status=401)
+
+    async def _on_request(self, request: web.Request) -> web.StreamResponse:
+        refused = self._refuse_stranger(request)  # also here: a server without route checks
+        if refused is not None:
+            return refused
         if not self._serving:
             return web.json_response({"ok": False, "description": "stopping"}, status=503)
         try:
