@@ -120,6 +120,69 @@ async def test_a_report_is_not_made_again_after_dying_once_it_went_out(
     await again.close()
 
 
+@pytest.mark.parametrize("what", ["expiry notice", "report"])
+async def test_two_processes_sweeping_one_store_post_once(tmp_path: Path, what: str) -> None:
+    """Two processes on one store (workers serving the same account behind a load
+    balancer, or a stalled worker and its successor) both find the notice or the report
+    owed: one posts it; the other's send is not made."""
+
+    async def reporter(run: Run) -> None:
+        await run.call("send_message", {"text": "the peer says it is done"})
+
+    channel, path = FakeChannel(), tmp_path / "bc.db"
+    one = _Deployment(path, channel, "run", reporter)
+    two = _Deployment(path, channel, "run", reporter)
+    answered = what == "report"
+    origin, _ = await _asked(
+        one.store, deadline=now() + (3600 if answered else -1), answered=answered
+    )
+    if answered:
+        [owed] = await one.store.asks(awaiting_report=True)
+        # both found it owed before either reported (what a race between two looks like)
+        await one.asks._report(owed, origin)
+        await two.asks._report(owed, origin)
+    else:
+        found = [await d.store.expire_asks(now()) for d in (one, two)]
+        assert [len(asks) for asks in found] == [1, 1]
+        expire = two.store.expire_asks
+
+        async def as_found_before(at: float) -> Any:
+            return found[1]  # two found it due before one's notice was recorded
+
+        two.store.expire_asks = as_found_before  # type: ignore[method-assign,assignment]
+        await one.asks.sweep()
+        await two.asks.sweep()
+        two.store.expire_asks = expire  # type: ignore[method-assign]
+    assert len(channel.platform.texts("owner")) == 1
+    # the second's send was recorded, then not made: failed, saying why
+    outbox = await two.store.outbox(conversation_id=origin.id)
+    assert sorted((entry.status, entry.reason) for entry in outbox) == [
+        ("failed", "not sent: reported already, by another worker"),
+        ("sent", None),
+    ]
+    await one.close()
+    await two.close()
+
+
+async def test_an_uncertain_report_is_not_posted_again_verbatim(tmp_path: Path) -> None:
+    """The reporter run's send ends uncertain (it may have arrived): the answer is not
+    posted a second time as a fallback (uncertain is never sent again)."""
+
+    async def reporter(run: Run) -> None:
+        await run.call("send_message", {"text": "the peer says it is done"})
+
+    channel, path = FakeChannel(), tmp_path / "bc.db"
+    here = _Deployment(path, channel, "run", reporter)
+    origin, _ = await _asked(here.store, deadline=now() + 3600, answered=True)
+    [owed] = await here.store.asks(awaiting_report=True)
+    channel.platform.fail_next_send("uncertain")
+    await here.asks._report(owed, origin)
+    assert [e.status for e in await here.store.outbox(conversation_id=origin.id)] == ["uncertain"]
+    [ask] = await here.store.asks()
+    assert ask.state == "answered"
+    await here.close()
+
+
 async def test_a_report_that_died_before_going_out_is_made_after_the_restart(
     tmp_path: Path,
 ) -> None:
@@ -200,15 +263,15 @@ async def test_a_report_whose_mark_failed_is_marked_by_the_send_that_goes_out(
     store = here.store
     origin, _ = await _asked(store, deadline=now() + 3600, answered=True)
     [owed] = await store.asks(awaiting_report=True)
-    mark_ask = store.mark_ask
+    claim_report = store.claim_report
     failures = [StoreError("disk full")]
 
-    async def mark_once_failing(*args: Any, **kwargs: Any) -> Any:
+    async def claim_once_failing(*args: Any, **kwargs: Any) -> Any:
         if failures:
             raise failures.pop()
-        return await mark_ask(*args, **kwargs)
+        return await claim_report(*args, **kwargs)
 
-    store.mark_ask = mark_once_failing  # type: ignore[method-assign]
+    store.claim_report = claim_once_failing  # type: ignore[method-assign]
     await here.asks._report(owed, origin)
     # the reporter's send was not made (its mark failed); the verbatim one marked and went out
     [posted] = channel.platform.texts("owner")

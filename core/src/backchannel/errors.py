@@ -34,6 +34,7 @@ __all__ = [
     "RateLimited",
     "Rejected",
     "StoreError",
+    "Superseded",
     "Uncertain",
     "log_failure",
     "unknown_key",
@@ -142,6 +143,12 @@ class Uncertain(DeliveryError):
     def __init__(self, reason: str, *, platform_message_id: str | None = None):
         super().__init__(reason)
         self.platform_message_id = platform_message_id
+
+
+class Superseded(BackchannelError):
+    """Raised by a send's `recorded` callback: what the send is for was done already
+    (another worker, or a stalled run's successor, reported the answer first). The
+    send is not made; its pending row is marked failed with this reason."""
 
 
 def log_failure(logger: logging.Logger, error: BaseException, message: str, *args: Any) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections import deque
 from collections.abc import Callable
 
@@ -31,7 +32,19 @@ class RefusedData(StoreError):
 
 
 #: what a store raises for a value it cannot bind (never for a full disk or a lock)
-_DATA_ERRORS = (UnicodeError, OverflowError, TypeError, ValueError)
+_DATA_ERRORS: tuple[type[Exception], ...] = (UnicodeError, OverflowError, TypeError, ValueError)
+
+
+def _data_errors() -> tuple[type[Exception], ...]:
+    """`_DATA_ERRORS`, and psycopg's DataError once psycopg is loaded: a value PostgreSQL
+    refuses (SQLSTATE class 22, or a NUL psycopg will not send) fails again on every
+    retry. psycopg is optional (a SQLite-only install has none), and an error of its
+    own can only come once the PostgreSQL store has imported it."""
+    psycopg = sys.modules.get("psycopg")
+    refused = getattr(psycopg, "DataError", None)
+    if isinstance(refused, type) and issubclass(refused, Exception):
+        return (*_DATA_ERRORS, refused)
+    return _DATA_ERRORS
 
 
 class GroupCommit:
@@ -124,7 +137,7 @@ class GroupCommit:
     @staticmethod
     def _fail(future: asyncio.Future[list[AppendResult]], error: Exception, size: int) -> None:
         log.error("the store refused %d event(s): %s", size, error)
-        if isinstance(error, _DATA_ERRORS) and not isinstance(error, StoreError):
+        if isinstance(error, _data_errors()) and not isinstance(error, StoreError):
             error = RefusedData(
                 f"the store cannot hold the event(s): {type(error).__name__}: {error}"
             )

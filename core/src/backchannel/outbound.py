@@ -7,13 +7,14 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from attrs import frozen
+from attrs import evolve, frozen
 
 from .adapter import Adapter
-from .errors import DeliveryError, RateLimited, Rejected, Uncertain
+from .errors import DeliveryError, RateLimited, Rejected, Superseded, Uncertain
 from .framing import flattened, format_message, strip_id_prefix
 from .model import Conversation, Outbound, Receipt, Sender
 from .runs import RunSession
+from .storable import storable_text
 from .store import OutboxEntry, Store
 from .tools import Tool
 
@@ -81,13 +82,17 @@ class Deliverer:
         `recorded` is awaited after the pending row is written and before the
         send (an ask writes its pending-ask row there, naming the outbox row).
         """
-        sender = self.adapter.me or Sender("me", "me", is_bot=True)
+        outbound = _storable(outbound)
+        sender = _storable_sender(self.adapter.me or Sender("me", "me", is_bot=True))
         entry = await self.store.record_outbound(
             conversation.id, outbound, sender, run_id, seen_seq
         )
         if recorded is not None:
             try:
                 await recorded(entry)
+            except Superseded as error:
+                # done already elsewhere (another worker reported first): nothing is sent
+                return DeliveryResult(await self.store.mark_failed(entry.id, f"not sent: {error}"))
             except BaseException:
                 await self.store.mark_failed(entry.id, "not sent: recording it failed")
                 raise
@@ -143,9 +148,31 @@ class Deliverer:
             return DeliveryResult(entry, receipt)
 
 
-def _with_outbox_id(outbound: Outbound, entry: OutboxEntry) -> Outbound:
-    from attrs import evolve
+def _storable(outbound: Outbound) -> Outbound:
+    """`outbound` with the text both stores hold and the platform gets: a NUL (PostgreSQL's
+    text cannot hold it; platforms refuse or mangle it) or half a surrogate pair (no
+    store, no platform takes it) made U+FFFD, as inbound text is (`storable_event`)."""
+    text = outbound.text
+    if type(text) is not str:
+        return outbound
+    repaired = storable_text(text)
+    return outbound if repaired is text else evolve(outbound, text=repaired)
 
+
+def _storable_sender(sender: Sender) -> Sender:
+    """The sender an outbound row records (the adapter's `me`), its name and handle as
+    `_storable` makes text."""
+    name, handle = sender.name, sender.handle
+    if type(name) is not str or not (handle is None or type(handle) is str):
+        return sender
+    repaired_name = storable_text(name)
+    repaired_handle = None if handle is None else storable_text(handle)
+    if repaired_name is name and repaired_handle is handle:
+        return sender
+    return evolve(sender, name=repaired_name, handle=repaired_handle)
+
+
+def _with_outbox_id(outbound: Outbound, entry: OutboxEntry) -> Outbound:
     meta = dict(outbound.meta)
     if entry.message_seq is not None:
         meta["seq"] = entry.message_seq  # channels that render the transcript key it by seq

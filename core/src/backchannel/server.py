@@ -70,7 +70,8 @@ class HttpServer:
         self.buffered = 0
         #: requests refused for want of buffer room, and malformed ones aiohttp refused
         self.refused_busy = 0
-        self.malformed = _MalformedRequests()
+        #: malformed requests aiohttp refused, counted for every server of the process
+        self.malformed = _MALFORMED
         self.host = host
         self.port = port
         self.health = health
@@ -92,7 +93,7 @@ class HttpServer:
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, **extra)
         server_log = logging.getLogger("aiohttp.server")
         if self.malformed not in server_log.filters:
-            server_log.addFilter(self.malformed)
+            server_log.addFilter(self.malformed)  # once a process: one filter, one count
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
@@ -107,7 +108,6 @@ class HttpServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        logging.getLogger("aiohttp.server").removeFilter(self.malformed)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         handler = self.routes.find(request.method, request.path)
@@ -220,3 +220,6 @@ class _MalformedRequests(logging.Filter):
             self._unreported = 0
             self._reported_at = moment
         return False
+
+
+_MALFORMED = _MalformedRequests()

@@ -1,21 +1,25 @@
 """Storability: an adapter's Event is checked before it can fail a shared transaction.
 
-Policy for text the store cannot encode (a lone UTF-16 surrogate, which JSON's
-``"\\ud800"`` escape puts in a Python `str` and UTF-8 cannot hold):
+Policy for text a store cannot hold: a lone UTF-16 surrogate (which JSON's
+``"\\ud800"`` escape puts in a Python `str` and UTF-8 cannot hold), and NUL
+(U+0000, JSON ``"\\u0000"``: PostgreSQL's text cannot hold it; SQLite can, but
+both stores get the same text):
 
 - in what people wrote or chose (message text, sender names and handles,
-  conversation titles, attachment names, meta) each lone surrogate is replaced
-  by U+FFFD and the event is stored: the rest of the message is worth more than
-  half a character;
+  conversation titles, attachment fields, meta keys and values) each lone
+  surrogate and each NUL is replaced by U+FFFD and the event is stored: the rest
+  of the message is worth more than one character;
 - in an identifier (account, chat, thread, event id, message ids, sender id) it
   makes the event a dead letter: a repaired id would no longer name anything
   on the platform, so replies and dedupe would go astray.
 
 Cheap on purpose (it runs for every event on the hot path): every id and text
-of the event is joined once and accepted after one `str.isascii()`, or for
-other scripts one UTF-8 encode (which fails exactly when a lone surrogate is
-there); attachments and flat meta likewise. Only when that fails is each field
-checked on its own, and the event is copied only when something was repaired.
+of the event is joined once and accepted after one search for NUL and one
+`str.isascii()`, or for other scripts one UTF-8 encode (which fails exactly
+when a lone surrogate is there); attachments and flat meta likewise. Only when
+that fails is each field checked on its own, and the event is copied only when
+something was repaired. What an agent sends gets the same text
+(`storable_text`, in `Deliverer.deliver`).
 """
 
 from __future__ import annotations
@@ -30,12 +34,24 @@ import attrs
 from .model import Attachment, Event, Sender
 from .wire import MAX_DEPTH, nesting_exceeds, repair_text, safe_copy, shown
 
-__all__ = ["storable_event"]
+__all__ = ["storable_event", "storable_text"]
 
 _KINDS = frozenset({"message", "edit", "delete", "reaction"})
 _CONVERSATION_KINDS = frozenset({"direct", "group", "thread"})
 #: SQLite integers are 64-bit; a sent_at past this is no real time anyway
 _LATEST = 1e11
+#: what PostgreSQL's text cannot hold (SQLite can): replaced for both stores alike
+_NUL = "\x00"
+#: how `json.dumps` writes NUL (it escapes every control character)
+_NUL_IN_JSON = "\\u0000"
+
+
+def storable_text(text: str) -> str:
+    """Return `text` as either store holds it: each NUL and each lone surrogate made U+FFFD.
+
+    `text` itself (the same object) when there is nothing to replace.
+    """
+    return repair_text(text)  # NUL included
 
 
 def storable_event(event: Event, account: str) -> Event | str:
@@ -66,11 +82,16 @@ def storable_event(event: Event, account: str) -> Event | str:
         )
     except TypeError:
         every_text = None  # something is not text: the field by field checks say what
-    texts_clean = every_text is not None and (every_text.isascii() or _encodes(every_text))
+    texts_clean = (
+        every_text is not None
+        and _NUL not in every_text
+        and (every_text.isascii() or _encodes(every_text))
+    )
     if not texts_clean:
         # the model's converters make ids text; one isascii() clears them all in the usual case
         ids = (address.chat, thread, event.event_id, sender.id, message_id, reply_to)
-        if not "".join(i for i in ids if i is not None).isascii():
+        joined_ids = "".join(i for i in ids if i is not None)
+        if not joined_ids.isascii() or _NUL in joined_ids:
             for label, value in zip(_ID_LABELS, ids, strict=True):
                 problem = _id_problem(label, value)
                 if problem is not None:
@@ -92,14 +113,14 @@ def storable_event(event: Event, account: str) -> Event | str:
             texts = "".join((event.text, title or "", sender.name, sender.handle or ""))
         except TypeError:
             texts = None  # something is not text: the slow path says what
-        if texts is None or not texts.isascii():
+        if texts is None or not texts.isascii() or _NUL in texts:
             for name in ("text", "conversation_title"):
                 value = getattr(event, name)
                 if value is None and name == "conversation_title":
                     continue
                 if not isinstance(value, str):
                     return f"{name} must be text, not {type(value).__name__}"
-                repaired = repair_text(value)
+                repaired = storable_text(value)
                 if repaired is not value:
                     changes[name] = repaired
             checked_sender = _storable_sender(sender)
@@ -141,6 +162,8 @@ def _id_problem(label: str, value: object) -> str | None:
         return None
     if not isinstance(value, str):
         return f"{label} must be text, not {type(value).__name__}"
+    if _NUL in value:
+        return f"{label} {ascii(value)[:80]} holds a NUL character"
     if not value.isascii() and repair_text(value) is not value:
         return f"{label} {ascii(value)[:80]} holds half a UTF-16 surrogate pair"
     return None
@@ -150,10 +173,14 @@ def _storable_sender(sender: Sender) -> Sender | str:
     name, handle = sender.name, sender.handle
     if not isinstance(name, str) or not (handle is None or isinstance(handle, str)):
         return "sender name and handle must be text"
-    if name.isascii() and (handle is None or handle.isascii()):
+    if (
+        name.isascii()
+        and _NUL not in name
+        and (handle is None or (handle.isascii() and _NUL not in handle))
+    ):
         return sender
-    repaired_name = repair_text(name)
-    repaired_handle = None if handle is None else repair_text(handle)
+    repaired_name = storable_text(name)
+    repaired_handle = None if handle is None else storable_text(handle)
     if repaired_name is name and repaired_handle is handle:
         return sender
     return attrs.evolve(sender, name=repaired_name, handle=repaired_handle)
@@ -186,7 +213,7 @@ def _storable_attachments(
             )
         except TypeError:
             joined = None  # something is not text: the field by field checks say what
-        if joined is not None and (joined.isascii() or _encodes(joined)):
+        if joined is not None and _NUL not in joined and (joined.isascii() or _encodes(joined)):
             repaired.append(attachment)  # nothing to repair (the usual case)
             continue
         changes: dict[str, Any] = {}
@@ -196,7 +223,7 @@ def _storable_attachments(
                 continue
             if not isinstance(value, str):
                 return f"attachment {name} must be text, not {type(value).__name__}"
-            fixed = repair_text(value)
+            fixed = storable_text(value)
             if fixed is not value:
                 changes[name] = fixed
         if changes:
@@ -211,12 +238,12 @@ _SCALARS = (int, float, type(None))
 
 def _flat_plain(meta: Mapping[str, Any]) -> bool:
     """Return True when every key is text and every value text or a scalar, and no text
-    holds a lone surrogate (what JSON then takes as it is, with nothing to repair)."""
+    holds a lone surrogate or NUL (what JSON then takes as it is, with nothing to repair)."""
     for key, value in meta.items():
-        if type(key) is not str or not (key.isascii() or _encodes(key)):
+        if type(key) is not str or _NUL in key or not (key.isascii() or _encodes(key)):
             return False
         if type(value) is str:
-            if not (value.isascii() or _encodes(value)):
+            if _NUL in value or not (value.isascii() or _encodes(value)):
                 return False
         elif type(value) is float:
             if not math.isfinite(value):  # NaN and infinities: not JSON
@@ -243,7 +270,20 @@ def _storable_meta(meta: Mapping[str, Any]) -> Mapping[str, Any] | str:
             json.dumps(dict(meta), allow_nan=False)
         except ValueError:
             finite = False
-    if finite and (dumped.isascii() or repair_text(dumped) is dumped):
+    nul = _NUL_IN_JSON in dumped  # (or a text holding a backslash and "u0000": copied alike)
+    if finite and not nul and (dumped.isascii() or repair_text(dumped) is dumped):
         return meta
     # a lone surrogate repaired, NaN or an infinity (JSON has neither) made null
-    return dict(safe_copy(meta))
+    copied = safe_copy(meta)
+    return dict(_without_nul(copied) if nul else copied)
+
+
+def _without_nul(value: Any) -> Any:
+    """Return a JSON-ready copy (`safe_copy`'s) with NUL made U+FFFD in every key and text."""
+    if isinstance(value, str):
+        return value.replace(_NUL, "\ufffd")
+    if isinstance(value, dict):
+        return {_without_nul(key): _without_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    return value

@@ -176,6 +176,9 @@ class Switchboard:
         self.asking = False
         #: set (before start) when this is one of several workers sharing a PostgreSQL store
         self.workers: WorkerCoordinator | None = None
+        #: what a wake-up from another worker names -> what it wakes here ("asks": the ask
+        #: coordinator's sweep, for an answer this worker must report)
+        self.on_wake: dict[str, Callable[[], None]] = {}
         self._routers: dict[str, list[InboundRouter]] = {}
         self._services: list[Service] = []
         self._started_services: list[Service] = []
@@ -676,9 +679,16 @@ class Switchboard:
         return outcome
 
     def _account_of(self, conversation: Conversation) -> _Account:
+        """The account an operator's send, edit or reaction in `conversation` goes through."""
         account = self.accounts.get(conversation.address.account)
         if account is None:
             raise ConfigError(f"unknown account {conversation.address.account!r}")
+        if self.workers is not None and not self.workers.may_run(account.name):
+            # its adapter is not started here: its connection lives on the lease holder
+            raise Rejected(
+                f"account {account.name!r} is connected on another worker; only that worker"
+                " can send there (nothing was sent)"
+            )
         return account
 
     async def _platform_id(self, conversation: Conversation, seq: int) -> str:
@@ -787,7 +797,7 @@ def _storable_state(state: Mapping[str, str | None] | None) -> Mapping[str, str 
             kept[key] = value
         else:
             log.warning(
-                "adapter state %s cannot be stored (half a surrogate pair): skipped",
+                "adapter state %s cannot be stored (half a surrogate pair, or a NUL): skipped",
                 ascii(key)[:80],
             )
     return kept

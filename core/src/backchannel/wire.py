@@ -94,12 +94,16 @@ def nesting_exceeds(
 
 
 def encodable(text: str) -> bool:
-    """Say whether a store can hold `text` as it is (no lone surrogates)."""
-    return text.isascii() or repair_text(text) is text
+    """Say whether both stores can hold `text` as it is (no lone surrogates, no NUL:
+    PostgreSQL's text cannot hold U+0000)."""
+    return repair_text(text) is text
 
 
 def repair_text(text: str) -> str:
-    """Return `text` with lone UTF-16 surrogates (JSON ``"\\ud800"``) replaced by U+FFFD."""
+    """Return `text` with lone UTF-16 surrogates (JSON ``"\\ud800"``) and NUL (``"\\u0000"``)
+    replaced by U+FFFD; `text` itself when there is nothing to replace."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
     if text.isascii():
         return text
     try:

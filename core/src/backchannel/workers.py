@@ -245,3 +245,5 @@ class WorkerCoordinator:
     def _on_notification(self, payload: str) -> None:
         if payload == "lease":  # a worker let leases go: take them now, not at the next beat
             self._wake.set()
+        elif (wake := self.board.on_wake.get(payload)) is not None:
+            wake()

@@ -155,7 +155,7 @@ async def ask_peer(
                 origin_conversation_id=origin_id,
                 origin_seq=origin_seq,
                 peer_conversation_id=target.id,
-                question=question,
+                question=entry.text,  # as recorded and sent: NUL made U+FFFD (deliver)
                 deadline=now() + settings.ask_timeout,
                 message_seq=entry.message_seq,
                 outbox_id=entry.id,

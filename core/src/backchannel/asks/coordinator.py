@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import evolve
 
+from ..errors import Superseded
 from ..framing import untrusted
 from ..model import Conversation, Message, now
 from ..outbound import channel_tools
@@ -86,6 +87,7 @@ class AskCoordinator:
         """Install the gate and the service on the board; return self."""
         self.board.scheduler.gates.append(self.gate)
         self.board.add_service(self)
+        self.board.on_wake["asks"] = self.wake  # another worker matched an answer for us
         self.board.asking = True  # runs look for asks a cut-short run made (RunBuilder)
         return self
 
@@ -102,10 +104,11 @@ class AskCoordinator:
                 self.board.watched.add(ask.peer_conversation_id)
         for conversation_id in list(self.board.watched):
             conversation = await store.conversation(conversation_id)
-            if conversation.last_seq > conversation.handled_seq:
-                self.board.scheduler.poke(conversation_id, conversation.address.account)
+            account = conversation.address.account
+            if conversation.last_seq > conversation.handled_seq and self._runs_here(account):
+                self.board.scheduler.poke(conversation_id, account)
         for ask in await store.asks(awaiting_report=True, limit=1_000_000):
-            await self._owe(ask)
+            await self._owe(ask, tell_others=False)
         self._loop_task = asyncio.create_task(self._sweep_forever(), name="backchannel-asks")
 
     async def stop(self) -> None:
@@ -163,9 +166,20 @@ class AskCoordinator:
             self.board.watched.discard(conversation.id)
         return not others
 
+    def _runs_here(self, account: str) -> bool:
+        """Whether this process runs `account`'s conversations (and sends on it): with
+        several workers, only the holder of a leased account's lease does."""
+        workers = self.board.workers
+        return workers is None or workers.may_run(account)
+
     # reporting -------------------------------------------------------------
-    async def _owe(self, ask: Ask) -> None:
-        """Have the asking conversation run its gate soon, which reports the answer."""
+    async def _owe(self, ask: Ask, *, tell_others: bool = True) -> None:
+        """Have the asking conversation run its gate soon, which reports the answer.
+
+        With several workers the report is made by the one that runs the asking
+        conversation's account: when that is another worker, it is woken
+        (`tell_others`; a sweep, which every worker makes, does not tell).
+        """
         if self._stopping:
             return
         if ask.origin_conversation_id == NO_ORIGIN:
@@ -177,6 +191,11 @@ class AskCoordinator:
         origin = await self.board.store.conversation(ask.origin_conversation_id)
         if origin.address.account not in self.board.accounts:
             log.error("ask %s: the asking conversation's account is not served here", ask.id)
+            return
+        if not self._runs_here(origin.address.account):
+            notify = getattr(self.board.store, "notify", None)
+            if tell_others and notify is not None:
+                await notify("asks")
             return
         self._owed.add(origin.id)
         self.board.scheduler.poke(origin.id, origin.address.account, again=True)
@@ -202,16 +221,19 @@ class AskCoordinator:
             if answer is None:
                 log.error("ask %s: its answer #%s is gone; not reported", ask.id, ask.answer_seq)
                 return
-            recorded = _once(partial(store.mark_ask, ask.id, "answered"))
+            recorded = _Once(partial(store.claim_report, ask.id))
             delivered = False
             if self.settings.report == "run":
                 delivered = await self._reporter_run(ask, origin, session, answer, recorded)
-            if not delivered:
+            if not delivered and not recorded.superseded:
                 await self.board.send_outcome(
                     origin, verbatim_report(ask, session, answer), recorded=recorded
                 )
-            # marked answered by `recorded`: every send records before it goes out
-            log.info("ask %s answered and reported in %s", ask.id, origin.address.key)
+            if recorded.superseded:
+                log.info("ask %s was reported already (by another worker); not again", ask.id)
+            else:
+                # marked answered by `recorded`: every send records before it goes out
+                log.info("ask %s answered and reported in %s", ask.id, origin.address.key)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -242,7 +264,9 @@ class AskCoordinator:
 
             async def send_message(**arguments: Any) -> Any:
                 result = await send.function(**arguments)
-                if isinstance(result, str) and result.startswith("sent"):
+                # an uncertain report may have arrived: posting the answer as well could
+                # show it twice (uncertain is never sent again)
+                if isinstance(result, str) and result.startswith(("sent", "delivery uncertain")):
                     sent.append(result)
                 return result
 
@@ -305,18 +329,20 @@ class AskCoordinator:
                         await store.mark_expiry_reported(ask.id)
                         continue
                     origin = await store.conversation(ask.origin_conversation_id)
+                    if not self._runs_here(origin.address.account):
+                        continue  # the worker running the asking conversation posts it
                     session = await store.conversation(ask.peer_conversation_id)
                     await self.board.send_outcome(
                         origin,
                         expiry_notice(ask, session, self.settings.session_live),
-                        recorded=_once(partial(store.mark_expiry_reported, ask.id)),
+                        recorded=_Once(partial(store.mark_expiry_reported, ask.id)),
                     )
                 except Exception:
                     log.exception("could not post the expiry notice of ask %s", ask.id)
         finally:
             busy.leave()
         for ask in await store.asks(awaiting_report=True, limit=1_000):
-            await self._owe(ask)
+            await self._owe(ask, tell_others=False)
         lapses = await self._lapse()
         pending = await store.asks(states=("pending",), limit=1_000_000)
         due = [ask.deadline for ask in pending if ask.answer_seq is None]
@@ -361,23 +387,33 @@ class AskCoordinator:
                 pass
 
 
-def _once(mark: Callable[[], Awaitable[Any]]) -> Callable[[OutboxEntry], Awaitable[None]]:
-    """A `recorded` callback that awaits `mark()` the first time a send is recorded.
+class _Once:
+    """A `recorded` callback that claims the report (or notice) the first time a send is
+    recorded.
 
     A report or an expiry notice is marked done in the store once its message
     is recorded as pending and before it goes out: a crash after that leaves
     the message uncertain, and the next start does not send it again (a
-    crash before it sent nothing, and the next start sends it).
+    crash before it sent nothing, and the next start sends it). The mark is a
+    claim (`Store.claim_report`, `Store.mark_expiry_reported`): when another
+    worker, or the successor of a stalled one, made it first, this send is not
+    made (`Superseded`), nor any other of this report.
     """
-    done = False
 
-    async def recorded(entry: OutboxEntry) -> None:
-        nonlocal done
-        if not done:
-            await mark()  # if this fails the send is not made, and the next one marks
-            done = True
+    def __init__(self, claim: Callable[[], Awaitable[bool]]):
+        self._claim = claim
+        self.done = False
+        self.superseded = False
 
-    return recorded
+    async def __call__(self, entry: OutboxEntry) -> None:
+        if self.superseded:
+            raise Superseded("reported already")
+        if not self.done:
+            # if this fails the send is not made, and the next one claims
+            if not await self._claim():
+                self.superseded = True
+                raise Superseded("reported already, by another worker")
+            self.done = True
 
 
 def answer_message(ask: Ask, session: Conversation, answer: Message) -> str:

@@ -468,8 +468,14 @@ class Store(ABC):
         whose expiry notice is not reported yet, oldest first."""
 
     @abstractmethod
-    async def mark_expiry_reported(self, ask_id: int) -> None:
-        """Record that the expiry notice of an ask was reported to its origin."""
+    async def claim_report(self, ask_id: int) -> bool:
+        """Mark an ask answered and its answer reported, unless it was already reported;
+        True when this call did (one reporter wins, whichever worker or restart)."""
+
+    @abstractmethod
+    async def mark_expiry_reported(self, ask_id: int) -> bool:
+        """Record that the expiry notice of an ask was reported to its origin; True when
+        this call did, False when it was recorded before (one notice wins)."""
 
     @abstractmethod
     async def asks(

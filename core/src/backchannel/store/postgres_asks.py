@@ -210,15 +210,29 @@ class PostgresAsks:
         result: list[Ask] = await self._write(work)
         return result
 
-    async def mark_expiry_reported(self, ask_id: int) -> None:
-        async def work(connection: Any) -> None:
-            await connection.execute(
-                "UPDATE asks SET expiry_reported_at = COALESCE(expiry_reported_at, %s)"
-                " WHERE id = %s",
+    async def claim_report(self, ask_id: int) -> bool:
+        async def work(connection: Any) -> bool:
+            cursor = await connection.execute(
+                "UPDATE asks SET state = 'answered', reported_at = %s"
+                " WHERE id = %s AND reported_at IS NULL RETURNING id",
                 (now(), ask_id),
             )
+            return await cursor.fetchone() is not None
 
-        await self._write(work)
+        claimed: bool = await self._write(work)
+        return claimed
+
+    async def mark_expiry_reported(self, ask_id: int) -> bool:
+        async def work(connection: Any) -> bool:
+            cursor = await connection.execute(
+                "UPDATE asks SET expiry_reported_at = %s"
+                " WHERE id = %s AND expiry_reported_at IS NULL RETURNING id",
+                (now(), ask_id),
+            )
+            return await cursor.fetchone() is not None
+
+        marked: bool = await self._write(work)
+        return marked
 
     async def asks(
         self,

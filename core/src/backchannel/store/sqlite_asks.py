@@ -169,12 +169,23 @@ class SQLiteAsks:
             ).fetchall()
         return [_ask(row) for row in rows]
 
-    async def mark_expiry_reported(self, ask_id: int) -> None:
+    async def claim_report(self, ask_id: int) -> bool:
         with self._write():
-            self.db.execute(
-                "UPDATE asks SET expiry_reported_at = COALESCE(expiry_reported_at, ?) WHERE id = ?",
+            rows = self.db.execute(
+                "UPDATE asks SET state = 'answered', reported_at = ?"
+                " WHERE id = ? AND reported_at IS NULL RETURNING id",
                 (now(), ask_id),
-            )
+            ).fetchall()
+        return bool(rows)
+
+    async def mark_expiry_reported(self, ask_id: int) -> bool:
+        with self._write():
+            rows = self.db.execute(
+                "UPDATE asks SET expiry_reported_at = ?"
+                " WHERE id = ? AND expiry_reported_at IS NULL RETURNING id",
+                (now(), ask_id),
+            ).fetchall()
+        return bool(rows)
 
     async def asks(
         self,

@@ -160,12 +160,16 @@ class AskStoreContract:
         assert await store.expire_asks(1e13) == await store.expire_asks(1e13)
         [expired_first, _] = await store.expire_asks(1e13)
         assert (expired_first.id, expired_first.state) == (first, "expired")
-        await store.mark_expiry_reported(first)
+        assert await store.mark_expiry_reported(first) is True
+        assert await store.mark_expiry_reported(first) is False  # one notice wins
         assert [a.id for a in await store.expire_asks(1e13)] == [second]
         # a late answer still matches an expired ask, and answering closes it
         seq = await _answer(store, "late", "late answer")
         assert (await store.correlate_reply(session, seq)).id == first  # type: ignore[union-attr]
-        answered = await store.mark_ask(first, "answered")
+        assert [a.id for a in await store.asks(awaiting_report=True)] == [first]
+        assert await store.claim_report(first) is True
+        assert await store.claim_report(first) is False  # one reporter wins
+        [answered] = [a for a in await store.asks() if a.id == first]
         assert answered.state == "answered" and answered.reported_at is not None
         assert await store.asks(awaiting_report=True) == []
         assert [a.id for a in await store.asks(states=("expired",))] == [second]
