@@ -16,6 +16,7 @@ from backchannel.asks import AskCoordinator, AskSettings
 from backchannel.model import Address
 from backchannel.runs import Run
 from backchannel.store.postgres import PostgresStore
+from backchannel.testing import RecordingAgent
 from backchannel.testing.fake_channel import FakeChannelAdapter, FakePlatform
 from backchannel.workers import WorkerCoordinator
 
@@ -54,6 +55,65 @@ async def stopped_at_end() -> AsyncIterator[list[Switchboard]]:
         await board.stop()
 
 
+async def two_workers(
+    postgres_url: str,
+    agent: Any,
+    web: FakePlatform,
+    tp: FakePlatform,
+    sends: list[Any],
+    boards: list[Switchboard],
+) -> tuple[Switchboard, Switchboard]:
+    """w1 and w2 on one store, each with both accounts; w2 took tp's lease first."""
+    for name in ("w1", "w2"):
+        store = PostgresStore(postgres_url, worker=name)
+        board = Switchboard(store)
+        for account, platform in (("web", web), ("tp", tp)):
+            adapter = Recorded(account, platform, name, sends)
+            board.add_account(adapter, Binding(agent, respond="always"), name=account)
+        AskCoordinator(board, AskSettings(report="run")).attach()
+        board.workers = WorkerCoordinator(board, store, lease_ttl=TTL, heartbeat=BEAT)
+        await board.start()
+        boards.append(board)
+    w1, w2 = boards
+    assert w1.workers is not None and w2.workers is not None
+    assert (w1.workers.owned, w2.workers.owned) == ({"web"}, {"tp"})
+    return w1, w2
+
+
+async def _hold_tp_for_w2(postgres_url: str) -> None:
+    setup = PostgresStore(postgres_url, worker="w2")
+    await setup.register_worker("host", 2)
+    assert await setup.acquire_lease("tp", 30.0) == ""  # w2 holds tp; w1 will take web
+    await setup.close()
+
+
+async def test_nothing_is_sent_through_an_account_another_worker_holds(
+    postgres_url: str, stopped_at_end: list[Switchboard]
+) -> None:
+    """w1 does not hold tp: its adapter there is not started. An ask, a send into another
+    conversation and an operator send through it are refused in one line, nothing sent."""
+    from backchannel.asks.asking import AskRefused, ask_peer
+    from backchannel.errors import Rejected
+    from backchannel.orchestration.refusals import Refused
+    from backchannel.orchestration.tools import deliver_cross
+
+    web, tp = FakePlatform(), FakePlatform()
+    sends: list[tuple[str, str, bool, str]] = []
+    await _hold_tp_for_w2(postgres_url)
+    w1, _ = await two_workers(postgres_url, RecordingAgent(), web, tp, sends, stopped_at_end)
+    origin = await w1.store.ensure_conversation(Address("web", "owner"))
+    session = await w1.store.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+    with pytest.raises(AskRefused, match="connected on another worker"):
+        await ask_peer(w1, AskSettings(), origin=origin, origin_seq=None, account="tp",
+                       peer="peer", question="6*7?")  # fmt: skip
+    with pytest.raises(Refused, match="connected on another worker"):
+        await deliver_cross(w1, session, "hello", origin_key=origin.address.key)
+    with pytest.raises(Rejected, match="connected on another worker"):
+        await w1.send_outcome(session, "hello")
+    assert sends == [] and tp.sent == []
+    assert await w1.store.outbox(conversation_id=session.id) == []
+
+
 async def test_an_answer_is_reported_by_the_worker_running_the_asking_conversation(
     postgres_url: str, stopped_at_end: list[Switchboard]
 ) -> None:
@@ -64,8 +124,7 @@ async def test_an_answer_is_reported_by_the_worker_running_the_asking_conversati
         if run.tool_names == ["send_message"]:  # the reporter run
             await run.call("send_message", {"text": "the peer says 42"})
 
-    setup = PostgresStore(postgres_url, worker="w2")
-    await setup.register_worker("host", 2)
+    setup = PostgresStore(postgres_url)
     origin = await setup.ensure_conversation(Address("web", "owner"))
     session = await setup.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
     await setup.record_ask(
@@ -75,22 +134,10 @@ async def test_an_answer_is_reported_by_the_worker_running_the_asking_conversati
         question="what is 6*7?",
         deadline=time.time() + 3600,
     )
-    assert await setup.acquire_lease("tp", 30.0) == ""  # w2 holds tp; w1 will take web
     await setup.close()
+    await _hold_tp_for_w2(postgres_url)
 
-    for name in ("w1", "w2"):
-        store = PostgresStore(postgres_url, worker=name)
-        board = Switchboard(store)
-        for account, platform in (("web", web), ("tp", tp)):
-            adapter = Recorded(account, platform, name, sends)
-            board.add_account(adapter, Binding(agent, respond="always"), name=account)
-        AskCoordinator(board, AskSettings(report="run")).attach()
-        board.workers = WorkerCoordinator(board, store, lease_ttl=TTL, heartbeat=BEAT)
-        await board.start()
-        stopped_at_end.append(board)
-    w1, w2 = stopped_at_end
-    assert w1.workers is not None and w2.workers is not None
-    assert (w1.workers.owned, w2.workers.owned) == ({"web"}, {"tp"})
+    await two_workers(postgres_url, agent, web, tp, sends, stopped_at_end)
 
     tp.user_says("42", chat="peer", thread="s1", sender="peer")  # read by w2's poller
 

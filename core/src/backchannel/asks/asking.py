@@ -99,7 +99,8 @@ async def ask_peer(
     stored and shown to the asker but reported nowhere.
 
     Raise AskRefused (nothing stored, nothing sent) for a cold peer, a bad
-    session or an account whose channel has no agent peers.
+    session, an account whose channel has no agent peers, or one connected on another
+    worker (several workers: its lease holder alone sends there).
     """
     wired = board.accounts.get(account)
     if wired is None or not wired.adapter.capabilities.agent_peers:
@@ -107,6 +108,13 @@ async def ask_peer(
             "no_peers",
             f"refused: account {account!r} does not talk to other agents; ask through an"
             " account whose channel has agent peers (such as tiny.place). Nothing was sent.",
+        )
+    if board.workers is not None and not board.workers.may_run(account):
+        # its connection (the mailbox poller, the session keys) lives on its lease holder
+        raise AskRefused(
+            "elsewhere",
+            f"refused: account {account!r} is connected on another worker, and only that"
+            " worker can send there. Nothing was sent.",
         )
     peer = peer.strip()
     if not peer or "/" in peer or any(unicodedata.category(c).startswith("C") for c in peer):
