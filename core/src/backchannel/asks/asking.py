@@ -177,7 +177,8 @@ async def ask_peer(
     ask = recorded[0]
     state = {"sent": "pending", "failed": "failed"}.get(result.status, "uncertain")
     if state != "pending":
-        ask = await store.mark_ask(ask.id, state, result.entry.reason)
+        # the answer may have come while the send was out (a slow PUT): it stays answered
+        ask = await store.mark_ask(ask.id, state, result.entry.reason, unanswered=True)
     log.info("ask %s from %s to %s: %s", ask.id, asker, address.key, state)
     return AskOutcome(state, peer, chosen, target, ask, minted, result.entry.reason)
 

@@ -364,10 +364,16 @@ class AskCoordinator:
             if lapses_at > now():
                 later.append(lapses_at)
                 continue
-            await store.mark_ask(
-                ask.id, "lapsed", f"no answer within {duration_words(window)} of the deadline"
+            lapsed = await store.mark_ask(
+                ask.id,
+                "lapsed",
+                f"no answer within {duration_words(window)} of the deadline",
+                unanswered=True,  # an answer matched meanwhile keeps it open for its report
             )
-            log.info("ask %s lapsed unanswered; its session's messages are its own again", ask.id)
+            if lapsed.state == "lapsed":
+                log.info(
+                    "ask %s lapsed unanswered; its session's messages are its own again", ask.id
+                )
         return later
 
     async def _sweep_forever(self) -> None:

@@ -448,8 +448,14 @@ class Store(ABC):
         """Write a pending ask (before its question is sent); return it."""
 
     @abstractmethod
-    async def mark_ask(self, ask_id: int, state: str, reason: str | None = None) -> Ask:
-        """Set an ask's state; "answered" also stamps `reported_at`. Return the ask."""
+    async def mark_ask(
+        self, ask_id: int, state: str, reason: str | None = None, *, unanswered: bool = False
+    ) -> Ask:
+        """Set an ask's state; "answered" also stamps `reported_at`. Return the ask.
+
+        `unanswered`: only while no answer is matched to it (a question's send that
+        ends uncertain after the answer came, a lapse racing a late answer): an
+        answered ask is left as it is, and returned."""
 
     @abstractmethod
     async def correlate_reply(self, peer_conversation_id: int, seq: int) -> Ask | None:

@@ -106,19 +106,27 @@ class PostgresAsks:
         result: Ask = await self._write(work)
         return result
 
-    async def mark_ask(self, ask_id: int, state: str, reason: str | None = None) -> Ask:
+    async def mark_ask(
+        self, ask_id: int, state: str, reason: str | None = None, *, unanswered: bool = False
+    ) -> Ask:
         if state not in ASK_STATES:
             raise StoreError(f"ask state must be one of {', '.join(ASK_STATES)}, not {state!r}")
         stamp = now() if state == "answered" else None
+        only = " AND answer_seq IS NULL" if unanswered else ""
 
         async def work(connection: Any) -> Ask:
             cursor = await connection.execute(
                 "UPDATE asks SET state = %s, reason = COALESCE(%s, reason),"
-                " reported_at = COALESCE(%s, reported_at) WHERE id = %s"
+                f" reported_at = COALESCE(%s, reported_at) WHERE id = %s{only}"
                 f" RETURNING {ASK_COLUMNS}",
                 (state, reason, stamp, ask_id),
             )
             row = await cursor.fetchone()
+            if row is None and unanswered:  # answered meanwhile: left as it is
+                cursor = await connection.execute(
+                    f"SELECT {ASK_COLUMNS} FROM asks WHERE id = %s", (ask_id,)
+                )
+                row = await cursor.fetchone()
             if row is None:
                 raise StoreError(f"there is no ask with id {ask_id}")
             return _ask(row)

@@ -76,16 +76,24 @@ class SQLiteAsks:
             ).fetchall()
         return _ask(row[0])
 
-    async def mark_ask(self, ask_id: int, state: str, reason: str | None = None) -> Ask:
+    async def mark_ask(
+        self, ask_id: int, state: str, reason: str | None = None, *, unanswered: bool = False
+    ) -> Ask:
         if state not in ASK_STATES:
             raise StoreError(f"ask state must be one of {', '.join(ASK_STATES)}, not {state!r}")
         stamp = now() if state == "answered" else None
+        only = " AND answer_seq IS NULL" if unanswered else ""
         with self._write():
             rows = self.db.execute(
                 "UPDATE asks SET state = ?, reason = COALESCE(?, reason),"
-                f" reported_at = COALESCE(?, reported_at) WHERE id = ? RETURNING {ASK_COLUMNS}",
+                f" reported_at = COALESCE(?, reported_at) WHERE id = ?{only}"
+                f" RETURNING {ASK_COLUMNS}",
                 (state, reason, stamp, ask_id),
             ).fetchall()
+            if not rows and unanswered:  # answered meanwhile: left as it is
+                rows = self.db.execute(
+                    f"SELECT {ASK_COLUMNS} FROM asks WHERE id = ?", (ask_id,)
+                ).fetchall()
         if not rows:
             raise StoreError(f"there is no ask with id {ask_id}")
         return _ask(rows[0])

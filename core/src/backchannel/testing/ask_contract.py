@@ -174,6 +174,18 @@ class AskStoreContract:
         assert await store.asks(awaiting_report=True) == []
         assert [a.id for a in await store.asks(states=("expired",))] == [second]
 
+    async def test_an_answered_ask_is_not_marked_back_by_a_late_outcome(self, store: Store) -> None:
+        """The answer came while the question's send was still out (a slow PUT that then
+        ends uncertain), or just before a lapse: the ask stays matched to its answer."""
+        session, [(first, _), (second, _)] = await self._asks(store, 2)
+        seq = await _answer(store, "r1", "the answer", reply_to="m0")
+        assert (await store.correlate_reply(session, seq)).id == first  # type: ignore[union-attr]
+        kept = await store.mark_ask(first, "uncertain", "timed out", unanswered=True)
+        assert (kept.id, kept.state, kept.answer_seq) == (first, "pending", seq)
+        assert [a.id for a in await store.asks(awaiting_report=True)] == [first]
+        marked = await store.mark_ask(second, "uncertain", "timed out", unanswered=True)
+        assert marked.state == "uncertain" and marked.reason == "timed out"
+
     async def test_newest_first_limits_to_the_newest_asks(self, store: Store) -> None:
         _session, made = await self._asks(store, 4)
         ids = [ask_id for ask_id, _ in made]
