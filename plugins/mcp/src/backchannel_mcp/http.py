@@ -27,6 +27,9 @@ __all__ = ["BearerGate", "check_http_listen", "is_loopback", "serve_http"]
 
 log = logging.getLogger("backchannel.mcp.http")
 
+#: connections (and requests) served at once over HTTP
+MAX_CONNECTIONS = 256
+
 Asgi = Callable[[Any, Any, Any], Awaitable[None]]
 
 
@@ -88,11 +91,22 @@ async def serve_http(
 ) -> None:
     """Serve `app` over streamable HTTP at http://host:port/mcp until cancelled or `stop` is set."""
     import uvicorn
+    from backchannel.runtime import raise_open_file_limit
 
     starlette_app = app.server.streamable_http_app(host=host)
     gated = BearerGate(starlette_app, token)
+    raise_open_file_limit()  # a connection is a file (see backchannel.runtime)
     config = uvicorn.Config(
-        gated, host=host, port=port, log_level="warning", lifespan="on", access_log=False
+        gated,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        access_log=False,
+        # connections and requests at once: past it uvicorn answers 503 at once, so idle
+        # or trickling connections (uvicorn has no timeout for headers still arriving)
+        # cannot take every file the process may open
+        limit_concurrency=MAX_CONNECTIONS,
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
