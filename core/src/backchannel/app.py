@@ -242,6 +242,8 @@ async def serve(
     control = _control_server(config, board) if worker is None else None
     restore_gc = None
     raise_open_file_limit()  # a connection is a file: a thousand must not stop all serving
+    if control is not None:
+        control.prepare()  # an unsafe socket folder refuses before anything else starts
     try:
         await board.start()
         if control is not None and not await control.start():

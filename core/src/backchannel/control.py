@@ -10,8 +10,22 @@ acts directly on the store and the adapter (and says so).
 
 The protocol is one JSON object per line each way: ``{"op": ..., "args": {...}}``
 answered by ``{"ok": true, "result": {...}}`` or ``{"ok": false, "error": "..."}``.
-The socket is created ``0600`` inside the store's ``0700`` directory, and a
-connection from another user id is refused (``SO_PEERCRED``).
+A connection that sends no complete request line within `IDLE_TIMEOUT` is closed.
+
+Who may use it, both ways:
+
+- The socket is created ``0600`` beside the store file, unless that path is too long
+  for a unix socket or the store's folder is one another user can write into (group-
+  or world-writable, or another user's): then it goes in a directory only this user
+  may use, ``$XDG_RUNTIME_DIR/backchannel`` (when that is this user's, ``0700``) or
+  else ``<temp dir>/backchannel-<uid>``. `serve` creates that directory ``0700``; one
+  that is already there must be a real directory of this user's with no group or
+  other access, or `serve` refuses to start (`ControlUnsafe`: someone else may have
+  made it to take the socket).
+- `serve` refuses a connection from another user id (``SO_PEERCRED``).
+- A client sends nothing until it knows the listener runs as its own user id
+  (``SO_PEERCRED``; where that does not exist, the socket file's owner): anything
+  else is refused (`ControlRefused`, a kind of `ControlUnavailable`: nothing was sent).
 
 Built in: ``ping``, ``send``, ``edit``, ``react`` and ``ask``; plugins add operations
 through the ``register_control_ops`` hook.
@@ -26,6 +40,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import struct
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping
@@ -43,8 +58,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ControlError",
+    "ControlLost",
+    "ControlRefused",
     "ControlServer",
     "ControlUnavailable",
+    "ControlUnsafe",
     "Handler",
     "call",
     "socket_path",
@@ -58,12 +76,27 @@ Handler = Callable[["Switchboard", Mapping[str, Any]], Awaitable[Mapping[str, An
 MAX_LINE = 1024 * 1024
 #: how long a stop waits for requests already taken to be answered
 STOP_GRACE = 30.0
-# sun_path holds 108 bytes on Linux; longer store paths get a socket in the temp dir
+#: a connection that sends no complete request line within this long is closed
+IDLE_TIMEOUT = 30.0
+# sun_path holds 108 bytes on Linux; longer store paths get a socket in a private dir
 _MAX_SOCKET_PATH = 100
+_HOW_TO_FIX = (
+    "set XDG_RUNTIME_DIR or TMPDIR to a directory only you can use,"
+    " or give the store a shorter path in a folder only you can write to"
+)
 
 
 class ControlUnavailable(BackchannelError):
     """No `serve` answers on this store's control socket."""
+
+
+class ControlRefused(ControlUnavailable):
+    """What listens on the control socket is not this user's `serve`: nothing was sent to it."""
+
+
+class ControlUnsafe(BackchannelError):
+    """`serve` cannot open its control socket where only its user could use it (another
+    user could take it over and read what clients send): it refuses to start."""
 
 
 class ControlLost(BackchannelError):
@@ -76,15 +109,82 @@ class ControlError(BackchannelError):
 
 
 def socket_path(store_path: str) -> Path | None:
-    """Return where the control socket of the store at `store_path` lives (None: in memory)."""
+    """Return where the control socket of the store at `store_path` lives (None: in memory).
+
+    Beside the store (``<store>.ctl``) when that path fits a unix socket and the
+    store's folder is not shared; else in this user's private directory (see
+    `_private_dirs`), named by a digest of the store's path.
+    """
+    paths = _socket_paths(store_path)
+    return paths[0] if paths else None
+
+
+def _socket_paths(store_path: str) -> list[Path]:
+    """Where the control socket of a store may be: where `serve` puts it first, then
+    where a `serve` started with another XDG_RUNTIME_DIR would have put it."""
     if not store_path or store_path == ":memory:":
-        return None
+        return []
     store = Path(store_path).expanduser().absolute()
     beside = store.with_name(store.name + ".ctl")
-    if len(os.fsencode(beside)) <= _MAX_SOCKET_PATH:
-        return beside
-    digest = hashlib.sha256(os.fsencode(store)).hexdigest()[:24]
-    return Path(tempfile.gettempdir()) / f"backchannel-{os.getuid()}" / f"{digest}.ctl"
+    if _fits(beside) and not _shared(beside.parent):
+        return [beside]
+    name = hashlib.sha256(os.fsencode(store)).hexdigest()[:24] + ".ctl"
+    return [directory / name for directory in _private_dirs()]
+
+
+def _private_dirs() -> list[Path]:
+    """The directories for sockets that cannot sit beside their store, best first:
+    ``$XDG_RUNTIME_DIR/backchannel`` when XDG_RUNTIME_DIR is this user's own ``0700``
+    directory (and the socket's path fits), then ``<temp dir>/backchannel-<uid>``."""
+    dirs = []
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime) and _not_private(Path(runtime)) is None:
+        candidate = Path(runtime) / "backchannel"
+        if _fits(candidate / ("0" * 24 + ".ctl")):
+            dirs.append(candidate)
+    dirs.append(Path(tempfile.gettempdir()) / f"backchannel-{os.getuid()}")
+    return dirs
+
+
+def _fits(path: Path) -> bool:
+    return len(os.fsencode(path)) <= _MAX_SOCKET_PATH
+
+
+def _shared(directory: Path) -> bool:
+    """True when another user may create or replace files in `directory`: it is group- or
+    world-writable, or belongs to a user other than this one and root (a missing or
+    unreadable directory is not: the socket cannot be there, or reached, anyway)."""
+    try:
+        info = os.stat(directory)
+    except OSError:
+        return False
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return True
+    return info.st_uid not in (os.getuid(), 0)
+
+
+def _not_private(directory: Path) -> str | None:
+    """Why `directory` is not one only this user may use (None: it is): it must be a real
+    directory (not a symbolic link), this user's, with no group or other permission."""
+    try:
+        info = os.lstat(directory)
+    except OSError as error:
+        return f"cannot be examined ({error.strerror or error})"
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a directory"
+    if info.st_uid != os.getuid():
+        return f"belongs to uid {info.st_uid}, not to this user (uid {os.getuid()})"
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        return f"has mode {mode:04o} (group or others may use it; it must be 0700)"
+    return None
+
+
+def _expected_uid() -> int:
+    """The user id a client wants its `serve` to run as: its own (tests replace it)."""
+    return os.getuid()
 
 
 async def call(
@@ -92,25 +192,14 @@ async def call(
 ) -> dict[str, Any]:
     """Ask the `serve` on `target` (a Config or a store path) to run `op`; return its result.
 
-    Raises `ControlUnavailable` when no `serve` listens (act directly instead),
+    Raises `ControlUnavailable` when no `serve` listens (act directly instead; its kind
+    `ControlRefused` when what listens is another user's, to which nothing was sent),
     `ControlError` when it answered with an error, `ControlLost` when it took the
     request and gave no readable answer, TimeoutError after `timeout` (with either of
     the last two the operation may have happened: never act directly then).
     """
     store_path = str(target) if isinstance(target, str | Path) else target.store.path
-    path = socket_path(store_path)
-    if path is None or not path.exists():
-        raise ControlUnavailable(f"no serve is running on the store {store_path}")
-    try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_unix_connection(str(path), limit=MAX_LINE), timeout
-        )
-    except (ConnectionRefusedError, FileNotFoundError):
-        raise ControlUnavailable(f"no serve is running on the store {store_path}") from None
-    except OSError as error:
-        raise ControlUnavailable(
-            f"cannot reach the serve on the store {store_path}: {error.strerror or error}"
-        ) from None
+    reader, writer = await _connect(store_path, timeout)
     lost = (
         f"the serve on {store_path} took {op!r} and closed the connection without answering;"
         " it may have done it"
@@ -148,12 +237,70 @@ async def call(
     return result
 
 
-class ControlServer:
-    """Listens on a store's control socket for one `Switchboard`."""
+async def _connect(
+    store_path: str, timeout: float
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to this user's `serve` on the store; raise `ControlUnavailable` (nothing was
+    sent) when none answers, `ControlRefused` when only another user's listener does."""
+    unavailable: ControlUnavailable | None = None
+    for path in _socket_paths(store_path):
+        if not os.path.lexists(path):
+            continue
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_unix_connection(str(path), limit=MAX_LINE), timeout
+            )
+        except (ConnectionRefusedError, FileNotFoundError):
+            continue  # left behind by a serve that was killed
+        except OSError as error:
+            unavailable = unavailable or ControlUnavailable(
+                f"cannot reach the serve on the store {store_path}: {error.strerror or error}"
+            )
+            continue
+        problem = _listener_problem(writer, path)
+        if problem is None:
+            return reader, writer
+        writer.close()  # before a byte of the request was written
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        log.warning("%s", problem)
+        if not isinstance(unavailable, ControlRefused):
+            unavailable = ControlRefused(problem)
+    raise unavailable or ControlUnavailable(f"no serve is running on the store {store_path}")
 
-    def __init__(self, board: Switchboard, path: Path):
+
+def _listener_problem(writer: asyncio.StreamWriter, path: Path) -> str | None:
+    """Why the listener at the other end of `writer` is not this user's `serve` (None: it
+    is): its user id (``SO_PEERCRED``, else the socket file's owner) must be ours."""
+    expected = _expected_uid()
+    sock = writer.get_extra_info("socket")
+    uid: int | None = None
+    if sock is not None and getattr(socket, "SO_PEERCRED", None) is not None:
+        uid = _peer_uid(sock)  # None: the kernel would not say, refused
+    else:  # no SO_PEERCRED here: the socket file's owner is what can be told
+        with contextlib.suppress(OSError):
+            uid = os.lstat(path).st_uid
+    if uid == expected:
+        return None
+    held_by = "an unknown user" if uid is None else f"uid {uid}"
+    return (
+        f"refused the control socket {path}: it is held by {held_by}, not by this user"
+        f" (uid {expected}), so nothing was sent to it; another user may be posing as serve"
+        f" (remove the socket and its directory if no serve of yours runs, or {_HOW_TO_FIX})"
+    )
+
+
+class ControlServer:
+    """Listens on a store's control socket for one `Switchboard`.
+
+    A connection that sends no complete request line within `idle_timeout` seconds
+    is closed; a request taken is answered however long its operation runs.
+    """
+
+    def __init__(self, board: Switchboard, path: Path, *, idle_timeout: float = IDLE_TIMEOUT):
         self.board = board
         self.path = path
+        self.idle_timeout = idle_timeout
         self.ops: dict[str, Handler] = dict(BUILTIN_OPS)
         self._server: asyncio.AbstractServer | None = None
         self._clients: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
@@ -170,17 +317,24 @@ class ControlServer:
         self.ops[name] = handler
 
     async def start(self) -> bool:
-        """Listen; return False (and log why) when another live `serve` already answers."""
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if self.path.exists():
-            if await _answers(self.path):
+        """Listen; return False (and log why) when another live `serve` already answers.
+
+        Raises `ControlUnsafe` when the socket's directory is not one only this user
+        may use (another user could take the socket over and read what clients send).
+        """
+        self.prepare()
+        paths = [self.path]
+        if self.path.parent in _private_dirs():  # a serve started with another XDG_RUNTIME_DIR
+            paths += [directory / self.path.name for directory in _private_dirs()]
+        for path in dict.fromkeys(paths):
+            if os.path.lexists(path) and await _answers(path):
                 log.warning(
                     "another serve answers on %s: this one does not take the control socket",
-                    self.path,
+                    path,
                 )
                 return False
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()  # left behind by a serve that was killed
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()  # left behind by a serve that was killed
         old_umask = os.umask(0o177)
         try:
             self._server = await asyncio.start_unix_server(
@@ -189,6 +343,40 @@ class ControlServer:
         finally:
             os.umask(old_umask)
         return True
+
+    def prepare(self) -> None:
+        """Create the socket's directory ``0700``, or make sure the one there is safe;
+        raise `ControlUnsafe` (one line: what, where, how to fix) when it is not.
+
+        `start` does it first; a caller may do it earlier, before anything else starts.
+        """
+        directory = self.path.parent
+        private = directory in _private_dirs()
+        try:
+            if private:  # in the temp dir, where anyone may have made it first
+                with contextlib.suppress(FileExistsError):
+                    directory.mkdir(mode=0o700)
+            else:
+                directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as error:
+            raise ControlUnsafe(
+                f"cannot create the control socket's directory {directory}:"
+                f" {error.strerror or error}"
+            ) from None
+        if private:
+            problem = _not_private(directory)
+            if problem is not None:
+                raise ControlUnsafe(
+                    f"refusing to open the control socket in {directory}: it {problem}, so"
+                    " another user could take the socket and read what clients send to serve;"
+                    f" remove it (rm -r {directory}) and start again, or {_HOW_TO_FIX}"
+                )
+        elif _shared(directory):
+            raise ControlUnsafe(
+                f"refusing to open the control socket {self.path}: its directory {directory}"
+                " is writable by other users, who could take the socket and read what clients"
+                f" send to serve; {_HOW_TO_FIX}"
+            )
 
     async def stop(self) -> None:
         if self._server is None:
@@ -220,7 +408,13 @@ class ControlServer:
                 return
             while True:
                 try:
-                    line = await reader.readline()
+                    # the wait for a request is bounded, never the request's own handling
+                    line = await asyncio.wait_for(reader.readline(), self.idle_timeout)
+                except TimeoutError:
+                    log.debug(
+                        "control client sent no request line in %gs: closed", self.idle_timeout
+                    )
+                    return
                 except (ValueError, asyncio.LimitOverrunError):
                     await _answer(writer, {"ok": False, "error": "request line too long"})
                     return
@@ -395,25 +589,35 @@ async def _answer(writer: asyncio.StreamWriter, answer: Mapping[str, Any]) -> No
 
 
 async def _answers(path: Path) -> bool:
-    """Return True when something accepts connections on the socket at `path`."""
+    """Return True when a serve of this user's accepts connections on the socket at `path`."""
     try:
         _, writer = await asyncio.wait_for(asyncio.open_unix_connection(str(path)), 2.0)
     except (OSError, TimeoutError):
         return False
+    ours = _listener_problem(writer, path) is None
     writer.close()
     with contextlib.suppress(OSError):
         await writer.wait_closed()
-    return True
+    return ours
+
+
+def _peer_uid(sock: Any) -> int | None:
+    """The user id of the process at the other end of a unix socket (``SO_PEERCRED``);
+    None where the platform cannot tell (no ``SO_PEERCRED``) or the query failed."""
+    peercred = getattr(socket, "SO_PEERCRED", None)
+    if sock is None or peercred is None:
+        return None
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i"))
+    except OSError:
+        return None
+    _pid, uid, _gid = struct.unpack("3i", raw)
+    return int(uid)
 
 
 def _same_user(writer: asyncio.StreamWriter) -> bool:
     sock = writer.get_extra_info("socket")
-    peercred = getattr(socket, "SO_PEERCRED", None)
-    if sock is None or peercred is None:
+    if sock is None or getattr(socket, "SO_PEERCRED", None) is None:
         return True  # not Linux: the 0600 socket in a 0700 directory is the guard
-    try:
-        raw = sock.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i"))
-    except OSError:
-        return False
-    _pid, uid, _gid = struct.unpack("3i", raw)
-    return uid in (os.getuid(), 0)
+    uid = _peer_uid(sock)
+    return uid is not None and uid in (os.getuid(), 0)

@@ -69,6 +69,8 @@ async def ask_through_serve(
             account=account,
             accounts=sorted(config.accounts),
         )
+    except control.ControlRefused as error:
+        return f"error: {error}. Nothing was sent."
     except control.ControlUnavailable:
         return (
             "error: asking another agent needs a running `backchannel serve` on this store (it"

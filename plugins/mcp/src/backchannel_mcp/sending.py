@@ -88,6 +88,9 @@ async def _hand_to_serve(
             args["reply_to"] = reply_to
     try:
         answer = await control.call(config, op, timeout=SEND_TIMEOUT, **args)
+    except control.ControlRefused as error:
+        # not this user's serve: nothing was sent to it, and nothing is sent around it
+        return SendOutcome("failed", key, reason=str(error), via="serve", kind=_kind(react_to))
     except control.ControlUnavailable:
         log.info("no running serve answers: sending to %s directly", key)
         return None

@@ -359,7 +359,13 @@ async def deliver_to_owner(
     out directly through the account's adapter. Either way it is recorded in the
     same store (record before send, outcome after).
     """
-    from backchannel.control import ControlError, ControlLost, ControlUnavailable, call
+    from backchannel.control import (
+        ControlError,
+        ControlLost,
+        ControlRefused,
+        ControlUnavailable,
+        call,
+    )
 
     try:
         result = await call(
@@ -374,6 +380,9 @@ async def deliver_to_owner(
             edit_target=outbound.target,
             quiet=outbound.quiet,
         )
+    except ControlRefused as error:
+        # not this user's serve listening: nothing was sent to it, nor is sent around it
+        return Delivery("failed", None, str(error), "serve")
     except ControlUnavailable:
         return await _deliver_directly(config, settings, store, outbound)
     except ControlError as error:
