@@ -372,3 +372,25 @@ async def test_after_a_sigkill_during_the_put_of_the_opening_it_arrives_with_no_
         await restarted.stop()
         await store.close()
     assert [(e["type"], text) for e, text in received] == [("PREKEY_BUNDLE", "first")]
+
+
+async def test_an_opening_kept_while_the_copies_go_out_stays_due(
+    account: TinyplaceAdapter, monkeypatch: Any
+) -> None:
+    """A first send to another peer keeps its opening while a sweep of the kept ones is
+    under way (waiting on the ratchet lock): the sweep's list lacks it, so the sweep must
+    not mark every opening settled."""
+    store, _ = account._require_signal()
+    listed = store.peers_with_openings
+
+    async def listed_then_a_new_one_kept() -> list[str]:
+        peers = await listed()
+        account._openings_stored += 1  # what _send_one does when it keeps an opening
+        return peers
+
+    monkeypatch.setattr(store, "peers_with_openings", listed_then_a_new_one_kept)
+    await account._resend_kept_openings()
+    assert account._openings_kept
+    monkeypatch.undo()
+    await account._resend_kept_openings()
+    assert not account._openings_kept  # nothing kept, and nothing came meanwhile

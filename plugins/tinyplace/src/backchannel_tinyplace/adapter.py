@@ -108,6 +108,8 @@ class TinyplaceAdapter:
         #: when its copies are due (`_resend_kept_openings`)
         self._openings_kept = True
         self._openings_due = 0.0
+        #: openings kept so far: a sweep clears `_openings_kept` only if none came during it
+        self._openings_stored = 0
         self._ratchet = asyncio.Lock()
         self._stopped = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -370,6 +372,7 @@ class TinyplaceAdapter:
                     await store.store_opening(peer, envelope)
                     # until the relay takes it; copied on its own only after a while
                     self._openings_kept = True
+                    self._openings_stored += 1
                     self._openings_due = time.monotonic() + self.opening_retry
                 except StateUnavailable as error:
                     # nothing was sent; the marker above makes the next send start over
@@ -477,6 +480,7 @@ class TinyplaceAdapter:
         session (the relay may just be down): it is tried again later.
         """
         store, _ = self._require_signal()
+        stored_before = self._openings_stored
         try:
             peers = await store.peers_with_openings()
         except StateUnavailable:
@@ -503,7 +507,9 @@ class TinyplaceAdapter:
                         peer,
                         reason,
                     )
-        self._openings_kept = kept
+        # an opening kept while this sweep ran (a send waiting on the ratchet lock) is not
+        # in its list: it stays due
+        self._openings_kept = kept or self._openings_stored != stored_before
 
     async def _give_up_opening(self, peer: str) -> bool:
         """Count a copy of the kept opening the relay did not take; after
