@@ -252,15 +252,24 @@ async def run_sender(relay: FakeRelay, db: Path, seed: bytes, peer: str) -> Any:
     return await spawn_ready(SENDER, relay.url, str(db), seed.hex(), peer, what="sender")
 
 
+@pytest.mark.parametrize("next_message", [True, False], ids=["then-a-message", "alone"])
 @pytest.mark.parametrize("fault", ["hang", "stored_then_hang"])
 async def test_sigkill_during_the_put_of_the_opening_leaves_the_session_usable(
-    fault: str, tmp_path: Path, relay: FakeRelay, peer: RelayPeer, settings_for: Any
+    fault: str,
+    next_message: bool,
+    tmp_path: Path,
+    relay: FakeRelay,
+    peer: RelayPeer,
+    settings_for: Any,
 ) -> None:
+    """The opening's PUT is held unanswered (stored first, or not) and the sender killed:
+    the restarted account sends the kept opening at start, so it arrives (once) with a
+    next message after it or with none at all."""
     seed = os.urandom(32)
     alice = LocalSigner.from_seed(seed, siws=False).agent_id
     db = tmp_path / "alice" / "backchannel.db"
     relay.make_contacts(alice, peer.agent_id)
-    relay.fail_next(fault)  # the opening's PUT is held unanswered (stored first, or not)
+    relay.fail_next(fault)
 
     sender = await run_sender(relay, db, seed, peer.agent_id)
     try:
@@ -269,19 +278,26 @@ async def test_sigkill_during_the_put_of_the_opening_leaves_the_session_usable(
         sender.kill()
     assert await asyncio.wait_for(sender.wait(), 30) == -signal.SIGKILL
 
+    def copied() -> bool:
+        return any(r[:3] == ("PUT", "/messages", 201) for r in relay.requests)
+
     store = SQLiteStore(db)
     ctx = ContractContext(store, account="alice")
     restarted = TinyplaceAdapter("alice", settings_for(seed))
     await restarted.start(ctx.bind(restarted))
     try:
-        await restarted.send(Outbound(master("alice", peer.agent_id), "second"))
+        if next_message:
+            await restarted.send(Outbound(master("alice", peer.agent_id), "second"))
+        else:
+            await relay.wait_for(copied, 30, "the copy sent at start")
         received = await peer.receive()
+        assert await kept_opening(restarted, peer.agent_id) is None
     finally:
         await restarted.stop()
         await store.close()
     assert [(e["type"], text) for e, text in received] == [
         ("PREKEY_BUNDLE", "first"),
-        ("CIPHERTEXT", "second"),
+        *([("CIPHERTEXT", "second")] if next_message else []),
     ]
 
 
@@ -338,40 +354,6 @@ async def test_copies_sent_on_their_own_are_not_counted_against_the_session(
         ]
     finally:
         await account.stop()
-
-
-@pytest.mark.parametrize("fault", ["hang", "stored_then_hang"])
-async def test_after_a_sigkill_during_the_put_of_the_opening_it_arrives_with_no_next_message(
-    fault: str, tmp_path: Path, relay: FakeRelay, peer: RelayPeer, settings_for: Any
-) -> None:
-    seed = os.urandom(32)
-    alice = LocalSigner.from_seed(seed, siws=False).agent_id
-    db = tmp_path / "alice" / "backchannel.db"
-    relay.make_contacts(alice, peer.agent_id)
-    relay.fail_next(fault)
-
-    sender = await run_sender(relay, db, seed, peer.agent_id)
-    try:
-        await relay.wait_for(lambda: relay.hanging == 1, 30, "the opening's PUT")
-    finally:
-        sender.kill()
-    assert await asyncio.wait_for(sender.wait(), 30) == -signal.SIGKILL
-
-    def copied() -> bool:
-        return any(r[:3] == ("PUT", "/messages", 201) for r in relay.requests)
-
-    store = SQLiteStore(db)
-    ctx = ContractContext(store, account="alice")
-    restarted = TinyplaceAdapter("alice", settings_for(seed))
-    await restarted.start(ctx.bind(restarted))
-    try:
-        await relay.wait_for(copied, 30, "the copy sent at start")
-        received = await peer.receive()
-        assert await kept_opening(restarted, peer.agent_id) is None
-    finally:
-        await restarted.stop()
-        await store.close()
-    assert [(e["type"], text) for e, text in received] == [("PREKEY_BUNDLE", "first")]
 
 
 async def test_an_opening_kept_while_the_copies_go_out_stays_due(
