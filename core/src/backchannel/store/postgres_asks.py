@@ -219,28 +219,24 @@ class PostgresAsks:
         return result
 
     async def claim_report(self, ask_id: int) -> bool:
-        async def work(connection: Any) -> bool:
-            cursor = await connection.execute(
-                "UPDATE asks SET state = 'answered', reported_at = %s"
-                " WHERE id = %s AND reported_at IS NULL RETURNING id",
-                (now(), ask_id),
-            )
-            return await cursor.fetchone() is not None
-
-        claimed: bool = await self._write(work)
-        return claimed
+        return await self._stamp_once(ask_id, "reported_at", "state = 'answered', ")
 
     async def mark_expiry_reported(self, ask_id: int) -> bool:
+        return await self._stamp_once(ask_id, "expiry_reported_at")
+
+    async def _stamp_once(self, ask_id: int, column: str, also: str = "") -> bool:
+        """Stamp `column` (and set `also`) unless it is stamped; True when this call did."""
+
         async def work(connection: Any) -> bool:
             cursor = await connection.execute(
-                "UPDATE asks SET expiry_reported_at = %s"
-                " WHERE id = %s AND expiry_reported_at IS NULL RETURNING id",
+                f"UPDATE asks SET {also}{column} = %s WHERE id = %s AND {column} IS NULL"
+                " RETURNING id",
                 (now(), ask_id),
             )
             return await cursor.fetchone() is not None
 
-        marked: bool = await self._write(work)
-        return marked
+        stamped: bool = await self._write(work)
+        return stamped
 
     async def asks(
         self,

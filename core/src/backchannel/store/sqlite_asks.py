@@ -178,19 +178,17 @@ class SQLiteAsks:
         return [_ask(row) for row in rows]
 
     async def claim_report(self, ask_id: int) -> bool:
-        with self._write():
-            rows = self.db.execute(
-                "UPDATE asks SET state = 'answered', reported_at = ?"
-                " WHERE id = ? AND reported_at IS NULL RETURNING id",
-                (now(), ask_id),
-            ).fetchall()
-        return bool(rows)
+        return self._stamp_once(ask_id, "reported_at", "state = 'answered', ")
 
     async def mark_expiry_reported(self, ask_id: int) -> bool:
+        return self._stamp_once(ask_id, "expiry_reported_at")
+
+    def _stamp_once(self, ask_id: int, column: str, also: str = "") -> bool:
+        """Stamp `column` (and set `also`) unless it is stamped; True when this call did."""
         with self._write():
             rows = self.db.execute(
-                "UPDATE asks SET expiry_reported_at = ?"
-                " WHERE id = ? AND expiry_reported_at IS NULL RETURNING id",
+                f"UPDATE asks SET {also}{column} = ? WHERE id = ? AND {column} IS NULL"
+                " RETURNING id",
                 (now(), ask_id),
             ).fetchall()
         return bool(rows)
