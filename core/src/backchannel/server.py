@@ -206,6 +206,13 @@ class _MalformedRequests(logging.Filter):
         from aiohttp.http_exceptions import HttpProcessingError
 
         error = record.exc_info[1] if record.exc_info else None
+        if error is None and isinstance(record.msg, str):
+            # with secrets registered, the traceback is already folded into the message
+            # (backchannel.secrets): the exception's qualified name is in it
+            text = record.msg
+            if text.startswith("Error handling request") and "aiohttp.http_exceptions." in text:
+                name = text.rsplit("aiohttp.http_exceptions.", 1)[1].split(":", 1)[0]
+                error = HttpProcessingError(message=name)
         if not isinstance(error, HttpProcessingError):
             return True
         self.count += 1
@@ -215,7 +222,7 @@ class _MalformedRequests(logging.Filter):
             log.info(
                 "refused %d malformed HTTP request(s) since the last report (latest: %s)",
                 self._unreported,
-                type(error).__name__,
+                error.message if type(error) is HttpProcessingError else type(error).__name__,
             )
             self._unreported = 0
             self._reported_at = moment
