@@ -290,6 +290,20 @@ async def _fake_serve(path: Path, answer: bytes | None) -> asyncio.AbstractServe
     return await asyncio.start_unix_server(handle, path=str(path))
 
 
+async def _send_beside(config: Any, config_path: Path, answer: bytes | None) -> Any:
+    """What `backchannel send` does beside a fake serve that answers `answer`."""
+    path = control.socket_path(config.store.path)
+    assert path is not None
+    server = await _fake_serve(path, answer)
+    try:
+        return await asyncio.to_thread(
+            CliRunner().invoke, main, ["send", "ops", "c1", "pay it", "-c", str(config_path)]
+        )
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
 @pytest.mark.parametrize("answer", [None, b'{"ok": tr\n', b"[1, 2]\n"])
 async def test_a_serve_that_took_a_send_and_gave_no_answer_is_never_sent_around(
     tmp_path: Path, platform: FakePlatform, answer: bytes | None
@@ -304,12 +318,10 @@ async def test_a_serve_that_took_a_send_and_gave_no_answer_is_never_sent_around(
     try:
         with pytest.raises(control.ControlLost, match="it may have done it"):
             await control.call(config, "send", address={"account": "ops", "chat": "c1"}, text="x")
-        result = await asyncio.to_thread(
-            CliRunner().invoke, main, ["send", "ops", "c1", "pay it", "-c", str(config_path)]
-        )
     finally:
         server.close()
         await server.wait_closed()
+    result = await _send_beside(config, config_path, answer)
     assert result.exit_code == 1, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert result.stdout.startswith("ops/c1: delivery uncertain (")
@@ -352,3 +364,20 @@ async def test_a_stopping_serve_answers_the_send_it_took_before_it_closes(
         await asyncio.wait_for(stopping, 15)
         assert sent["state"] == "sent"
     assert platform.texts("c1") == ["late"]
+
+
+async def test_a_listener_of_another_user_gets_nothing_and_nothing_is_sent_around_it(
+    tmp_path: Path, platform: FakePlatform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone else holds the socket where the client looks: the client writes nothing to
+    it (ControlRefused), and `backchannel send` fails in one line rather than sending
+    directly as if no serve ran (which would hide the takeover)."""
+    config_path = write_config(tmp_path, FAKE)
+    monkeypatch.setattr(control, "_expected_uid", lambda: os.getuid() + 1)  # not us
+    result = await _send_beside(
+        load_config(config_path), config_path, b'{"ok": true, "state": "sent"}\n'
+    )
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert "not sent:" in result.stdout and "uid" in result.stdout
+    assert platform.sent == []

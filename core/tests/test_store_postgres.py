@@ -255,9 +255,9 @@ async def _search_sql(store: PostgresStore, query: str) -> tuple[str, Any]:
     seen: list[tuple[str, Any]] = []
     fetchall = store._fetchall
 
-    async def recording(sql: str, params: Any = ()) -> Any:
+    async def recording(sql: str, params: Any = (), **kwargs: Any) -> Any:
         seen.append((sql, params))
-        return await fetchall(sql, params)
+        return await fetchall(sql, params, **kwargs)
 
     store._fetchall = recording  # type: ignore[method-assign]
     try:

@@ -13,7 +13,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -428,61 +428,155 @@ def show_command(
     """Print a conversation's transcript (CONVERSATION: an id or a key like webchat/abc)."""
     config = _load(config_path, store_path, secrets=False)
 
-    async def read(store: Store) -> tuple[Conversation, list[Message], list[Any]]:
+    async def show(store: Store) -> None:
         found = await _find(store, conversation)
-        window = await store.window(found.id, limit)
-        oldest = window[0].seq if window else found.last_seq + 1
-        failures = await run_reports(store, found, only_failed=True, limit=limit)
-        return found, window, [r for r in failures if r.run.upto_seq >= oldest]
-
-    found, messages, failures = _with_store(config, read)
-    if as_json:
-        _echo_json(
-            {
-                "conversation": conversation_json(found),
-                "messages": [to_json(m) for m in messages],
-                "failed_runs": [r.to_json() for r in failures],
-            }
-        )
-        return
-    click.echo(click.style(conversation_title(found), bold=True))
-    click.echo(
-        f"{found.visible_count} messages, handled up to #{found.handled_seq}"
-        + (
-            f", {found.held_count} held (not shown: the binding's access rules kept them out)"
-            if found.held_count
-            else ""
-        )
-    )
-    if isinstance(found.meta.get("created_by"), str):
-        click.echo(terminal_safe(f"started by an ask from {found.meta['created_by']}"))
-    if len(messages) < found.visible_count:
-        click.echo(f"(showing the last {len(messages)}; use --limit for more)")
-    if failures:
+        pages = _transcript_pages(store, found, limit)
+        first_page: list[Message] = await anext(pages, [])
+        oldest = first_page[0].seq if first_page else found.last_seq + 1
+        reports = await run_reports(store, found, only_failed=True, limit=limit)
+        failures = [r for r in reports if r.run.upto_seq >= oldest]
+        if as_json:
+            await _stream_show_json(found, first_page, pages, failures)
+            return
+        shown = min(found.visible_count, limit)
+        marks: dict[int, list[Any]] = {}
+        if failures:
+            # a failed run is marked after the last message it saw or sent before it ended:
+            # known once every message shown is, so a first pass over them finds where
+            marks = await _failure_marks(
+                failures, first_page, _transcript_pages(store, found, limit, skip_first=True)
+            )
+        click.echo(click.style(conversation_title(found), bold=True))
         click.echo(
-            f"{len(failures)} failed run{'s' if len(failures) != 1 else ''} (marked !!;"
-            f" details: `{hints.command('runs', found.address.key, '--failed')}`)"
+            f"{found.visible_count} messages, handled up to #{found.handled_seq}"
+            + (
+                f", {found.held_count} held (not shown: the binding's access rules kept them out)"
+                if found.held_count
+                else ""
+            )
         )
-    click.echo("")
-    # a failed run is marked after the last message it saw or sent before it ended
+        if isinstance(found.meta.get("created_by"), str):
+            click.echo(terminal_safe(f"started by an ask from {found.meta['created_by']}"))
+        if shown < found.visible_count:
+            click.echo(f"(showing the last {shown}; use --limit for more)")
+        if failures:
+            click.echo(
+                f"{len(failures)} failed run{'s' if len(failures) != 1 else ''} (marked !!;"
+                f" details: `{hints.command('runs', found.address.key, '--failed')}`)"
+            )
+        click.echo("")
+        for report in marks.pop(0, []):
+            click.echo(click.style(failure_line(report), fg="red"))
+        page = first_page
+        while page:
+            for message in page:
+                click.echo(transcript_line(message))
+                for report in marks.get(message.seq, []):
+                    click.echo(click.style(failure_line(report), fg="red"))
+            page = await anext(pages, [])
+
+    _with_store(config, show)
+
+
+#: `show` reads (and prints) a long transcript this many messages at a time
+SHOW_PAGE = 1000
+
+
+async def _transcript_pages(
+    store: Store, found: Conversation, limit: int, *, skip_first: bool = False
+) -> AsyncIterator[list[Message]]:
+    """Yield the last `limit` visible messages of `found` (up to its `last_seq`), oldest first.
+
+    A page at a time (`SHOW_PAGE`), so that `show --limit 1000000` of a
+    150,000-message group holds one page, not the whole transcript.
+    `skip_first`: all pages but the first.
+    """
+    if limit <= SHOW_PAGE:
+        if not skip_first:
+            yield await store.window(found.id, limit, found.last_seq)
+        return
+    after = await _seq_before_last(store, found, limit)
+    left = limit
+    first_page = True
+    while left > 0:
+        page = [
+            m
+            for m in await store.messages_after(found.id, after, min(SHOW_PAGE, left))
+            if m.seq <= found.last_seq
+        ]
+        if not page:
+            return
+        if not (skip_first and first_page):
+            yield page
+        first_page = False
+        left -= len(page)
+        after = page[-1].seq
+
+
+async def _seq_before_last(store: Store, found: Conversation, limit: int) -> int:
+    """Return the seq after which the last `limit` visible messages of `found` start.
+
+    A binary search over `count_visible` (how many visible messages come
+    before a seq): a few counts instead of reading every message older.
+    """
+    skip = found.visible_count - limit
+    if skip <= 0:
+        return 0
+    low, high = 1, found.last_seq + 1  # the first seq with more than `skip` visible before it
+    while low < high:
+        middle = (low + high) // 2
+        if await store.count_visible(found.id, middle) > skip:
+            high = middle
+        else:
+            low = middle + 1
+    return max(low - 2, 0)
+
+
+async def _failure_marks(
+    failures: list[Any], first_page: list[Message], rest: AsyncIterator[list[Message]]
+) -> dict[int, list[Any]]:
+    """Return, per seq, the failed runs to mark after that message (0: before the first)."""
+    after = {report.run.id: 0 for report in failures}
+    ends = {r.run.id: r.run.finished_at or r.run.started_at for r in failures}
+    page = first_page
+    while page:
+        for report in failures:
+            run = report.run
+            for m in page:
+                if m.seq <= run.upto_seq or (m.direction == "out" and m.sent_at <= ends[run.id]):
+                    after[run.id] = max(after[run.id], m.seq)
+        page = await anext(rest, [])
     marks: dict[int, list[Any]] = {}
     for report in sorted(failures, key=lambda r: r.run.id):
-        ended = report.run.finished_at or report.run.started_at
-        after = max(
-            (
-                m.seq
-                for m in messages
-                if m.seq <= report.run.upto_seq or (m.direction == "out" and m.sent_at <= ended)
-            ),
-            default=0,
-        )
-        marks.setdefault(after, []).append(report)
-    for report in marks.pop(0, []):
-        click.echo(click.style(failure_line(report), fg="red"))
-    for message in messages:
-        click.echo(transcript_line(message))
-        for report in marks.get(message.seq, []):
-            click.echo(click.style(failure_line(report), fg="red"))
+        marks.setdefault(after[report.run.id], []).append(report)
+    return marks
+
+
+async def _stream_show_json(
+    found: Conversation,
+    first_page: list[Message],
+    pages: AsyncIterator[list[Message]],
+    failures: list[Any],
+) -> None:
+    """Print `show --json`'s object as `_echo_json` would, one message at a time."""
+
+    def dumped(value: Any, indent: str) -> str:
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+        return text.replace("\n", "\n" + indent)
+
+    def out(text: str) -> None:
+        click.echo(text, nl=False)
+
+    out('{\n  "conversation": ' + dumped(conversation_json(found), "  ") + ",\n")
+    out('  "messages": [')
+    page, count = first_page, 0
+    while page:
+        for message in page:
+            out(("," if count else "") + "\n    " + dumped(to_json(message), "    "))
+            count += 1
+        page = await anext(pages, [])
+    out("\n  ]" if count else "]")
+    out(',\n  "failed_runs": ' + dumped([r.to_json() for r in failures], "  ") + "\n}\n")
 
 
 @main.command("runs")
@@ -646,6 +740,17 @@ async def _send(config: Config, where: list[str], thread: str | None, text: str)
     address_args = {"account": address.account, "chat": address.chat, "thread": address.thread}
     try:
         outcome = await control.call(config, "send", address=address_args, text=text)
+        via = "serve"
+    except control.ControlRefused as error:
+        # not this user's serve listening there: nothing was sent to it, nor is sent around it
+        outcome = {
+            "conversation": address.key,
+            "state": "failed",
+            "seq": None,
+            "platform_message_id": None,
+            "reason": str(error),
+            "result": f"not sent: {error}",
+        }
         via = "serve"
     except control.ControlUnavailable:
         outcome = await _send_directly(config, address, text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from attrs import frozen
 
@@ -13,7 +14,9 @@ from ..store import Store, find_by_reference
 from .scope import AgentScope
 
 __all__ = [
+    "INCOMPLETE_NOTICE",
     "UNTRUSTED_NOTICE",
+    "ConversationList",
     "ConversationSummary",
     "format_conversations",
     "list_conversations",
@@ -38,7 +41,8 @@ class ConversationSummary:
     channel: str
     kind: str
     title: str | None
-    #: display names of the (visible) people in it, most active first
+    #: display names of the (visible) people who wrote its latest messages, most active
+    #: among those first (the store's `participants`: its latest 1,000 inbound messages)
     participants: tuple[str, ...]
     message_count: int
     #: Unix seconds of the last message in or out
@@ -57,7 +61,7 @@ async def list_conversations(
     channel: str | None = None,
     limit: int = 20,
     channel_of: Mapping[str, str] | None = None,
-) -> list[ConversationSummary]:
+) -> ConversationList:
     """Return conversations, newest activity first, optionally filtered by text and channel.
 
     `accounts` limits the accounts searched (None: all); given an `AgentScope`,
@@ -65,6 +69,9 @@ async def list_conversations(
     bindings included) and each summary carries its account's channel.
     `channel` is a channel name ("telegram") or an account name; without a
     scope, `channel_of` (account -> channel) says which accounts are on it.
+    The list's `complete` is False when the store's text index had not caught
+    up when it searched (`search_index_complete`; `format_conversations` says
+    so): a store catches up a bounded step per search.
     """
     limit = max(1, min(limit, 100))
     scope = accounts if isinstance(accounts, AgentScope) else None
@@ -80,16 +87,9 @@ async def list_conversations(
             candidates = names if names is not None else list(channel_of or {}) or [channel]
             names = [n for n in candidates if n == channel or (channel_of or {}).get(n) == channel]
     query = query.strip() if query else None
-    found: list[Conversation] = []
-    fetch = limit
-    while True:
-        rows = await store.search_conversations(accounts=names, query=query or None, limit=fetch)
-        found = [c for c in rows if scope is None or scope.covers(c.address)]
-        # chat-limited scopes filter after the query: fetch more until enough or exhausted
-        if len(found) >= limit or len(rows) < fetch or fetch >= 2000:
-            break
-        fetch *= 4
-    summaries = []
+    found = await _search(store, scope, names, query, limit)
+    complete = not query or bool(getattr(store, "search_index_complete", True))
+    summaries = ConversationList(complete=complete)
     for conversation in found[:limit]:
         people = await store.participants(conversation.id)
         summaries.append(
@@ -114,6 +114,64 @@ async def list_conversations(
     return summaries
 
 
+async def _search(
+    store: Store,
+    scope: AgentScope | None,
+    names: list[str] | None,
+    query: str | None,
+    limit: int,
+) -> list[Conversation]:
+    """Return up to `limit` conversations of `names` within `scope` matching `query`."""
+    chats: dict[str, frozenset[str]] = {}
+    excluded: dict[str, frozenset[str]] = {}
+    if scope is not None:
+        for name, account in scope.accounts.items():
+            if account.chats is not None:
+                chats[name] = account.chats
+            elif account.excluded:
+                excluded[name] = account.excluded
+    if not chats and not excluded:
+        rows = await store.search_conversations(accounts=names, query=query or None, limit=limit)
+        return [c for c in rows if scope is None or scope.covers(c.address)]
+    if getattr(store, "searches_chats", False):
+        # the store limits the chats itself: one query however few of them match
+        search: Any = store.search_conversations
+        rows = await search(
+            accounts=names,
+            query=query or None,
+            limit=limit,
+            chats=chats,
+            excluded_chats=excluded,
+        )
+        return [c for c in rows if scope is None or scope.covers(c.address)]
+    # a store that cannot: filter after the query, fetching more until enough or exhausted
+    fetch = limit
+    while True:
+        rows = await store.search_conversations(accounts=names, query=query or None, limit=fetch)
+        found = [c for c in rows if scope is None or scope.covers(c.address)]
+        if len(found) >= limit or len(rows) < fetch or fetch >= 2000:
+            return found
+        fetch *= 4
+
+
+class ConversationList(list[ConversationSummary]):
+    """What `list_conversations` returns: the summaries, and whether the search was complete."""
+
+    def __init__(self, items: Sequence[ConversationSummary] = (), *, complete: bool = True):
+        super().__init__(items)
+        #: False when the store's text index had not caught up with the newest messages
+        #: when it searched (a big backlog is indexed a bounded step per search): a
+        #: conversation matching only in those is missing
+        self.complete = complete
+
+
+#: what `format_conversations` adds when the text index had not caught up
+INCOMPLETE_NOTICE = (
+    "The search index has not caught up with the newest messages yet, so a conversation"
+    " that matches only in those may be missing; searching again continues the indexing."
+)
+
+
 def format_conversations(
     summaries: Sequence[ConversationSummary],
     *,
@@ -121,9 +179,11 @@ def format_conversations(
     query: str | None = None,
 ) -> str:
     """Return summaries as text for an agent: one line each, names and titles quoted."""
+    complete = getattr(summaries, "complete", True) or not query
     if not summaries:
         if query:
-            return f"no conversation of yours matches {untrusted(query)}"
+            found = f"no conversation of yours matches {untrusted(query)}"
+            return found if complete else f"{found}. {INCOMPLETE_NOTICE}"
         return "you have no conversations yet"
     head = f"{len(summaries)} conversation{'s' if len(summaries) != 1 else ''}"
     head += f" matching {untrusted(query)}" if query else ""
@@ -145,6 +205,8 @@ def format_conversations(
         if s.pending_ask:
             bits.append("an ask is pending")
         lines.append(" · ".join(bits))
+    if not complete:
+        lines.append(INCOMPLETE_NOTICE)
     return "\n".join(lines)
 
 
@@ -164,7 +226,8 @@ async def read_conversation(
     """
     conversation = await store.conversation(conversation_id)
     limit = max(1, min(limit, 100))
-    upto = None if before is None else before - 1
+    # clamped: no seq is near it, and before - 1 of the lowest 64-bit integer is none
+    upto = None if before is None else max(before, -(2**62)) - 1
     rows = await store.window(conversation.id, limit, upto)
     where = f"{conversation.address.key} ({channel + ', ' if channel else ''}{conversation.kind}"
     where += f", title {untrusted(conversation.title)})" if conversation.title else ")"

@@ -214,11 +214,29 @@ class Store(ABC):
         somewhere: the title, a participant's name or handle, or the text of a
         visible message (in or out; held messages never match). A query with no
         words matches nothing.
+
+        A store whose `searches_chats` is True also takes `chats` and
+        `excluded_chats` (account -> chats: of an account named there, only
+        those chats, or all but those). A store whose text index catches up
+        in bounded steps sets `search_index_complete` after a search with a
+        query: False means newer messages cannot match yet (a later search
+        goes on).
         """
+
+    #: whether `search_conversations` takes `chats` / `excluded_chats` (see there)
+    searches_chats = False
+    #: whether the last search with a query found the text index caught up
+    search_index_complete = True
 
     @abstractmethod
     async def participants(self, conversation_id: int) -> list[Participant]:
-        """Return the people seen in a conversation, most active first."""
+        """Return the people seen in a conversation lately, most active first.
+
+        The stores count who wrote the latest visible inbound messages (1,000
+        by default): each one's `message_count`, `first_seq` and `last_seq`
+        are over those, not the whole history (which costs a read of every
+        row of a long conversation).
+        """
 
     @abstractmethod
     async def set_conversation_meta(self, conversation_id: int, meta: Mapping[str, Any]) -> None:

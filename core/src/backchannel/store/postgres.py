@@ -49,6 +49,7 @@ from .base import (
 from .postgres_asks import PostgresAsks
 from .postgres_migrations import (
     ACCENTED,
+    CATCH_UP_SECONDS,
     PARTICIPANT_NAME,
     PLAIN,
     catch_up,
@@ -69,6 +70,7 @@ from .rows import (
     outbox_row,
     with_reaction,
 )
+from .sqlite import clamp_seq, distinct_words, scope_clause
 
 __all__ = ["WAKE_CHANNEL", "PostgresStore"]
 
@@ -145,10 +147,19 @@ class PostgresStore(PostgresAsks, Store):
             pool, self._pool = self._pool, None
             await pool.close()
 
-    async def _fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    async def _fetchall(
+        self, sql: str, params: Sequence[Any] = (), *, prepare: bool | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Run one statement and return its rows.
+
+        `prepare=False` for a statement whose best plan depends on the values
+        bound: psycopg prepares a statement run 5 times on a connection, and
+        after 5 more runs PostgreSQL may settle on a generic plan for it, one
+        for any value (`participants` went from 60 ms to over a minute so).
+        """
         pool = await self.pool()
         async with pool.connection() as connection:
-            cursor = await connection.execute(sql, params)
+            cursor = await connection.execute(sql, params, prepare=prepare)
             return await cursor.fetchall()
 
     async def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
@@ -281,42 +292,62 @@ class PostgresStore(PostgresAsks, Store):
             )
         return [conversation_row(row) for row in rows]
 
+    #: `search_conversations` takes `chats` and `excluded_chats` (see SQLiteStore's)
+    searches_chats = True
+    #: whether the last search with a query found the text index caught up
+    search_index_complete = True
+
     async def search_conversations(
         self,
         *,
         accounts: Collection[str] | None = None,
         query: str | None = None,
         limit: int = 20,
+        chats: Mapping[str, Collection[str]] | None = None,
+        excluded_chats: Mapping[str, Collection[str]] | None = None,
     ) -> list[Conversation]:
+        """`Store.search_conversations`, and, per account, only some chats.
+
+        As `SQLiteStore.search_conversations`: `chats` and `excluded_chats`
+        limit the accounts they name; the catch-up of the text index runs for
+        `CATCH_UP_SECONDS` at most, and `search_index_complete` says whether it
+        caught up.
+        """
         # PostgreSQL's own text search ('simple': no stemming), folded like the SQLite
         # index (lower case, Latin accents dropped), each part answered from its index
         clauses: list[str] = []
         params: list[Any] = []
-        if accounts is not None:
-            names = sorted(set(accounts))
-            if not names:
-                return []
-            clauses.append("c.account = ANY(%s)")
-            params.append(names)
+        scope = scope_clause(
+            accounts, chats or {}, excluded_chats or {}, mark="%s", prefix="c.", free="c.account"
+        )
+        if scope is None:
+            return []
+        if scope[0]:
+            clauses.append(scope[0])
+            params.extend(scope[1])
         if query is not None:
-            words = [fold_accents(w.lower()) for w in _WORD.findall(query)[:8]]
+            words = distinct_words([fold_accents(w.lower()) for w in _WORD.findall(query)])
             if not words:
                 return []
             pool = await self.pool()
             async with pool.connection() as connection:
-                await catch_up(connection)  # message text is indexed lazily (pg009)
+                # message text is indexed lazily (pg009)
+                self.search_index_complete = await catch_up(connection, seconds=CATCH_UP_SECONDS)
             for word in words:
                 # one word may match anywhere in the conversation: its title, the name or
-                # handle of someone with a visible message in it, or a visible message
+                # handle of someone with a visible message in it, or a visible message.
+                # Visible as SQLite's names_fts has it: the participant's first message
+                # is, found by its key (an EXISTS over any message of theirs had no index
+                # to use: a hash join over every message, 2 s at a million)
                 clauses.append(
                     "c.id IN (SELECT t.id FROM conversations t"
                     f" WHERE {search_document('t.title')} @@ to_tsquery('simple', %s)"
-                    " UNION SELECT p.conversation_id FROM participants p"
+                    " UNION ALL SELECT p.conversation_id FROM participants p"
                     f" WHERE {search_document(PARTICIPANT_NAME)} @@ to_tsquery('simple', %s)"
                     " AND EXISTS (SELECT 1 FROM messages m"
-                    " WHERE m.conversation_id = p.conversation_id AND m.sender_id = p.sender_id"
+                    " WHERE m.conversation_id = p.conversation_id AND m.seq = p.first_seq"
                     " AND m.held = 0)"
-                    " UNION SELECT w.conversation_id FROM message_words w"
+                    " UNION ALL SELECT w.conversation_id FROM message_words w"
                     " WHERE w.words @@ to_tsquery('simple', %s))"
                 )
                 params.extend([f"{word}:*"] * 3)
@@ -325,6 +356,7 @@ class PostgresStore(PostgresAsks, Store):
             f"SELECT {CONVERSATION_COLUMNS} FROM conversations c {where}"
             " ORDER BY active_at DESC, id DESC LIMIT %s",
             (*params, max(limit, 0)),
+            prepare=False,  # how common each word is decides the plan
         )
         return [conversation_row(row) for row in rows]
 
@@ -334,20 +366,38 @@ class PostgresStore(PostgresAsks, Store):
                 "SELECT visible_count FROM conversations WHERE id = %s", (conversation_id,)
             )
             return int(row[0]) if row else 0
-        row = await self._fetchone(
-            "SELECT COUNT(*) FROM messages WHERE conversation_id = %s AND seq < %s AND held = 0",
-            (conversation_id, before_seq),
+        # the shorter side is counted, as SQLiteStore.count_visible explains (visible_count
+        # is exactly the rows with held = 0); one statement, one snapshot
+        before = clamp_seq(before_seq)
+        rows = await self._fetchall(
+            "SELECT CASE WHEN %s > c.last_seq / 2 THEN c.visible_count - (SELECT COUNT(*)"
+            " FROM messages WHERE conversation_id = c.id AND seq >= %s AND held = 0)"
+            " ELSE (SELECT COUNT(*) FROM messages WHERE conversation_id = c.id AND seq < %s"
+            " AND held = 0) END FROM conversations c WHERE c.id = %s",
+            (before, before, before, conversation_id),
+            prepare=False,
         )
-        return int(row[0]) if row else 0
+        return max(int(rows[0][0]), 0) if rows else 0
+
+    #: `participants` counts who wrote the latest this many visible inbound messages
+    participant_window = 1000
 
     async def participants(self, conversation_id: int) -> list[Participant]:
+        """Return who wrote the latest `participant_window` visible inbound messages.
+
+        As `SQLiteStore.participants`: most active among those first, counts and
+        seqs over that window. Not prepared (see `_fetchall`): a generic plan
+        read the whole conversation per participant.
+        """
         rows = await self._fetchall(
-            "SELECT p.sender_id, p.name, p.handle, p.is_bot, COUNT(m.seq), MIN(m.seq), MAX(m.seq)"
-            " FROM participants p JOIN messages m ON m.conversation_id = p.conversation_id"
-            " AND m.sender_id = p.sender_id AND m.direction = 'in' AND m.held = 0"
-            " WHERE p.conversation_id = %s GROUP BY p.sender_id, p.name, p.handle, p.is_bot"
-            " ORDER BY COUNT(m.seq) DESC, MIN(m.seq)",
-            (conversation_id,),
+            "SELECT p.sender_id, p.name, p.handle, p.is_bot, a.n, a.low, a.high FROM"
+            " (SELECT sender_id, COUNT(*) AS n, MIN(seq) AS low, MAX(seq) AS high FROM"
+            " (SELECT seq, sender_id FROM messages WHERE conversation_id = %s AND held = 0"
+            " AND direction = 'in' ORDER BY seq DESC LIMIT %s) r GROUP BY sender_id) a"
+            " JOIN participants p ON p.conversation_id = %s AND p.sender_id = a.sender_id"
+            " ORDER BY a.n DESC, a.low",
+            (conversation_id, max(self.participant_window, 1), conversation_id),
+            prepare=False,
         )
         return [Participant(Sender(r[0], r[1], r[2], bool(r[3])), r[4], r[5], r[6]) for r in rows]
 
@@ -387,7 +437,7 @@ class PostgresStore(PostgresAsks, Store):
         rows = await self._fetchall(
             f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = %s AND seq <= %s"
             " AND held = 0 ORDER BY seq DESC LIMIT %s",
-            (conversation_id, upto_seq if upto_seq is not None else 2**62, limit),
+            (conversation_id, clamp_seq(upto_seq), limit),
         )
         rows.reverse()
         return rows
@@ -402,7 +452,7 @@ class PostgresStore(PostgresAsks, Store):
         return [message_row(row) for row in rows]
 
     async def history(self, conversation_id: int, before_seq: int, limit: int) -> list[Message]:
-        return await self.window(conversation_id, limit, before_seq - 1)
+        return await self.window(conversation_id, limit, clamp_seq(before_seq) - 1)
 
     async def messages_after(
         self, conversation_id: int, after_seq: int, limit: int = 1000
@@ -410,7 +460,7 @@ class PostgresStore(PostgresAsks, Store):
         rows = await self._fetchall(
             f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = %s AND seq > %s"
             " AND held = 0 ORDER BY seq LIMIT %s",
-            (conversation_id, after_seq, limit),
+            (conversation_id, clamp_seq(after_seq), limit),
         )
         return [message_row(row) for row in rows]
 

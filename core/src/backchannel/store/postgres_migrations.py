@@ -8,6 +8,7 @@ migration recorded. Names are applied in list order and never renamed.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -283,16 +284,21 @@ def search_document(column: str) -> str:
 SEARCH_LOCK = 0x6263736561726368
 #: one step of indexing the visible messages not yet in `message_words`: the next
 #: CATCH_UP_CONVERSATIONS conversations after id `after` that have some, at most
-#: CATCH_UP_MESSAGES of each one's. One statement, so one snapshot: a conversation's
-#: `last_seq` and its messages up to it are read together, and its progress moves to
-#: exactly what was read. Returns (id, whether messages of it remain) per conversation.
+#: CATCH_UP_MESSAGES of each one's, and of those only as many conversations as keep the
+#: step's seqs within CATCH_UP_STEP (the first one always: the step is never empty while
+#: work is left). One statement, so one snapshot: a conversation's `last_seq` and its
+#: messages up to it are read together, and its progress moves to exactly what was read.
+#: Returns (id, whether messages of it remain) per conversation.
 CATCH_UP = (
-    "WITH todo AS ("
+    "WITH candidates AS ("
     " SELECT c.id, COALESCE(p.indexed_seq, 0) AS since, c.last_seq,"
     " LEAST(c.last_seq, COALESCE(p.indexed_seq, 0) + %(messages)s) AS upto"
     " FROM conversations c LEFT JOIN message_words_progress p ON p.conversation_id = c.id"
     " WHERE c.id > %(after)s AND c.last_seq > COALESCE(p.indexed_seq, 0)"
     " ORDER BY c.id LIMIT %(conversations)s),"
+    " todo AS (SELECT id, since, last_seq, upto FROM"
+    " (SELECT *, SUM(upto - since) OVER (ORDER BY id) - (upto - since) AS earlier"
+    " FROM candidates) ranked WHERE earlier < %(step)s),"
     " added AS (INSERT INTO message_words (conversation_id, seq, words)"
     f" SELECT m.conversation_id, m.seq, {search_document('m.text')}"
     " FROM todo JOIN messages m ON m.conversation_id = todo.id"
@@ -305,27 +311,45 @@ CATCH_UP = (
 )
 CATCH_UP_CONVERSATIONS = 100
 CATCH_UP_MESSAGES = 1_000
+#: seqs one step indexes at most: a step holds SEARCH_LOCK (an edit of indexed text waits
+#: for it) and took up to 7 s at 100 conversations of 1,000 (about 0.5 s now)
+CATCH_UP_STEP = 5_000
+#: the time a search spends catching up at most (at least one step): past it the search
+#: answers from what is indexed (`PostgresStore.search_index_complete` says so) and the
+#: next one goes on (a million messages took 142 s in one search call)
+CATCH_UP_SECONDS = 2.0
 
 
-async def catch_up(connection: Any, *, locked: bool = True) -> None:
-    """Index every visible message not yet in `message_words`, a bounded step at a time.
+async def catch_up(connection: Any, *, locked: bool = True, seconds: float | None = None) -> bool:
+    """Index the visible messages not yet in `message_words`, a bounded step at a time.
 
     The steps walk the conversations by id, so the whole catch-up reads each
     once. Each step is its own transaction under SEARCH_LOCK (two searches
     never do the same work, and an edit of text being read waits only for the
     step), unless `locked` is False (the migration, already in its transaction).
+    With `seconds`, no step starts after that long (the one under way finishes):
+    each step records its progress, so the next catch-up takes up from there.
+    Returns True when nothing was left to index.
     """
-    step = {"after": 0, "conversations": CATCH_UP_CONVERSATIONS, "messages": CATCH_UP_MESSAGES}
+    deadline = None if seconds is None else time.monotonic() + seconds
+    step = {
+        "after": 0,
+        "conversations": CATCH_UP_CONVERSATIONS,
+        "messages": CATCH_UP_MESSAGES,
+        "step": CATCH_UP_STEP,
+    }
     while True:
         async with connection.transaction() if locked else contextlib.nullcontext():
             if locked:
                 await connection.execute("SELECT pg_advisory_xact_lock(%s)", (SEARCH_LOCK,))
-            cursor = await connection.execute(CATCH_UP, step)
+            cursor = await connection.execute(CATCH_UP, step, prepare=False)
             done = await cursor.fetchall()
         if not done:
-            return
+            return True
         unfinished = [conversation for conversation, more in done if more]
         step["after"] = min(unfinished) - 1 if unfinished else max(c for c, _ in done)
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
 
 
 async def pg009_search_indexes(connection: Any) -> None:

@@ -8,10 +8,12 @@ loss can lose the last transactions before a checkpoint. Set
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import re
+import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -63,6 +65,18 @@ CACHED_CONVERSATIONS = 4096
 #: conversations touches; more only grows the process with the database (the OS caches
 #: the file anyway, so a page read again costs a copy, not a disk read)
 PAGE_CACHE_KIB = 2048
+#: the search index's catch-up: rows (by rowid) indexed in one write transaction (50-150
+#: ms each: the event loop waits no longer, and the write lock is held no longer)
+INDEX_CHUNK_ROWS = 10_000
+#: how long the write lock is left free after each chunk: another process's write waiting
+#: for it must get it (SQLite's busy handler, once it has waited a while, tries again
+#: every 100 ms: back to back, the chunks kept an append waiting 1.9-4.8 s)
+INDEX_PAUSE_SECONDS = 0.1
+#: and the time one search spends catching up at most (at least one chunk is done): past
+#: it the search answers from what is indexed and says so (`search_index_complete`)
+INDEX_SECONDS = 2.0
+#: seqs beyond what SQLite's 64-bit integers hold are clamped to this (no seq comes near)
+SEQ_BOUND = 2**62
 #: conversations whose latest window rows are kept between runs (store/windows.py): with
 #: 50-row windows of real Telegram shapes about 90 KiB each, RunBuilder's lines included
 
@@ -599,11 +613,18 @@ class SQLiteStore(SQLiteAsks, Store):
             )
         else:
             rows = self.db.execute(
-                f"SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE account = ?"
-                " ORDER BY active_at DESC, id DESC LIMIT ?",
+                f"SELECT {CONVERSATION_COLUMNS} FROM conversations"
+                # +account: through the (account, chat, thread) index, a busy account's
+                # rows are fetched one by one and then sorted (34 ms for the busiest of
+                # 50,000 conversations); a scan of the table is bounded (6-8 ms there)
+                " WHERE +account = ? ORDER BY active_at DESC, id DESC LIMIT ?",
                 (account, limit),
             )
         return [conversation_row(row) for row in rows]
+
+    #: `search_conversations` takes `chats` and `excluded_chats` (orchestration/views.py
+    #: passes an agent's chat-limited scope through them when a store says so here)
+    searches_chats = True
 
     async def search_conversations(
         self,
@@ -611,25 +632,38 @@ class SQLiteStore(SQLiteAsks, Store):
         accounts: Collection[str] | None = None,
         query: str | None = None,
         limit: int = 20,
+        chats: Mapping[str, Collection[str]] | None = None,
+        excluded_chats: Mapping[str, Collection[str]] | None = None,
     ) -> list[Conversation]:
+        """`Store.search_conversations`, and, per account, only some chats.
+
+        `chats` (account -> chats): of an account named there, only these
+        chats; `excluded_chats` (account -> chats): of an account named there,
+        every chat but these. Other accounts are not limited (beyond
+        `accounts`). With `query`, the text index first catches up with the
+        messages written since the last search, for `INDEX_SECONDS` at most:
+        `search_index_complete` then says whether it did (False: messages
+        newer than what it reached cannot match yet; a later search goes on).
+        """
         clauses: list[str] = []
         params: list[Any] = []
-        if accounts is not None:
-            names = sorted(set(accounts))
-            if not names:
-                return []
-            clauses.append(f"account IN ({','.join('?' * len(names))})")
-            params.extend(names)
+        scope = scope_clause(accounts, chats or {}, excluded_chats or {})
+        if scope is None:
+            return []
+        if scope[0]:
+            clauses.append(scope[0])
+            params.extend(scope[1])
         if query is not None:
             words = _query_words(query)
             if not words:
                 return []
-            self._index_new_messages()
+            self.search_index_complete = await self._index_new_messages()
             for word in words:
                 # one word may match anywhere in the conversation: names, title or messages
+                # (UNION ALL: IN drops the duplicates anyway, without a sort of its own)
                 clauses.append(
                     "id IN (SELECT conversation_id FROM names_fts WHERE names_fts MATCH ?"
-                    " UNION SELECT m.conversation_id FROM messages_fts f"
+                    " UNION ALL SELECT m.conversation_id FROM messages_fts f"
                     " JOIN messages m ON m.rowid = f.rowid WHERE messages_fts MATCH ?)"
                 )
                 params.extend([word, word])
@@ -645,31 +679,62 @@ class SQLiteStore(SQLiteAsks, Store):
             raise StoreError(f"cannot search for {query!r}: {error}") from None
         return [conversation_row(row) for row in rows]
 
-    def _index_new_messages(self) -> None:
-        """Add the visible messages written since the last search to the text index."""
+    #: whether the last search with a query found the text index caught up (see above)
+    search_index_complete = True
+
+    async def _index_new_messages(self) -> bool:
+        """Add the visible messages written since the last search to the text index.
+
+        `INDEX_CHUNK_ROWS` rows (by rowid) a write transaction, the event loop
+        and other processes' writes running between two (`INDEX_PAUSE_SECONDS`),
+        for `INDEX_SECONDS` at most (one chunk at least).
+        Each chunk re-reads the mark inside its transaction, so two searches
+        (in this process or another) never index a row twice, and one that
+        stops (its time up, or interrupted) leaves the mark where the next
+        search takes up. Returns True when the index has caught up.
+        """
         db = self.db
-        top = first(db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages"))
-        if top <= first(db.execute("SELECT indexed_rowid FROM messages_fts_progress")):
-            return
-        with self._write():
-            mark = first(db.execute("SELECT indexed_rowid FROM messages_fts_progress"))
+        deadline = time.monotonic() + INDEX_SECONDS
+        while True:
             top = first(db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages"))
-            if top > mark:
-                db.execute(
-                    "INSERT INTO messages_fts (rowid, text) SELECT rowid, text FROM messages"
-                    " WHERE rowid > ? AND rowid <= ? AND held = 0",
-                    (mark, top),
-                )
-                db.execute("UPDATE messages_fts_progress SET indexed_rowid = ?", (top,))
+            if top <= first(db.execute("SELECT indexed_rowid FROM messages_fts_progress")):
+                return True
+            with self._write():
+                mark = first(db.execute("SELECT indexed_rowid FROM messages_fts_progress"))
+                top = first(db.execute("SELECT COALESCE(MAX(rowid), 0) FROM messages"))
+                upto = min(top, mark + INDEX_CHUNK_ROWS)
+                if upto > mark:
+                    db.execute(
+                        "INSERT INTO messages_fts (rowid, text) SELECT rowid, text FROM messages"
+                        " WHERE rowid > ? AND rowid <= ? AND held = 0",
+                        (mark, upto),
+                    )
+                    db.execute("UPDATE messages_fts_progress SET indexed_rowid = ?", (upto,))
+            if time.monotonic() + INDEX_PAUSE_SECONDS >= deadline:
+                return upto >= top
+            if upto < top:
+                # whatever else this process does runs in between, and other processes write
+                await asyncio.sleep(INDEX_PAUSE_SECONDS)
+
+    #: `participants` counts who wrote the conversation's latest this many visible
+    #: inbound messages (the whole history of a 150,000-message group took 280 ms)
+    participant_window = 1000
 
     async def participants(self, conversation_id: int) -> list[Participant]:
+        """Return who wrote the latest `participant_window` visible inbound messages.
+
+        Most active among those first (then the earliest in them); each one's
+        `message_count`, `first_seq` and `last_seq` are over that window: "who
+        is talking here lately", not the whole history.
+        """
         rows = self.db.execute(
-            "SELECT p.sender_id, p.name, p.handle, p.is_bot, COUNT(m.seq), MIN(m.seq), MAX(m.seq)"
-            " FROM participants p JOIN messages m ON m.conversation_id = p.conversation_id"
-            " AND m.sender_id = p.sender_id AND m.direction = 'in' AND m.held = 0"
-            " WHERE p.conversation_id = ? GROUP BY p.sender_id"
-            " ORDER BY COUNT(m.seq) DESC, MIN(m.seq)",
-            (conversation_id,),
+            "SELECT p.sender_id, p.name, p.handle, p.is_bot, a.n, a.low, a.high FROM"
+            " (SELECT sender_id, COUNT(*) AS n, MIN(seq) AS low, MAX(seq) AS high FROM"
+            " (SELECT seq, sender_id FROM messages WHERE conversation_id = ? AND held = 0"
+            " AND direction = 'in' ORDER BY seq DESC LIMIT ?) r GROUP BY sender_id) a"
+            " JOIN participants p ON p.conversation_id = ? AND p.sender_id = a.sender_id"
+            " ORDER BY a.n DESC, a.low",
+            (conversation_id, max(self.participant_window, 1), conversation_id),
         )
         return [Participant(Sender(r[0], r[1], r[2], bool(r[3])), r[4], r[5], r[6]) for r in rows]
 
@@ -699,9 +764,7 @@ class SQLiteStore(SQLiteAsks, Store):
     ) -> list[Message]:
         # a fresh read: the kept windows are the runs' own (history, a listing or another
         # conversation's look must not replace a run's window with another range)
-        return message_rows(
-            read_window(self.db, conversation_id, limit, 2**62 if upto_seq is None else upto_seq)
-        )
+        return message_rows(read_window(self.db, conversation_id, limit, clamp_seq(upto_seq)))
 
     async def window_rows(
         self, conversation_id: int, limit: int, upto_seq: int | None = None
@@ -715,10 +778,8 @@ class SQLiteStore(SQLiteAsks, Store):
         only rows past them are read.
         """
         if upto_seq is None or self._windows is None:
-            return read_window(
-                self.db, conversation_id, limit, 2**62 if upto_seq is None else upto_seq
-            )
-        return self._windows.rows(conversation_id, limit, upto_seq)
+            return read_window(self.db, conversation_id, limit, clamp_seq(upto_seq))
+        return self._windows.rows(conversation_id, limit, clamp_seq(upto_seq))
 
     async def transcript(self, conversation_id: int, limit: int) -> list[Message]:
         rows = self.db.execute(
@@ -730,7 +791,8 @@ class SQLiteStore(SQLiteAsks, Store):
         return message_rows(rows)
 
     async def history(self, conversation_id: int, before_seq: int, limit: int) -> list[Message]:
-        return await self.window(conversation_id, limit, before_seq - 1)
+        # clamped first: before_seq - 1 of the lowest 64-bit integer is none (OverflowError)
+        return await self.window(conversation_id, limit, clamp_seq(before_seq) - 1)
 
     async def messages_after(
         self, conversation_id: int, after_seq: int, limit: int = 1000
@@ -738,7 +800,7 @@ class SQLiteStore(SQLiteAsks, Store):
         rows = self.db.execute(
             f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE conversation_id = ? AND seq > ?"
             " AND held = 0 ORDER BY seq LIMIT ?",
-            (conversation_id, after_seq, limit),
+            (conversation_id, clamp_seq(after_seq), limit),
         )
         return message_rows(rows)
 
@@ -748,15 +810,21 @@ class SQLiteStore(SQLiteAsks, Store):
                 "SELECT visible_count FROM conversations WHERE id = ?", (conversation_id,)
             ).fetchone()
             return int(row[0]) if row else 0
-        return int(
-            first(
-                self.db.execute(
-                    "SELECT COUNT(*) FROM messages WHERE conversation_id = ? AND seq < ?"
-                    " AND held = 0",
-                    (conversation_id, before_seq),
-                )
-            )
-        )
+        # visible_count is exactly the number of rows with held = 0: every write that adds
+        # a row adds it to one of visible_count and held_count (`_flush_batch`,
+        # `record_outbound`), rows are never deleted and no write changes `held`. So the
+        # shorter side is counted: the rows at or past before_seq when that is the latest
+        # part (paging back from the newest), else those before it. One statement: one
+        # snapshot of the counter and the rows.
+        before = clamp_seq(before_seq)
+        row = self.db.execute(
+            "SELECT CASE WHEN ? > c.last_seq / 2 THEN c.visible_count - (SELECT COUNT(*)"
+            " FROM messages WHERE conversation_id = c.id AND seq >= ? AND held = 0)"
+            " ELSE (SELECT COUNT(*) FROM messages WHERE conversation_id = c.id AND seq < ?"
+            " AND held = 0) END FROM conversations c WHERE c.id = ?",
+            (before, before, before, conversation_id),
+        ).fetchone()
+        return max(int(row[0]), 0) if row else 0
 
     async def message(self, conversation_id: int, seq: int) -> Message | None:
         row = self.db.execute(
@@ -1184,5 +1252,103 @@ _WORD = re.compile(r"[^\W_]+")
 
 
 def _query_words(query: str) -> list[str]:
-    """Return FTS5 prefix terms for the words of `query`: each quoted, so no syntax gets through."""
-    return [f'"{word}"*' for word in _WORD.findall(query)[:8]]
+    """Return FTS5 prefix terms for the words of `query`: each quoted, so no syntax gets through.
+
+    The first `QUERY_WORDS` distinct words (case ignored for ASCII ones: FTS5
+    folds it), a word another one extends left out (``the`` with ``then``:
+    what has the longer prefix has the shorter): every word is a subquery
+    over the index, and a repeated common word cost seconds for nothing.
+    """
+    return [f'"{word}"*' for word in distinct_words(_WORD.findall(query))]
+
+
+def clamp_seq(value: int | None) -> int:
+    """Return a seq bound SQLite can take: None is "no bound", and none past +-`SEQ_BOUND`."""
+    if value is None:
+        return SEQ_BOUND
+    return max(-SEQ_BOUND, min(value, SEQ_BOUND))
+
+
+#: how many (distinct) words of a query a search looks for, at most
+QUERY_WORDS = 8
+
+
+def distinct_words(words: Sequence[str]) -> list[str]:
+    """Return the first `QUERY_WORDS` distinct `words`, in order, without implied prefixes.
+
+    ASCII words compare case-insensitively, others exactly (both stores' indexes fold
+    case and accents; these are left to them). An ASCII word that another one
+    starts with is dropped: every conversation with a word starting with the
+    longer one has one starting with the shorter.
+    """
+    seen: dict[str, str] = {}
+    for word in words:
+        key = word.lower() if word.isascii() else word
+        if key not in seen:
+            seen[key] = word
+            if len(seen) == QUERY_WORDS:
+                break
+    return [
+        word
+        for key, word in seen.items()
+        if not (
+            key.isascii()
+            and any(other != key and other.isascii() and other.startswith(key) for other in seen)
+        )
+    ]
+
+
+def scope_clause(
+    accounts: Collection[str] | None,
+    chats: Mapping[str, Collection[str]],
+    excluded: Mapping[str, Collection[str]],
+    *,
+    mark: str = "?",
+    prefix: str = "",
+    free: str = "+account",
+) -> tuple[str, list[Any]] | None:
+    """Return the WHERE part (and parameters) limiting a search to accounts and chats.
+
+    None: nothing can match; an empty part: no limit. `mark` is the driver's
+    placeholder, `prefix` the conversations table's alias ("c."), `free` how the
+    accounts without a chat limit are named (SQLite: ``+account``, see
+    `SQLiteStore.conversations`; the chat-limited parts use the index).
+    """
+    names = None if accounts is None else sorted(set(accounts))
+    if names is not None and not names:
+        return None
+    excluded = {name: left_out for name, left_out in excluded.items() if left_out}
+    limited = sorted(name for name in {*chats, *excluded} if names is None or name in names)
+
+    def marks(count: int) -> str:
+        return ",".join([mark] * count)
+
+    parts: list[str] = []
+    params: list[Any] = []
+    if names is None:
+        if not limited:
+            return "", []
+        parts.append(f"{free} NOT IN ({marks(len(limited))})")
+        params.extend(limited)
+    else:
+        unlimited = [name for name in names if name not in limited]
+        if unlimited:
+            parts.append(f"{free} IN ({marks(len(unlimited))})")
+            params.extend(unlimited)
+    for name in limited:
+        if name in chats:
+            allowed = sorted(set(chats[name]) - set(excluded.get(name, ())))
+            if allowed:
+                parts.append(
+                    f"({prefix}account = {mark} AND {prefix}chat IN ({marks(len(allowed))}))"
+                )
+                params.extend([name, *allowed])
+        else:
+            left_out = sorted(set(excluded[name]))
+            parts.append(
+                f"({prefix}account = {mark} AND {prefix}chat NOT IN ({marks(len(left_out))}))"
+            )
+            params.extend([name, *left_out])
+    if not parts:
+        return None
+    return f"({' OR '.join(parts)})", params

@@ -720,3 +720,125 @@ class StoreContract(AskStoreContract):
         assert list(message.meta["part_ids"]) == ["p-1", "p-2"]
         found = await store.search_conversations(query="relayed")
         assert [c.id for c in found] == [conversation.id]  # the agent's own words are found too
+
+    # big stores: bounded reads, the same answers ------------------------------
+    async def test_participants_are_counted_over_the_latest_messages(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        if not hasattr(store, "participant_window"):
+            pytest.skip("this store counts participants over the whole conversation")
+        monkeypatch.setattr(store, "participant_window", 4)
+        carol = Sender("carol", "Carol")
+        mallory = Sender("666", "Mallory")
+        (first,) = await store.append_inbound([Inbound(make_event("p0", chat="p"))])
+        await store.append_inbound(
+            [Inbound(make_event(f"p{n}", chat="p")) for n in range(1, 6)]  # Alice: #1-#6
+            + [
+                Inbound(make_event("p6", chat="p", sender=BOB)),  # 7
+                Inbound(make_event("p7", chat="p", sender=mallory), held=True),  # 8, held
+                Inbound(make_event("p8", chat="p", sender=carol)),  # 9
+                Inbound(make_event("p9", chat="p", sender=BOB)),  # 10
+            ]
+        )
+        conversation = await store.conversation(first.conversation_id)
+        await store.record_outbound(conversation.id, Outbound(conversation.address, "out"), ME)
+        people = await store.participants(conversation.id)
+        # the latest 4 visible inbound messages: #6 (Alice), #7 and #10 (Bob), #9 (Carol);
+        # the held one and our own are not counted, Alice's older five are out of the window
+        assert [(p.sender.id, p.message_count, p.first_seq, p.last_seq) for p in people] == [
+            ("bob", 2, 7, 10),
+            ("alice", 1, 6, 6),
+            ("carol", 1, 9, 9),
+        ]
+        monkeypatch.setattr(store, "participant_window", 1000)
+        people = await store.participants(conversation.id)
+        assert [(p.sender.id, p.message_count) for p in people] == [
+            ("alice", 6),
+            ("bob", 2),
+            ("carol", 1),
+        ]
+
+    async def test_repeated_and_implied_words_find_what_one_finds(self, store: Store) -> None:
+        await store.append_inbound(
+            [
+                Inbound(make_event("w1", "the theme", chat="w1")),
+                Inbound(make_event("w2", "the end", chat="w2")),
+                Inbound(make_event("w3", "other", chat="w3")),
+            ]
+        )
+
+        async def chats(query: str) -> list[str]:
+            return sorted(c.address.chat for c in await store.search_conversations(query=query))
+
+        assert await chats("the") == ["w1", "w2"]
+        assert await chats("the " * 1000) == ["w1", "w2"]
+        assert await chats("THE the The") == ["w1", "w2"]
+        assert await chats("the them") == ["w1"]  # "the" is implied by "them"
+        assert await chats("them the") == ["w1"]
+        # the first 8 distinct words count: a repeated one does not push out a later one
+        assert await chats("the " * 20 + "end") == ["w2"]
+
+    async def test_a_search_can_be_limited_to_chats(self, store: Store) -> None:
+        await store.append_inbound(
+            [
+                Inbound(make_event(f"s{account}{chat}", "topic", chat=chat, account=account))
+                for account in ("one", "two", "three")
+                for chat in ("a", "b", "c")
+            ]
+        )
+        search: Any = store.search_conversations
+        if not getattr(store, "searches_chats", False):
+            pytest.skip("this store does not limit a search to chats")
+
+        async def keys(**kwargs: Any) -> list[str]:
+            found = await search(limit=50, **kwargs)
+            return sorted(c.address.key for c in found)
+
+        limits = {"chats": {"one": {"a", "b"}}, "excluded_chats": {"two": {"b"}}}
+        assert await keys(**limits) == [
+            "one/a", "one/b", "three/a", "three/b", "three/c", "two/a", "two/c"
+        ]  # fmt: skip
+        assert await keys(accounts=["one", "two"], query="topic", **limits) == [
+            "one/a", "one/b", "two/a", "two/c"
+        ]  # fmt: skip
+        assert await keys(accounts=["one"], chats={"one": set()}) == []
+        assert await keys(accounts=["two"], excluded_chats={"two": set()}) == [
+            "two/a", "two/b", "two/c"
+        ]  # fmt: skip
+        assert await keys(accounts=["three"], chats={"one": {"a"}}) == [
+            "three/a", "three/b", "three/c"
+        ]  # fmt: skip
+        assert await keys(chats={"one": {"a", "b"}}, excluded_chats={"one": {"b"}}) == [
+            "one/a", "three/a", "three/b", "three/c", "two/a", "two/b", "two/c"
+        ]  # fmt: skip
+
+    async def test_a_sender_first_seen_held_is_not_found_by_name(self, store: Store) -> None:
+        # both stores index a name as SQLite's names_fts does: when the participant's first
+        # message is visible (a sender let in later is found by what they write, not named)
+        late = Sender("late", "Latecomer")
+        await store.append_inbound(
+            [Inbound(make_event("l1", "spam", chat="l", sender=late), held=True)]
+        )
+        await store.append_inbound([Inbound(make_event("l2", "welcome", chat="l", sender=late))])
+        assert await store.search_conversations(query="Latecomer") == []
+        assert len(await store.search_conversations(query="welcome")) == 1
+
+    async def test_counting_and_paging_take_any_seq(self, store: Store) -> None:
+        results = await store.append_inbound(
+            [
+                Inbound(make_event(f"k{n}", f"m{n}", chat="k", sender=BOB), held=n % 3 == 0)
+                for n in range(1, 11)
+            ]
+        )
+        conversation_id = results[0].conversation_id
+        visible = [n for n in range(1, 11) if n % 3]
+        for before in (-(2**63), -5, 0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 99, 2**62, 2**63):
+            expected = len([n for n in visible if n < before])
+            assert await store.count_visible(conversation_id, before) == expected, before
+            page = await store.history(conversation_id, before, 3)
+            assert [m.seq for m in page] == [n for n in visible if n < before][-3:], before
+        assert await store.count_visible(4242, 5) == 0
+        assert [m.seq for m in await store.window(conversation_id, 2, 2**63)] == [8, 10]
+        assert await store.window(conversation_id, 2, -(2**63) - 1) == []
+        assert [m.seq for m in await store.messages_after(conversation_id, -(2**63), 2)] == [1, 2]
+        assert await store.messages_after(conversation_id, 2**63) == []
