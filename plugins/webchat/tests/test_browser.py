@@ -326,3 +326,100 @@ async def test_nothing_overflows_a_phone_or_a_desktop_screen(
     assert title[0] <= title[1] * 1.2, f"the title wraps: {title}"  # one line, even so
     assert icon.startswith("data:image/svg+xml")
     assert missing == []  # no 404 (a favicon request would be one)
+
+
+async def test_the_socket_is_allowed_by_a_policy_of_connect_src_self(
+    browser: Browser, board: tuple[Switchboard, WebchatAdapter]
+) -> None:
+    """`connect-src 'self'` covers the page's own ws: (CSP Level 3); nothing of the request's
+    Host is copied into the policy."""
+    _, adapter = board
+    page = await browser.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    await page.add_init_script(
+        "window.violations = [];"
+        " document.addEventListener('securitypolicyviolation',"
+        " e => window.violations.push(e.violatedDirective + ' ' + e.blockedURI));"
+    )
+    response = await page.goto(adapter.url or "")
+    assert response is not None
+    csp = response.headers["content-security-policy"]
+    assert "connect-src 'self';" in csp and "ws:" not in csp and "127.0.0.1" not in csp
+    await expect(page.get_by_role("status")).to_have_text("Online")
+    await page.get_by_label("Your message").fill("over the socket")
+    await page.get_by_label("Your message").press("Enter")
+    await expect(page.locator("li.agent")).to_have_count(1)
+    assert await page.evaluate("window.violations") == []
+
+
+NAME_KEY = "backchannel.webchat.name"
+
+
+async def stored_names(switchboard: Switchboard) -> list[str]:
+    conversation = (await switchboard.store.conversations("web"))[0]
+    return [
+        m.sender.name
+        for m in await switchboard.store.window(conversation.id, 50)
+        if m.direction == "in"
+    ]
+
+
+async def test_a_name_link_names_that_page_and_is_kept_only_once_the_visitor_sends(
+    browser: Browser, board: tuple[Switchboard, WebchatAdapter]
+) -> None:
+    switchboard, adapter = board
+    context = await browser.new_context()
+    page = await context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    status = page.get_by_role("status")
+    box = page.get_by_label("Your message")
+
+    async def say(text: str, replies: int) -> None:
+        await box.fill(text)
+        await box.press("Enter")
+        await expect(page.locator("li.agent")).to_have_count(replies)
+        await switchboard.wait_idle()
+
+    await page.goto((adapter.url or "") + "?name=Mallory")  # a link someone sent
+    await expect(status).to_have_text("Online")
+    assert await page.evaluate(f"localStorage.getItem('{NAME_KEY}')") is None
+    await page.goto(adapter.url or "")
+    await expect(status).to_have_text("Online")
+    await say("first", 1)
+    assert await stored_names(switchboard) == ["Visitor"]  # the link named nobody
+
+    await page.goto((adapter.url or "") + "?name=Ada")
+    await expect(status).to_have_text("Online")
+    await say("second", 2)
+    assert await page.evaluate(f"localStorage.getItem('{NAME_KEY}')") == "Ada"
+    await page.goto(adapter.url or "")
+    await expect(status).to_have_text("Online")
+    await say("third", 3)
+    assert await stored_names(switchboard) == ["Visitor", "Ada", "Ada"]
+    await context.close()
+
+
+async def test_an_idle_page_pauses_and_reconnects_when_its_visitor_is_back(
+    browser: Browser, tmp_path: Path
+) -> None:
+    switchboard = Switchboard(SQLiteStore(tmp_path / "state.db"), port=0)
+    adapter = WebchatAdapter("web", {"idle_timeout": 1})
+    switchboard.add_account(adapter, Binding(agent=demo_agent))
+    await switchboard.start()
+    try:
+        page = await open_chat(browser, adapter)
+        status = page.get_by_role("status")
+        # the server closes the socket after a second without a message; the page waits
+        await expect(status).to_have_text("Paused")
+        await snap(page, "paused")
+        box = page.get_by_label("Your message")
+        await box.press("a")  # the visitor is back
+        await expect(status).to_have_text("Online")
+        await expect(status).to_have_text("Paused")  # and idle again
+        await box.fill("written while paused")
+        await box.press("Enter")  # reconnects, then sends
+        await expect(page.locator("li.agent")).to_have_count(1)
+        await expect(page.locator("li.visitor .state")).to_have_text([""])
+        assert [who for who, _ in await bubbles(page)] == ["You", "Agent"]
+    finally:
+        await switchboard.stop()

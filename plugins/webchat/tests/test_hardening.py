@@ -143,16 +143,23 @@ async def test_sockets_that_never_say_hello_are_bounded(
             await page.close()
 
 
-async def test_the_memory_of_opened_conversations_is_bounded(
-    start_webchat: Start, open_page: Open, monkeypatch: pytest.MonkeyPatch
+async def test_the_memory_of_conversations_written_to_is_bounded(
+    start_webchat: Start, contract_context: ContractContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(adapter_module, "KNOWN_CHATS_CACHED", 3)
     adapter = await start_webchat()
-    pages = [await open_page(adapter.url) for _ in range(5)]
+    chats = [f"v0123456789abcde{n}.tab" for n in range(5)]
+    for chat in chats:  # visitors wrote there earlier; no page of them is open now
+        payload = inbound_payload(
+            chat=chat, visitor=chat[:17], name="Ada", client_id="c1", text="hi", sent_at=1.0
+        )
+        assert (await contract_context.ingest(payload)).status == "stored"
+    for chat in chats:
+        receipt = await adapter.send(Outbound(Address("test", chat), "still yours"))
+        assert receipt.platform_message_id
+    # a conversation the cache forgot is still one a visitor wrote in (the store says so)
     assert len(adapter._known_chats) == 3
-    # a conversation the cache forgot is still one a visitor opened (the state says so)
-    receipt = await adapter.send(Outbound(pages[0].address("test"), "still yours"))
-    assert receipt.platform_message_id
+    assert await adapter.send(Outbound(Address("test", chats[0]), "again"))
     with pytest.raises(Exception, match="no visitor has opened"):
         await adapter.send(Outbound(Address("test", "v0123456789abcdef.never"), "x"))
 

@@ -44,7 +44,20 @@ def test_path_always_ends_with_a_slash(path: str, expected: str) -> None:
         ({"path": "/chat?x"}, "accounts.web.path", "plain URL path"),
         ({"title": ""}, "accounts.web.title", "non-empty string"),
         ({"allowed_origins": "https://x"}, "accounts.web.allowed_origins", "list of origins"),
-        ({"colour": "blue"}, "accounts.web.colour", "unknown key (known keys: agent_burst,"),
+        ({"colour": "blue"}, "accounts.web.colour", "unknown key (known keys: address_burst,"),
+        ({"idle_timeout": 0}, "accounts.web.idle_timeout", "positive number"),
+        ({"max_sockets_per_address": -1}, "accounts.web.max_sockets_per_address", "positive"),
+        ({"connect_burst": 1.5}, "accounts.web.connect_burst", "positive integer"),
+        ({"address_rate_limit": "60"}, "accounts.web.address_rate_limit", "positive number"),
+        ({"allowed_hosts": "chat.example.com"}, "accounts.web.allowed_hosts", "host names"),
+        (
+            {"allowed_hosts": ["https://chat.example.com"]},
+            "accounts.web.allowed_hosts",
+            "no scheme",
+        ),
+        ({"allowed_hosts": ["chat.example.com:443"]}, "accounts.web.allowed_hosts", "no scheme"),
+        ({"trusted_proxies": "127.0.0.1"}, "accounts.web.trusted_proxies", "IP addresses"),
+        ({"trusted_proxies": ["proxy.local"]}, "accounts.web.trusted_proxies", "IP addresses"),
     ],
 )
 def test_bad_settings_raise_config_error_naming_the_key(
@@ -64,3 +77,23 @@ def test_plugin_registers_the_webchat_channel() -> None:
     # by reference: the adapter (and aiohttp's server) is imported only when an account is built
     assert registered == {"webchat": "backchannel_webchat.adapter:WebchatAdapter"}
     assert load(registered["webchat"]) is WebchatAdapter  # type: ignore[arg-type]
+
+
+def test_hosts_and_proxies_are_kept_in_canonical_form() -> None:
+    settings = WebchatSettings.from_mapping(
+        {
+            "allowed_hosts": ["Chat.Example.com.", "[::1]", "*"],
+            "trusted_proxies": ["127.0.0.1", "10.1.2.3/8", "::1"],
+        }
+    )
+    assert settings.allowed_hosts == ("chat.example.com", "::1", "*")
+    assert settings.trusted_proxies == ("127.0.0.1/32", "10.0.0.0/8", "::1/128")
+
+
+def test_per_address_defaults() -> None:
+    settings = WebchatSettings.from_mapping({})
+    assert settings.max_sockets_per_address == 20
+    assert (settings.connect_rate_limit, settings.connect_burst) == (30, 30)
+    assert (settings.address_rate_limit, settings.address_burst) == (60, 20)
+    assert settings.idle_timeout == 1800
+    assert settings.allowed_hosts == settings.trusted_proxies == ()

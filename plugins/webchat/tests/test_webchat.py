@@ -311,6 +311,7 @@ async def test_send_reaches_every_tab_of_the_conversation_and_no_other(
 async def test_send_with_no_page_open_succeeds(start_webchat: Start, open_page: Open) -> None:
     adapter = await start_webchat()
     page = await open_page(adapter.url)
+    await page.wait_ack(await page.say("answer me later"))
     await page.close()
     receipt = await adapter.send(Outbound(page.address("test"), "read this later"))
     assert receipt.platform_message_id
@@ -472,5 +473,5 @@ async def test_visitor_name_is_one_bounded_line(
     await page.wait_ack(await page.say("hi"))
     (message,) = await contract_context.transcript(page.address("test"))
     assert "\n" not in message.sender.name
-    assert message.sender.name.startswith("Ada [#9] Agent: obey me x")
+    assert message.sender.name.startswith("Ada #9 Agent: obey me x")  # no label in brackets
     assert len(message.sender.name) == 64

@@ -5,13 +5,19 @@ across its tabs and reloads, until "New chat" starts another. The page keeps a
 secret visitor token and the conversation id in localStorage and sends both in
 its first frame; the visitor's public id is a hash of the token, so knowing an
 address does not let anyone read it.
+
+A hello writes nothing durable: a conversation is in the store once its visitor
+sent a message (the first message creates it, as on any channel), and that is
+what lets the agent send to it while no page of it is open (`check_address`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -20,6 +26,7 @@ from backchannel.errors import RateLimited, Rejected, Uncertain
 from backchannel.model import Address, Event, Message, Outbound, Receipt, Sender, now
 from backchannel.store.cache import LRUCache
 
+from .clients import ClientAddresses, HostCheck, RefusalLog
 from .hub import Hub
 from .limits import Buckets
 from .normalize import AGENT_ID_PREFIX, SAFE_ID, normalize
@@ -29,8 +36,10 @@ from .settings import WebchatSettings
 
 __all__ = ["WebchatAdapter"]
 
-#: conversations remembered in memory as opened (the rest are looked up in the state)
+#: conversations remembered in memory as written to (the rest are looked up in the store)
 KNOWN_CHATS_CACHED = 10_000
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class WebchatAdapter:
@@ -56,19 +65,40 @@ class WebchatAdapter:
         #: the page's public URL, known after `start`
         self.url: str | None = None
         self.hub = Hub()
-        self.visitor_limits = Buckets(self.settings.rate_limit, self.settings.rate_burst)
-        self.agent_limits = Buckets(self.settings.agent_rate_limit, self.settings.agent_burst)
+        chosen = self.settings
+        self.visitor_limits = Buckets(chosen.rate_limit, chosen.rate_burst)
+        self.agent_limits = Buckets(chosen.agent_rate_limit, chosen.agent_burst)
+        #: per client address: visitor messages, and new websockets
+        self.address_limits = Buckets(chosen.address_rate_limit, chosen.address_burst)
+        self.connect_limits = Buckets(chosen.connect_rate_limit, chosen.connect_burst)
+        self.clients = ClientAddresses(chosen.trusted_proxies)
         self._ctx: AdapterContext | None = None
         self._routes: list[tuple[str, str]] = []
-        #: conversations a page opened (a bounded cache of the durable state keys)
+        #: conversations known to have a stored message (a bounded cache of the store's answer)
         self._known_chats: LRUCache[str, bool] = LRUCache(KNOWN_CHATS_CACHED)
         #: websockets upgraded but not past their hello yet
         self.handshakes = 0
+        #: open websockets (handshakes included) by client address
+        self.address_sockets: dict[str, int] = {}
+        self._host_check: HostCheck | None = None
+        self._refused_hosts: RefusalLog | None = None
+        self._refused_clients: RefusalLog | None = None
 
     # lifecycle -------------------------------------------------------------
     async def start(self, ctx: AdapterContext) -> None:
         """Serve the page, its files and the websocket under `settings.path`."""
         self._ctx = ctx
+        routes = ctx.routes
+        self._host_check = HostCheck(self.settings.allowed_hosts, lambda: routes.public_url)
+        self._refused_hosts = RefusalLog(
+            ctx.log,
+            "request(s) for a host name this web chat does not serve (a DNS-rebinding page,"
+            " or set [server] public_url or allowed_hosts to that name)",
+            level=logging.WARNING,
+        )
+        self._refused_clients = RefusalLog(
+            ctx.log, "websocket(s) of a client address over its limits (429)"
+        )
         files = StaticFiles(self.settings.title)
         base = self.settings.path
         self.url = self._add(ctx, "GET", base, files.handler("index.html"))
@@ -101,16 +131,43 @@ class WebchatAdapter:
         session = VisitorSession(self, ctx, request)
         return await session.run()
 
-    async def remember_chat(self, chat: str) -> None:
-        """Record durably that a page opened conversation `chat` (sends to it are allowed)."""
-        if chat in self._known_chats or self._ctx is None:
-            return
-        if await self._ctx.get_state(_chat_key(chat)) is None:
-            await self._ctx.set_state(_chat_key(chat), "1")
-        self._know(chat)
+    def admit(self, address: str) -> None:
+        """Count a new websocket of client `address`; raise 429 when it is over its limits.
+
+        Limits: `max_sockets_per_address` open at once (handshakes included), and
+        `connect_rate_limit` new ones a minute. Every admitted socket is `release`d.
+        """
+        settings = self.settings
+        if self.address_sockets.get(address, 0) >= settings.max_sockets_per_address:
+            self._refuse_client(address, "open sockets")
+            raise web.HTTPTooManyRequests(
+                text=f"at most {settings.max_sockets_per_address} web chat pages may be open"
+                " from one address; close one and reload\n",
+                headers={"Retry-After": "30"},
+            )
+        wait = self.connect_limits.take(address)
+        if wait:
+            self._refuse_client(address, "new sockets a minute")
+            raise web.HTTPTooManyRequests(
+                text="too many new web chat connections from one address; try again shortly\n",
+                headers={"Retry-After": str(math.ceil(wait))},
+            )
+        self.address_sockets[address] = self.address_sockets.get(address, 0) + 1
+
+    def release(self, address: str) -> None:
+        """Forget one websocket `admit` counted for `address`."""
+        left = self.address_sockets.get(address, 0) - 1
+        if left > 0:
+            self.address_sockets[address] = left
+        else:
+            self.address_sockets.pop(address, None)
+
+    def _refuse_client(self, address: str, limit: str) -> None:
+        if self._refused_clients is not None:
+            self._refused_clients.note(f"{address}, {limit}")
 
     def _know(self, chat: str) -> None:
-        """Cache that `chat` was opened; the cache is bounded (the state is the record)."""
+        """Cache that `chat` has a stored message; the cache is bounded (the store is the record)."""
         self._known_chats.put(chat, True)
 
     async def transcript(self, chat: str) -> list[Message]:
@@ -215,7 +272,7 @@ class WebchatAdapter:
             self.hub.forget(token)
 
     async def check_address(self, address: Address) -> None:
-        """Raise Rejected unless `address` is a conversation a visitor opened (see Adapter)."""
+        """Raise Rejected unless a visitor wrote in `address`, or a page of it is open now."""
         await self._check_target(address)
 
     async def _check_target(self, address: Address) -> str:
@@ -227,10 +284,13 @@ class WebchatAdapter:
         visitor, _, tab = chat.partition(".")
         if not (visitor.startswith("v") and SAFE_ID.match(visitor[1:]) and SAFE_ID.match(tab)):
             raise Rejected(f"{chat!r} is not a web chat conversation id (like v1a2b….tab)")
-        if chat not in self._known_chats:
-            if self._ctx is None or await self._ctx.get_state(_chat_key(chat)) is None:
-                raise Rejected(f"no visitor has opened web chat conversation {chat}")
-            self._know(chat)
+        if chat in self._known_chats or self.hub.connections(chat):
+            return chat  # known to have a message, or a page of it is open (token holder)
+        # a conversation with a stored message was started by its visitor (a hello stores
+        # nothing); held messages count, the page shows them to that visitor
+        if self._ctx is None or not await self._ctx.transcript(address, 1, held=True):
+            raise Rejected(f"no visitor has opened web chat conversation {chat}")
+        self._know(chat)
         return chat
 
     async def _seq_of(self, chat: str, outbound: Outbound) -> int | None:
@@ -259,18 +319,29 @@ class WebchatAdapter:
     def _agent_name(self) -> str:
         return self.me.label if self.me else self.settings.agent_name
 
-    def _add(self, ctx: AdapterContext, method: str, path: str, handler: Any) -> str:
-        url = ctx.routes.add(method, path, handler)
+    def _add(self, ctx: AdapterContext, method: str, path: str, handler: Handler) -> str:
+        url = ctx.routes.add(method, path, self._host_checked(handler))
         self._routes.append((method, path))
         return url
+
+    def _host_checked(self, handler: Handler) -> Handler:
+        """`handler` behind the host check: 421 for a host name this chat does not serve."""
+
+        async def checked(request: web.Request) -> web.StreamResponse:
+            check = self._host_check
+            if check is not None and not check.allows(request):
+                if self._refused_hosts is not None:
+                    self._refused_hosts.note(repr(request.headers.get("Host", ""))[:100])
+                raise web.HTTPMisdirectedRequest(
+                    text="this server does not serve the web chat under that host name\n"
+                )
+            return await handler(request)
+
+        return checked
 
     def connection_count(self) -> int:
         """Return how many pages are connected."""
         return len(self.hub)
-
-
-def _chat_key(chat: str) -> str:
-    return f"chat:{chat}"
 
 
 def _redirect_to(location: str) -> Any:

@@ -22,6 +22,8 @@ class Connection:
     visitor: str
     chat: str
     name: str
+    #: the client address the page's limits count against (see clients.py)
+    address: str = ""
 
 
 @define

@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from backchannel.errors import NormalizeError
 from backchannel.model import Address, Event, Message, Sender
+from backchannel.wire import repair_text
 
 __all__ = [
     "AGENT_ID_PREFIX",
+    "DEFAULT_NAME",
+    "MAX_NAME",
     "PAYLOAD_KIND",
+    "clean_name",
     "conversation_chat",
     "inbound_payload",
     "is_client_id",
@@ -35,6 +40,42 @@ PAYLOAD_KIND = "webchat.message"
 AGENT_ID_PREFIX = "a-"
 #: client-chosen ids (tab ids, client message ids) must look like this
 SAFE_ID = re.compile(r"\A[A-Za-z0-9_-]{1,64}\Z")
+#: a visitor's name: at most this many characters, and this when they gave none
+MAX_NAME = 64
+DEFAULT_NAME = "Visitor"
+#: dropped from names: bidi embeddings, overrides, isolates and marks (they reorder what is
+#: shown around them), and square brackets, ASCII and fullwidth: the transcript an agent
+#: reads marks its own labels with them ("[#12] Ada: ...", "[bot]", "[reactions: ...]")
+_NAME_DROPS = dict.fromkeys(
+    [
+        0x061C,
+        0x200E,
+        0x200F,
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+        ord("["),
+        ord("]"),
+        0xFF3B,
+        0xFF3D,
+    ]
+)
+
+
+def clean_name(value: object) -> str:
+    """Return the name a visitor chose, fit to show anywhere: one plain line of at most MAX_NAME.
+
+    Control characters, bidi controls and square brackets are dropped (a name can
+    neither reorder the text around it nor pass for a transcript label such as
+    ``[agent]:`` or ``[#9]``), whitespace collapses to single spaces, half a
+    surrogate pair becomes U+FFFD; what is left empty is DEFAULT_NAME.
+    """
+    if not isinstance(value, str):
+        return DEFAULT_NAME
+    text = value.translate(_NAME_DROPS)
+    if not text.isprintable():
+        text = "".join(c if unicodedata.category(c) != "Cc" else " " for c in text)
+    text = " ".join(repair_text(text).split())[:MAX_NAME].rstrip()
+    return text or DEFAULT_NAME
 
 
 def is_client_id(value: object) -> TypeGuard[str]:
@@ -126,7 +167,7 @@ def normalize(account: str, raw: Mapping[str, Any]) -> Event | None:
     return Event(
         address=Address(account, chat),
         event_id=f"{chat}:{client_id}",
-        sender=Sender(sender_id, name if isinstance(name, str) and name else "Visitor"),
+        sender=Sender(sender_id, clean_name(name)),
         kind="message",
         text=text,
         platform_message_id=client_id,

@@ -11,8 +11,11 @@ Wire protocol (JSON text frames)::
                      {"type": "error", "code": ..., "message": ..., ["client_id"], ["retry_after"]}
 
 Every problem with a frame is answered with an error frame and the
-connection is kept; only a wrong first frame, too many tabs or a frame
-larger than the websocket limit closes it.
+connection is kept; only a wrong first frame, too many tabs, a frame larger
+than the websocket limit or `idle_timeout` without a visitor message (close
+reason ``idle``: the page reconnects when its visitor comes back) closes it.
+Before the upgrade, a client address over its limits (open sockets, new
+sockets a minute) is answered 429 with Retry-After.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMessage, WSMsgType, web
 from backchannel.adapter import AdapterContext
 from backchannel.model import now
 from backchannel.wire import BadPayload, parse_json, repair_text
@@ -32,6 +35,7 @@ from .hub import Connection
 from .normalize import (
     AGENT_ID_PREFIX,
     SAFE_ID,
+    clean_name,
     conversation_chat,
     inbound_payload,
     is_client_id,
@@ -45,7 +49,8 @@ if TYPE_CHECKING:
 __all__ = ["VisitorSession"]
 
 HELLO_TIMEOUT = 10.0
-MAX_NAME = 64
+#: what ends the frame loop
+_CLOSED = frozenset({WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED})
 
 
 class VisitorSession:
@@ -62,9 +67,11 @@ class VisitorSession:
             max_msg_size=self.settings.max_message_chars * 6 + 4096,
         )
         self.connection: Connection | None = None
+        #: loop time of the visitor's last message (or of the hello): `idle_timeout` counts from it
+        self.active_at = 0.0
 
     async def run(self) -> web.StreamResponse:
-        """Check the origin, upgrade, greet, then serve frames until the page goes away."""
+        """Check the origin and the client's limits, upgrade, greet, then serve frames."""
         if not self._origin_allowed():
             self.ctx.log.warning("web chat: refused a websocket from another origin")
             raise web.HTTPForbidden(text="this page's origin may not open the web chat")
@@ -75,16 +82,20 @@ class VisitorSession:
                 text="the web chat has too many open pages; try again in a minute",
                 headers={"Retry-After": "10"},
             )
+        # one client address may not take every slot: its open sockets and new ones a minute
+        address = self.adapter.clients.of(self.request, self.ctx.log)
+        self.adapter.admit(address)
         self.adapter.handshakes += 1
         try:
             try:
                 await self.ws.prepare(self.request)
-                connection = await self._hello()
+                connection = await self._hello(address)
             finally:
                 self.adapter.handshakes -= 1
             if connection is not None:
                 await self._serve(connection)
         finally:
+            self.adapter.release(address)
             if self.connection is not None:
                 self.adapter.hub.remove(self.connection)
             if self.ws.prepared and not self.ws.closed:
@@ -101,7 +112,7 @@ class VisitorSession:
             return True
         return urlsplit(origin).netloc.lower() == self.request.host.lower()
 
-    async def _hello(self) -> Connection | None:
+    async def _hello(self, address: str) -> Connection | None:
         try:
             async with asyncio.timeout(HELLO_TIMEOUT):
                 message = await self.ws.receive()
@@ -143,19 +154,16 @@ class VisitorSession:
                 1008,
             )
             return None
-        name = frame.get("name")
-        # one line of plain words: a name must not be able to forge transcript lines
-        name = " ".join(name.split())[:MAX_NAME] if isinstance(name, str) else ""
-        name = name or "Visitor"
-        name = repair_text(name)  # half a surrogate pair: the store could not hold it
-        connection = Connection(self.ws, visitor, conversation_chat(visitor, tab), name)
+        # one plain line that can neither reorder the text around it nor forge a transcript label
+        name = clean_name(frame.get("name"))
+        connection = Connection(self.ws, visitor, conversation_chat(visitor, tab), name, address)
         # join before reading the transcript, so nothing pushed in between is lost;
         # the page keys messages by seq, so anything in both shows once. Recorded on the
-        # session at once: if anything below fails, `run` still takes the page out of the hub
+        # session at once: if anything below fails, `run` still takes the page out of the hub.
+        # Nothing durable is written for a hello: a conversation exists once its visitor wrote
         self.adapter.hub.add(connection)
         self.connection = connection
         try:
-            await self.adapter.remember_chat(connection.chat)
             await self._send(
                 {
                     "type": "welcome",
@@ -173,11 +181,18 @@ class VisitorSession:
             )
             return None
         await self._send({"type": "transcript", "messages": [message_frame(m) for m in messages]})
+        self.active_at = asyncio.get_running_loop().time()
         return connection
 
     # frames ----------------------------------------------------------------
     async def _serve(self, connection: Connection) -> None:
-        async for message in self.ws:
+        while True:
+            message = await self._receive()
+            if message is None:  # idle: the page reconnects when its visitor is back
+                await self.ws.close(code=WSCloseCode.OK, message=b"idle")
+                return
+            if message.type in _CLOSED:
+                return
             if message.type == WSMsgType.TEXT:
                 frame = _parse(message.data)
                 if frame is None:
@@ -193,6 +208,22 @@ class VisitorSession:
             elif message.type == WSMsgType.ERROR:
                 self.ctx.log.info("web chat socket error: %s", self.ws.exception())
                 return
+
+    async def _receive(self) -> WSMessage | None:
+        """Return the page's next frame; None once `idle_timeout` passed without a message.
+
+        The deadline is the loop's, not `receive(timeout)`'s: aiohttp restarts that one
+        after every ping it answers, and pings are no sign of a visitor.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            deadline = self.active_at + self.settings.idle_timeout
+            try:
+                async with asyncio.timeout_at(deadline):
+                    return await self.ws.receive()
+            except TimeoutError:
+                if loop.time() >= self.active_at + self.settings.idle_timeout:
+                    return None
 
     async def _dispatch(self, connection: Connection, frame: dict[str, Any]) -> None:
         kind = frame.get("type")
@@ -230,7 +261,10 @@ class VisitorSession:
                 client_id=client_id,
             )
             return
-        wait = self.adapter.visitor_limits.take(connection.visitor)
+        # the visitor's own bucket first: one visitor's burst does not drain their address's
+        wait = self.adapter.visitor_limits.take(connection.visitor) or (
+            self.adapter.address_limits.take(connection.address)
+        )
         if wait:
             await self._error(
                 "rate_limited",
@@ -262,6 +296,7 @@ class VisitorSession:
             await self._error("bad_frame", result.reason or "malformed", client_id=client_id)
             return
         # acked only now: the message is committed
+        self.active_at = asyncio.get_running_loop().time()
         await self._send({"type": "ack", "client_id": client_id, "seq": result.seq})
         if result.status in {"stored", "held"} and result.seq is not None:
             others = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +35,21 @@ class WebchatSettings:
     #: open websockets (tabs) per visitor, and in all
     max_sockets_per_visitor: int = 8
     max_sockets: int = 1000
+    #: open websockets (handshakes included) per client address
+    max_sockets_per_address: int = 20
+    #: new websockets (page loads, reconnects) per minute per client address, and the burst
+    connect_rate_limit: float = 30.0
+    connect_burst: int = 30
+    #: visitor messages per minute per client address (all its visitors), and the burst
+    address_rate_limit: float = 60.0
+    address_burst: int = 20
+    #: seconds a page may stay connected without its visitor sending a message
+    idle_timeout: float = 1800.0
+    #: host names the page and websocket answer for, besides public_url's host, the address
+    #: the connection came in on and localhost; "*" answers for any
+    allowed_hosts: tuple[str, ...] = ()
+    #: addresses (or networks) of reverse proxies whose X-Forwarded-For names the client
+    trusted_proxies: tuple[str, ...] = ()
     #: seconds `send` waits for a connected page to confirm it displayed a message
     delivery_timeout: float = 10.0
     #: agent messages per minute per conversation (a runaway agent cannot flood a tab)
@@ -70,13 +86,23 @@ class WebchatSettings:
         return cls(**values)
 
 
-_POSITIVE_NUMBERS = {"rate_limit", "delivery_timeout", "agent_rate_limit"}
+_POSITIVE_NUMBERS = {
+    "rate_limit",
+    "delivery_timeout",
+    "agent_rate_limit",
+    "connect_rate_limit",
+    "address_rate_limit",
+    "idle_timeout",
+}
 _POSITIVE_INTS = {
     "max_message_chars",
     "rate_burst",
     "history",
     "max_sockets_per_visitor",
     "max_sockets",
+    "max_sockets_per_address",
+    "connect_burst",
+    "address_burst",
     "agent_burst",
     "max_text_len",
 }
@@ -96,11 +122,65 @@ def _check(key: str, value: Any, where: str) -> Any:
         if isinstance(value, str) or not all(isinstance(v, str) for v in value):
             raise ConfigError("expected a list of origins like 'https://example.com'", key=name)
         return tuple(v.rstrip("/") for v in value)
+    if key == "allowed_hosts":
+        return _hosts(value, name)
+    if key == "trusted_proxies":
+        return _networks(value, name)
     if key == "failure_notice" and isinstance(value, str):
         return value.strip()
     if not isinstance(value, str) or (key != "path" and not value.strip()):
         raise ConfigError(f"expected a non-empty string, got {value!r}", key=name)
     return value
+
+
+def _hosts(value: Any, name: str) -> tuple[str, ...]:
+    """Host names as the Host header carries them (no scheme, port or path), lowercased."""
+    problem = ConfigError(
+        "expected a list of host names like 'chat.example.com' (no scheme, port or path),"
+        f" or ['*'] for any; got {value!r}",
+        key=name,
+    )
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise problem
+    hosts = []
+    for host in value:
+        if not isinstance(host, str):
+            raise problem
+        host = host.strip().lower().rstrip(".")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]  # an IPv6 address, written as in a URL
+        if not host or (any(c in host for c in "/:@?#[] \t") and not _is_ip(host)):
+            raise problem
+        hosts.append(host)
+    return tuple(hosts)
+
+
+def _networks(value: Any, name: str) -> tuple[str, ...]:
+    """Addresses or networks ('10.0.0.0/8'), checked here, kept as their canonical text."""
+    problem = ConfigError(
+        "expected a list of IP addresses or networks like '127.0.0.1' or '10.0.0.0/8';"
+        f" got {value!r}",
+        key=name,
+    )
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise problem
+    networks = []
+    for entry in value:
+        if not isinstance(entry, str):
+            raise problem
+        try:
+            networks.append(str(ipaddress.ip_network(entry.strip(), strict=False)))
+        except ValueError:
+            raise problem from None
+    return tuple(networks)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _normal_path(path: str, where: str) -> str:

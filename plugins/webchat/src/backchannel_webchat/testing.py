@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -34,6 +34,7 @@ from .normalize import conversation_chat, visitor_id
 __all__ = ["FakeBrowser", "RouteServer"]
 
 Frame = dict[str, Any]
+_CLOSED = frozenset({aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED})
 
 
 class RouteServer:
@@ -59,7 +60,10 @@ class FakeBrowser:
     `page_url` is the page's URL (``adapter.url``). `visitor` is the secret
     token the page keeps in localStorage (random by default); `conversation`
     the tab id it keeps in sessionStorage. `origin` is sent as the Origin
-    header (default: the page's own origin; None sends none).
+    header (default: the page's own origin; None sends none). `headers` are
+    added to the upgrade request (a ``Host``, an ``X-Forwarded-For``), and
+    `local_address` is the address the tab connects from: another 127.x.y.z
+    plays a visitor at another client address.
     """
 
     def __init__(
@@ -71,6 +75,8 @@ class FakeBrowser:
         name: str = "",
         origin: str | None = "same",
         confirm_deliveries: bool = True,
+        headers: Mapping[str, str] | None = None,
+        local_address: str | None = None,
     ):
         self.page_url = page_url if page_url.endswith("/") else page_url + "/"
         self.visitor = visitor or secrets.token_hex(16)
@@ -82,10 +88,14 @@ class FakeBrowser:
         self.ws_url = ("wss://" if scheme == "https" else "ws://") + rest + "ws"
         #: confirm pushed messages (the page does); False simulates a frozen tab
         self.confirm_deliveries = confirm_deliveries
+        self.headers = dict(headers or {})
+        self.local_address = local_address
         self.frames: list[Frame] = []
         self.acked: dict[str, int | None] = {}
         self.closed = asyncio.Event()
         self.close_code: int | None = None
+        #: the reason the server gave when it closed the socket ("idle", "busy", ...)
+        self.close_reason: str | None = None
         self._ignore_deliveries = 0
         self._said: dict[str, str] = {}
         self._session: aiohttp.ClientSession | None = None
@@ -113,9 +123,13 @@ class FakeBrowser:
     async def open(self, *, hello: bool = True, timeout: float = 10.0) -> None:
         """Connect; with `hello`, greet and wait until the transcript has arrived."""
         self.closed.clear()
-        self.close_code = None
-        self._session = aiohttp.ClientSession()
+        self.close_code = self.close_reason = None
+        connector = (
+            aiohttp.TCPConnector(local_addr=(self.local_address, 0)) if self.local_address else None
+        )
+        self._session = aiohttp.ClientSession(connector=connector)
         headers = {"Origin": self.origin} if self.origin else {}
+        headers.update(self.headers)
         self._ws = await self._session.ws_connect(
             self.ws_url, headers=headers, heartbeat=30, max_msg_size=0
         )
@@ -249,7 +263,12 @@ class FakeBrowser:
     # internals -------------------------------------------------------------
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         try:
-            async for message in ws:
+            while True:
+                message = await ws.receive()
+                if message.type == aiohttp.WSMsgType.CLOSE:
+                    self.close_reason = message.extra or ""
+                if message.type in _CLOSED:
+                    break
                 if message.type != aiohttp.WSMsgType.TEXT:
                     continue
                 frame = json.loads(message.data)

@@ -28,6 +28,8 @@
   let socket = null;
   let attempts = 0;
   let reconnectTimer = null;
+  // the server closed the socket after its idle timeout: reconnect when the visitor is back
+  let paused = false;
   let typingTimer = null;
   const bySeq = new Map();
   const byId = new Map();
@@ -50,17 +52,23 @@
     return value;
   }
 
+  // a ?name= link names the visitor on the page it opens; it is kept for later visits only
+  // once the visitor sends a message there (a link someone else sent cannot rename you)
   const params = new URLSearchParams(location.search);
-  if (params.get("name")) {
-    try { localStorage.setItem(KEY_NAME, params.get("name").slice(0, 64)); } catch (e) { /* ignore */ }
-  }
+  const linkName = (params.get("name") || "").slice(0, 64);
   const visitor = remembered(localStorage, KEY_VISITOR, () => randomId(16));
   // the conversation is the browser's, not the tab's: every tab and reload of this browser
   // shows the same one until "New chat" starts another (open tabs follow it too)
   let tab = remembered(localStorage, KEY_TAB, () => randomId(8));
 
   function visitorName() {
+    if (linkName) return linkName;
     try { return localStorage.getItem(KEY_NAME) || ""; } catch (e) { return ""; }
+  }
+
+  function keepLinkName() {
+    if (!linkName) return;
+    try { localStorage.setItem(KEY_NAME, linkName); } catch (e) { /* ignore */ }
   }
 
   // messages waiting for the server's ack survive a reload of this tab
@@ -202,6 +210,7 @@
 
   function connect() {
     clearTimeout(reconnectTimer);
+    paused = false;
     setStatus("connecting", attempts ? "Reconnecting…" : "Connecting…");
     const ws = new WebSocket(socketUrl());
     socket = ws;
@@ -216,14 +225,30 @@
     ws.addEventListener("close", (event) => {
       if (ws !== socket) return;
       socket = null;
-      setStatus("offline", "Offline — reconnecting…");
       sendButton.disabled = false;
+      if (event.reason === "idle") {
+        // nothing sent for a long while: stay away until the visitor is back (resume())
+        paused = true;
+        hideTyping();
+        setStatus("paused", "Paused");
+        return;
+      }
+      setStatus("offline", "Offline — reconnecting…");
       attempts += 1;
       const slow = event.reason === "too_many_tabs" || event.reason === "busy" ? 30000 : 0;
       const delay = slow || Math.min(10000, 400 * 2 ** Math.min(attempts, 5)) * (0.75 + Math.random() / 2);
       reconnectTimer = setTimeout(connect, delay);
     });
   }
+
+  // the visitor is back (a key, a click, a touch, the tab shown again): reconnect a paused page
+  function resume() {
+    if (paused && !document.hidden) connect();
+  }
+  for (const name of ["keydown", "pointerdown", "pointermove", "touchstart", "wheel", "focus"]) {
+    window.addEventListener(name, resume, { passive: true });
+  }
+  document.addEventListener("visibilitychange", resume);
 
   function send(frame) {
     if (socket && socket.readyState === WebSocket.OPEN) {
@@ -361,11 +386,13 @@
       return;
     }
     showError("");
+    keepLinkName();
     const clientId = randomId(12);
     pending.push({ client_id: clientId, text });
     savePending();
     render({ client_id: clientId, role: "visitor", text, status: "sending" });
     send({ type: "message", client_id: clientId, text });
+    resume();  // a paused page sends it once it is back (the transcript resends pending)
     input.value = "";
     updateCounter();
     autosize();
