@@ -104,3 +104,26 @@ def test_runs_without_failures_says_so(tmp_path: Path) -> None:
     result = invoke("runs", "--failed", "--store", str(tmp_path / "none.db"))
 
     assert result.stdout == f"no failed runs yet (store: {tmp_path / 'none.db'})\n"
+
+
+async def test_a_runs_tools_are_its_own_outbox_rows_wherever_they_are(tmp_path: Path) -> None:
+    """Read by run id: a run's sends older than the conversation's latest 1,000 rows are
+    still listed, and a send it made into another conversation shows as that tool."""
+    from backchannel.model import Address, Outbound, Sender
+    from backchannel.runlog import run_reports
+
+    me = Sender("me", "Me", is_bot=True)
+    store = SQLiteStore(tmp_path / "bc.db")
+    here = await store.ensure_conversation(Address("ops", "here"))
+    there = await store.ensure_conversation(Address("ops", "there"))
+    early = await store.begin_run(here.id, 1, 1)
+    await store.record_outbound(here.id, Outbound(here.address, "first"), me, early)
+    await store.record_outbound(
+        there.id, Outbound(there.address, "relayed", origin=here.address.key), me, early
+    )
+    await store.finish_run(early, "ok")
+    for _ in range(1001):  # the operator's sends since: no run's
+        await store.record_outbound(here.id, Outbound(here.address, "later"), me)
+    [report] = await run_reports(store, here)
+    assert report.tools == ("send_message", "send_to_conversation")
+    await store.close()

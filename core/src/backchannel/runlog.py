@@ -83,9 +83,10 @@ async def run_reports(
     for conversation_id in {run.conversation_id for run in runs}:
         found = conversation if conversation else await store.conversation(conversation_id)
         keys[conversation_id] = found.address.key
-        for row in await store.outbox(conversation_id=conversation_id, limit=1000):
-            if row.run_id is not None:
-                tools.setdefault(row.run_id, []).insert(0, _tool_name(row))
+    # what these runs did, wherever they sent (a send into another conversation included)
+    for row in await store.outbox(run_ids=[run.id for run in runs], limit=1_000_000):
+        if row.run_id is not None:
+            tools.setdefault(row.run_id, []).insert(0, _tool_name(row))
     return [RunReport(run, keys[run.conversation_id], tuple(tools.get(run.id, ()))) for run in runs]
 
 
@@ -133,6 +134,8 @@ def failure_line(report: RunReport) -> str:
 
 
 def _tool_name(row: OutboxEntry) -> str:
+    if row.origin is not None:  # sent into another conversation (its row is there)
+        return "send_to_conversation"
     if row.kind == "edit":
         return "edit_message"
     if row.kind == "reaction":

@@ -339,9 +339,15 @@ class Store(ABC):
 
     @abstractmethod
     async def outbox(
-        self, status: str | None = None, conversation_id: int | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        conversation_id: int | None = None,
+        limit: int = 100,
+        *,
+        run_ids: Collection[int] | None = None,
     ) -> list[OutboxEntry]:
-        """Return outbox rows, newest first, optionally filtered."""
+        """Return outbox rows, newest first, optionally filtered (`run_ids`: made by those
+        runs)."""
 
     # handling --------------------------------------------------------------
     @abstractmethod

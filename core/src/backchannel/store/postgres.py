@@ -731,7 +731,12 @@ class PostgresStore(PostgresAsks, Store):
             return await self._outbox_entry(connection, outbox_id)
 
     async def outbox(
-        self, status: str | None = None, conversation_id: int | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        conversation_id: int | None = None,
+        limit: int = 100,
+        *,
+        run_ids: Collection[int] | None = None,
     ) -> list[OutboxEntry]:
         clauses: list[str] = []
         params: list[Any] = []
@@ -741,6 +746,12 @@ class PostgresStore(PostgresAsks, Store):
         if conversation_id is not None:
             clauses.append("conversation_id = %s")
             params.append(conversation_id)
+        if run_ids is not None:
+            ids = sorted({int(run_id) for run_id in run_ids})
+            if not ids:
+                return []
+            clauses.append(f"run_id IN ({','.join(['%s'] * len(ids))})")  # outbox_run
+            params.extend(ids)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = await self._fetchall(
             f"SELECT {OUTBOX_COLUMNS} FROM outbox {where} ORDER BY id DESC LIMIT %s",

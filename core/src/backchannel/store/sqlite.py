@@ -1045,7 +1045,12 @@ class SQLiteStore(SQLiteAsks, Store):
         return outbox_row(row)
 
     async def outbox(
-        self, status: str | None = None, conversation_id: int | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        conversation_id: int | None = None,
+        limit: int = 100,
+        *,
+        run_ids: Collection[int] | None = None,
     ) -> list[OutboxEntry]:
         clauses: list[str] = []
         params: list[Any] = []
@@ -1055,6 +1060,12 @@ class SQLiteStore(SQLiteAsks, Store):
         if conversation_id is not None:
             clauses.append("conversation_id = ?")
             params.append(conversation_id)
+        if run_ids is not None:
+            ids = sorted({int(run_id) for run_id in run_ids})
+            if not ids:
+                return []
+            clauses.append(f"run_id IN ({','.join(['?'] * len(ids))})")  # outbox_run
+            params.extend(ids)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self.db.execute(
             f"SELECT {OUTBOX_COLUMNS} FROM outbox {where} ORDER BY id DESC LIMIT ?",

@@ -336,6 +336,19 @@ class StoreContract(AskStoreContract):
         await store.mark_failed(sent.id, "refused")
         assert await store.sent_elsewhere_after(here.id, 1) is None  # never went out
 
+    async def test_outbox_rows_are_read_by_the_runs_that_made_them(self, store: Store) -> None:
+        here = await store.ensure_conversation(Address("acct", "here"))
+        there = await store.ensure_conversation(Address("acct", "there"))
+        one, two = await store.begin_run(here.id, 1, 1), await store.begin_run(here.id, 2, 2)
+        own = await store.record_outbound(here.id, Outbound(here.address, "a"), ME, one)
+        elsewhere = await store.record_outbound(there.id, Outbound(there.address, "b"), ME, one)
+        await store.record_outbound(here.id, Outbound(here.address, "c"), ME, two)
+        await store.record_outbound(here.id, Outbound(here.address, "d"), ME)
+        found = await store.outbox(run_ids=[one])
+        assert [entry.id for entry in found] == [elsewhere.id, own.id]  # newest first
+        assert len(await store.outbox(run_ids=[one, two])) == 3
+        assert await store.outbox(run_ids=[]) == []
+
     async def test_reporter_runs_do_not_hide_a_send_elsewhere(self, store: Store) -> None:
         """After a kill, a restart may run an ask's reporters (trigger 0) in the conversation
         before its owed run: however many, the cut-short run's send elsewhere is found."""
