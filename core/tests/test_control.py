@@ -381,3 +381,22 @@ async def test_a_listener_of_another_user_gets_nothing_and_nothing_is_sent_aroun
     assert "Traceback" not in result.output
     assert "not sent:" in result.stdout and "uid" in result.stdout
     assert platform.sent == []
+
+
+async def test_a_client_finds_its_serve_wherever_a_serve_of_its_user_may_have_put_it(
+    tmp_path: Path,
+) -> None:
+    """The socket is beside the store, and the store's folder has become group-writable
+    since (so a client now works out the private directory first): the client still
+    reaches its serve there, and never sends on its own beside it."""
+    store = tmp_path / "shared" / "bc.db"
+    store.parent.mkdir()
+    beside = store.with_name("bc.db.ctl")
+    server = await _fake_serve(beside, b'{"ok": true, "result": {"pid": 1}}\n')
+    try:
+        store.parent.chmod(0o775)
+        assert control.socket_path(str(store)) != beside  # where a serve would put it now
+        assert await control.call(str(store), "status") == {"pid": 1}
+    finally:
+        server.close()
+        await server.wait_closed()

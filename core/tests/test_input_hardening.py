@@ -332,12 +332,17 @@ async def test_strangers_and_crowds_cannot_make_the_server_buffer_without_bound(
         return web.Response(status=401, text="no\n")
 
     routes.add("POST", "/hook", webhook, check=needs_secret)
-    server = HttpServer(routes, port=0, max_buffered=1_000_000)
+    routes.add("POST", "/other", webhook)
+    routes.add("GET", "/page", webhook)
+    # a route may hold 2.4 MB of bodies at once, one client address a quarter of that
+    server = HttpServer(routes, port=0, max_buffered=2_400_000)
     url = await server.start()
     port = int(url.rsplit(":", 1)[1])
 
-    async def begin(length: int, secret: str = "s3cret") -> tuple[Any, Any]:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    async def begin(
+        length: int, secret: str = "s3cret", source: str = "127.0.0.1"
+    ) -> tuple[Any, Any]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
         writer.write(
             f"POST /hook HTTP/1.1\r\nHost: x\r\nX-Secret: {secret}\r\n"
             f"Content-Length: {length}\r\n\r\n".encode()
@@ -352,19 +357,45 @@ async def test_strangers_and_crowds_cannot_make_the_server_buffer_without_bound(
         answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
         assert answer.startswith(b"HTTP/1.1 401") and server.buffered == 0
         writer.close()
-        # one request holds 600 kB of room while its body trickles: the next is refused
+        # one request holds 600 kB of room while its body trickles: the next from the same
+        # address is refused (its quarter of the route's room is taken)
         slow_reader, slow_writer = await begin(600_000)
         await asyncio.wait_for(_until(lambda: server.buffered == 600_000), 30)
-        reader, writer = await begin(600_000)
+
+        async def refused(source: str) -> None:
+            reader, writer = await begin(600_000, source=source)
+            answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in answer
+            writer.close()
+
+        await refused("127.0.0.1")
+        # three more addresses fill the route's room; a fifth is refused
+        others = [await begin(600_000, source=f"127.0.0.{n}") for n in (2, 3, 4)]
+        await asyncio.wait_for(_until(lambda: server.buffered == 2_400_000), 30)
+        await refused("127.0.0.5")
+        assert handled == [] and server.refused_busy == 2
+        # another route has its own room: strangers crowding one starve no other
+        async with (
+            ClientSession() as session,
+            session.post(f"{url}/other", data=b"z" * 600_000) as other,
+        ):
+            assert other.status == 200 and handled == [600_000]
+        handled.clear()
+        # a GET carrying a body is refused before any of it is read (nothing reserved)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /page HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n")
+        await writer.drain()
         answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
-        assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in answer
+        assert answer.startswith(b"HTTP/1.1 400") and server.buffered == 2_400_000
         writer.close()
-        assert handled == [] and server.refused_busy == 1
-        # the slow one finishes: handled, its room given back, and the next is served
+        # the slow one finishes: handled, its room given back; the others leave, theirs too
         slow_writer.write(b"x" * (600_000 - 10))
         await slow_writer.drain()
         assert (await asyncio.wait_for(slow_reader.readline(), 30)).startswith(b"HTTP/1.1 200")
         slow_writer.close()
+        for _reader, other_writer in others:
+            other_writer.close()
+        await asyncio.wait_for(_until(lambda: server.buffered == 0), 30)
         async with (
             ClientSession() as session,
             session.post(f"{url}/hook", data=b"y" * 600_000, headers={"X-Secret": "s3cret"}) as r,

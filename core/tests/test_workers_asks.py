@@ -153,3 +153,49 @@ async def test_an_answer_is_reported_by_the_worker_running_the_asking_conversati
     [ask] = await check.asks()
     assert ask.state == "answered" and ask.answer_seq is not None
     await check.close()
+
+
+@pytest.mark.parametrize("owed", ["report", "expiry notice"])
+async def test_a_worker_starting_makes_what_is_owed_to_its_conversations_at_once(
+    postgres_url: str, stopped_at_end: list[Switchboard], owed: str
+) -> None:
+    """Owed before the start (an answer matched, or an ask expired, while no worker ran):
+    the ask coordinator starts before the worker takes its leases, so taking one wakes it;
+    waiting for the next sweep could take an hour."""
+    from backchannel.store import Inbound
+    from backchannel.testing.store_contract import make_event
+
+    web, tp = FakePlatform(), FakePlatform()
+    sends: list[tuple[str, str, bool, str]] = []
+    setup = PostgresStore(postgres_url)
+    origin = await setup.ensure_conversation(Address("web", "owner"))
+    session = await setup.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+    await setup.record_ask(
+        origin_conversation_id=origin.id,
+        origin_seq=None,
+        peer_conversation_id=session.id,
+        question="what is 6*7?",
+        deadline=time.time() + (3600 if owed == "report" else -1),
+    )
+    if owed == "report":
+        answer = make_event("a1", "42", chat="peer", account="tp", thread="s1")
+        [stored] = await setup.append_inbound([Inbound(answer)])
+        assert await setup.correlate_reply(session.id, stored.seq or 0) is not None
+    await setup.close()
+    store = PostgresStore(postgres_url, worker="w1")
+    board = Switchboard(store)
+    for account, platform in (("web", web), ("tp", tp)):
+        adapter = Recorded(account, platform, "w1", sends)
+        board.add_account(adapter, Binding(RecordingAgent(), respond="always"), name=account)
+    AskCoordinator(board, AskSettings(report="verbatim")).attach()
+    board.workers = WorkerCoordinator(board, store, lease_ttl=TTL, heartbeat=BEAT)
+    await board.start()
+    stopped_at_end.append(board)
+
+    async def posted() -> bool:
+        return any(send[1] == "web" for send in sends)
+
+    await until(posted, 20, f"the {owed}")
+    [(worker, account, started, text)] = sends
+    assert (worker, account, started) == ("w1", "web", True)
+    assert ("42" in text) if owed == "report" else ("No answer" in text)

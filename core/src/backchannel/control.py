@@ -132,6 +132,28 @@ def _socket_paths(store_path: str) -> list[Path]:
     return [directory / name for directory in _private_dirs()]
 
 
+def _client_paths(store_path: str) -> list[Path]:
+    """Every place a `serve` of this user may have put the store's socket, where it
+    would put it first: beside the store, and in each private directory it may have
+    chosen (its XDG_RUNTIME_DIR may differ from the client's: a systemd user service
+    beside a cron job). A client tries them all before it says no serve runs, so it
+    never sends on its own beside a running `serve`; each listener's user is checked."""
+    paths = _socket_paths(store_path)
+    if not paths:
+        return []
+    store = Path(store_path).expanduser().absolute()
+    beside = store.with_name(store.name + ".ctl")
+    name = hashlib.sha256(os.fsencode(store)).hexdigest()[:24] + ".ctl"
+    more = [beside] if _fits(beside) else []
+    runtime = [os.environ.get("XDG_RUNTIME_DIR", ""), f"/run/user/{os.getuid()}"]
+    more += [Path(d) / "backchannel" / name for d in runtime if os.path.isabs(d)]
+    more += [directory / name for directory in _private_dirs()]
+    for path in more:
+        if path not in paths and _fits(path):
+            paths.append(path)
+    return paths
+
+
 def _private_dirs() -> list[Path]:
     """The directories for sockets that cannot sit beside their store, best first:
     ``$XDG_RUNTIME_DIR/backchannel`` when XDG_RUNTIME_DIR is this user's own ``0700``
@@ -243,7 +265,7 @@ async def _connect(
     """Connect to this user's `serve` on the store; raise `ControlUnavailable` (nothing was
     sent) when none answers, `ControlRefused` when only another user's listener does."""
     unavailable: ControlUnavailable | None = None
-    for path in _socket_paths(store_path):
+    for path in _client_paths(store_path):
         if not os.path.lexists(path):
             continue
         try:

@@ -12,9 +12,12 @@ complete within `body_timeout` seconds is a 408 before any route reads it.
 
 Memory: a route's header check (`RouteTable.add(check=...)`: a webhook's
 secret header) refuses a stranger before the body is read, and the bodies
-held at once are bounded across all requests (`max_buffered`, each counted at
-its announced length, or the most a body may be when it announces none): a
-request past that bound is a 503 with Retry-After, never buffered. A request
+held at once are bounded per route (`max_buffered`, each counted at its
+announced length, or the most a body may be when it announces none): a
+request past that bound is a 503 with Retry-After, never buffered. Per route:
+strangers crowding one route (a forged but fresh Slack signature passes the
+header check) cannot starve another (Telegram's, whose secret they lack). A
+GET or HEAD carrying a body is a 400 before any of it is read. A request
 aiohttp's parser refuses (a bad header byte, a header too long) is a 400 and
 counted, at most one INFO line a minute, not a traceback each.
 """
@@ -44,7 +47,7 @@ IDLE_TIMEOUT = 30.0
 BODY_TIMEOUT = 30.0
 #: seconds between INFO lines counting client disconnects (and refused requests)
 DISCONNECT_REPORT_INTERVAL = 60.0
-#: bytes of request bodies held at once, across every request being read
+#: bytes of request bodies held at once on one route, across every request being read
 MAX_BUFFERED = 32 * 1024 * 1024
 
 
@@ -66,8 +69,10 @@ class HttpServer:
         self.idle_timeout = idle_timeout
         self.body_timeout = body_timeout
         self.max_buffered = max_buffered
-        #: body bytes reserved by the requests being read or handled now
-        self.buffered = 0
+        #: body bytes reserved by the requests being read or handled now, by route path,
+        #: and by route and client address (one address may hold a quarter of a route's)
+        self._buffered: dict[str, int] = {}
+        self._by_peer: dict[tuple[str, str], int] = {}
         #: requests refused for want of buffer room, and malformed ones aiohttp refused
         self.refused_busy = 0
         #: malformed requests aiohttp refused, counted for every server of the process
@@ -120,14 +125,23 @@ class HttpServer:
             refused.force_close()  # whatever body it brought is not read
             return refused
         reserved = 0
+        route, peer = request.path, request.remote or ""
         if request.can_read_body:
+            if request.method in ("GET", "HEAD"):
+                refused = web.Response(status=400, text="a GET or HEAD carries no body\n")
+                refused.force_close()
+                return refused
             announced = request.content_length
             if announced is not None and announced > MAX_BODY:
                 raise web.HTTPRequestEntityTooLarge(MAX_BODY, announced)
             reserved = MAX_BODY if announced is None else announced
-            if self.buffered + reserved > self.max_buffered:
+            if (
+                self._buffered.get(route, 0) + reserved > self.max_buffered
+                or self._by_peer.get((route, peer), 0) + reserved > self.max_buffered // 4
+            ):
                 return self._busy(request)
-            self.buffered += reserved
+            self._buffered[route] = self._buffered.get(route, 0) + reserved
+            self._by_peer[route, peer] = self._by_peer.get((route, peer), 0) + reserved
         try:
             if request.can_read_body:
                 # read here, bounded (aiohttp keeps it: the route's own read gets it at once)
@@ -152,18 +166,25 @@ class HttpServer:
             log.warning("%s %s: refused a body: %s", request.method, request.path, error)
             return web.Response(status=400, text=f"{error}\n")
         finally:
-            self.buffered -= reserved
+            if reserved:
+                _release(self._buffered, route, reserved)
+                _release(self._by_peer, (route, peer), reserved)
+
+    @property
+    def buffered(self) -> int:
+        """Body bytes reserved now, every route together."""
+        return sum(self._buffered.values())
 
     def _busy(self, request: web.Request) -> web.Response:
         """Refuse a request whose body would pass `max_buffered`: 503, try again shortly."""
         self.refused_busy += 1
         first = self.refused_busy == 1
         (log.warning if first else log.debug)(
-            "%s %s: %d bytes of request bodies are being read already; answered 503"
-            " (%d such request(s) so far)",
+            "%s %s: %d bytes of request bodies are being read on this route already;"
+            " answered 503 (%d such request(s) so far)",
             request.method,
             request.path,
-            self.buffered,
+            self._buffered.get(request.path, 0),
             self.refused_busy,
         )
         refused = web.Response(
@@ -230,3 +251,11 @@ class _MalformedRequests(logging.Filter):
 
 
 _MALFORMED = _MalformedRequests()
+
+
+def _release(held: dict[Any, int], key: Any, amount: int) -> None:
+    left = held[key] - amount
+    if left:
+        held[key] = left
+    else:
+        del held[key]

@@ -188,6 +188,9 @@ class WorkerCoordinator:
         account.started = True
         self.owned.add(name)
         await self.board._remember_me(account)
+        wake = self.board.on_wake.get("asks")
+        if wake is not None:  # reports and notices owed to its conversations are made here now
+            wake()
 
     async def _stop_account(self, name: str) -> None:
         self.owned.discard(name)

@@ -68,6 +68,8 @@ REPORT_NOTE = (
 )
 #: the longest pause of the expiry loop (it is woken whenever an ask is recorded)
 _MAX_PAUSE = 3600.0
+#: ... with several workers (see `_sweep_forever`)
+_WORKER_PAUSE = 60.0
 
 
 class AskCoordinator:
@@ -386,7 +388,10 @@ class AskCoordinator:
             except Exception:
                 log.exception("the ask sweep failed; trying again shortly")
                 deadline = now() + 5.0
-            pause = _MAX_PAUSE if deadline is None else min(max(deadline - now(), 0.0), _MAX_PAUSE)
+            # with several workers a wake-up may be lost (NOTIFY is not queued for a worker
+            # whose listening connection is down): a sweep at least every minute then
+            longest = _MAX_PAUSE if self.board.workers is None else _WORKER_PAUSE
+            pause = longest if deadline is None else min(max(deadline - now(), 0.0), longest)
             try:
                 await asyncio.wait_for(self._wake.wait(), pause + 0.01)
             except TimeoutError:

@@ -226,8 +226,9 @@
       if (ws !== socket) return;
       socket = null;
       sendButton.disabled = false;
-      if (event.reason === "idle") {
-        // nothing sent for a long while: stay away until the visitor is back (resume())
+      if (event.reason === "idle" && !pending.length) {
+        // nothing sent for a long while: stay away until the visitor is back (resume()); a
+        // message still unacknowledged (sent as the server closed) reconnects at once below
         paused = true;
         hideTyping();
         setStatus("paused", "Paused");
