@@ -376,3 +376,31 @@ async def test_an_opening_kept_while_the_copies_go_out_stays_due(
     monkeypatch.undo()
     await account._resend_kept_openings()
     assert not account._openings_kept  # nothing kept, and nothing came meanwhile
+
+
+async def test_copies_sent_on_their_own_stop_after_a_bound_and_the_next_message_still_sends_it(
+    contract_context: ContractContext, relay: FakeRelay, peer: RelayPeer, settings_for: Any
+) -> None:
+    """A copy that keeps failing on its own (a peer no longer a contact) is not tried
+    forever, each try holding the poll loop; the next message still sends it first."""
+    from backchannel_tinyplace.adapter import OPENING_TRIES_ALONE
+
+    account = await started(contract_context, settings_for(opening_retry=0.01))
+    try:
+        relay.make_contacts(peer.agent_id, account.agent_id)
+        relay.fail_next("server_error")
+        with pytest.raises(Uncertain):
+            await account.send(Outbound(master("test", peer.agent_id), "first"))
+        for _ in range(OPENING_TRIES_ALONE):
+            relay.fail_next("server_error")
+
+        def failed_copies() -> int:
+            return sum(1 for r in relay.requests if r[:3] == ("PUT", "/messages", 500)) - 1
+
+        await relay.wait_for(lambda: failed_copies() == OPENING_TRIES_ALONE, 30, "the copies")
+        await relay.wait_for(lambda: not account._openings_kept, 30, "the copies given up")
+        assert relay.mailbox(peer.agent_id) == []
+        await account.send(Outbound(master("test", peer.agent_id), "second"))
+        assert [text for _, text in await peer.receive()] == ["first", "second"]
+    finally:
+        await account.stop()

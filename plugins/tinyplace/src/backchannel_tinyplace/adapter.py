@@ -61,6 +61,10 @@ log = logging.getLogger("backchannel.tinyplace")
 
 #: copies of a kept session opening that may fail before the session is opened afresh
 OPENING_COPIES = 3
+#: copies sent on their own that may fail, per peer and process, before only the next
+#: message to the peer sends it again (a peer no longer a contact, a relay hanging: each
+#: copy holds the poll loop up to `request_timeout`)
+OPENING_TRIES_ALONE = 20
 
 
 class TinyplaceAdapter:
@@ -110,6 +114,8 @@ class TinyplaceAdapter:
         self._openings_due = 0.0
         #: openings kept so far: a sweep clears `_openings_kept` only if none came during it
         self._openings_stored = 0
+        #: copies sent on their own that failed, by peer (see OPENING_TRIES_ALONE)
+        self._opening_tries: dict[str, int] = {}
         self._ratchet = asyncio.Lock()
         self._stopped = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -487,6 +493,8 @@ class TinyplaceAdapter:
             return  # tried again later
         kept = False
         for peer in peers:
+            if self._opening_tries.get(peer, 0) >= OPENING_TRIES_ALONE:
+                continue  # the next message to the peer sends it first, as it always did
             async with self._ratchet:
                 try:
                     opening = await store.get_opening(peer)
@@ -498,14 +506,19 @@ class TinyplaceAdapter:
                         await self._drop_session(peer)
                     else:
                         await self._resend_opening(peer, opening, count_failure=False)
+                    self._opening_tries.pop(peer, None)
                 except (DeliveryError, StateUnavailable) as error:
-                    kept = True
+                    tries = self._opening_tries[peer] = self._opening_tries.get(peer, 0) + 1
+                    kept = kept or tries < OPENING_TRIES_ALONE
                     reason = error.reason if isinstance(error, DeliveryError) else str(error)
                     self._log().info(
                         "the kept opening of the encrypted session with %s was not sent again"
-                        " yet (%s); trying later",
+                        " (%s); %s",
                         peer,
                         reason,
+                        "trying later"
+                        if tries < OPENING_TRIES_ALONE
+                        else "the next message to it sends it first",
                     )
         # an opening kept while this sweep ran (a send waiting on the ratchet lock) is not
         # in its list: it stays due
