@@ -106,27 +106,34 @@ async def test_edits_and_deletions_made_while_stopped_are_applied_on_the_next_st
     newest page of history (edited_timestamp set; a stored message gone from it)."""
     first = DiscordAdapter("test", {**fake.settings, **FAST})
     await first.start(contract_context.bind(first))
-    sent = [await fake.post_message(fake.general, fake.alice, t) for t in ("one", "two", "three")]
+    said = ("zero", "one", "two", "three")
+    sent = [await fake.post_message(fake.general, fake.alice, t) for t in said]
     for message in sent:
         await contract_context.wait_ingested(message["id"])
+    # the bot answered last: its own message (no event) is where the cursor stands
+    reply = await fake.post_message(fake.general, fake.bot_id, "the bot's answer")
+    await fake.wait_until(lambda: first._cursors.covers(fake.general, reply["id"]), 10)
     await first.stop()
 
     # while no session listens: nothing reaches the bot (no gateway connection)
-    edited = fake.messages[sent[0]["id"]]
+    edited = fake.messages[sent[1]["id"]]
     edited["content"], edited["edited_timestamp"] = "one, edited", "2026-12-01T10:00:00+00:00"
-    fake.remove_message(sent[1]["id"])
+    fake.remove_message(sent[2]["id"])
+    fake.remove_message(sent[0]["id"])  # the oldest of the channel: before every one left
     missed = await fake.post_message(fake.general, fake.alice, "four")
 
     second = DiscordAdapter("test", {**fake.settings, **FAST})
     await second.start(contract_context.bind(second))
     try:
         await contract_context.wait_ingested(missed["id"])
-        await contract_context.wait_ingested(f"{sent[0]['id']}:edit:{edited['edited_timestamp']}")
-        await contract_context.wait_ingested(f"{sent[1]['id']}:delete")
+        await contract_context.wait_ingested(f"{sent[1]['id']}:edit:{edited['edited_timestamp']}")
+        await contract_context.wait_ingested(f"{sent[2]['id']}:delete")
+        await contract_context.wait_ingested(f"{sent[0]['id']}:delete")
     finally:
         await second.stop()
     transcript = await contract_context.transcript(Address("test", fake.general))
     assert [(m.text, m.deleted_at is not None) for m in transcript] == [
+        ("zero", True),
         ("one, edited", False),
         ("two", True),  # kept, marked deleted (as a live MESSAGE_DELETE leaves it)
         ("three", False),

@@ -26,7 +26,7 @@ import contextlib
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import discord
@@ -44,7 +44,7 @@ from backchannel.wire import BadPayload, parse_json
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from .catchup import Cursor, Cursors, read_history
+from .catchup import Cursor, Cursors, History, read_history
 from .failures import (
     DiscordStartError,
     delivery_error,
@@ -365,11 +365,9 @@ class DiscordAdapter:
                 continue
             for message in history.missed:
                 await self._ingest({"op": 0, "t": "MESSAGE_CREATE", "d": message})
-            await self._changed_while_away(channel_id, cursor, history.recent)
+            await self._changed_while_away(channel_id, cursor, history)
 
-    async def _changed_while_away(
-        self, channel_id: str, cursor: Cursor, recent: list[dict[str, Any]]
-    ) -> None:
+    async def _changed_while_away(self, channel_id: str, cursor: Cursor, history: History) -> None:
         """Apply the edits and deletions made while no session listened to messages at or
         before the cursor (the newest page of them): Discord dispatches neither again.
 
@@ -379,22 +377,23 @@ class DiscordAdapter:
         Reactions made meanwhile are not recovered: REST gives counts, not who reacted.
         """
         assert self._ctx is not None
+        recent = history.recent
         if not recent:
             return
         for message in recent:
             if message.get("edited_timestamp"):
                 await self._ingest({"op": 0, "t": "MESSAGE_UPDATE", "d": dict(message)})
-        probe: dict[str, Any] = {"op": 0, "t": "MESSAGE_CREATE", "d": dict(recent[-1])}
-        context = await self._context_for(recent[-1])
-        if context:
-            probe[CONTEXT_KEY] = context
+        address = await self._address_of(reversed(recent))
+        if address is None:
+            return  # only our own messages (no event), or none normalize can place
         try:
-            event = self.normalize(probe)
-            stored = await self._ctx.transcript(event.address, 2 * len(recent)) if event else []
-        except (NormalizeError, NotImplementedError):
+            stored = await self._ctx.transcript(address, 2 * len(recent))
+        except NotImplementedError:
             return
         present = {str(message.get("id")) for message in recent}
-        oldest = min(int(message["id"]) for message in recent)
+        # the page's span: from its oldest message, or from the start when it holds the
+        # whole channel (a deleted message older than every one left is in it too)
+        oldest = 0 if history.complete else min(int(message["id"]) for message in recent)
         for kept in stored:
             platform_id = kept.platform_message_id
             if platform_id is None or not platform_id.isdigit() or platform_id in present:
@@ -404,6 +403,22 @@ class DiscordAdapter:
                 if cursor.guild_id:
                     data["guild_id"] = cursor.guild_id
                 await self._ingest({"op": 0, "t": "MESSAGE_DELETE", "d": data})
+
+    async def _address_of(self, messages: Iterable[dict[str, Any]]) -> Address | None:
+        """The conversation of a channel's history: that of the first of `messages` that
+        normalizes to an event (our own messages make none; the cursor moves on them)."""
+        for message in messages:
+            probe: dict[str, Any] = {"op": 0, "t": "MESSAGE_CREATE", "d": dict(message)}
+            context = await self._context_for(message)
+            if context:
+                probe[CONTEXT_KEY] = context
+            try:
+                event = self.normalize(probe)
+            except NormalizeError:
+                return None  # its channel cannot be placed (an unknown thread parent)
+            if event is not None:
+                return event.address
+        return None
 
     async def _ingest(self, payload: dict[str, Any]) -> None:
         assert self._ctx is not None

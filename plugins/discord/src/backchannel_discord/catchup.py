@@ -113,6 +113,9 @@ class History:
 
     missed: list[dict[str, Any]] = field(factory=list)
     recent: list[dict[str, Any]] = field(factory=list)
+    #: True when `recent` holds every message of the channel at or before the cursor
+    #: (the newest page held the whole channel): none older was left out of it
+    complete: bool = False
 
 
 async def read_history(http: Any, channel_id: str, cursor: Cursor, limit: int) -> History:
@@ -131,7 +134,9 @@ async def read_history(http: Any, channel_id: str, cursor: Cursor, limit: int) -
         at = cursor.message_id
         missed = [m for m in placed if (_id(m) or 0) > at][:limit]
         missed.extend(m for m in page if _id(m) is None)
-        history = History(missed, [m for m in placed if (_id(m) or 0) <= at])
+        history = History(
+            missed, [m for m in placed if (_id(m) or 0) <= at], complete=len(page) < _PAGE
+        )
     else:
         before = await http.logs_from(int(channel_id), _PAGE, before=cursor.message_id + 1)
         before = before if isinstance(before, list) else []
