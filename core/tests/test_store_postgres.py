@@ -161,6 +161,35 @@ async def test_a_run_whose_claim_another_worker_took_cannot_send(postgres_url: s
     await other.close()
 
 
+async def test_a_restarted_worker_does_not_bring_back_its_killed_lifes_run_claims(
+    postgres_url: str,
+) -> None:
+    """w1 was killed while it ran a conversation; restarted under its name, its heartbeats
+    must not renew that claim (its new life is not running it): w2 may run it."""
+    from backchannel.model import Address
+
+    first = PostgresStore(postgres_url, worker="w1")
+    await first.register_worker("host", 1)
+    conversation = await first.ensure_conversation(Address("acct", "c1"))
+    assert await first.claim_run(conversation.id, ttl=30)
+    await first.close()  # killed: the claim is never released
+
+    again = PostgresStore(postgres_url, worker="w1")
+    await again.register_worker("host", 2)
+    await again.heartbeat(30)
+    other = PostgresStore(postgres_url, worker="w2")
+    await other.register_worker("host", 3)
+    assert await other.claim_run(conversation.id, ttl=30)
+    # and a claim that lapsed is not renewed by its holder's heartbeat
+    lapsing = await other.ensure_conversation(Address("acct", "c2"))
+    assert await again.claim_run(lapsing.id, ttl=0.01)
+    await asyncio.sleep(0.2)  # twenty times its ttl: lapsed (the database's clock decides)
+    await again.heartbeat(30)
+    assert await other.claim_run(lapsing.id, ttl=30)
+    for store in (again, other):
+        await store.close()
+
+
 async def test_a_stalled_run_cannot_send_after_another_run_answered_and_released(
     postgres_url: str,
 ) -> None:

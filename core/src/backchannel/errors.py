@@ -26,6 +26,7 @@ from typing import Any
 
 __all__ = [
     "BackchannelError",
+    "ClaimLost",
     "ConfigError",
     "ConfigErrors",
     "DeliveryError",
@@ -110,6 +111,12 @@ class NormalizeError(BackchannelError):
 
 class StoreError(BackchannelError):
     """The transcript store refused an operation (unknown id, closed store, ...)."""
+
+
+class ClaimLost(StoreError):
+    """A run's send was fenced: its worker no longer holds the run's conversation (it
+    stalled past its claim, and another run has it or has answered it). Expected with
+    several workers; nothing was sent."""
 
 
 class DeliveryError(BackchannelError):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from attrs import define, field, frozen
 
 from .config import KEPT_WINDOWS
+from .errors import ClaimLost
 from .framing import (
     default_framing,
     flattened,
@@ -106,6 +107,9 @@ class Run:
             return f"error: bad arguments for {name}: {error}"
         except asyncio.CancelledError:
             raise
+        except ClaimLost as error:  # fenced (several workers): expected, one line
+            log.warning("tool %s: %s", name, error)
+            return redact(f"error: {name} was not done: {error}")
         except Exception as error:  # a tool must never kill the run
             log.exception("tool %s failed", name)
             return redact(f"error: {name} failed: {type(error).__name__}: {error}")

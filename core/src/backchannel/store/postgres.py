@@ -33,7 +33,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool
 
 from ..config import display_url
-from ..errors import StoreError
+from ..errors import ClaimLost, StoreError
 from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, now
 from ..secrets import redact
 from .base import (
@@ -614,7 +614,7 @@ class PostgresStore(PostgresAsks, Store):
             now_held = f"worker {row[0]} took it over"
         else:
             now_held = "this worker (restarted, or running it again) holds it for another run"
-        raise StoreError(
+        raise ClaimLost(
             f"run {run_id} of worker {self.worker} no longer holds conversation"
             f" {conversation_id}: its claim lapsed (missed heartbeats) and {now_held};"
             " this send was not made"
@@ -954,14 +954,25 @@ class PostgresStore(PostgresAsks, Store):
         return await self._write(work)
 
     async def register_worker(self, host: str, pid: int) -> None:
-        """Record this worker as alive (a restart under the same name starts afresh)."""
-        await self._one(
-            "INSERT INTO workers (name, host, pid, started_at, heartbeat_at)"
-            f" VALUES (%s, %s, %s, {DB_NOW}, {DB_NOW}) ON CONFLICT (name) DO UPDATE SET"
-            " host = excluded.host, pid = excluded.pid, started_at = excluded.started_at,"
-            " heartbeat_at = excluded.heartbeat_at, stopped_at = NULL",
-            (self._me(), host, pid),
-        )
+        """Record this worker as alive (a restart under the same name starts afresh).
+
+        A new life holds no run claim: those left by a previous life under this name
+        (killed mid-run) are dropped, or its heartbeats would renew them for good and
+        keep every other worker from running those conversations.
+        """
+        me = self._me()
+
+        async def work(connection: Any) -> None:
+            await connection.execute(
+                "INSERT INTO workers (name, host, pid, started_at, heartbeat_at)"
+                f" VALUES (%s, %s, %s, {DB_NOW}, {DB_NOW}) ON CONFLICT (name) DO UPDATE SET"
+                " host = excluded.host, pid = excluded.pid, started_at = excluded.started_at,"
+                " heartbeat_at = excluded.heartbeat_at, stopped_at = NULL",
+                (me, host, pid),
+            )
+            await connection.execute("DELETE FROM run_claims WHERE worker = %s", (me,))
+
+        await self._write(work)
 
     def _me(self) -> str:
         if self.worker is None:
@@ -985,8 +996,11 @@ class PostgresStore(PostgresAsks, Store):
                 (ttl, me),
             )
             held = {row[0] for row in await cursor.fetchall()}
+            # live claims only, as leases: a lapsed one may be another worker's already
             await connection.execute(
-                f"UPDATE run_claims SET expires_at = {DB_NOW} + %s WHERE worker = %s", (ttl, me)
+                f"UPDATE run_claims SET expires_at = {DB_NOW} + %s WHERE worker = %s"
+                f" AND expires_at > {DB_NOW}",
+                (ttl, me),
             )
             return held
 
@@ -1010,14 +1024,20 @@ class PostgresStore(PostgresAsks, Store):
             row = await cursor.fetchone()
             if row is not None and row[0] != me and row[1]:
                 return None
-            await connection.execute(
+            # conditional: when no row existed, FOR UPDATE locked nothing, and another
+            # worker may have inserted one since: then this takes nothing
+            cursor = await connection.execute(
                 "INSERT INTO leases (account, worker, acquired_at, expires_at)"
                 f" VALUES (%s, %s, {DB_NOW}, {DB_NOW} + %s) ON CONFLICT (account) DO UPDATE SET"
                 " worker = excluded.worker, expires_at = excluded.expires_at,"
                 " acquired_at = CASE WHEN leases.worker = excluded.worker"
-                " THEN leases.acquired_at ELSE excluded.acquired_at END",
+                " THEN leases.acquired_at ELSE excluded.acquired_at END"
+                f" WHERE leases.worker = excluded.worker OR leases.expires_at <= {DB_NOW}"
+                " RETURNING worker",
                 (account, me, ttl),
             )
+            if await cursor.fetchone() is None:
+                return None
             return "" if row is None or row[0] == me else str(row[0])
 
         previous: str | None = await self._write(work)
