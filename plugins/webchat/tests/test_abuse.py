@@ -19,8 +19,9 @@ from backchannel.model import Outbound
 from backchannel.testing import ContractContext
 from backchannel_webchat import WebchatAdapter
 from backchannel_webchat.normalize import clean_name
-from backchannel_webchat.testing import FakeBrowser, RouteServer
+from backchannel_webchat.testing import FakeBrowser
 
+from .conftest import serving
 from .test_webchat import Open, Start
 
 OTHER_ADDRESS = "127.0.0.2"
@@ -42,18 +43,8 @@ class WatchedAdapter(WebchatAdapter):
 async def start_watched(
     contract_context: ContractContext,
 ) -> AsyncIterator[Callable[..., Awaitable[WatchedAdapter]]]:
-    adapters: list[WatchedAdapter] = []
-    async with RouteServer(contract_context.routes):
-
-        async def start(**settings: Any) -> WatchedAdapter:
-            adapter = WatchedAdapter(contract_context.account, settings)
-            await adapter.start(contract_context.bind(adapter))
-            adapters.append(adapter)
-            return adapter
-
+    async for start in serving(contract_context, WatchedAdapter):
         yield start
-        for adapter in adapters:
-            await adapter.stop()
 
 
 async def refused(url: str | None, **options: Any) -> aiohttp.WSServerHandshakeError:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from attrs import frozen
@@ -135,44 +135,44 @@ def _check(key: str, value: Any, where: str) -> Any:
 
 def _hosts(value: Any, name: str) -> tuple[str, ...]:
     """Host names as the Host header carries them (no scheme, port or path), lowercased."""
-    problem = ConfigError(
-        "expected a list of host names like 'chat.example.com' (no scheme, port or path),"
-        f" or ['*'] for any; got {value!r}",
-        key=name,
-    )
-    if isinstance(value, str) or not isinstance(value, list | tuple):
-        raise problem
-    hosts = []
-    for host in value:
-        if not isinstance(host, str):
-            raise problem
-        host = host.strip().lower().rstrip(".")
+
+    def host_name(entry: str) -> str:
+        host = entry.strip().lower().rstrip(".")
         if host.startswith("[") and host.endswith("]"):
             host = host[1:-1]  # an IPv6 address, written as in a URL
         if not host or (any(c in host for c in "/:@?#[] \t") and not _is_ip(host)):
-            raise problem
-        hosts.append(host)
-    return tuple(hosts)
+            raise ValueError(entry)
+        return host
+
+    return _list_of(
+        value,
+        name,
+        host_name,
+        "expected a list of host names like 'chat.example.com' (no scheme, port or path),"
+        " or ['*'] for any",
+    )
 
 
 def _networks(value: Any, name: str) -> tuple[str, ...]:
     """Addresses or networks ('10.0.0.0/8'), checked here, kept as their canonical text."""
-    problem = ConfigError(
-        "expected a list of IP addresses or networks like '127.0.0.1' or '10.0.0.0/8';"
-        f" got {value!r}",
-        key=name,
+    return _list_of(
+        value,
+        name,
+        lambda entry: str(ipaddress.ip_network(entry.strip(), strict=False)),
+        "expected a list of IP addresses or networks like '127.0.0.1' or '10.0.0.0/8'",
     )
+
+
+def _list_of(value: Any, name: str, parse: Callable[[str], str], expected: str) -> tuple[str, ...]:
+    """A list of strings, each made by `parse` (ValueError: not one); one error for all."""
     if isinstance(value, str) or not isinstance(value, list | tuple):
-        raise problem
-    networks = []
-    for entry in value:
-        if not isinstance(entry, str):
-            raise problem
-        try:
-            networks.append(str(ipaddress.ip_network(entry.strip(), strict=False)))
-        except ValueError:
-            raise problem from None
-    return tuple(networks)
+        raise ConfigError(f"{expected}; got {value!r}", key=name)
+    try:
+        if not all(isinstance(entry, str) for entry in value):
+            raise ValueError(value)
+        return tuple(parse(entry) for entry in value)
+    except ValueError:
+        raise ConfigError(f"{expected}; got {value!r}", key=name) from None
 
 
 def _is_ip(text: str) -> bool:
