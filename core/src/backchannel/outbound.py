@@ -14,9 +14,10 @@ from .errors import DeliveryError, RateLimited, Rejected, Superseded, Uncertain
 from .framing import flattened, format_message, strip_id_prefix
 from .model import Conversation, Outbound, Receipt, Sender
 from .runs import RunSession
-from .storable import storable_text
+from .storable import storable_sender
 from .store import OutboxEntry, Store
 from .tools import Tool
+from .wire import repair_text
 
 __all__ = ["Deliverer", "DeliveryResult", "channel_tools"]
 
@@ -83,7 +84,8 @@ class Deliverer:
         send (an ask writes its pending-ask row there, naming the outbox row).
         """
         outbound = _storable(outbound)
-        sender = _storable_sender(self.adapter.me or Sender("me", "me", is_bot=True))
+        me = self.adapter.me or Sender("me", "me", is_bot=True)
+        sender = kept if isinstance(kept := storable_sender(me), Sender) else me
         entry = await self.store.record_outbound(
             conversation.id, outbound, sender, run_id, seen_seq
         )
@@ -155,21 +157,8 @@ def _storable(outbound: Outbound) -> Outbound:
     text = outbound.text
     if type(text) is not str:
         return outbound
-    repaired = storable_text(text)
+    repaired = repair_text(text)
     return outbound if repaired is text else evolve(outbound, text=repaired)
-
-
-def _storable_sender(sender: Sender) -> Sender:
-    """The sender an outbound row records (the adapter's `me`), its name and handle as
-    `_storable` makes text."""
-    name, handle = sender.name, sender.handle
-    if type(name) is not str or not (handle is None or type(handle) is str):
-        return sender
-    repaired_name = storable_text(name)
-    repaired_handle = None if handle is None else storable_text(handle)
-    if repaired_name is name and repaired_handle is handle:
-        return sender
-    return evolve(sender, name=repaired_name, handle=repaired_handle)
 
 
 def _with_outbox_id(outbound: Outbound, entry: OutboxEntry) -> Outbound:

@@ -19,7 +19,7 @@ of the event is joined once and accepted after one search for NUL and one
 when a lone surrogate is there); attachments and flat meta likewise. Only when
 that fails is each field checked on its own, and the event is copied only when
 something was repaired. What an agent sends gets the same text
-(`storable_text`, in `Deliverer.deliver`).
+(`wire.repair_text` and `storable_sender`, in `Deliverer.deliver`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import attrs
 from .model import Attachment, Event, Sender
 from .wire import MAX_DEPTH, nesting_exceeds, repair_text, safe_copy, shown
 
-__all__ = ["storable_event", "storable_text"]
+__all__ = ["storable_event", "storable_sender"]
 
 _KINDS = frozenset({"message", "edit", "delete", "reaction"})
 _CONVERSATION_KINDS = frozenset({"direct", "group", "thread"})
@@ -44,14 +44,6 @@ _LATEST = 1e11
 _NUL = "\x00"
 #: how `json.dumps` writes NUL (it escapes every control character)
 _NUL_IN_JSON = "\\u0000"
-
-
-def storable_text(text: str) -> str:
-    """Return `text` as either store holds it: each NUL and each lone surrogate made U+FFFD.
-
-    `text` itself (the same object) when there is nothing to replace.
-    """
-    return repair_text(text)  # NUL included
 
 
 def storable_event(event: Event, account: str) -> Event | str:
@@ -120,10 +112,10 @@ def storable_event(event: Event, account: str) -> Event | str:
                     continue
                 if not isinstance(value, str):
                     return f"{name} must be text, not {type(value).__name__}"
-                repaired = storable_text(value)
+                repaired = repair_text(value)
                 if repaired is not value:
                     changes[name] = repaired
-            checked_sender = _storable_sender(sender)
+            checked_sender = storable_sender(sender)
             if isinstance(checked_sender, str):
                 return checked_sender
             if checked_sender is not sender:
@@ -169,7 +161,9 @@ def _id_problem(label: str, value: object) -> str | None:
     return None
 
 
-def _storable_sender(sender: Sender) -> Sender | str:
+def storable_sender(sender: Sender) -> Sender | str:
+    """`sender` with its name and handle as both stores hold them (NUL and half a
+    surrogate pair made U+FFFD), or the reason it cannot be stored."""
     name, handle = sender.name, sender.handle
     if not isinstance(name, str) or not (handle is None or isinstance(handle, str)):
         return "sender name and handle must be text"
@@ -179,8 +173,8 @@ def _storable_sender(sender: Sender) -> Sender | str:
         and (handle is None or (handle.isascii() and _NUL not in handle))
     ):
         return sender
-    repaired_name = storable_text(name)
-    repaired_handle = None if handle is None else storable_text(handle)
+    repaired_name = repair_text(name)
+    repaired_handle = None if handle is None else repair_text(handle)
     if repaired_name is name and repaired_handle is handle:
         return sender
     return attrs.evolve(sender, name=repaired_name, handle=repaired_handle)
@@ -223,7 +217,7 @@ def _storable_attachments(
                 continue
             if not isinstance(value, str):
                 return f"attachment {name} must be text, not {type(value).__name__}"
-            fixed = storable_text(value)
+            fixed = repair_text(value)
             if fixed is not value:
                 changes[name] = fixed
         if changes:
