@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from backchannel.errors import StoreError
-from backchannel.store.postgres import PostgresStore
+from backchannel.store.postgres import DB_NOW, PostgresStore
 from backchannel.store.postgres_migrations import PG_MIGRATIONS
 
 CHILD = Path(__file__).with_name("pg_writer_child.py")
@@ -477,3 +477,48 @@ async def test_a_catch_up_in_small_steps_indexes_every_message_once(
         cursor = await connection.execute("SELECT COUNT(*) FROM message_words")
         assert await cursor.fetchone() == (sum(backlogs),)
     await store.close()
+
+
+async def test_workers_racing_for_one_lease_leave_it_with_exactly_one(postgres_url: str) -> None:
+    """Four workers ask for the same free account at once, and then for the same lapsed
+    lease at once: each time exactly one of them holds it, and the lease row names it."""
+    stores = [PostgresStore(postgres_url, worker=f"racer{n}") for n in range(4)]
+    await asyncio.gather(*(store.pool() for store in stores))
+
+    async def holder(account: str) -> str:
+        async with await psycopg.AsyncConnection.connect(postgres_url) as connection:
+            cursor = await connection.execute(
+                "SELECT worker FROM leases WHERE account = %s", (account,)
+            )
+            row = await cursor.fetchone()
+            assert row is not None
+            return str(row[0])
+
+    for round_ in range(15):
+        account = f"race{round_}"
+        # free: nobody has a row to lock, so only the conditional upsert keeps it to one
+        taken = await asyncio.gather(*(store.acquire_lease(account, 0.05) for store in stores))
+        winners = [store.worker for store, got in zip(stores, taken, strict=True) if got == ""]
+        assert len(winners) == 1, taken
+        assert [got for got in taken if got not in ("", None)] == []
+        assert await holder(account) == winners[0]
+        # lapsed: the others race to take it over, and the winner learns whose it was
+        while await _lease_live(postgres_url, account):
+            await asyncio.sleep(0.02)
+        others = [store for store in stores if store.worker != winners[0]]
+        taken = await asyncio.gather(*(store.acquire_lease(account, 30.0) for store in others))
+        took = [store.worker for store, got in zip(others, taken, strict=True) if got is not None]
+        assert len(took) == 1, taken
+        assert [got for got in taken if got is not None] == [winners[0]]
+        assert await holder(account) == took[0]
+    for store in stores:
+        await store.close()
+
+
+async def _lease_live(url: str, account: str) -> bool:
+    async with await psycopg.AsyncConnection.connect(url) as connection:
+        cursor = await connection.execute(
+            f"SELECT expires_at > {DB_NOW} FROM leases WHERE account = %s", (account,)
+        )
+        row = await cursor.fetchone()
+        return bool(row and row[0])
