@@ -450,3 +450,33 @@ def test_serve_raises_its_open_file_limit_to_the_hard_limit() -> None:
             assert raised == hard
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_a_constraint_sqlite_refuses_is_a_dead_letter_and_the_batch_moves_on(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch the store refuses with a constraint error (one no check foresaw) would fail
+    again on every read: it is committed event by event, the refused one becomes a dead
+    letter, and the others and the poll offset are stored."""
+    import apsw
+
+    append = store.append_inbound
+
+    async def refusing(items: Any) -> Any:
+        if any(item.event.text == "refused" for item in items):
+            raise apsw.ConstraintError("UNIQUE constraint failed: events.account, events.event_id")
+        return await append(items)
+
+    monkeypatch.setattr(store, "append_inbound", refusing)
+    channel = FakeChannel()
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(RecordingAgent(lambda run: None)))
+    await board.start()
+    raws = [channel.platform.make_message(text) for text in ("before", "refused", "after")]
+    results = await board.ingest_many("fake", raws, state={"offset": "3"})
+    assert [r.status for r in results] == ["stored", "malformed", "stored"]
+    (letter,) = await store.dead_letters("fake")
+    assert "ConstraintError" in letter["reason"]
+    assert await store.get_state("fake", "offset") == "3"
+    await board.wait_idle()
+    await board.stop()

@@ -36,15 +36,25 @@ _DATA_ERRORS: tuple[type[Exception], ...] = (UnicodeError, OverflowError, TypeEr
 
 
 def _data_errors() -> tuple[type[Exception], ...]:
-    """`_DATA_ERRORS`, and psycopg's DataError once psycopg is loaded: a value PostgreSQL
-    refuses (SQLSTATE class 22, or a NUL psycopg will not send) fails again on every
-    retry. psycopg is optional (a SQLite-only install has none), and an error of its
-    own can only come once the PostgreSQL store has imported it."""
+    """`_DATA_ERRORS`, psycopg's DataError and apsw's ConstraintError once loaded.
+
+    A value PostgreSQL refuses (SQLSTATE class 22, or a NUL psycopg will not send)
+    fails again on every retry, and so does a constraint SQLite refuses. Both
+    drivers are optional, and an error of their own can only come once a store
+    has imported them."""
+    found = _DATA_ERRORS
     psycopg = sys.modules.get("psycopg")
     refused = getattr(psycopg, "DataError", None)
     if isinstance(refused, type) and issubclass(refused, Exception):
-        return (*_DATA_ERRORS, refused)
-    return _DATA_ERRORS
+        found = (*found, refused)
+    # a constraint SQLite refuses fails again on every retry: the transaction held the
+    # write lock from its first read (BEGIN IMMEDIATE), so no other writer raced it. (Not
+    # so on PostgreSQL: a unique violation there is another worker storing the same event
+    # at once, which the retry finds stored.)
+    constraint = getattr(sys.modules.get("apsw"), "ConstraintError", None)
+    if isinstance(constraint, type) and issubclass(constraint, Exception):
+        found = (*found, constraint)
+    return found
 
 
 class GroupCommit:

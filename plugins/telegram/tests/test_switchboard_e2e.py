@@ -349,3 +349,31 @@ async def test_a_message_whose_update_id_telegram_reused_is_stored_and_answered(
     assert await inbound_texts() == ["before the quiet week", "after it"]
     assert len(agent.runs) == 2
     assert fake.sent_texts(chat) == ["answer to before the quiet week", "answer to after it"]
+
+
+async def test_a_poll_batch_reusing_an_edits_event_id_for_a_message_does_not_stall_the_poller(
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any
+) -> None:
+    """Two updates of one getUpdates answer under the same update_id and date (an edit, then
+    a message) name one event: the message is that event again, and every later update is
+    still stored (before, the batch's commit failed on every read and the offset stood)."""
+    from backchannel_telegram.testing import event_id_of
+
+    alice = fake.user("Alice", username="alice")
+    chat = fake.private_chat(alice)
+    date = 1767225600
+    sent = {"chat": chat, "from": alice, "date": date}
+    edit = fake.inject(
+        {"edited_message": {**sent, "message_id": 10, "text": "edited", "edit_date": date}}
+    )
+    fake.inject(
+        {"update_id": edit["update_id"], "message": {**sent, "message_id": 11, "text": "new"}}
+    )
+    await board_for(fake, RecordingAgent(lambda run: None))
+    later = fake.inject_message(chat, alice, "a later, ordinary message")
+    await fake.wait_for(lambda: fake.is_acked(later["update_id"]), what="the later update read")
+    assert await store.is_known("tg", event_id_of(later))
+    conversation = await store.find_conversation(Address("tg", str(chat["id"])))
+    assert conversation is not None
+    texts = [m.text for m in await store.window(conversation.id, 10)]
+    assert texts == ["edited", "a later, ordinary message"]

@@ -399,6 +399,9 @@ class SQLiteStore(SQLiteAsks, Store):
             "INSERT INTO events (account, event_id, conversation_id, seq, kind) VALUES (?,?,?,?,?)",
             (event.account, event.event_id, conversation_id, result.seq, event.kind),
         )
+        # a message later in the batch under this id is this event again (a duplicate):
+        # `batch.existing` was read before it was written
+        batch.claimed[(event.account, event.event_id)] = (conversation_id, result.seq)  # type: ignore[assignment]
         return result
 
     def _orphan_edit_row(

@@ -570,6 +570,31 @@ class StoreContract(AskStoreContract):
         edited = await store.message(conversation_id, 1)
         assert edited is not None and edited.text == "question?"
 
+    async def test_a_batch_repeating_a_change_events_id_as_a_message_keeps_one(
+        self, store: Store
+    ) -> None:
+        """A platform (or a forger) reusing an edit's event id for a message in one batch:
+        the message is that event again, a duplicate, not a failed batch read forever."""
+        (stored,) = await store.append_inbound([Inbound(make_event("m1", "helo"))])
+        results = await store.append_inbound(
+            [
+                Inbound(make_event("x1", "hello", kind="edit", message_id="m1")),
+                Inbound(make_event("x1", "a message under the edit's id", message_id="m2")),
+                Inbound(make_event("r1", "👍", kind="reaction", message_id="m1", sender=BOB)),
+                Inbound(make_event("r1", "and another", message_id="m3")),
+                Inbound(make_event("e4", "next")),
+            ]
+        )
+        assert [r.status for r in results] == [
+            "applied",
+            "duplicate",
+            "applied",
+            "duplicate",
+            "stored",
+        ]
+        window = await store.window(stored.conversation_id, 10)
+        assert [(m.seq, m.text) for m in window] == [(1, "hello"), (2, "next")]
+
     async def test_a_held_senders_reaction_or_edit_changes_nothing(self, store: Store) -> None:
         (stored,) = await store.append_inbound([Inbound(make_event("e1", "hello"))])
         results = await store.append_inbound(
