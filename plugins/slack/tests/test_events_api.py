@@ -281,3 +281,52 @@ async def test_an_unsigned_or_stale_request_is_refused_before_its_body_is_read(
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
         assert head.startswith(b"HTTP/1.1 401"), extra
         writer.close()
+
+
+@pytest.mark.parametrize("mode", ["events", "socket"])
+@pytest.mark.parametrize("field", ["ts", "thread_ts", "event_ts"])
+async def test_a_ts_past_what_a_float_holds_is_one_dead_letter_and_acked(
+    slack: FakeSlack,
+    contract_context: ContractContext,
+    start_adapter: Any,
+    mode: str,
+    field: str,
+) -> None:
+    # JSON allows any integer: 10**400 made float() raise OverflowError inside normalize,
+    # which was answered 500 (Events API) or left unacked (Socket Mode), again and again
+    await start_adapter(mode)
+    broken = slack.message("C0GENERAL", "U0ALICE", "huge")
+    broken["event"][field] = 10**400
+    delivery = await slack.deliver(broken)
+    await slack.wait_acked(delivery.event_id)
+    fine = await slack.deliver(slack.message("C0GENERAL", "U0ALICE", "after"))
+    await slack.wait_acked(fine.event_id)
+    if field == "event_ts":  # not read: the message is stored
+        assert await stored(contract_context) == ["after", "huge"]
+    else:  # a ts the message is placed by: one clear dead letter
+        (reason,) = contract_context.malformed
+        assert field in reason and "Slack ts" in reason
+        assert await stored(contract_context) == ["after"]
+
+
+async def test_an_exception_no_check_foresaw_in_normalize_is_a_dead_letter_not_a_redelivery(
+    slack: FakeSlack,
+    contract_context: ContractContext,
+    start_adapter: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    adapter = await start_adapter("socket")
+    normalize = adapter.normalize
+
+    def flaky(payload: Any) -> Any:
+        if payload.get("event", {}).get("text") == "boom":
+            raise KeyError("a field no check foresaw")
+        return normalize(payload)
+
+    monkeypatch.setattr(adapter, "normalize", flaky)
+    delivery = await slack.deliver(slack.message("C0GENERAL", "U0ALICE", "boom"))
+    await slack.wait_acked(delivery.event_id)
+    assert delivery.acks == 1 and len(contract_context.malformed) == 1
+    fine = await slack.deliver(slack.message("C0GENERAL", "U0ALICE", "after"))
+    await slack.wait_acked(fine.event_id)
+    assert await stored(contract_context) == ["after"]

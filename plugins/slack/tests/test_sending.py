@@ -246,3 +246,16 @@ async def test_unreadable_error_answers_keep_their_http_meaning(
         assert caught.value.retry_after == 7
     assert slack.posts == []
     assert len(slack.calls_of("chat.postMessage")) == 1
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [("30", 30.0), ("-4", 0.0), ("nan", 1.0), ("soon", 1.0), ("inf", float("inf"))],
+)
+def test_a_retry_after_header_is_read_as_seconds_and_nonsense_waits_one(
+    header: str, seconds: float
+) -> None:
+    # an infinite one is past any bound: the deliverer gives the send up (rate limited too long)
+    from backchannel_slack.delivery import _retry_after
+
+    assert _retry_after({"Retry-After": header}) == seconds

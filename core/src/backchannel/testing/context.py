@@ -79,6 +79,11 @@ class ContractContext(AdapterContext):
             self.malformed.append(str(error))
             await self._note(None)
             return IngestResult("malformed", reason=str(error))
+        except Exception as error:  # as the switchboard does: a dead letter, not a stall
+            reason = f"normalize raised {error!r}"
+            self.malformed.append(reason)
+            await self._note(None)
+            return IngestResult("malformed", reason=reason)
         if event is None:
             if state:
                 for key, value in state.items():

@@ -413,6 +413,15 @@ class SlackAdapter:
             event = self.normalize(payload)
         except NormalizeError:
             return await self._ingest_unreadable(payload)  # a dead letter; safe to ack
+        except Exception as error:
+            # a shape no check foresaw: a dead letter too (the switchboard's normalize
+            # says what raised), never an event left unacked for Slack to send forever
+            self._log.error(
+                "normalize raised %s on event %s",
+                type(error).__name__,
+                str(payload.get("event_id"))[:80],
+            )
+            return await self._ingest_unreadable(payload)
         if event is None:
             return await ctx.ingest(payload)
         self.counters["received"] += 1

@@ -91,7 +91,10 @@ def _retry_after(headers: Mapping[str, Any]) -> float:
     for key, value in headers.items():
         if str(key).lower() == "retry-after":
             try:
-                return max(float(value), 0.0)
+                seconds = float(value)
             except (TypeError, ValueError):
                 break
+            if seconds != seconds:  # NaN: no wait at all would retry at once
+                break
+            return max(seconds, 0.0)
     return 1.0

@@ -510,12 +510,20 @@ def _list(value: Any) -> list[Any]:
 
 
 def _ts_text(value: Any) -> str | None:
-    """A Slack ts as Slack writes it: strings as sent, numbers with six decimals; else None."""
+    """A Slack ts as Slack writes it: strings as sent, numbers with six decimals; else None.
+
+    A number no Slack ts can be (an integer past what a float holds, say, which
+    JSON allows) is None too, not an OverflowError.
+    """
     if isinstance(value, str):
         return value or None
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+    if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < _TS_LIMIT:
         return f"{value:.6f}"
     return None
+
+
+#: past any ts Slack writes (seconds since 1970, ten digits): refused as a number
+_TS_LIMIT = 1e15
 
 
 def _ts_seconds(ts: str, where: str) -> float:
