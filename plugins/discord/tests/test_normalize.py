@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from backchannel.errors import NormalizeError
+from backchannel.storable import storable_event
 from backchannel_discord.normalize import normalize_payload, snowflake_time
 
 BOT = "1100000000000000001"
@@ -339,6 +340,18 @@ def test_missing_timestamp_falls_back_to_the_snowflake_time() -> None:
         snowflake_time("334385199974967042")
     )
     assert snowflake_time("175928847299117063") == pytest.approx(1462015105.796)
+
+
+@pytest.mark.parametrize(
+    "timestamp", ["9999-12-31T00:00:00+00:00", "0001-01-01T00:00:00+00:00", "yesterday"]
+)
+def test_a_timestamp_no_message_is_sent_at_falls_back_to_the_snowflake_time(
+    timestamp: str,
+) -> None:
+    # a time the store refuses would have turned the message into a dead letter
+    event = norm(envelope("MESSAGE_CREATE", in_guild(timestamp=timestamp)))
+    assert event.sent_at == pytest.approx(snowflake_time("334385199974967042"))
+    assert isinstance(storable_event(event, event.address.account), type(event))
 
 
 def test_other_dispatches_are_not_for_the_agent() -> None:

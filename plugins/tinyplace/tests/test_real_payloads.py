@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from typing import Any
 
 import pytest
 from backchannel.errors import NormalizeError
 from backchannel.model import Event
+from backchannel.storable import storable_event
 from backchannel.store import Inbound, SQLiteStore
 from backchannel.testing import mutate_payload
 from backchannel_tinyplace.normalize import normalize_relay_message
@@ -436,11 +438,25 @@ def test_relay_timestamps_in_the_forms_peers_send(timestamp: Any, expected: floa
 
 @pytest.mark.parametrize(
     "timestamp",
-    [None, "", "yesterday", pytest.param(10**400, id="huge"), float("nan"), -5, True],
+    [
+        None,
+        "",
+        "yesterday",
+        pytest.param(10**400, id="huge"),
+        float("nan"),
+        -5,
+        True,
+        # readable, but no time a message is sent at: the store would refuse the message
+        pytest.param(1767225600000000, id="microseconds"),
+        pytest.param("1767225600000000", id="microseconds-string"),
+        "9999-12-31T00:00:00Z",
+        "0001-01-01T00:00:00Z",
+    ],
 )
 def test_unreadable_timestamps_fall_back_to_receive_time(timestamp: Any) -> None:
     event = normalize(wrap("t", timestamp=timestamp))
-    assert event is not None and event.sent_at > 1.7e9
+    assert event is not None and 1.7e9 < event.sent_at < time.time() + 60
+    assert isinstance(storable_event(event, event.address.account), type(event))
 
 
 def test_base64_sender_address_is_kept_verbatim() -> None:

@@ -645,6 +645,13 @@ def _timestamp(value: str | None) -> float | None:
     if not value:
         return None
     try:
-        return datetime.fromisoformat(value).timestamp()
+        seconds = datetime.fromisoformat(value).timestamp()
     except (ValueError, OverflowError, OSError):
         return None
+    # a time no message is sent at (before 1970, past what a store takes) is none: the
+    # snowflake's own time is used instead of losing the message to a dead letter
+    return seconds if 0 < seconds < _LATEST else None
+
+
+#: the latest time a store takes (backchannel.storable)
+_LATEST = 1e11

@@ -203,9 +203,20 @@ def _required_str(envelope: Mapping[str, Any], key: str) -> str:
 def parse_timestamp(value: Any, default: float | None = None) -> float:
     """Return unix seconds for an ISO string or epoch (ms) number.
 
-    Unreadable: `default`, else the current time.
+    Unreadable, or a time no message is sent at (before 1970, or past the year
+    5138: microseconds taken for milliseconds, say): `default`, else the
+    current time. The peer writes this field; its words must not be lost to it.
     """
     fallback = time.time() if default is None else default
+    seconds = _seconds(value, fallback)
+    return seconds if 0 < seconds < _LATEST else fallback
+
+
+#: the latest time a store takes (storable.py): later ones fall back to the receive time
+_LATEST = 1e11
+
+
+def _seconds(value: Any, fallback: float) -> float:
     if isinstance(value, str) and value.strip().lstrip("-").replace(".", "", 1).isdigit():
         try:
             value = float(value)  # an epoch sent as a string
