@@ -230,10 +230,15 @@ ASSISTANT_THREAD_MESSAGE = """
 """
 
 
-def test_assistant_thread_in_a_dm_is_a_thread_conversation() -> None:
+def test_assistant_thread_in_a_dm_is_its_own_direct_conversation() -> None:
+    # its own conversation (the thread), and a DM still: the default policy answers it,
+    # as every DM (before, a "thread" needing a mention: the bot stayed silent in it)
+    from backchannel.policy import Policy
+
     event = must(load(ASSISTANT_THREAD_MESSAGE))
     assert event.address == Address("test", "D0DIRECT2", "1700000398.626339")
-    assert event.conversation_kind == "thread"
+    assert event.conversation_kind == "direct"
+    assert not event.mentions_me and Policy(respond="mention").triggers(event)
     assert event.sender.id == "W0CAROL01" and event.sender.handle == "W0CAROL01"
     assert event.reply_to == "1700000398.626339"
 

@@ -369,7 +369,9 @@ class _Reader:
         self, channel: str, ts: str, thread_ts: str | None, mentions_me: bool, direct: bool
     ) -> tuple[Address, ConversationKind]:
         if thread_ts and thread_ts != ts:
-            return Address(self.account, channel, thread_ts), "thread"
+            # a thread of a DM (an AI app's assistant thread, a reply under a DM message)
+            # is still a DM: only the person and the bot are in it
+            return Address(self.account, channel, thread_ts), "direct" if direct else "thread"
         if not direct and mentions_me and self.thread_on_mention:
             return Address(self.account, channel, ts), "thread"
         return Address(self.account, channel), "direct" if direct else "group"
