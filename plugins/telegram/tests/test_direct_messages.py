@@ -423,3 +423,29 @@ async def test_after_a_restart_the_same_conversations_and_reactions_land_there(
         ]
     finally:
         await again.stop()
+
+
+# --- topics in a private chat (a bot's threaded mode) ---------------------------------
+
+
+def _private_topic_update(text: str, **extra: Any) -> dict[str, Any]:
+    chat = {"id": ANA["id"], "type": "private", "first_name": "Ana"}
+    message = {"message_id": 40, "from": ANA, "chat": chat, "date": 1767225600, "text": text}
+    return {"update_id": 900000040, "message": {**message, **extra}}
+
+
+@pytest.mark.parametrize("text", ["hello, from my topic", "/help"])
+def test_a_topic_of_a_private_chat_is_its_own_conversation_and_still_direct(text: str) -> None:
+    # the default policy answers it as every private chat (before: a "thread" needing a
+    # mention, so the bot stayed silent in its own threaded mode)
+    entities = [{"type": "bot_command", "offset": 0, "length": 5}] if text == "/help" else None
+    update = _private_topic_update(
+        text, message_thread_id=77, is_topic_message=True, entities=entities
+    )
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None
+    assert event.address == Address("tg", str(ANA["id"]), "77")
+    assert event.conversation_kind == "direct"
+    assert Policy(respond="mention").triggers(event)
+    plain = normalize_update(_private_topic_update(text, entities=entities), "tg", BOT)
+    assert plain is not None and plain.mentions_me == event.mentions_me

@@ -264,7 +264,9 @@ def _message_event(
         address = Address(account, filed_under, f"{DIRECT_MESSAGES_THREAD}{topic_id}")
         conversation_kind = "direct"
     elif thread is not None:
-        address, conversation_kind = Address(account, filed_under, str(thread)), "thread"
+        # a topic of a private chat (a bot's threaded mode) is still a chat with one person
+        address = Address(account, filed_under, str(thread))
+        conversation_kind = "direct" if chat_type == "private" else "thread"
     else:
         address = Address(account, filed_under)
         conversation_kind = "direct" if chat_type == "private" else "group"
