@@ -311,8 +311,9 @@ async def test_strangers_and_crowds_cannot_make_the_server_buffer_without_bound(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, secrets: bool
 ) -> None:
     """A route's header check refuses a stranger before its body is read; the bodies held
-    at once are bounded (a request past the bound is a 503, not buffered); a request the
-    HTTP parser refuses is counted, not a traceback."""
+    at once are bounded, counted as they arrive (a request past the bound is a 503, not
+    buffered), so slow strangers announcing big bodies hold nothing; a request the HTTP
+    parser refuses is counted, not a traceback."""
     import asyncio
 
     from aiohttp import ClientSession, web
@@ -340,16 +341,27 @@ async def test_strangers_and_crowds_cannot_make_the_server_buffer_without_bound(
     port = int(url.rsplit(":", 1)[1])
 
     async def begin(
-        length: int, secret: str = "s3cret", source: str = "127.0.0.1"
+        length: int, secret: str = "s3cret", source: str = "127.0.0.1", sent: int = 10
     ) -> tuple[Any, Any]:
         reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
         writer.write(
             f"POST /hook HTTP/1.1\r\nHost: x\r\nX-Secret: {secret}\r\n"
             f"Content-Length: {length}\r\n\r\n".encode()
-            + b"x" * 10
+            + b"x" * sent
         )
         await writer.drain()
         return reader, writer
+
+    async def post(source: str = "127.0.0.1") -> int:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+        writer.write(
+            b"POST /hook HTTP/1.1\r\nHost: x\r\nX-Secret: s3cret\r\n"
+            b"Content-Length: 500000\r\nConnection: close\r\n\r\n" + b"p" * 500_000
+        )
+        await writer.drain()
+        status = await asyncio.wait_for(reader.readline(), 30)
+        writer.close()
+        return int(status.split()[1])
 
     try:
         # a stranger announcing a big body is refused at its headers, the body unread
@@ -357,10 +369,19 @@ async def test_strangers_and_crowds_cannot_make_the_server_buffer_without_bound(
         answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
         assert answer.startswith(b"HTTP/1.1 401") and server.buffered == 0
         writer.close()
-        # one request holds 600 kB of room while its body trickles: the next from the same
-        # address is refused (its quarter of the route's room is taken)
-        slow_reader, slow_writer = await begin(600_000)
-        await asyncio.wait_for(_until(lambda: server.buffered == 600_000), 30)
+        # twelve slow requests from one address, each announcing 500 kB and trickling: they
+        # hold what they sent, not what they announced, and turn no delivery away
+        tricklers = [await begin(500_000, source="127.0.0.9") for _ in range(12)]
+        await asyncio.wait_for(_until(lambda: server.buffered == 120), 30)
+        assert await post("127.0.0.9") == 200 and handled == [500_000]
+        for _reader, trickler in tricklers:
+            trickler.close()
+        await asyncio.wait_for(_until(lambda: server.buffered == 0), 30)
+        handled.clear()
+        # one request holding 590 kB of its 600 kB: the next from the same address is
+        # refused (its quarter of the route's room is taken)
+        slow_reader, slow_writer = await begin(600_000, sent=590_000)
+        await asyncio.wait_for(_until(lambda: server.buffered == 590_000), 30)
 
         async def refused(source: str) -> None:
             reader, writer = await begin(600_000, source=source)
@@ -370,10 +391,17 @@ async def test_strangers_and_crowds_cannot_make_the_server_buffer_without_bound(
 
         await refused("127.0.0.1")
         # three more addresses fill the route's room; a fifth is refused
-        others = [await begin(600_000, source=f"127.0.0.{n}") for n in (2, 3, 4)]
-        await asyncio.wait_for(_until(lambda: server.buffered == 2_400_000), 30)
+        others = [await begin(600_000, source=f"127.0.0.{n}", sent=590_000) for n in (2, 3, 4)]
+        await asyncio.wait_for(_until(lambda: server.buffered == 4 * 590_000), 30)
         await refused("127.0.0.5")
         assert handled == [] and server.refused_busy == 2
+        # a body that keeps coming past the room is refused as it arrives
+        reader, writer = await begin(600_000, source="127.0.0.6", sent=0)
+        writer.write(b"y" * 100_000)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        assert answer.startswith(b"HTTP/1.1 503") and server.refused_busy == 3
+        writer.close()
         # another route has its own room: strangers crowding one starve no other
         async with (
             ClientSession() as session,
@@ -386,10 +414,10 @@ async def test_strangers_and_crowds_cannot_make_the_server_buffer_without_bound(
         writer.write(b"GET /page HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n")
         await writer.drain()
         answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
-        assert answer.startswith(b"HTTP/1.1 400") and server.buffered == 2_400_000
+        assert answer.startswith(b"HTTP/1.1 400") and server.buffered == 4 * 590_000
         writer.close()
         # the slow one finishes: handled, its room given back; the others leave, theirs too
-        slow_writer.write(b"x" * (600_000 - 10))
+        slow_writer.write(b"x" * 10_000)
         await slow_writer.drain()
         assert (await asyncio.wait_for(slow_reader.readline(), 30)).startswith(b"HTTP/1.1 200")
         slow_writer.close()

@@ -12,9 +12,12 @@ complete within `body_timeout` seconds is a 408 before any route reads it.
 
 Memory: a route's header check (`RouteTable.add(check=...)`: a webhook's
 secret header) refuses a stranger before the body is read, and the bodies
-held at once are bounded per route (`max_buffered`, each counted at its
-announced length, or the most a body may be when it announces none): a
-request past that bound is a 503 with Retry-After, never buffered. Per route:
+held at once are bounded per route (`max_buffered`), and per client address
+to a quarter of that. A body is counted as it arrives, not at its announced
+length, so slow clients announcing big bodies hold only what they sent (a
+crowd of them cannot turn real deliveries away); a request whose announced
+length would not fit, or whose body stops fitting as it arrives, is a 503
+with Retry-After, not buffered further. Per route:
 strangers crowding one route (a forged but fresh Slack signature passes the
 header check) cannot starve another (Telegram's, whose secret they lack). A
 GET or HEAD carrying a body is a 400 before any of it is read. A request
@@ -124,8 +127,8 @@ class HttpServer:
         if check is not None and (refused := check(request)) is not None:
             refused.force_close()  # whatever body it brought is not read
             return refused
-        reserved = 0
         route, peer = request.path, request.remote or ""
+        held = _Held(self._buffered, self._by_peer, route, peer)
         if request.can_read_body:
             if request.method in ("GET", "HEAD"):
                 refused = web.Response(status=400, text="a GET or HEAD carries no body\n")
@@ -134,20 +137,14 @@ class HttpServer:
             announced = request.content_length
             if announced is not None and announced > MAX_BODY:
                 raise web.HTTPRequestEntityTooLarge(MAX_BODY, announced)
-            reserved = MAX_BODY if announced is None else announced
-            if (
-                self._buffered.get(route, 0) + reserved > self.max_buffered
-                or self._by_peer.get((route, peer), 0) + reserved > self.max_buffered // 4
-            ):
+            if announced is not None and not held.fits(announced, self.max_buffered):
                 return self._busy(request)
-            self._buffered[route] = self._buffered.get(route, 0) + reserved
-            self._by_peer[route, peer] = self._by_peer.get((route, peer), 0) + reserved
         try:
             if request.can_read_body:
-                # read here, bounded (aiohttp keeps it: the route's own read gets it at once)
+                # read here, bounded (kept on the request: the route's own read gets it)
                 try:
                     async with asyncio.timeout(self.body_timeout):
-                        await request.read()
+                        body = await self._read_body(request, held)
                 except TimeoutError:
                     log.warning(
                         "%s %s: the body did not arrive within %gs; answered 408",
@@ -158,6 +155,9 @@ class HttpServer:
                     refused = web.Response(status=408, text="the request body took too long\n")
                     refused.force_close()  # not another request on a connection this slow
                     return refused
+                if body is None:
+                    return self._busy(request)
+                request._read_bytes = body  # what `request.read()` returns (aiohttp's own slot)
             return await handler(request)
         except ConnectionResetError:  # aiohttp's ClientConnectionResetError included
             self._client_disconnected(request)
@@ -166,9 +166,26 @@ class HttpServer:
             log.warning("%s %s: refused a body: %s", request.method, request.path, error)
             return web.Response(status=400, text=f"{error}\n")
         finally:
-            if reserved:
-                _release(self._buffered, route, reserved)
-                _release(self._by_peer, (route, peer), reserved)
+            held.release()
+
+    async def _read_body(self, request: web.Request, held: _Held) -> bytes | None:
+        """Read the body as it arrives, counting each chunk against the route's room (and
+        its client address's) when it comes: None once it would pass either.
+
+        Counted as it arrives, not at its announced length: a client trickling a body
+        it announced as 4 MiB holds the few bytes it sent, so a crowd of slow strangers
+        (a forged but fresh Slack signature passes the header check) cannot fill a
+        route's room and turn the real deliveries away.
+        """
+        body = bytearray()
+        while chunk := await request.content.readany():
+            if len(body) + len(chunk) > MAX_BODY:
+                raise web.HTTPRequestEntityTooLarge(MAX_BODY, len(body) + len(chunk))
+            if not held.fits(len(chunk), self.max_buffered):
+                return None
+            held.take(len(chunk))
+            body += chunk
+        return bytes(body)
 
     @property
     def buffered(self) -> int:
@@ -251,6 +268,37 @@ class _MalformedRequests(logging.Filter):
 
 
 _MALFORMED = _MalformedRequests()
+
+
+class _Held:
+    """The body bytes one request holds, counted in its route's and its address's totals."""
+
+    def __init__(
+        self, by_route: dict[str, int], by_peer: dict[tuple[str, str], int], route: str, peer: str
+    ):
+        self.by_route, self.by_peer = by_route, by_peer
+        self.route, self.peer = route, peer
+        self.amount = 0
+
+    def fits(self, size: int, room: int) -> bool:
+        """Whether `size` more bytes keep the route within `room`, and the address within
+        a quarter of it."""
+        return (
+            self.by_route.get(self.route, 0) + size <= room
+            and self.by_peer.get((self.route, self.peer), 0) + size <= room // 4
+        )
+
+    def take(self, size: int) -> None:
+        self.amount += size
+        self.by_route[self.route] = self.by_route.get(self.route, 0) + size
+        key = (self.route, self.peer)
+        self.by_peer[key] = self.by_peer.get(key, 0) + size
+
+    def release(self) -> None:
+        if self.amount:
+            _release(self.by_route, self.route, self.amount)
+            _release(self.by_peer, (self.route, self.peer), self.amount)
+            self.amount = 0
 
 
 def _release(held: dict[Any, int], key: Any, amount: int) -> None:
