@@ -508,3 +508,45 @@ async def test_a_constraint_sqlite_refuses_is_a_dead_letter_and_the_batch_moves_
     assert await store.get_state("fake", "offset") == "3"
     await board.wait_idle()
     await board.stop()
+
+
+async def test_a_header_check_that_raises_is_a_400_and_a_head_gets_its_get_routes_check(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from aiohttp import ClientSession, web
+    from backchannel.adapter import RouteTable
+    from backchannel.server import HttpServer
+
+    routes = RouteTable()
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        return web.Response(text="secret page")
+
+    def broken(request: web.Request) -> web.StreamResponse | None:
+        int(request.headers.get("X-N", "0"))  # a check with a bug: raises on a non-number
+        return None
+
+    def needs_key(request: web.Request) -> web.StreamResponse | None:
+        return None if request.headers.get("X-Key") == "k" else web.Response(status=401)
+
+    routes.add("POST", "/broken", page, check=broken)
+    routes.add("GET", "/page", page, check=needs_key)
+    server = HttpServer(routes, port=0)
+    url = await server.start()
+    try:
+        async with ClientSession() as session:
+            for _ in range(3):  # "x" is no int: the check raises, the request is refused
+                async with session.post(f"{url}/broken", headers={"X-N": "x"}) as answer:
+                    assert answer.status == 400
+            async with session.post(f"{url}/broken", headers={"X-N": "1"}) as answer:
+                assert answer.status == 200
+            # a HEAD is answered by the GET route: its check applies as well
+            async with session.head(f"{url}/page") as answer:
+                assert answer.status == 401
+            async with session.head(f"{url}/page", headers={"X-Key": "k"}) as answer:
+                assert answer.status == 200
+        assert server.refused_by_check == 3
+        warnings = [r for r in caplog.records if "header check raised" in r.getMessage()]
+        assert len(warnings) == 1 and warnings[0].exc_info is None
+    finally:
+        await server.stop()

@@ -147,7 +147,10 @@ class RouteTable:
         self._checks.pop((method.upper(), path), None)
 
     def check(self, method: str, path: str) -> HeaderCheck | None:
-        """The header check of the route `find` gives for this request, if it has one."""
+        """The header check of the route `find` gives for this request, if it has one
+        (a HEAD answered by a GET route gets that route's check)."""
+        if (method.upper(), path) not in self._routes and method.upper() == "HEAD":
+            method = "GET"
         return self._checks.get((method.upper(), path))
 
     def url(self, path: str) -> str:

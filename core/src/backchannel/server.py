@@ -78,6 +78,8 @@ class HttpServer:
         self._by_peer: dict[tuple[str, str], int] = {}
         #: requests refused for want of buffer room, and malformed ones aiohttp refused
         self.refused_busy = 0
+        #: requests whose route's header check raised (refused: a 400)
+        self.refused_by_check = 0
         #: malformed requests aiohttp refused, counted for every server of the process
         self.malformed = _MALFORMED
         self.host = host
@@ -124,9 +126,21 @@ class HttpServer:
                 raise web.HTTPMethodNotAllowed(request.method, [])
             raise web.HTTPNotFound(text=f"no route for {request.path}\n")
         check = self.routes.check(request.method, request.path)
-        if check is not None and (refused := check(request)) is not None:
-            refused.force_close()  # whatever body it brought is not read
-            return refused
+        if check is not None:
+            try:
+                refused = check(request)
+            except Exception as error:  # a check's own bug: a refusal, never a 500 each
+                self.refused_by_check += 1
+                (log.warning if self.refused_by_check == 1 else log.debug)(
+                    "%s %s: the route's header check raised %s; answered 400",
+                    request.method,
+                    request.path,
+                    type(error).__name__,
+                )
+                refused = web.Response(status=400, text="the request headers were refused\n")
+            if refused is not None:
+                refused.force_close()  # whatever body it brought is not read
+                return refused
         route, peer = request.path, request.remote or ""
         held = _Held(self._buffered, self._by_peer, route, peer)
         if request.can_read_body:

@@ -695,7 +695,13 @@ def _unsigned(request: Any) -> Any:
     from aiohttp import web
 
     stamp = request.headers.get("X-Slack-Request-Timestamp", "")
-    if request.headers.get("X-Slack-Signature") and stamp.isascii() and stamp.isdigit():
+    # ten digits today; a long one (300 digits overflow a float) is refused, not a 500
+    if (
+        request.headers.get("X-Slack-Signature")
+        and len(stamp) <= 12
+        and stamp.isascii()
+        and stamp.isdigit()
+    ):
         if abs(time.time() - int(stamp)) <= _STALE_AFTER:
             return None
     elif (
