@@ -142,3 +142,42 @@ async def test_edits_and_deletions_made_while_stopped_are_applied_on_the_next_st
     # one history request for the channel: the newest page held the cursor
     reads = [p for m, p, _ in fake.requests if m == "GET" and p.endswith("/messages")]
     assert reads == [f"/channels/{fake.general}/messages"]
+
+
+async def test_messages_still_queued_when_stopping_are_stored_not_refused(
+    fake: FakeDiscord, contract_context: ContractContext
+) -> None:
+    """A graceful stop while received payloads wait behind a slow commit stores them: the
+    client is closed only after the drain. Before, it was closed first, so a queued guild
+    message found no one to describe its channel, became a dead letter, and the catch-up
+    cursor moved past it: lost."""
+    import asyncio
+
+    adapter = DiscordAdapter("test", {**fake.settings, **FAST})
+    await adapter.start(contract_context.bind(adapter))
+    before = await fake.post_message(fake.general, fake.alice, "before")
+    await contract_context.wait_ingested(before["id"])
+    contract_context.hold()  # the next commit waits: the message after it stays queued
+    await fake.post_message(fake.general, fake.alice, "in the commit")
+    queued = await fake.post_message(fake.general, fake.alice, "queued")
+    for _ in range(3000):  # discord.py hands it over when the Gateway frame is read
+        if adapter._inbox.qsize() == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert adapter._inbox.qsize() == 1, "the second message was never queued"
+    draining = asyncio.Event()
+    join = adapter._inbox.join
+
+    async def drain() -> None:
+        draining.set()
+        await join()
+
+    adapter._inbox.join = drain  # type: ignore[method-assign]
+    stopping = asyncio.create_task(adapter.stop())
+    await asyncio.wait_for(draining.wait(), 30)
+    contract_context.release()
+    await stopping
+    assert contract_context.malformed == []
+    await contract_context.wait_ingested(queued["id"])
+    transcript = await contract_context.transcript(Address("test", fake.general))
+    assert [m.text for m in transcript] == ["before", "in the commit", "queued"]

@@ -170,15 +170,17 @@ class DiscordAdapter:
         Ends the supervisor too: no restart happens during or after stop.
         """
         self._stopping = True  # the supervisor starts nothing new from here on
+        if self._ingest_task is not None and not self._ingest_task.done():
+            # payloads discord.py already received are in no one else's hands: store them,
+            # while the client can still say what their channels are (a guild message whose
+            # channel no one can describe is refused, and the catch-up cursor moves past it)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._inbox.join(), self.settings.drain_timeout)
         clients = [c for c in (self._client, self._pending, self._retired) if c is not None]
         self._client = self._pending = self._retired = None
         for client in clients:
             with contextlib.suppress(Exception):
                 await client.close()
-        if self._ingest_task is not None and not self._ingest_task.done():
-            # payloads discord.py already received are in no one else's hands: store them
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._inbox.join(), self.settings.drain_timeout)
         tasks = [task for task in (self._client_task, self._ingest_task) if task is not None]
         for task in tasks:
             task.cancel()
@@ -425,6 +427,11 @@ class DiscordAdapter:
         data = payload.get("d")
         if not isinstance(data, dict):
             data = {}  # normalize says what is wrong with the payload
+        if self._stopping and self._client is None:
+            # came in after the drain: with no client its channel cannot be described, and a
+            # refusal would move the catch-up cursor past it; left for the next start's
+            # catch-up, as if the process had stopped a moment earlier
+            return
         context = await self._context_for(data)
         if payload.get("t") in REACTION_EVENTS and self._session_id:
             # a reaction's event id ends with the session and its `s` (see normalize)
