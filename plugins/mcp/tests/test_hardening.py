@@ -181,3 +181,66 @@ async def test_stdio_lines_the_sdk_cannot_parse_are_answered_or_dropped_and_serv
             await asyncio.wait_for(serving, 20)
     finally:
         await store.close()
+
+
+async def test_http_closes_connections_slow_to_send_headers_and_caps_each_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Idle connections held every one of uvicorn's 256 places (it counts a connection
+    from the moment it opens and waits for its headers for ever): every request was a 503
+    while they stayed. Now one address holds at most its share, and a connection that
+    sends no complete headers in time is closed."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import httpx2 as httpx
+    from backchannel_mcp import http as mcp_http
+
+    monkeypatch.setattr(mcp_http, "HEADER_TIMEOUT", 0.5)
+    monkeypatch.setattr(mcp_http, "MAX_PER_ADDRESS", 4)
+
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    app = SimpleNamespace(server=SimpleNamespace(streamable_http_app=lambda host: asgi))
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()
+    serving = asyncio.create_task(
+        mcp_http.serve_http(app, "127.0.0.1", 0, "tok", on_ready=ready.set_result, stop=stop)  # type: ignore[arg-type]
+    )
+    url = await asyncio.wait_for(ready, 30)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    try:
+        idle = [
+            await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.7", 0))
+            for _ in range(6)
+        ]
+        # past its share, an address's connections are closed at once
+        for reader, _writer in idle[4:]:
+            assert await asyncio.wait_for(reader.read(), 30) == b""
+        # another address is served meanwhile
+        headers = {"Authorization": "Bearer tok"}
+        async with httpx.AsyncClient() as http:
+            assert (await http.get(url, headers=headers)).status_code == 200
+        # a connection trickling its headers is closed once its time is up, and so is one
+        # that never sent any
+        idle[0][1].write(b"GET /mcp HTTP/1.1\r\n")
+        await idle[0][1].drain()
+        for reader, _writer in idle[:4]:
+            assert await asyncio.wait_for(reader.read(), 30) == b""
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /mcp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n\r\n")
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 30)
+        assert answer.startswith(b"HTTP/1.1 200") and b"\r\nok\r\n" in answer
+        for _reader, idle_writer in (*idle, (reader, writer)):
+            idle_writer.close()
+    finally:
+        stop.set()
+        await serving

@@ -29,6 +29,80 @@ log = logging.getLogger("backchannel.mcp.http")
 
 #: connections (and requests) served at once over HTTP
 MAX_CONNECTIONS = 256
+#: connections one client address may hold open at once (a quarter of the whole)
+MAX_PER_ADDRESS = MAX_CONNECTIONS // 4
+#: seconds a connection may take to send a request's headers, from when it opened or its
+#: last response ended (uvicorn itself waits for ever)
+HEADER_TIMEOUT = 10.0
+
+
+def _timely_protocol() -> type:
+    """uvicorn's h11 protocol, with a deadline for headers and a cap per client address.
+
+    uvicorn counts a connection against `limit_concurrency` from the moment it opens,
+    and has no timeout for headers still arriving: 256 idle connections from anyone
+    made every request a 503 for as long as they stayed open. Here a connection that
+    sends no complete request headers within `HEADER_TIMEOUT` (of opening, or of its
+    last response) is closed, and one address may hold `MAX_PER_ADDRESS` connections.
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    held: dict[str, int] = {}
+
+    class TimelyH11Protocol(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+        _address = ""
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._address = self.client[0] if self.client else ""
+            held[self._address] = held.get(self._address, 0) + 1
+            if held[self._address] > MAX_PER_ADDRESS:
+                _refused_crowd(self._address)
+                transport.close()
+                return
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            left = held.get(self._address, 1) - 1
+            if left > 0:
+                held[self._address] = left
+            else:
+                held.pop(self._address, None)
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            self._deadline = self.loop.call_later(HEADER_TIMEOUT, self._too_slow, self.cycle)
+
+        def _too_slow(self, waiting_after: Any) -> None:
+            # no request began since it was armed (a new one replaces the cycle)
+            if self.cycle is waiting_after and not self.transport.is_closing():
+                self.transport.close()
+
+    return TimelyH11Protocol
+
+
+_crowds = {"refused": 0}
+
+
+def _refused_crowd(address: str) -> None:
+    """One WARNING for the first connection refused for its address's crowd, then DEBUG."""
+    _crowds["refused"] += 1
+    (log.warning if _crowds["refused"] == 1 else log.debug)(
+        "refused a connection from %s: it holds %d already (%d refused so far)",
+        address,
+        MAX_PER_ADDRESS,
+        _crowds["refused"],
+    )
+
 
 Asgi = Callable[[Any, Any, Any], Awaitable[None]]
 
@@ -103,10 +177,11 @@ async def serve_http(
         log_level="warning",
         lifespan="on",
         access_log=False,
-        # connections and requests at once: past it uvicorn answers 503 at once, so idle
-        # or trickling connections (uvicorn has no timeout for headers still arriving)
-        # cannot take every file the process may open
+        # connections and requests at once: past it uvicorn answers 503 at once, so
+        # connections cannot take every file the process may open; the protocol closes
+        # those slow to send their headers, and caps each client address
         limit_concurrency=MAX_CONNECTIONS,
+        http=_timely_protocol(),
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
