@@ -550,3 +550,23 @@ async def test_a_header_check_that_raises_is_a_400_and_a_head_gets_its_get_route
         assert len(warnings) == 1 and warnings[0].exc_info is None
     finally:
         await server.stop()
+
+
+def test_a_counted_log_writes_the_first_line_then_one_an_interval_with_the_count(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from backchannel import logcount
+
+    clock = [1000.0]
+    monkeypatch.setattr(logcount.time, "monotonic", lambda: clock[0])
+    counted = logcount.CountedLog(logging.getLogger("backchannel.test.counted"), interval=60)
+    caplog.set_level(logging.DEBUG, "backchannel.test.counted")
+    for n in range(5):
+        counted.note("refused %s", n)
+    clock[0] += 61
+    counted.note("refused %s", "late")
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert lines[0] == (logging.WARNING, "refused 0")
+    assert [level for level, _ in lines[1:5]] == [logging.DEBUG] * 4
+    assert lines[5] == (logging.WARNING, "refused late (5 such since the last line)")
+    assert counted.count == 6

@@ -36,6 +36,7 @@ from typing import Any
 from aiohttp import web
 
 from .adapter import RouteTable
+from .logcount import CountedLog
 from .wire import BadPayload
 
 log = logging.getLogger("backchannel.server")
@@ -80,6 +81,8 @@ class HttpServer:
         self.refused_busy = 0
         #: requests whose route's header check raised (refused: a 400)
         self.refused_by_check = 0
+        #: bodies that took longer than `body_timeout` (a 408): counted, not a line each
+        self._too_slow = CountedLog(log)
         #: malformed requests aiohttp refused, counted for every server of the process
         self.malformed = _MALFORMED
         self.host = host
@@ -160,7 +163,7 @@ class HttpServer:
                     async with asyncio.timeout(self.body_timeout):
                         body = await self._read_body(request, held)
                 except TimeoutError:
-                    log.warning(
+                    self._too_slow.note(
                         "%s %s: the body did not arrive within %gs; answered 408",
                         request.method,
                         request.path,

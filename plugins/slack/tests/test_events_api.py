@@ -43,6 +43,24 @@ async def test_bad_signature_is_401_and_nothing_is_stored(
     assert contract_context.results == []
 
 
+async def test_forged_signatures_make_one_warning_not_one_each(
+    slack: FakeSlack,
+    contract_context: ContractContext,
+    start_adapter: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # anyone can send a fresh timestamp with a forged signature, by the thousand
+    await start_adapter("events")
+    caplog.set_level(logging.DEBUG)
+    for n in range(3):
+        forged = slack.message("C0GENERAL", "U0ALICE", f"forged {n}")
+        delivery = await slack.deliver(forged, signature="bad")
+        await slack.wait_for(delivery.gave_up.is_set, what="Slack to give up")
+    rejected = [r for r in caplog.records if "bad or stale signature" in r.getMessage()]
+    assert len(rejected) == 3 * (slack.max_retries + 1)
+    assert [r.levelno for r in rejected].count(logging.WARNING) == 1
+
+
 async def test_stale_timestamp_is_401_and_nothing_is_stored(
     slack: FakeSlack, contract_context: ContractContext, start_adapter: Any
 ) -> None:

@@ -40,6 +40,7 @@ from backchannel.errors import (
     Rejected,
     Uncertain,
 )
+from backchannel.logcount import CountedLog
 from backchannel.model import Address, Event, Outbound, Receipt, Sender
 from backchannel.store.cache import LRUCache
 from backchannel.wire import BadPayload, parse_json
@@ -170,6 +171,8 @@ class SlackAdapter:
         """Check the bot token (auth.test), then connect Socket Mode or add the events route."""
         self._ctx = ctx
         self._log = ctx.log
+        #: anyone can send a forged signature: counted, not a line each
+        self._bad_signatures = CountedLog(ctx.log)
         settings = self.settings
         sdk_logger = ctx.log.logger
         proxy = resolve_proxy(settings.proxy, settings.api_base)
@@ -367,7 +370,10 @@ class SlackAdapter:
         except (ValueError, TypeError):
             valid = False
         if not valid:
-            self._log.warning("rejected an Events API request with a bad or stale signature")
+            self._bad_signatures.note(
+                "rejected an Events API request from %s with a bad or stale signature",
+                request.remote,
+            )
             return web.Response(status=401, text="invalid signature\n")
         if form is not None:
             # interactivity (payload=...) or a slash command (command=...): acked, not handled

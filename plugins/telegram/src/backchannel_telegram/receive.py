@@ -18,6 +18,7 @@ from aiohttp import web
 from attrs import frozen
 from backchannel.adapter import AdapterContext
 from backchannel.errors import BackchannelError, ConfigError
+from backchannel.logcount import CountedLog
 from backchannel.secrets import register_secret
 from backchannel.wire import BadPayload, parse_json
 
@@ -222,6 +223,8 @@ class WebhookReceiver:
         self._state_for = state_for
         self._secret = ""
         self._serving = False
+        #: requests refused for the secret: anyone can send them, so counted, not a line each
+        self._strangers = CountedLog(ctx.log)
 
     async def start(self) -> None:
         """Add the route, then setWebhook with a secret derived from the token (never stored)."""
@@ -269,7 +272,7 @@ class WebhookReceiver:
         given = request.headers.get(SECRET_HEADER, "")
         if self._secret and _secret_matches(given, self._secret):
             return None
-        self._ctx.log.warning(
+        self._strangers.note(
             "refused a webhook request from %s: wrong or missing %s header",
             request.remote,
             SECRET_HEADER,
