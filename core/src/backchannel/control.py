@@ -204,6 +204,14 @@ def _not_private(directory: Path) -> str | None:
     return None
 
 
+def _owner(path: Path) -> int | None:
+    """The uid owning `path` itself (not what a symbolic link names), None if unknown."""
+    try:
+        return os.lstat(path).st_uid
+    except OSError:
+        return None
+
+
 def _expected_uid() -> int:
     """The user id a client wants its `serve` to run as: its own (tests replace it)."""
     return os.getuid()
@@ -374,6 +382,12 @@ class ControlServer:
         """
         directory = self.path.parent
         private = directory in _private_dirs()
+        if len(os.fsencode(self.path)) > _MAX_SOCKET_PATH + 7:  # sun_path: 108 with its NUL
+            raise ControlUnsafe(
+                f"cannot open the control socket {self.path}: the path is"
+                f" {len(os.fsencode(self.path))} bytes, longer than a unix socket's 107;"
+                f" {_HOW_TO_FIX}"
+            )
         try:
             if private:  # in the temp dir, where anyone may have made it first
                 with contextlib.suppress(FileExistsError):
@@ -388,10 +402,12 @@ class ControlServer:
         if private:
             problem = _not_private(directory)
             if problem is not None:
+                mine = _owner(directory) == os.getuid()
+                fix = f"remove it (rm -r {directory}) and start again, or " if mine else ""
                 raise ControlUnsafe(
                     f"refusing to open the control socket in {directory}: it {problem}, so"
                     " another user could take the socket and read what clients send to serve;"
-                    f" remove it (rm -r {directory}) and start again, or {_HOW_TO_FIX}"
+                    f" {fix}{_HOW_TO_FIX}"
                 )
         elif _shared(directory):
             raise ControlUnsafe(
