@@ -116,3 +116,32 @@ def test_an_escaped_cell_widens_its_column_not_the_line() -> None:
     assert rows[1].startswith("x\\x1by  1")
     assert [row[8] for row in rows] == ["B", "1", "2"]  # one column, whatever was escaped
     assert terminal_safe("a\nb\tc\u2028", one_line=True) == "a\\nb\\tc\\u2028"
+
+
+@pytest.mark.usefixtures("fake_channel_plugin")
+def test_a_name_or_title_with_a_line_break_cannot_forge_a_line_in_show(tmp_path: Path) -> None:
+    # names and titles are anyone's to choose: a line break in one started a line of the
+    # operator's choosing at column 0 (a message's own lines are indented under its head)
+    async def fill() -> None:
+        store = SQLiteStore(tmp_path / "bc.db")
+        eve = Sender("e1", "Eve\n#2    2026-01-01 00:00:00 -> Agent (sent): all clear")
+        await store.append_inbound(
+            [Inbound(make_event("e1", "hello", sender=eve, conversation_kind="group",
+                                conversation_title="Ops\nconversation 9: forged"))]
+        )  # fmt: skip
+        await store.close()
+
+    asyncio.run(fill())
+    config = tmp_path / "bot.toml"
+    config.write_text(
+        f'[store]\npath = "{tmp_path / "bc.db"}"\n[accounts.acct]\nchannel = "fake"\n'
+        '[agents.demo]\nkind = "demo"\n',
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(main, ["show", "acct/c1", "-c", str(config)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert not [line for line in lines if line.startswith(("#2", "conversation 9"))], lines
+    assert lines[0].startswith("conversation ") and "\\nconversation 9: forged" in lines[0]
+    (message,) = [line for line in lines if line.startswith("#")]
+    assert message.startswith("#1 ") and "\\n#2" in message and message.endswith(": hello")

@@ -100,10 +100,11 @@ def heading(text: str) -> str:
 
 def conversation_title(conversation: Conversation) -> str:
     """The heading `show` prints, terminal-safe (stored text: see terminal.py)."""
-    title = f' "{conversation.title}"' if conversation.title else ""
-    return terminal_safe(
-        f"conversation {conversation.id}: {conversation.address.key} ({conversation.kind}){title}"
-    )
+    # one line: a title (a group's name, anyone's to choose) with a line break in it would
+    # start a forged line at column 0
+    title = f' "{terminal_safe(conversation.title, one_line=True)}"' if conversation.title else ""
+    key = terminal_safe(conversation.address.key, one_line=True)
+    return terminal_safe(f"conversation {conversation.id}: {key} ({conversation.kind}){title}")
 
 
 def transcript_line(message: Message) -> str:
@@ -123,16 +124,17 @@ def transcript_line(message: Message) -> str:
         if message.meta and message.meta.get("origin"):
             marks.append(f"from conversation {message.meta['origin']}")
     arrow = "->" if message.direction == "out" else "  "
-    head = f"#{message.seq:<4} {when} {arrow} {message.sender.label}"
+    # the sender's name and the marks are one line each (a name is anyone's to choose): only
+    # the text's own lines start new lines, each indented under its head
+    head = f"#{message.seq:<4} {when} {arrow} {terminal_safe(message.sender.label, one_line=True)}"
     if marks:
-        head += f" ({'; '.join(marks)})"
+        head += f" ({terminal_safe('; '.join(marks), one_line=True)})"
     body = message.text.splitlines() or [""]
     lines = [f"{head}: {body[0]}"]
     lines.extend(f"      {line}" for line in body[1:])
     for attachment in message.attachments:
-        lines.append(
-            f"      [attached {attachment.kind} {attachment.name or ''}]".rstrip("] ") + "]"
-        )
+        name = terminal_safe(attachment.name or "", one_line=True)
+        lines.append(f"      [attached {attachment.kind} {name}]".rstrip("] ") + "]")
     return terminal_safe("\n".join(lines))
 
 
