@@ -204,6 +204,81 @@ def test_forwarded_message_is_not_a_reply_and_carries_the_forwarded_text() -> No
     assert event.meta["forwarded_from"] == {"message_id": "5", "channel_id": "6", "guild_id": "7"}
 
 
+ALERT_EMBED: dict[str, Any] = {
+    "type": "rich",
+    "author": {"name": "Grafana", "icon_url": "https://example.org/g.png"},
+    "title": "CPU high",
+    "description": "host db-1 at 97%",
+    "fields": [
+        {"name": "Runbook", "value": "restart the replica", "inline": False},
+        {"name": "\u200b", "value": "no name shown", "inline": True},
+        {"name": "Owner", "value": "\u200b"},
+        {"name": 5, "value": None},
+        "not a field",
+    ],
+    "footer": {"text": "fired 12:00", "icon_url": "https://example.org/f.png"},
+    "color": 15158332,
+}
+
+
+def webhook_post(**extra: Any) -> dict[str, Any]:
+    hook = {"id": "1180000000000000600", "username": "Grafana", "bot": True}
+    return in_guild(content="", author=hook, webhook_id=hook["id"], **extra)
+
+
+def test_an_embed_reads_as_author_title_description_fields_and_footer() -> None:
+    event = norm(envelope("MESSAGE_CREATE", webhook_post(embeds=[ALERT_EMBED])))
+    assert event.text == (
+        "Grafana\nCPU high\nhost db-1 at 97%\nRunbook: restart the replica\n"
+        "no name shown\nOwner\nfired 12:00"
+    )
+    only_fields = {"type": "rich", "fields": [{"name": "Status", "value": "DOWN: api"}]}
+    event = norm(envelope("MESSAGE_CREATE", webhook_post(embeds=[only_fields, ALERT_EMBED])))
+    assert event.text.startswith("Status: DOWN: api\n\nGrafana\nCPU high\n")
+    # parts of the wrong shape are skipped, never an error
+    broken = {"type": "rich", "fields": "x", "author": "x", "footer": {"text": 5}, "title": "t"}
+    assert norm(envelope("MESSAGE_CREATE", webhook_post(embeds=[broken]))).text == "t"
+
+
+def test_a_message_with_text_keeps_only_its_text_not_its_embeds() -> None:
+    # docs/channels/discord.md: embeds are read only when the message has no text
+    event = norm(envelope("MESSAGE_CREATE", webhook_post(embeds=[ALERT_EMBED])))
+    post = webhook_post(embeds=[ALERT_EMBED])
+    post["content"] = "Alert firing"
+    assert norm(envelope("MESSAGE_CREATE", post)).text == "Alert firing" != event.text
+
+
+def forward_of(**snapshot: Any) -> dict[str, Any]:
+    return in_guild(
+        content="",
+        message_reference={"type": 1, "message_id": "5", "channel_id": "6", "guild_id": "7"},
+        message_snapshots=[{"message": {"type": 0, "content": "", "attachments": [], **snapshot}}],
+    )
+
+
+def test_a_forward_of_an_embed_or_components_reads_as_their_text() -> None:
+    event = norm(envelope("MESSAGE_CREATE", forward_of(embeds=[ALERT_EMBED])))
+    assert event.text.startswith("Grafana\nCPU high\nhost db-1 at 97%\nRunbook: restart")
+    assert event.meta["forwarded_from"]["message_id"] == "5"
+    display = [{"type": 17, "components": [{"type": 10, "content": "deploy finished"}]}]
+    event = norm(envelope("MESSAGE_CREATE", forward_of(components=display, flags=1 << 15)))
+    assert event.text == "deploy finished"
+    # the snapshot's own content comes first; a snapshot of the wrong shape gives no text
+    event = norm(envelope("MESSAGE_CREATE", forward_of(content="fwd", embeds=[ALERT_EMBED])))
+    assert event.text == "fwd"
+    event = norm(envelope("MESSAGE_CREATE", forward_of(embeds="x", components={"type": 10})))
+    assert event.text == ""
+
+
+def test_a_forward_of_a_sticker_carries_the_sticker() -> None:
+    sticker = {"id": "749054660769218631", "name": "wave", "format_type": 1}
+    event = norm(envelope("MESSAGE_CREATE", forward_of(sticker_items=[sticker])))
+    assert [(a.kind, a.name, a.ref) for a in event.attachments] == [
+        ("sticker", "wave", "749054660769218631")
+    ]
+    assert event.meta["stickers"] == ["wave"]
+
+
 def test_crosspost_reference_is_not_a_reply() -> None:
     crosspost = in_guild(
         flags=2,  # IS_CROSSPOST

@@ -685,7 +685,7 @@ def test_embed_only_bot_message_reads_as_the_embed_text() -> None:
     got = event(BOT_EMBED_ONLY)
     assert got.sender.is_bot
     assert got.sender.handle == "CI Bot#7312"
-    assert got.text == "Build #812 failed\ntests/test_api.py::test_login"
+    assert got.text == "Build #812 failed\ntests/test_api.py::test_login\nbranch: main"
 
 
 def test_components_v2_message_reads_as_its_text_displays() -> None:

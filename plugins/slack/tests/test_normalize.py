@@ -371,6 +371,106 @@ def test_file_share_keeps_file_metadata_not_urls() -> None:
     assert gone.kind == "deleted_file" and gone.ref == "F0GONE"
 
 
+def bot_post(text: str = "", **extra: Any) -> dict[str, Any]:
+    """Another app's message: its words maybe only in blocks or attachments."""
+    return {
+        "type": "message",
+        "subtype": "bot_message",
+        "text": text,
+        "ts": "1358877455.000010",
+        "bot_id": "B0OTHER",
+        "channel": "C123ABC456",
+        "event_ts": "1358877455.000010",
+        "channel_type": "channel",
+        **extra,
+    }
+
+
+def text_of(message: dict[str, Any]) -> str:
+    event = norm(envelope(message))
+    assert event is not None
+    return event.text
+
+
+def test_a_markdown_block_reads_as_its_plain_text() -> None:
+    markdown = {"type": "markdown", "block_id": "b1", "text": "**Deploy** finished for api"}
+    assert text_of(bot_post(blocks=[markdown])) == "**Deploy** finished for api"
+    assert text_of(bot_post(blocks=[{"type": "markdown", "text": {"x": 1}}])) == ""
+
+
+def test_a_rich_text_date_reads_as_its_fallback_else_its_time() -> None:
+    def section(date: dict[str, Any]) -> dict[str, Any]:
+        elements = [{"type": "text", "text": "meeting on "}, {"type": "date", **date}]
+        inner = {"type": "rich_text_section", "elements": elements}
+        return {
+            **CHANNEL_MESSAGE,
+            "text": "",
+            "blocks": [{"type": "rich_text", "elements": [inner]}],
+        }
+
+    stamp = {"timestamp": 1767225600, "format": "{date_short}"}
+    assert text_of(section({**stamp, "fallback": "Jan 1st"})) == "meeting on Jan 1st"
+    assert text_of(section(stamp)) == "meeting on 2026-01-01 00:00 UTC"
+    for bad in (10**400, float("nan"), -1, True, "1767225600"):
+        assert text_of(section({"timestamp": bad, "fallback": 3})) == "meeting on "
+
+
+def test_a_message_shared_with_a_comment_keeps_both() -> None:
+    share = {
+        "is_share": True,
+        "is_msg_unfurl": True,
+        "author_id": "U0BOB",
+        "author_name": "Bob",
+        "text": f"<@{BOT.user_id}> prod db password rotated",
+        "fallback": f"[January 1st, 2026 9:00 AM] Bob: <@{BOT.user_id}> prod db password rotated",
+        "channel_id": "C0OTHER",
+        "ts": "1767220000.000100",
+        "message_blocks": [],
+    }
+    card = {"fallback": "an integration's card", "color": "good"}
+    message = {**CHANNEL_MESSAGE, "text": "look at this", "attachments": [card, share]}
+    event = norm(envelope(message))
+    assert event is not None
+    assert event.text == (
+        f"look at this\n[January 1st, 2026 9:00 AM] Bob: <@{BOT.user_id}> prod db password rotated"
+    )
+    # a mention of the bot in the shared message is not the sender's
+    assert not event.mentions_me and event.address.thread is None
+    # a share that only has the shared message's blocks
+    blocks = [
+        {
+            "type": "rich_text",
+            "elements": [
+                {
+                    "type": "rich_text_section",
+                    "elements": [{"type": "text", "text": "db is at 91%"}],
+                }
+            ],
+        }
+    ]
+    only_blocks = {"message_blocks": [{"message": {"blocks": blocks}}, {"message": "x"}, 5]}
+    message = {**CHANNEL_MESSAGE, "text": "fyi", "attachments": [only_blocks]}
+    assert text_of(message) == "fyi\ndb is at 91%"
+
+
+def test_legacy_attachments_with_only_fields_or_blocks_read_as_them() -> None:
+    fields = [
+        {"title": "Service", "value": "api", "short": True},
+        {"title": "Status", "value": ""},
+        {"title": None, "value": "down since 9:00"},
+        "not a field",
+    ]
+    assert text_of(bot_post(attachments=[{"color": "danger", "fields": fields}])) == (
+        "Service: api\nStatus\ndown since 9:00"
+    )
+    section = {"type": "section", "text": {"type": "mrkdwn", "text": "inner block words"}}
+    assert text_of(bot_post(attachments=[{"blocks": [section]}])) == "inner block words"
+    # the fallback still comes first, and broken parts are skipped
+    with_fallback = {"fallback": "summary", "fields": fields, "blocks": [section]}
+    broken = {"fields": "x", "blocks": {"type": "section"}, "message_blocks": "x"}
+    assert text_of(bot_post(attachments=[with_fallback, broken])) == "summary"
+
+
 def test_other_bots_are_kept_and_marked() -> None:
     other = {
         "type": "message",

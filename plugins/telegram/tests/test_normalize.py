@@ -380,6 +380,55 @@ def test_several_attachments_keep_their_order_and_a_venue_names_its_own_place() 
     ]
 
 
+def test_a_polls_options_and_a_checklists_tasks_are_listed_after_its_title() -> None:
+    options = [{"text": "Pizza", "voter_count": 0}, {"text": "Sushi", "voter_count": 2}]
+    update = group_message("", poll={"id": "1", "question": "Lunch?", "options": options})
+    del update["message"]["text"]
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None
+    assert [(a.kind, a.name) for a in event.attachments] == [("poll", "Lunch? (Pizza / Sushi)")]
+    tasks = [{"id": 1, "text": "tag v2"}, {"id": 2, "text": "publish notes"}]
+    update = group_message("", checklist={"title": "Release", "tasks": tasks})
+    del update["message"]["text"]
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None
+    assert [(a.kind, a.name) for a in event.attachments] == [
+        ("checklist", "Release (tag v2 / publish notes)")
+    ]
+    # items of the wrong shape are skipped; no title still lists the items
+    broken = [None, {"text": 5}, "Tea", {"text": "Coffee"}]
+    update = group_message("", poll={"options": broken}, checklist={"title": "T", "tasks": "x"})
+    del update["message"]["text"]
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None
+    assert [(a.kind, a.name) for a in event.attachments] == [
+        ("poll", "poll (Coffee)"),
+        ("checklist", "T"),
+    ]
+
+
+def test_web_app_data_is_what_the_user_sent_from_the_button() -> None:
+    update: dict[str, Any] = {
+        "update_id": 501,
+        "message": {
+            "message_id": 43,
+            "from": ALICE,
+            "chat": {"id": ALICE["id"], "type": "private", "first_name": "Alice"},
+            "date": 1760000000,
+            "web_app_data": {"data": "order #42: 2 pizzas", "button_text": "Order"},
+        },
+    }
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None and event.conversation_kind == "direct"
+    assert event.text == "order #42: 2 pizzas"
+    assert [(a.kind, a.name) for a in event.attachments] == [("web_app_data", "Order")]
+    # data or a button of the wrong type is no text and no name, not an error
+    update["message"]["web_app_data"] = {"data": ["x"], "button_text": 7}
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None and event.text == ""
+    assert [(a.kind, a.name) for a in event.attachments] == [("web_app_data", None)]
+
+
 def test_mention_entity_counts_utf16_offsets() -> None:
     text = "👋🏽 hey @backchannel_test_bot, and @alice"
     # 👋🏽 is four UTF-16 units: the entity offsets Telegram sends count those

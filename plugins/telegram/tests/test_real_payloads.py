@@ -597,9 +597,9 @@ def test_forward_origin_marks_the_message_forwarded() -> None:
     assert got.meta["forwarded"] is True and got.text == "Полужирный текст"
 
 
-def test_poll_is_described_by_its_question() -> None:
+def test_poll_is_described_by_its_question_and_options() -> None:
     assert [(a.kind, a.name) for a in event(CAPTURED_POLL).attachments] == [
-        ("poll", "Favourite colour?")
+        ("poll", "Favourite colour? (Red / Blue)")
     ]
 
 
@@ -674,7 +674,7 @@ def test_video_note_replying_to_the_bot_mentions_it() -> None:
     ("payload", "kind", "name"),
     [
         (API_STORY, "story", "Xavier"),
-        (API_CHECKLIST, "checklist", "Release steps"),
+        (API_CHECKLIST, "checklist", "Release steps (tag / announce)"),
         (API_PAID_MEDIA, "paid_media", "25 ⭐"),
     ],
 )

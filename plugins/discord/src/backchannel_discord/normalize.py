@@ -226,16 +226,16 @@ def _message(
         meta["forwarded_from"] = origin
         text = text or forwarded_text
         attachments.extend(forwarded_attachments)
-    stickers = _stickers(reader)
+    attachments.extend(_stickers(reader))
+    stickers = [item.name for item in attachments if item.kind == "sticker" and item.name]
     if stickers:
-        meta["stickers"] = [sticker.name for sticker in stickers if sticker.name]
-        attachments.extend(stickers)
+        meta["stickers"] = stickers
     poll = _poll(reader)
     if poll is not None:
         attachments.append(poll)
     if not text:
         # a bot's or webhook's message often says everything in embeds or components
-        text = _embed_text(reader) or _component_text(reader.items("components"))
+        text = _embed_text(reader.items("embeds")) or _component_text(reader.items("components"))
     sent_at = _timestamp(reader.text("timestamp")) or snowflake_time(message_id)
     event_id = f"{message_id}:edit:{edited}" if is_edit else message_id
     return Event(
@@ -413,7 +413,9 @@ def _reply_to(reader: _Reader, message_type: object) -> str | None:
 def _forwarded(
     reader: _Reader,
 ) -> tuple[str, dict[str, str], tuple[Attachment, ...]] | None:
-    """The text, origin and attachments of a forwarded message (message_snapshots), if a forward."""
+    """The text, origin and attachments (files, stickers) of a forwarded message
+    (message_snapshots), if a forward. The text is the snapshot's content, else, as for
+    a message of its own, its rich embeds' text or its components' text displays."""
     reference = reader.sub("message_reference")
     snapshots = reader.items("message_snapshots")
     if reference is None or reference.data.get("type") != 1 or not snapshots:
@@ -426,9 +428,15 @@ def _forwarded(
         for key in ("message_id", "channel_id", "guild_id")
         if (found := as_snowflake(reference.data.get(key))) is not None
     }
-    text = inner.get("content")
-    attachments = _attachments(_Reader(inner, f"{reader.prefix}message_snapshots.0.message."))
-    return (text if isinstance(text, str) else ""), origin, attachments
+    snapshot = _Reader(inner, f"{reader.prefix}message_snapshots.0.message.")
+    text = _str(inner.get("content")) or ""
+    if not text:
+        embeds, components = inner.get("embeds"), inner.get("components")
+        text = _embed_text(embeds if isinstance(embeds, list) else []) or _component_text(
+            components if isinstance(components, list) else []
+        )
+    attachments = (*_attachments(snapshot), *_stickers(snapshot))
+    return text, origin, attachments
 
 
 def _mentions(reader: _Reader, text: str, bot_id: str | None) -> bool:
@@ -563,17 +571,42 @@ def _poll(reader: _Reader) -> Attachment | None:
     return Attachment(kind="poll", name=name)
 
 
-def _embed_text(reader: _Reader) -> str:
-    """The titles and descriptions of a message's rich embeds, one block each."""
+def _embed_text(embeds: list[Any]) -> str:
+    """The words of a message's rich embeds, one block each, in the order Discord shows
+    them: author, title, description, each field as ``name: value``, footer."""
     blocks = []
-    for embed in reader.items("embeds"):
+    for embed in embeds:
         if not isinstance(embed, Mapping) or embed.get("type", "rich") != "rich":
             continue
-        lines = [_str(embed.get(key)) for key in ("title", "description")]
+        lines = [
+            _inner_text(embed.get("author"), "name"),
+            _str(embed.get("title")),
+            _str(embed.get("description")),
+        ]
+        fields = embed.get("fields")
+        for field in fields if isinstance(fields, list) else ():
+            if isinstance(field, Mapping):
+                name, value = _shown_text(field.get("name")), _shown_text(field.get("value"))
+                lines.append(f"{name}: {value}" if name and value else name or value)
+        lines.append(_inner_text(embed.get("footer"), "text"))
         block = "\n".join(line for line in lines if line)
         if block:
             blocks.append(block)
     return "\n\n".join(blocks)
+
+
+def _inner_text(holder: object, key: str) -> str | None:
+    """The text at `key` of an embed's part (author, footer), if both are what they should be."""
+    return _str(holder.get(key)) if isinstance(holder, Mapping) else None
+
+
+#: what bots put in an embed field's name or value to leave it blank (it must not be empty)
+_BLANK = " \t\n\r\u200b\u200c\u200d\u2060\ufeff"
+
+
+def _shown_text(value: object) -> str | None:
+    """A field's name or value, unless it is not text or shows nothing (a zero-width space)."""
+    return value if isinstance(value, str) and value.strip(_BLANK) else None
 
 
 #: component types that hold others (action row, section, container) and text display

@@ -24,6 +24,7 @@ Decisions (see docs/channels/slack.md):
 - The app's own messages are recognised by bot user id and ``bot_id``.
 - An empty ``text`` (forwarded messages, many integrations) is replaced by the
   words of the legacy ``attachments`` (their ``fallback``), else of the blocks.
+  A message shared with a comment keeps the shared message's words after it.
 - A ts is kept as Slack writes it (``"1700000000.000100"``); a number is read
   back into that form. Anything else where a ts belongs is a NormalizeError.
 """
@@ -33,6 +34,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from attrs import frozen
@@ -198,10 +200,12 @@ class _Reader:
         ts = self.ts_field(message, "ts", self.at("ts"))
         if self.me.owns(message):
             return None
-        text = _message_text(message, self.at("text"))
+        text, own_text = _message_text(message, self.at("text"))
         thread_ts = self.opt_ts(message, "thread_ts", self.at("thread_ts"))
         direct = self.is_direct(channel, message)
-        mentions_me = mention or self.mentions(text) or self.replies_to_me(message, thread_ts, ts)
+        mentions_me = (
+            mention or self.mentions(own_text) or self.replies_to_me(message, thread_ts, ts)
+        )
         address, kind = self.address(channel, ts, thread_ts, mentions_me, direct)
         meta: dict[str, Any] = {}
         if message.get("subtype") == "thread_broadcast":
@@ -247,7 +251,7 @@ class _Reader:
             return None  # a service message (join, topic, ...) changed
         if not changed.get("user") and not changed.get("bot_id"):
             return None
-        text = _message_text(changed, f"{where}.text")
+        text, own_text = _message_text(changed, f"{where}.text")
         previous = event.get("previous_message")
         if (
             isinstance(previous, Mapping)
@@ -262,7 +266,7 @@ class _Reader:
             raise NormalizeError("message_changed without ts or edited.ts", where=self.at("ts"))
         thread_ts = self.opt_ts(changed, "thread_ts", f"{where}.thread_ts")
         direct = self.is_direct(channel, event)
-        mentions_me = self.mentions(text) or self.replies_to_me(changed, thread_ts, ts)
+        mentions_me = self.mentions(own_text) or self.replies_to_me(changed, thread_ts, ts)
         # the edited row lives where its words before this edit put it: a mention
         # added or removed by the edit does not move the message to another thread
         before = previous.get("text") if isinstance(previous, Mapping) else None
@@ -429,11 +433,16 @@ def _opt_str(value: Any) -> str | None:
     return str(value)
 
 
-def _message_text(message: Mapping[str, Any], where: str) -> str:
+def _message_text(message: Mapping[str, Any], where: str) -> tuple[str, str]:
     """The message's mrkdwn text; when empty, what its attachments or blocks say.
 
     Forwarded messages and many integrations (GitHub, alerting) post an empty
-    ``text`` with legacy ``attachments`` that carry the words.
+    ``text`` with legacy ``attachments`` that carry the words. A message shared
+    with a comment has the comment as ``text`` and the shared message in an
+    attachment: both are kept, the comment first.
+
+    Returns the text to store and the text a mention of the bot is looked for in:
+    the words of a message shared with a comment are not the sender's own.
     """
     text = message.get("text")
     if text is None:
@@ -441,21 +450,64 @@ def _message_text(message: Mapping[str, Any], where: str) -> str:
     if not isinstance(text, str):
         raise NormalizeError("'text' is not a string", where=where)
     if text.strip():
-        return text
-    return _attachments_text(message.get("attachments")) or _blocks_text(message.get("blocks"))
+        shared = _attachments_text(message.get("attachments"), shared_only=True)
+        return (f"{text}\n{shared}" if shared else text), text
+    found = _attachments_text(message.get("attachments")) or _blocks_text(message.get("blocks"))
+    return found, found
 
 
-def _attachments_text(attachments: Any) -> str:
+def _attachments_text(attachments: Any, *, shared_only: bool = False) -> str:
+    """A line (or a few) for each legacy attachment: its ``fallback``, else its ``text``,
+    ``pretext`` or ``title``; else its fields as ``title: value`` lines, its blocks, or
+    the blocks of the message it shares (``message_blocks``). With `shared_only`, only
+    the attachments that share a message (``is_share``, ``is_msg_unfurl``,
+    ``message_blocks``)."""
     lines: list[str] = []
     for item in attachments if isinstance(attachments, list) else ():
-        if not isinstance(item, Mapping):
+        if not isinstance(item, Mapping) or (shared_only and not _is_shared_message(item)):
             continue
-        for key in ("fallback", "text", "pretext", "title"):
-            value = item.get(key)
-            if isinstance(value, str) and value.strip():
-                lines.append(value)
-                break
+        line = _attachment_text(item)
+        if line:
+            lines.append(line)
     return "\n".join(lines)
+
+
+def _is_shared_message(item: Mapping[str, Any]) -> bool:
+    """An attachment that is a message shared or linked to (not an integration's card)."""
+    return (
+        item.get("is_share") is True
+        or item.get("is_msg_unfurl") is True
+        or bool(_list(item.get("message_blocks")))
+    )
+
+
+def _attachment_text(item: Mapping[str, Any]) -> str:
+    for key in ("fallback", "text", "pretext", "title"):
+        value = item.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    fields = "\n".join(line for line in map(_field_line, _list(item.get("fields"))) if line)
+    if fields:
+        return fields
+    blocks = _blocks_text(item.get("blocks"))
+    if blocks:
+        return blocks
+    shared = (
+        _blocks_text(holder["message"].get("blocks"))
+        for holder in _list(item.get("message_blocks"))
+        if isinstance(holder, Mapping) and isinstance(holder.get("message"), Mapping)
+    )
+    return "\n".join(line for line in shared if line)
+
+
+def _field_line(field: Any) -> str:
+    """A legacy attachment field as ``title: value`` (or the one of them it has)."""
+    if not isinstance(field, Mapping):
+        return ""
+    title, value = field.get("title"), field.get("value")
+    title = title.strip() if isinstance(title, str) else ""
+    value = value.strip() if isinstance(value, str) else ""
+    return f"{title}: {value}" if title and value else title or value
 
 
 def _blocks_text(blocks: Any) -> str:
@@ -463,8 +515,12 @@ def _blocks_text(blocks: Any) -> str:
     for block in blocks if isinstance(blocks, list) else ():
         if not isinstance(block, Mapping):
             continue
-        if block.get("type") == "rich_text":
+        kind = block.get("type")
+        if kind == "rich_text":
             line = "".join(_rich_text(block.get("elements"), depth=0)).rstrip("\n")
+        elif kind == "markdown":  # AI apps' standard markdown: its text is a plain string
+            text = block.get("text")
+            line = text if isinstance(text, str) else ""
         else:  # header, section, context: text objects
             parts = [block.get("text"), *_list(block.get("fields")), *_list(block.get("elements"))]
             line = "\n".join(
@@ -501,10 +557,27 @@ def _rich_text(elements: Any, depth: int) -> list[str]:
             out.append(f"<!{element['range']}>")
         elif kind == "usergroup" and isinstance(element.get("usergroup_id"), str):
             out.append(f"<!subteam^{element['usergroup_id']}>")
+        elif kind == "date":
+            out.append(_date_text(element))
         elif "elements" in element:
             inner = "".join(_rich_text(element.get("elements"), depth + 1))
             out.append(inner if inner.endswith("\n") else inner + "\n")
     return out
+
+
+def _date_text(element: Mapping[str, Any]) -> str:
+    """A rich_text date: its ``fallback`` (what Slack shows when it cannot format the
+    date), else the time it stands for, in UTC."""
+    fallback = element.get("fallback")
+    if isinstance(fallback, str) and fallback.strip():
+        return fallback
+    stamp = element.get("timestamp")
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not 0 <= stamp < _TS_LIMIT:
+        return ""
+    try:
+        return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    except (OverflowError, OSError, ValueError):
+        return ""
 
 
 def _list(value: Any) -> list[Any]:

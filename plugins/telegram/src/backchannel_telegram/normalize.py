@@ -93,6 +93,7 @@ _CONTENT_FIELDS = (
     "checklist",
     "giveaway",
     "giveaway_winners",
+    "web_app_data",
 )
 _CONTENT_FIELD_SET = frozenset(_CONTENT_FIELDS)
 
@@ -239,7 +240,9 @@ def _message_event(
     else:
         text, entities_key = get("caption"), "caption_entities"
         if text is None:
-            text = ""
+            # what a user sent the bot from a Web App (a keyboard button's) is their words
+            web_app = get("web_app_data")
+            text = (_opt_str(web_app.get("data")) if _is_mapping(web_app) else None) or ""
         elif type(text) is not str and not isinstance(text, str):
             raise NormalizeError(
                 f"expected a string, got {type(text).__name__}", where=f"{where}.caption"
@@ -558,16 +561,24 @@ _ATTACHMENT_ORDER = (
     "paid_media",
     "giveaway",
     "giveaway_winners",
+    "web_app_data",
 )
 _ATTACHMENT_FIELDS = frozenset(_ATTACHMENT_ORDER)
 _ATTACHMENT_RANK = {kind: rank for rank, kind in enumerate(_ATTACHMENT_ORDER)}
-#: the field naming each shared thing that has a title
-_TITLE_KEYS = {"poll": "question", "game": "title", "checklist": "title"}
+#: the field naming each shared thing that has a title (a Web App's data: its button)
+_TITLE_KEYS = {
+    "poll": "question",
+    "game": "title",
+    "checklist": "title",
+    "web_app_data": "button_text",
+}
+#: the items listed after a poll's question and a checklist's title, and each one's text
+_ITEM_KEYS = {"poll": "options", "checklist": "tasks"}
 
 
 def _shared_thing(kind: str, thing: Mapping[str, Any]) -> Attachment:
-    """A contact, venue, poll, dice, game, story, checklist, paid media or giveaway: named,
-    not a file."""
+    """A contact, venue, poll, dice, game, story, checklist, paid media, giveaway or Web
+    App's data: named, not a file."""
     if kind == "contact":
         parts = (_full_name(thing), _opt_str(thing.get("phone_number")))
         return Attachment(kind="contact", name=" ".join(p for p in parts if p) or None)
@@ -589,7 +600,18 @@ def _shared_thing(kind: str, thing: Mapping[str, Any]) -> Attachment:
         winners = None if count is None else f"{count} winner{'' if count == 1 else 's'}"
         prize = (_opt_str(thing.get("prize_description")), winners)
         return Attachment(kind=kind, name=", ".join(p for p in prize if p) or None)
-    return Attachment(kind=kind, name=_opt_str(thing.get(_TITLE_KEYS[kind])) or None)
+    name = _opt_str(thing.get(_TITLE_KEYS[kind])) or None
+    if kind in _ITEM_KEYS:
+        # a poll's options, a checklist's tasks: "Lunch? (Pizza / Sushi)"
+        items = thing.get(_ITEM_KEYS[kind])
+        texts = [
+            text
+            for item in (items if isinstance(items, list) else ())
+            if _is_mapping(item) and (text := _opt_str(item.get("text")))
+        ]
+        if texts:
+            name = f"{name or kind} ({' / '.join(texts)})"
+    return Attachment(kind=kind, name=name)
 
 
 def _place(location: Mapping[str, Any]) -> str | None:
