@@ -754,3 +754,13 @@ def test_a_broken_reaction_says_which_field(field: str, value: Any, where: str) 
     with pytest.raises(NormalizeError) as raised:
         norm(envelope({**REACTION, field: value}))
     assert raised.value.where == where
+
+
+@pytest.mark.parametrize("user", [{"id": "U1"}, ["U1"], 12345, True])
+def test_a_user_that_is_not_a_string_is_no_sender_id_not_its_repr(user: object) -> None:
+    message = {**CHANNEL_MESSAGE, "user": user}
+    with pytest.raises(NormalizeError, match="neither 'user' nor 'bot_id'"):
+        normalize_payload(envelope(message), account="test", me=BOT)
+    message["bot_id"] = "B0BOT"  # a bot's message says who it is another way
+    event = normalize_payload(envelope(message), account="test", me=BOT)
+    assert event is not None and event.sender.id == "B0BOT"

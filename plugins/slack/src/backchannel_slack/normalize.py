@@ -428,9 +428,9 @@ def previous_of(event: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _opt_str(value: Any) -> str | None:
-    if value is None or value == "":
-        return None
-    return str(value)
+    """A non-empty string field, else None: Slack writes ids and names as strings, and
+    anything else (``{"id": "U1"}`` where a user id belongs) is not one, not its repr."""
+    return value if isinstance(value, str) and value else None
 
 
 def _message_text(message: Mapping[str, Any], where: str) -> tuple[str, str]:
