@@ -570,3 +570,55 @@ def test_a_counted_log_writes_the_first_line_then_one_an_interval_with_the_count
     assert [level for level, _ in lines[1:5]] == [logging.DEBUG] * 4
     assert lines[5] == (logging.WARNING, "refused late (5 such since the last line)")
     assert counted.count == 6
+
+
+_OUT_OF_FILES_CHILD = """
+import asyncio, logging, os, resource, sys
+from backchannel.adapter import RouteTable
+from backchannel.server import HttpServer
+
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+async def main():
+    server = HttpServer(RouteTable(), port=0)
+    print(await server.start(), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    os._exit(0)  # at once: a stop would wait for the crowd's connections
+
+asyncio.run(main())
+"""
+
+
+async def test_a_crowd_at_the_open_file_limit_is_one_log_line_not_one_per_connection() -> None:
+    """At the hard open-file limit asyncio logged a traceback for every connection it could
+    not accept, and retried each: 123,000 lines in 10 s. Now one line, with the count."""
+    import asyncio
+    import sys
+
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _OUT_OF_FILES_CHILD,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert child.stdin is not None and child.stdout is not None and child.stderr is not None
+    url = (await asyncio.wait_for(child.stdout.readline(), 60)).decode().strip()
+    port = int(url.rsplit(":", 1)[1])
+    crowd = []
+    for _ in range(150):  # past the child's 64 files: it cannot accept the rest
+        crowd.append(await asyncio.open_connection("127.0.0.1", port))
+    # its first refusal; the ones after it (asyncio retries each at once) are counted
+    first = await asyncio.wait_for(child.stderr.readline(), 60)
+    for _reader, writer in crowd:
+        writer.close()
+    child.stdin.write(b"stop\n")
+    _out, err = await asyncio.wait_for(child.communicate(), 60)
+    lines = [first.decode().rstrip(), *err.decode().splitlines()]
+    refused = [line for line in lines if "could not accept" in line]
+    assert len(refused) == 1, "\n".join(lines)
+    assert "open-file limit is reached" in refused[0]
+    assert not [line for line in lines if "socket.accept() out of system resource" in line]
+    assert not [line for line in lines if line.startswith("Traceback")]

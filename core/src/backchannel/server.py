@@ -107,6 +107,9 @@ class HttpServer:
         server_log = logging.getLogger("aiohttp.server")
         if self.malformed not in server_log.filters:
             server_log.addFilter(self.malformed)  # once a process: one filter, one count
+        asyncio_log = logging.getLogger("asyncio")
+        if _OUT_OF_FILES not in asyncio_log.filters:
+            asyncio_log.addFilter(_OUT_OF_FILES)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
@@ -285,6 +288,42 @@ class _MalformedRequests(logging.Filter):
 
 
 _MALFORMED = _MalformedRequests()
+
+
+class _OutOfFiles(logging.Filter):
+    """Folds asyncio's "socket.accept() out of system resource" errors (the open-file
+    limit reached: a crowd of connections) into one line a minute with the count.
+
+    asyncio logs one with its traceback for every connection it could not accept, and
+    schedules a retry for each: a crowd at the hard limit wrote 123,000 lines in 10 s.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+        self._unreported = 0
+        self._reported_at: float | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("socket.accept() out of system resource"):
+            return True
+        self.count += 1
+        self._unreported += 1
+        moment = time.monotonic()
+        if self._reported_at is not None and moment - self._reported_at < 60.0:
+            return False
+        record.msg = (
+            "could not accept %d connection(s) since the last report: the process's open-file"
+            " limit is reached (too many connections at once)"
+        )
+        record.args = (self._unreported,)
+        record.exc_info = record.exc_text = None
+        self._unreported = 0
+        self._reported_at = moment
+        return True
+
+
+_OUT_OF_FILES = _OutOfFiles()
 
 
 class _Held:
