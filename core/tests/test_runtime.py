@@ -33,3 +33,28 @@ async def test_serve_tunes_the_collector_while_serving_and_restores_it(tmp_path:
     assert frozen > 0
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
+
+
+async def test_serve_warns_once_when_the_stores_folder_is_writable_by_others(
+    tmp_path: Path, caplog: Any
+) -> None:
+    import logging
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp: anyone may plant the store's -wal or -shm there
+    path = tmp_path / "bot.toml"
+    path.write_text(
+        f'[store]\npath = "{shared / "bc.db"}"\n[server]\nport = 0\n'
+        '[accounts.web]\nchannel = "webchat"\n[agents.demo]\nkind = "demo"\n',
+        encoding="utf-8",
+    )
+    stop = asyncio.Event()
+    caplog.set_level(logging.WARNING, "backchannel.app")
+    await asyncio.wait_for(serve(load_config(path), on_ready=lambda b: stop.set(), stop=stop), 15)
+    warned = [r.getMessage() for r in caplog.records if "writable by other users" in r.getMessage()]
+    assert warned == [
+        f"the store's folder {shared} is writable by other users, who could replace the store's"
+        " files or plant its -wal and -shm files; keep the store in a folder only you can"
+        " write to"
+    ]

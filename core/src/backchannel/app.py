@@ -241,6 +241,8 @@ async def serve(
         installed.append(signal.SIGHUP)
     control = _control_server(config, board) if worker is None else None
     restore_gc = None
+    if not config.store.url:
+        _warn_if_the_store_folder_is_shared(config.store.path)
     raise_open_file_limit()  # a connection is a file: a thousand must not stop all serving
     if control is not None:
         control.prepare()  # an unsafe socket folder refuses before anything else starts
@@ -283,6 +285,23 @@ def reload_config(board: Switchboard, config: Config) -> bool:
         return False
     orchestrator.reload(fresh)
     return True
+
+
+def _warn_if_the_store_folder_is_shared(store_path: str) -> None:
+    """One WARNING when the SQLite store's folder is writable by other users: they could
+    plant its `-wal` or `-shm` files (the store then fails to open or write) or replace it."""
+    from .control import _shared
+
+    if not store_path or store_path == ":memory:" or "://" in store_path:
+        return
+    folder = Path(store_path).expanduser().absolute().parent
+    if _shared(folder):
+        log.warning(
+            "the store's folder %s is writable by other users, who could replace the store's"
+            " files or plant its -wal and -shm files; keep the store in a folder only you can"
+            " write to",
+            folder,
+        )
 
 
 def _control_server(config: Config, board: Switchboard) -> ControlServer | None:
