@@ -223,6 +223,127 @@ async def test_a_visitor_message_restarts_the_idle_timeout(
     assert loop.time() - acked >= 0.5  # counted from the message, not from the hello
 
 
+async def test_a_page_whose_visitor_never_wrote_closes_after_silent_timeout(
+    start_webchat: Start, open_page: Open
+) -> None:
+    adapter = await start_webchat(silent_timeout=0.3)  # idle_timeout: the default 30 min
+    loop = asyncio.get_running_loop()
+    talker = await open_page(adapter.url)
+    assert await talker.wait_ack(await talker.say("hello")) == 1
+    lurker = await open_page(adapter.url)
+    opened = loop.time()
+    assert await lurker.wait_closed() == aiohttp.WSCloseCode.OK
+    assert lurker.close_reason == "idle"
+    assert loop.time() - opened >= 0.25
+    # it wrote before the lurker came, and is open: idle_timeout counts for it
+    assert not talker.closed.is_set()
+    assert await talker.wait_ack(await talker.say("still here")) == 2
+
+
+# the global cap -----------------------------------------------------------------------
+async def test_a_full_web_chat_closes_a_page_held_in_bulk_for_a_newcomer(
+    start_webchat: Start, open_page: Open
+) -> None:
+    adapter = await start_webchat(max_sockets=3)
+    reader = await open_page(adapter.url)  # the oldest page, its visitor reading
+    bulk = [await open_page(adapter.url, local_address=OTHER_ADDRESS) for _ in range(2)]
+    # not refused: the oldest page of the address holding the most is closed instead
+    newcomer = await open_page(adapter.url, local_address="127.0.0.3")
+    assert await bulk[0].wait_closed() == aiohttp.WSCloseCode.OK
+    assert bulk[0].close_reason == "idle"
+    assert not reader.closed.is_set() and not bulk[1].closed.is_set()
+    assert adapter.connection_count() == 3
+    assert await newcomer.wait_ack(await newcomer.say("hello")) == 1
+    assert await reader.wait_ack(await reader.say("hello")) == 1
+
+
+async def test_a_refused_hello_frees_its_handshake_slot_before_the_closing_handshake(
+    start_webchat: Start, open_page: Open
+) -> None:
+    adapter = await start_webchat(max_sockets=1)
+    async with aiohttp.ClientSession() as http:
+        # a client that never answers the server's close frame: the server waits up to 10 s
+        stuck = await http.ws_connect((adapter.url or "") + "ws", autoclose=False)
+        try:
+            await stuck.send_str('{"type": "hello"}')
+            assert (await stuck.receive()).type == aiohttp.WSMsgType.TEXT  # bad_hello
+            assert (await stuck.receive()).type == aiohttp.WSMsgType.CLOSE
+            # meanwhile a page is let in, not answered 503 (sockets before their hello: full)
+            page = await open_page(adapter.url)
+            assert await page.wait_ack(await page.say("hello")) == 1
+        finally:
+            await stuck.close()
+
+
+# frames -------------------------------------------------------------------------------
+def pongs(page: FakeBrowser) -> int:
+    return sum(f["type"] == "pong" for f in page.frames)
+
+
+async def test_a_page_sending_frames_past_its_budget_is_closed(
+    start_webchat: Start, open_page: Open
+) -> None:
+    adapter = await start_webchat(frame_rate_limit=1, frame_burst=5)
+    page = await open_page(adapter.url)
+    for _ in range(6):  # pings cost like any frame
+        await page.send_json({"type": "ping"})
+    assert "frames" in (await page.wait_error("too_many_frames"))["message"]
+    assert await page.wait_closed() == aiohttp.WSCloseCode.POLICY_VIOLATION
+    assert page.close_reason == "too_many_frames"
+    assert pongs(page) == 5
+    elsewhere = await open_page(adapter.url, local_address=OTHER_ADDRESS)
+    await elsewhere.send_json({"type": "ping"})
+    await elsewhere.wait_for(lambda f: f["type"] == "pong")
+
+
+async def test_a_frame_costs_by_its_size_before_it_is_parsed(
+    start_webchat: Start, open_page: Open
+) -> None:
+    adapter = await start_webchat(frame_rate_limit=1, frame_burst=10)
+    page = await open_page(adapter.url)
+    big = "[" + ",".join(["[]"] * 8000) + "]"  # 24 KB of lists to walk: six tokens
+    await page.send_text(big)
+    await page.wait_error("bad_frame")
+    await page.send_text(big)  # four tokens left: closed, the frame never parsed
+    assert await page.wait_closed() == aiohttp.WSCloseCode.POLICY_VIOLATION
+    assert [f.get("code") for f in page.frames if f["type"] == "error"] == [
+        "bad_frame",
+        "too_many_frames",
+    ]
+
+
+async def test_the_pages_of_one_address_share_a_frame_budget(
+    start_webchat: Start, open_page: Open
+) -> None:
+    adapter = await start_webchat(address_frame_rate_limit=1, address_frame_burst=4)
+    first = await open_page(adapter.url)
+    second = await open_page(adapter.url)
+    for _ in range(3):
+        before = len(first.frames)
+        await first.send_json({"type": "ping"})
+        await first.wait_for(lambda f: f["type"] == "pong", after=before)
+    await second.send_json({"type": "ping"})
+    await second.wait_for(lambda f: f["type"] == "pong")
+    await second.send_json({"type": "ping"})  # its own budget is full; its address's is spent
+    assert await second.wait_closed() == aiohttp.WSCloseCode.POLICY_VIOLATION
+    assert second.close_reason == "too_many_frames"
+    elsewhere = await open_page(adapter.url, local_address=OTHER_ADDRESS)
+    await elsewhere.send_json({"type": "ping"})
+    await elsewhere.wait_for(lambda f: f["type"] == "pong")
+
+
+# origins --------------------------------------------------------------------------------
+async def test_websockets_from_another_origin_log_one_warning_then_a_count(
+    start_webchat: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    adapter = await start_webchat()
+    for _ in range(5):
+        assert (await refused(adapter.url, origin="https://evil.example")).status == 403
+    lines = [r for r in caplog.records if "another origin" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].levelno == logging.WARNING
+    assert "'https://evil.example'" in lines[0].getMessage()
+
+
 # host names (DNS rebinding) -----------------------------------------------------------
 async def test_a_host_name_the_chat_does_not_serve_gets_421_before_anything_is_read(
     start_webchat: Start, open_page: Open, contract_context: ContractContext

@@ -26,6 +26,17 @@ def test_bucket_allows_the_burst_then_says_how_long_to_wait() -> None:
     assert bucket.take() == 0
 
 
+def test_a_take_may_cost_several_tokens_at_most_the_burst() -> None:
+    clock = Clock()
+    bucket = TokenBucket(per_minute=60, burst=10, clock=clock)
+    assert bucket.take(6) == 0
+    assert bucket.take(6) == pytest.approx(2.0)  # nothing taken: 4 left, 2 to come
+    assert bucket.take(4) == 0
+    clock.now = 20.0
+    assert bucket.take(50) == 0  # a cost over the burst costs the burst: never out of reach
+    assert bucket.take(1) == pytest.approx(1.0)
+
+
 def test_buckets_are_per_key() -> None:
     buckets = Buckets(per_minute=60, burst=1, clock=Clock())
     assert buckets.take("a") == 0

@@ -58,6 +58,10 @@ def test_path_always_ends_with_a_slash(path: str, expected: str) -> None:
         ({"allowed_hosts": ["chat.example.com:443"]}, "accounts.web.allowed_hosts", "no scheme"),
         ({"trusted_proxies": "127.0.0.1"}, "accounts.web.trusted_proxies", "IP addresses"),
         ({"trusted_proxies": ["proxy.local"]}, "accounts.web.trusted_proxies", "IP addresses"),
+        ({"silent_timeout": 0}, "accounts.web.silent_timeout", "positive number"),
+        ({"frame_rate_limit": "10"}, "accounts.web.frame_rate_limit", "positive number"),
+        ({"frame_burst": 0}, "accounts.web.frame_burst", "positive integer"),
+        ({"address_frame_burst": 2.5}, "accounts.web.address_frame_burst", "positive integer"),
     ],
 )
 def test_bad_settings_raise_config_error_naming_the_key(
@@ -96,4 +100,7 @@ def test_per_address_defaults() -> None:
     assert (settings.connect_rate_limit, settings.connect_burst) == (30, 30)
     assert (settings.address_rate_limit, settings.address_burst) == (60, 20)
     assert settings.idle_timeout == 1800
+    assert settings.silent_timeout == 300
+    assert (settings.frame_rate_limit, settings.frame_burst) == (600, 60)
+    assert (settings.address_frame_rate_limit, settings.address_frame_burst) == (1200, 120)
     assert settings.allowed_hosts == settings.trusted_proxies == ()

@@ -452,17 +452,16 @@ async def test_message_pushed_while_the_transcript_loads_shows_once(
 
 async def test_open_sockets_in_all_are_bounded(start_webchat: Start, open_page: Open) -> None:
     adapter = await start_webchat(max_sockets=2)
-    await open_page(adapter.url)
-    await open_page(adapter.url)
-    late = FakeBrowser(adapter.url or "")
-    try:
-        await late.open(hello=False)
-        await late.send_json({"type": "hello", "visitor": late.visitor, "conversation": "x"})
-        await late.wait_error("busy")
-        assert await late.wait_closed() == aiohttp.WSCloseCode.TRY_AGAIN_LATER
-    finally:
-        await late.close()
+    talker = await open_page(adapter.url)
+    assert await talker.wait_ack(await talker.say("hello")) == 1
+    lurker = await open_page(adapter.url)
+    # full: the page whose visitor never wrote makes room, closed as idle (it pauses)
+    late = await open_page(adapter.url)
+    assert await lurker.wait_closed() == aiohttp.WSCloseCode.OK
+    assert lurker.close_reason == "idle"
     assert adapter.connection_count() == 2
+    assert await late.wait_ack(await late.say("in")) == 1
+    assert await talker.wait_ack(await talker.say("still here")) == 2
 
 
 async def test_visitor_name_is_one_bounded_line(

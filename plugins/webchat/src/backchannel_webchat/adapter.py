@@ -14,20 +14,21 @@ what lets the agent send to it while no page of it is open (`check_address`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 from backchannel.adapter import AdapterContext, Capabilities, split_text
 from backchannel.errors import RateLimited, Rejected, Uncertain
 from backchannel.model import Address, Event, Message, Outbound, Receipt, Sender, now
 from backchannel.store.cache import LRUCache
 
 from .clients import ClientAddresses, HostCheck, RefusalLog
-from .hub import Hub
+from .hub import Connection, Hub
 from .limits import Buckets
 from .normalize import AGENT_ID_PREFIX, SAFE_ID, normalize
 from .pages import StaticFiles
@@ -71,6 +72,8 @@ class WebchatAdapter:
         #: per client address: visitor messages, and new websockets
         self.address_limits = Buckets(chosen.address_rate_limit, chosen.address_burst)
         self.connect_limits = Buckets(chosen.connect_rate_limit, chosen.connect_burst)
+        #: per client address: frames of any kind (each page has its own bucket too)
+        self.frame_limits = Buckets(chosen.address_frame_rate_limit, chosen.address_frame_burst)
         self.clients = ClientAddresses(chosen.trusted_proxies)
         self._ctx: AdapterContext | None = None
         self._routes: list[tuple[str, str]] = []
@@ -83,6 +86,11 @@ class WebchatAdapter:
         self._host_check: HostCheck | None = None
         self._refused_hosts: RefusalLog | None = None
         self._refused_clients: RefusalLog | None = None
+        self._refused_origins: RefusalLog | None = None
+        self._evicted: RefusalLog | None = None
+        self._flooding: RefusalLog | None = None
+        #: pages being closed to make room (a reference keeps each task alive)
+        self._evicting: set[asyncio.Task[Any]] = set()
 
     # lifecycle -------------------------------------------------------------
     async def start(self, ctx: AdapterContext) -> None:
@@ -98,6 +106,20 @@ class WebchatAdapter:
         )
         self._refused_clients = RefusalLog(
             ctx.log, "websocket(s) of a client address over its limits (429)"
+        )
+        self._refused_origins = RefusalLog(
+            ctx.log,
+            "websocket(s) from another origin (403; list the page's origin in allowed_origins"
+            " if it is yours)",
+            level=logging.WARNING,
+        )
+        self._evicted = RefusalLog(
+            ctx.log,
+            "idle page(s) to make room for new ones (max_sockets reached)",
+            verb="closed",
+        )
+        self._flooding = RefusalLog(
+            ctx.log, "page(s) sending too many frames (1008 too_many_frames)", verb="closed"
         )
         files = StaticFiles(self.settings.title)
         base = self.settings.path
@@ -118,6 +140,7 @@ class WebchatAdapter:
             ctx.routes.remove(method, path)
         self._routes.clear()
         await self.hub.close_all(1001, b"server stopping")
+        await asyncio.gather(*self._evicting, return_exceptions=True)
 
     # inbound ---------------------------------------------------------------
     def normalize(self, raw: Mapping[str, Any]) -> Event | None:
@@ -165,6 +188,45 @@ class WebchatAdapter:
     def _refuse_client(self, address: str, limit: str) -> None:
         if self._refused_clients is not None:
             self._refused_clients.note(f"{address}, {limit}")
+
+    def refuse_origin(self, origin: str) -> None:
+        """Count a websocket refused for its Origin: one WARNING, then a count a minute."""
+        if self._refused_origins is not None:
+            self._refused_origins.note(repr(origin)[:100])
+
+    def flooded(self, address: str) -> None:
+        """Count a page closed for sending too many frames."""
+        if self._flooding is not None:
+            self._flooding.note(address)
+
+    def make_room(self) -> None:
+        """Close one open page (if any) so that a new one fits under `max_sockets`.
+
+        The page chosen is one closing already if any, else one whose visitor never sent a
+        message on it if any, of the client address holding the most sockets, idle the
+        longest: pages someone holds open in bulk go first, a visitor who is talking goes
+        last. It is taken out of the hub at once and closed as idle in the background (the
+        page pauses, and reconnects when its visitor is back).
+        """
+        connections = self.hub.all_connections()
+        if not connections:
+            return
+        sockets = self.address_sockets
+        victim = min(
+            connections,
+            key=lambda c: (not c.ws.closed, c.spoke, -sockets.get(c.address, 0), c.active_at),
+        )
+        self.hub.remove(victim)
+        if self._evicted is not None:
+            self._evicted.note(victim.address)
+        task = asyncio.create_task(self._close_idle(victim))
+        self._evicting.add(task)
+        task.add_done_callback(self._evicting.discard)
+
+    @staticmethod
+    async def _close_idle(connection: Connection) -> None:
+        with contextlib.suppress(Exception):
+            await connection.ws.close(code=WSCloseCode.OK, message=b"idle")
 
     def _know(self, chat: str) -> None:
         """Cache that `chat` has a stored message; the cache is bounded (the store is the record)."""

@@ -180,9 +180,11 @@ class RefusalLog:
         *,
         level: int = logging.INFO,
         interval: float = 60.0,
+        verb: str = "refused",
     ):
         self.log = log
         self.what = what
+        self.verb = verb
         self.level = level
         self.interval = interval
         #: refused since the start
@@ -198,7 +200,8 @@ class RefusalLog:
         if self._reported_at is None or moment - self._reported_at >= self.interval:
             self.log.log(
                 self.level,
-                "web chat: refused %d %s; latest: %s",
+                "web chat: %s %d %s; latest: %s",
+                self.verb,
                 self._unreported,
                 self.what,
                 latest,

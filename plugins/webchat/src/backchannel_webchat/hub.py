@@ -24,6 +24,10 @@ class Connection:
     name: str
     #: the client address the page's limits count against (see clients.py)
     address: str = ""
+    #: loop time of the visitor's last stored message on this page, or of its hello
+    active_at: float = 0.0
+    #: the visitor sent (and the store took) a message on this page
+    spoke: bool = False
 
 
 @define

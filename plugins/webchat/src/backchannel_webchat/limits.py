@@ -19,15 +19,17 @@ class TokenBucket:
         self._clock = clock
         self._at = clock()
 
-    def take(self) -> float:
-        """Take one token; return 0 on success, else the seconds until one is available."""
+    def take(self, cost: float = 1.0) -> float:
+        """Take `cost` tokens (at most `burst`); return 0 on success, else the seconds until
+        they are available (nothing is taken then)."""
+        cost = min(cost, self.burst)
         now = self._clock()
         self.tokens = min(self.burst, self.tokens + (now - self._at) * self.rate)
         self._at = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
+        if self.tokens >= cost:
+            self.tokens -= cost
             return 0.0
-        return (1.0 - self.tokens) / self.rate
+        return (cost - self.tokens) / self.rate
 
     @property
     def full(self) -> bool:
@@ -51,15 +53,15 @@ class Buckets:
         self._clock = clock
         self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
 
-    def take(self, key: str) -> float:
-        """Take one token for `key`; return 0 on success, else the seconds to wait."""
+    def take(self, key: str, cost: float = 1.0) -> float:
+        """Take `cost` tokens for `key`; return 0 on success, else the seconds to wait."""
         bucket = self._buckets.get(key)
         if bucket is None:
             self._make_room()
             bucket = self._buckets[key] = TokenBucket(self.per_minute, self.burst, self._clock)
         else:
             self._buckets.move_to_end(key)
-        return bucket.take()
+        return bucket.take(cost)
 
     def __len__(self) -> int:
         return len(self._buckets)

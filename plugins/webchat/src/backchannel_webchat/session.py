@@ -12,8 +12,11 @@ Wire protocol (JSON text frames)::
 
 Every problem with a frame is answered with an error frame and the
 connection is kept; only a wrong first frame, too many tabs, a frame larger
-than the websocket limit or `idle_timeout` without a visitor message (close
-reason ``idle``: the page reconnects when its visitor comes back) closes it.
+than the websocket limit, more frames than the page's or its address's frame
+budget (close reason ``too_many_frames``), or `idle_timeout` without a visitor
+message (`silent_timeout` before the first; close reason ``idle``: the page
+reconnects when its visitor comes back) closes it. A full web chat
+(`max_sockets`) closes an idle page as ``idle`` to make room for a new one.
 Before the upgrade, a client address over its limits (open sockets, new
 sockets a minute) is answered 429 with Retry-After.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -32,6 +36,7 @@ from backchannel.model import now
 from backchannel.wire import BadPayload, parse_json, repair_text
 
 from .hub import Connection
+from .limits import TokenBucket
 from .normalize import (
     AGENT_ID_PREFIX,
     SAFE_ID,
@@ -49,6 +54,8 @@ if TYPE_CHECKING:
 __all__ = ["VisitorSession"]
 
 HELLO_TIMEOUT = 10.0
+#: a frame costs one token of the frame budgets per this many characters (or bytes) started
+FRAME_TOKEN_SIZE = 4096
 #: what ends the frame loop
 _CLOSED = frozenset({WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED})
 
@@ -67,13 +74,15 @@ class VisitorSession:
             max_msg_size=self.settings.max_message_chars * 6 + 4096,
         )
         self.connection: Connection | None = None
-        #: loop time of the visitor's last message (or of the hello): `idle_timeout` counts from it
-        self.active_at = 0.0
+        #: the page's own frame budget (its address's is the adapter's)
+        self.frame_budget = TokenBucket(self.settings.frame_rate_limit, self.settings.frame_burst)
+        #: counted in `adapter.handshakes` (until the hello is answered or refused)
+        self._handshaking = False
 
     async def run(self) -> web.StreamResponse:
         """Check the origin and the client's limits, upgrade, greet, then serve frames."""
         if not self._origin_allowed():
-            self.ctx.log.warning("web chat: refused a websocket from another origin")
+            self.adapter.refuse_origin(self.request.headers.get("Origin", ""))
             raise web.HTTPForbidden(text="this page's origin may not open the web chat")
         # sockets that have not said hello yet count too: without this, anyone could hold
         # any number of them open (each for HELLO_TIMEOUT), past max_sockets
@@ -86,12 +95,13 @@ class VisitorSession:
         address = self.adapter.clients.of(self.request, self.ctx.log)
         self.adapter.admit(address)
         self.adapter.handshakes += 1
+        self._handshaking = True
         try:
             try:
                 await self.ws.prepare(self.request)
                 connection = await self._hello(address)
             finally:
-                self.adapter.handshakes -= 1
+                self._end_handshake()
             if connection is not None:
                 await self._serve(connection)
         finally:
@@ -103,6 +113,13 @@ class VisitorSession:
         return self.ws
 
     # handshake -------------------------------------------------------------
+    def _end_handshake(self) -> None:
+        """Give the handshake slot back (once): before a closing handshake, which waits
+        up to 10 s for the client's close frame, so that wait holds no slot."""
+        if self._handshaking:
+            self._handshaking = False
+            self.adapter.handshakes -= 1
+
     def _origin_allowed(self) -> bool:
         origin = self.request.headers.get("Origin")
         if origin is None:
@@ -120,6 +137,7 @@ class VisitorSession:
             await self._close_with("hello_timeout", "the page did not say hello in time", 1008)
             return None
         if message.type != WSMsgType.TEXT:
+            self._end_handshake()
             await self.ws.close()
             return None
         frame = _parse(message.data)
@@ -141,11 +159,6 @@ class VisitorSession:
             )
             return None
         visitor = visitor_id(token)
-        if len(self.adapter.hub) >= self.settings.max_sockets:
-            await self._close_with(
-                "busy", "the web chat has too many open pages; try again in a minute", 1013
-            )
-            return None
         if self.adapter.hub.sockets_of(visitor) >= self.settings.max_sockets_per_visitor:
             await self._close_with(
                 "too_many_tabs",
@@ -154,9 +167,20 @@ class VisitorSession:
                 1008,
             )
             return None
+        # a full web chat closes an idle page (one nobody wrote on first) for the newcomer:
+        # whoever holds every slot open cannot keep the next visitor out
+        if len(self.adapter.hub) >= self.settings.max_sockets:
+            self.adapter.make_room()
         # one plain line that can neither reorder the text around it nor forge a transcript label
         name = clean_name(frame.get("name"))
-        connection = Connection(self.ws, visitor, conversation_chat(visitor, tab), name, address)
+        connection = Connection(
+            self.ws,
+            visitor,
+            conversation_chat(visitor, tab),
+            name,
+            address,
+            active_at=asyncio.get_running_loop().time(),
+        )
         # join before reading the transcript, so nothing pushed in between is lost;
         # the page keys messages by seq, so anything in both shows once. Recorded on the
         # session at once: if anything below fails, `run` still takes the page out of the hub.
@@ -181,17 +205,27 @@ class VisitorSession:
             )
             return None
         await self._send({"type": "transcript", "messages": [message_frame(m) for m in messages]})
-        self.active_at = asyncio.get_running_loop().time()
+        connection.active_at = asyncio.get_running_loop().time()
         return connection
 
     # frames ----------------------------------------------------------------
     async def _serve(self, connection: Connection) -> None:
         while True:
-            message = await self._receive()
+            message = await self._receive(connection)
             if message is None:  # idle: the page reconnects when its visitor is back
                 await self.ws.close(code=WSCloseCode.OK, message=b"idle")
                 return
             if message.type in _CLOSED:
+                return
+            if message.type in {WSMsgType.TEXT, WSMsgType.BINARY} and not self._within_budget(
+                connection, message.data
+            ):
+                self.adapter.flooded(connection.address)
+                await self._close_with(
+                    "too_many_frames",
+                    "this page sent more frames than the web chat takes; reconnecting",
+                    WSCloseCode.POLICY_VIOLATION,
+                )
                 return
             if message.type == WSMsgType.TEXT:
                 frame = _parse(message.data)
@@ -209,20 +243,35 @@ class VisitorSession:
                 self.ctx.log.info("web chat socket error: %s", self.ws.exception())
                 return
 
-    async def _receive(self) -> WSMessage | None:
-        """Return the page's next frame; None once `idle_timeout` passed without a message.
+    def _within_budget(self, connection: Connection, data: str | bytes) -> bool:
+        """Take a frame's tokens (one per FRAME_TOKEN_SIZE started) from the page's budget,
+        then its address's; say whether both had them. Checked before the frame is parsed."""
+        cost = max(1, math.ceil(len(data) / FRAME_TOKEN_SIZE))
+        return not (
+            self.frame_budget.take(cost) or self.adapter.frame_limits.take(connection.address, cost)
+        )
+
+    def _idle_timeout(self, connection: Connection) -> float:
+        """Seconds the page may stay without a visitor message: fewer before the first one."""
+        if connection.spoke:
+            return self.settings.idle_timeout
+        return min(self.settings.silent_timeout, self.settings.idle_timeout)
+
+    async def _receive(self, connection: Connection) -> WSMessage | None:
+        """Return the page's next frame; None once `idle_timeout` passed without a message
+        (`silent_timeout` while its visitor has sent none on it).
 
         The deadline is the loop's, not `receive(timeout)`'s: aiohttp restarts that one
         after every ping it answers, and pings are no sign of a visitor.
         """
         loop = asyncio.get_running_loop()
         while True:
-            deadline = self.active_at + self.settings.idle_timeout
+            deadline = connection.active_at + self._idle_timeout(connection)
             try:
                 async with asyncio.timeout_at(deadline):
                     return await self.ws.receive()
             except TimeoutError:
-                if loop.time() >= self.active_at + self.settings.idle_timeout:
+                if loop.time() >= connection.active_at + self._idle_timeout(connection):
                     return None
 
     async def _dispatch(self, connection: Connection, frame: dict[str, Any]) -> None:
@@ -296,7 +345,8 @@ class VisitorSession:
             await self._error("bad_frame", result.reason or "malformed", client_id=client_id)
             return
         # acked only now: the message is committed
-        self.active_at = asyncio.get_running_loop().time()
+        connection.active_at = asyncio.get_running_loop().time()
+        connection.spoke = True
         await self._send({"type": "ack", "client_id": client_id, "seq": result.seq})
         if result.status in {"stored", "held"} and result.seq is not None:
             others = [
@@ -325,6 +375,7 @@ class VisitorSession:
         await self._send({"type": "error", "code": code, "message": message, **extra})
 
     async def _close_with(self, code: str, message: str, close_code: int) -> None:
+        self._end_handshake()
         await self._error(code, message)
         await self.ws.close(code=close_code, message=code.encode())
 

@@ -45,6 +45,14 @@ class WebchatSettings:
     address_burst: int = 20
     #: seconds a page may stay connected without its visitor sending a message
     idle_timeout: float = 1800.0
+    #: the same, for a page whose visitor has not sent a message on it yet (at most idle_timeout)
+    silent_timeout: float = 300.0
+    #: frames per minute per page (one per 4 KiB started), and the burst allowed
+    frame_rate_limit: float = 600.0
+    frame_burst: int = 60
+    #: frames per minute per client address (all its pages), and the burst
+    address_frame_rate_limit: float = 1200.0
+    address_frame_burst: int = 120
     #: host names the page and websocket answer for, besides public_url's host, the address
     #: the connection came in on and localhost; "*" answers for any
     allowed_hosts: tuple[str, ...] = ()
@@ -93,6 +101,9 @@ _POSITIVE_NUMBERS = {
     "connect_rate_limit",
     "address_rate_limit",
     "idle_timeout",
+    "silent_timeout",
+    "frame_rate_limit",
+    "address_frame_rate_limit",
 }
 _POSITIVE_INTS = {
     "max_message_chars",
@@ -105,6 +116,8 @@ _POSITIVE_INTS = {
     "address_burst",
     "agent_burst",
     "max_text_len",
+    "frame_burst",
+    "address_frame_burst",
 }
 
 
