@@ -205,6 +205,8 @@ async def test_http_closes_connections_slow_to_send_headers_and_caps_each_addres
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
+        if scope["path"] == "/slow":  # a tool call slower than the header deadline
+            await asyncio.sleep(1.5)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
@@ -239,6 +241,14 @@ async def test_http_closes_connections_slow_to_send_headers_and_caps_each_addres
         await writer.drain()
         answer = await asyncio.wait_for(reader.read(), 30)
         assert answer.startswith(b"HTTP/1.1 200") and b"\r\nok\r\n" in answer
+        # two requests in one write (pipelined), the second slower than the deadline: the
+        # deadline counts for a connection gone quiet, not one whose request is being served
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        request = b"GET /%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n\r\n"
+        writer.write(request % b"mcp" + request % b"slow")
+        await writer.drain()
+        answers = await asyncio.wait_for(reader.read(), 30)
+        assert answers.count(b"HTTP/1.1 200") == 2 and answers.count(b"\r\nok\r\n") == 2
         for _reader, idle_writer in (*idle, (reader, writer)):
             idle_writer.close()
     finally:

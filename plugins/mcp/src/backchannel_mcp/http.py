@@ -64,8 +64,10 @@ def _timely_protocol() -> type:
             self._arm()
 
         def on_response_complete(self) -> None:
-            super().on_response_complete()
+            # armed on the cycle that just ended, before a pipelined request behind it
+            # starts its own (which then must not be taken for a connection gone quiet)
             self._arm()
+            super().on_response_complete()
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self._deadline is not None:
@@ -182,6 +184,9 @@ async def serve_http(
         # those slow to send their headers, and caps each client address
         limit_concurrency=MAX_CONNECTIONS,
         http=_timely_protocol(),
+        # MCP speaks no websockets: an upgrade (were websockets installed) would leave the
+        # h11 protocol without its connection_lost, and pass a scope BearerGate never sees
+        ws="none",
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
