@@ -181,3 +181,39 @@ async def test_messages_still_queued_when_stopping_are_stored_not_refused(
     await contract_context.wait_ingested(queued["id"])
     transcript = await contract_context.transcript(Address("test", fake.general))
     assert [m.text for m in transcript] == ["before", "in the commit", "queued"]
+
+
+async def test_a_first_dm_reached_while_the_client_closes_is_still_stored(
+    fake: FakeDiscord, contract_context: ContractContext
+) -> None:
+    """Past the drain (it timed out behind a slow commit), a payload the ingest loop reaches
+    while the client closes is skipped only when the next start's catch-up reads it (a
+    guild message in a channel with a cursor): a new user's first DM has no cursor, and
+    needs no lookup, so it is stored as before."""
+    import asyncio
+
+    adapter = DiscordAdapter("test", {**fake.settings, **FAST, "drain_timeout": 0.2})
+    await adapter.start(contract_context.bind(adapter))
+    before = await fake.post_message(fake.general, fake.alice, "before")
+    await contract_context.wait_ingested(before["id"])
+    contract_context.hold()  # the next commit waits past the drain's time
+    await fake.post_message(fake.general, fake.alice, "in the commit")
+    dm = await fake.post_message(fake.dm_channel(fake.alice), fake.alice, "my first DM")
+    for _ in range(3000):
+        if adapter._inbox.qsize() == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert adapter._inbox.qsize() == 1, "the DM was never queued"
+    client = adapter._client
+    assert client is not None
+    close = client.close
+
+    async def closing() -> None:  # the commit ends while the client closes
+        contract_context.release()
+        await contract_context.wait_ingested(dm["id"])
+        await close()
+
+    client.close = closing  # type: ignore[method-assign]
+    await adapter.stop()
+    transcript = await contract_context.transcript(Address("test", fake.dm_channel(fake.alice)))
+    assert [m.text for m in transcript] == ["my first DM"]

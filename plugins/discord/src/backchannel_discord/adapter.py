@@ -427,10 +427,10 @@ class DiscordAdapter:
         data = payload.get("d")
         if not isinstance(data, dict):
             data = {}  # normalize says what is wrong with the payload
-        if self._stopping and self._client is None:
-            # came in after the drain: with no client its channel cannot be described, and a
-            # refusal would move the catch-up cursor past it; left for the next start's
-            # catch-up, as if the process had stopped a moment earlier
+        if self._stopping and self._client is None and self._caught_up_later(payload, data):
+            # came in after the drain: with no client its guild channel cannot be described,
+            # and a refusal would move the catch-up cursor past it; the next start's
+            # catch-up reads it, as if the process had stopped a moment earlier
             return
         context = await self._context_for(data)
         if payload.get("t") in REACTION_EVENTS and self._session_id:
@@ -457,6 +457,16 @@ class DiscordAdapter:
                 while len(self._committed) > 10_000:
                     self._committed.popitem(last=False)
             return
+
+    def _caught_up_later(self, payload: Mapping[str, Any], data: Mapping[str, Any]) -> bool:
+        """Whether the next start's catch-up brings this payload back: a guild message,
+        edit or deletion in a channel it keeps a cursor for (not a reaction, nor a DM,
+        which needs no lookup anyway, nor a channel it never read)."""
+        return (
+            payload.get("t") in ("MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE")
+            and data.get("guild_id") is not None
+            and str(data.get("channel_id")) in self._cursors.by_channel
+        )
 
     async def _context_for(self, data: Mapping[str, Any]) -> dict[str, Any]:
         """What discord.py's cache knows about the message's channel and guild.
