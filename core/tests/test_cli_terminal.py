@@ -145,3 +145,14 @@ def test_a_name_or_title_with_a_line_break_cannot_forge_a_line_in_show(tmp_path:
     assert lines[0].startswith("conversation ") and "\\nconversation 9: forged" in lines[0]
     (message,) = [line for line in lines if line.startswith("#")]
     assert message.startswith("#1 ") and "\\n#2" in message and message.endswith(": hello")
+    # the listing and the run preview print the title and the name on their own lines too
+    for command in (["conversations"], ["preview", "acct/c1"]):
+        result = CliRunner().invoke(main, [*command, "-c", str(config)])
+        assert result.exit_code == 0, result.output
+        forged = [
+            line
+            for line in result.stdout.splitlines()
+            if line.startswith(("conversation 9", "#2 "))
+        ]
+        assert forged == [], (command, result.stdout)
+        assert "\\nconversation 9: forged" in result.stdout, command

@@ -399,7 +399,7 @@ def conversations_command(
         click.echo(f"no conversations yet (store: {config.store.path})")
         return
     # stored text, made terminal-safe before the column is measured
-    keys = [terminal_safe(c.address.key) for c in found]
+    keys = [terminal_safe(c.address.key, one_line=True) for c in found]
     width = max(len(key) for key in keys)
     click.echo(
         f"{'ID':>4}  {'CONVERSATION':<{width}}  {'KIND':<6}  {'MESSAGES':>8}  WAITING  TITLE"
@@ -408,7 +408,7 @@ def conversations_command(
         waiting = f"#{c.trigger_seq}" if c.trigger_seq > c.handled_seq else "-"
         click.echo(
             f"{c.id:>4}  {key:<{width}}  {c.kind:<6}  {c.visible_count:>8}  "
-            f"{waiting:<7}  {terminal_safe(c.title or '')}".rstrip()
+            f"{waiting:<7}  {terminal_safe(c.title or '', one_line=True)}".rstrip()
         )
 
 

@@ -25,21 +25,26 @@ def render_preview(run: Run) -> str:
         return heading(terminal_safe(text))
 
     trigger = run.trigger
+    # names, titles and keys are anyone's to choose: one line each, or a line break in
+    # one would start a line of their choosing
+    who = terminal_safe(trigger.sender.label, one_line=True) if trigger is not None else ""
+    title = terminal_safe(conversation.title or "", one_line=True)
+    key = terminal_safe(conversation.address.key, one_line=True)
     if trigger is None:
         state = "no trigger: no message has asked for a run yet"
     elif conversation.trigger_seq > conversation.handled_seq:
-        state = f"trigger #{trigger.seq} from {trigger.sender.label}, not answered yet"
+        state = f"trigger #{trigger.seq} from {who}, not answered yet"
     else:
         state = (
-            f"trigger #{trigger.seq} from {trigger.sender.label}, already handled"
+            f"trigger #{trigger.seq} from {who}, already handled"
             f" (runs have covered up to #{conversation.handled_seq})"
         )
     safe = terminal_safe
     lines = [
-        bold(f"Run preview: conversation {conversation.id} ({conversation.address.key})"),
+        bold(f"Run preview: conversation {conversation.id} ({key})"),
         safe(
             f"{conversation.kind} conversation"
-            + (f' "{conversation.title}"' if conversation.title else "")
+            + (f' "{title}"' if title else "")
             + f", {len(run.messages)} of {conversation.visible_count} messages in the window"
         ),
         safe(state),
