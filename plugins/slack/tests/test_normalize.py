@@ -436,6 +436,10 @@ def test_a_message_shared_with_a_comment_keeps_both() -> None:
     )
     # a mention of the bot in the shared message is not the sender's
     assert not event.mentions_me and event.address.thread is None
+    # nor when it is shared without a comment (a forward): its words are still kept
+    forward = norm(envelope({**CHANNEL_MESSAGE, "text": "", "attachments": [share]}))
+    assert forward is not None and forward.text == share["fallback"]
+    assert not forward.mentions_me and forward.address.thread is None
     # a share that only has the shared message's blocks
     blocks = [
         {

@@ -452,19 +452,27 @@ def _message_text(message: Mapping[str, Any], where: str) -> tuple[str, str]:
     if text.strip():
         shared = _attachments_text(message.get("attachments"), shared_only=True)
         return (f"{text}\n{shared}" if shared else text), text
-    found = _attachments_text(message.get("attachments")) or _blocks_text(message.get("blocks"))
-    return found, found
+    attachments, blocks = message.get("attachments"), message.get("blocks")
+    found = _attachments_text(attachments) or _blocks_text(blocks)
+    # a message shared (forwarded) without a comment: its words are shown, but a mention
+    # of the bot in them is the original author's, not the sharer's
+    own = _attachments_text(attachments, own_only=True) or _blocks_text(blocks)
+    return found, own
 
 
-def _attachments_text(attachments: Any, *, shared_only: bool = False) -> str:
+def _attachments_text(
+    attachments: Any, *, shared_only: bool = False, own_only: bool = False
+) -> str:
     """A line (or a few) for each legacy attachment: its ``fallback``, else its ``text``,
     ``pretext`` or ``title``; else its fields as ``title: value`` lines, its blocks, or
     the blocks of the message it shares (``message_blocks``). With `shared_only`, only
     the attachments that share a message (``is_share``, ``is_msg_unfurl``,
-    ``message_blocks``)."""
+    ``message_blocks``); with `own_only`, only the others."""
     lines: list[str] = []
     for item in attachments if isinstance(attachments, list) else ():
         if not isinstance(item, Mapping) or (shared_only and not _is_shared_message(item)):
+            continue
+        if own_only and _is_shared_message(item):
             continue
         line = _attachment_text(item)
         if line:
