@@ -622,3 +622,61 @@ async def test_a_crowd_at_the_open_file_limit_is_one_log_line_not_one_per_connec
     assert "open-file limit is reached" in refused[0]
     assert not [line for line in lines if "socket.accept() out of system resource" in line]
     assert not [line for line in lines if line.startswith("Traceback")]
+
+
+async def test_bodies_sent_fast_then_stalled_give_their_room_to_a_real_delivery(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Strangers (a forged but fresh Slack signature passes the header check) send most of
+    a big body at once, then stall: they held the route's whole room until the body
+    deadline, and every real delivery was a 503. A body still arriving after
+    STALLED_AFTER now gives its room to a newcomer that needs it."""
+    import asyncio
+
+    from aiohttp import web
+    from backchannel import server as server_module
+    from backchannel.adapter import RouteTable
+    from backchannel.server import HttpServer
+
+    monkeypatch.setattr(server_module, "STALLED_AFTER", 0.2)
+    routes = RouteTable()
+    handled: list[int] = []
+
+    async def webhook(request: web.Request) -> web.StreamResponse:
+        handled.append(len(await request.read()))
+        return web.Response(text="ok")
+
+    routes.add("POST", "/hook", webhook)
+    server = HttpServer(routes, port=0, max_buffered=2_400_000)
+    url = await server.start()
+    port = int(url.rsplit(":", 1)[1])
+
+    async def begin(source: str, length: int, sent: int) -> tuple[Any, Any]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+        writer.write(
+            f"POST /hook HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode()
+            + b"x" * sent
+        )
+        await writer.drain()
+        return reader, writer
+
+    try:
+        stalled = [await begin(f"127.0.0.{n}", 600_000, 590_000) for n in (2, 3, 4, 5)]
+        await asyncio.wait_for(_until(lambda: server.buffered == 4 * 590_000), 30)
+        # a newcomer at once: those bodies are young, so it is refused
+        reader, writer = await begin("127.0.0.6", 500_000, 0)
+        assert (await asyncio.wait_for(reader.readline(), 30)).startswith(b"HTTP/1.1 503")
+        writer.close()
+        await asyncio.sleep(0.3)  # past STALLED_AFTER: they stalled
+        reader, writer = await begin("127.0.0.6", 500_000, 500_000)
+        assert (await asyncio.wait_for(reader.readline(), 30)).startswith(b"HTTP/1.1 200")
+        writer.close()
+        assert handled == [500_000] and server.closed_stalled == 1
+        # the stalled body closed first was the oldest one; the others still hold theirs
+        assert await asyncio.wait_for(stalled[0][0].read(), 30) == b""
+        assert server.buffered == 3 * 590_000
+        for _reader, stalled_writer in stalled:
+            stalled_writer.close()
+        await asyncio.wait_for(_until(lambda: server.buffered == 0), 30)
+    finally:
+        await server.stop()

@@ -17,7 +17,9 @@ to a quarter of that. A body is counted as it arrives, not at its announced
 length, so slow clients announcing big bodies hold only what they sent (a
 crowd of them cannot turn real deliveries away); a request whose announced
 length would not fit, or whose body stops fitting as it arrives, is a 503
-with Retry-After, not buffered further. Per route:
+with Retry-After, not buffered further; but first, bodies still arriving
+after `STALLED_AFTER` seconds are closed to make room (sent fast, then
+stalled: a stranger's way to hold the room until the body deadline). Per route:
 strangers crowding one route (a forged but fresh Slack signature passes the
 header check) cannot starve another (Telegram's, whose secret they lack). A
 GET or HEAD carrying a body is a 400 before any of it is read. A request
@@ -53,6 +55,8 @@ BODY_TIMEOUT = 30.0
 DISCONNECT_REPORT_INTERVAL = 60.0
 #: bytes of request bodies held at once on one route, across every request being read
 MAX_BUFFERED = 32 * 1024 * 1024
+#: seconds after which a body still arriving gives its room to a newcomer that needs it
+STALLED_AFTER = 5.0
 
 
 class HttpServer:
@@ -81,6 +85,10 @@ class HttpServer:
         self.refused_busy = 0
         #: requests whose route's header check raised (refused: a 400)
         self.refused_by_check = 0
+        #: bodies being read, by route, with when they started (oldest first)
+        self._reading: dict[str, dict[_Held, float]] = {}
+        #: bodies closed because they stalled while a newcomer needed their room
+        self.closed_stalled = 0
         #: bodies that took longer than `body_timeout` (a 408): counted, not a line each
         self._too_slow = CountedLog(log)
         #: malformed requests aiohttp refused, counted for every server of the process
@@ -148,7 +156,7 @@ class HttpServer:
                 refused.force_close()  # whatever body it brought is not read
                 return refused
         route, peer = request.path, request.remote or ""
-        held = _Held(self._buffered, self._by_peer, route, peer)
+        held = _Held(self._buffered, self._by_peer, route, peer, request.transport)
         if request.can_read_body:
             if request.method in ("GET", "HEAD"):
                 refused = web.Response(status=400, text="a GET or HEAD carries no body\n")
@@ -157,7 +165,7 @@ class HttpServer:
             announced = request.content_length
             if announced is not None and announced > MAX_BODY:
                 raise web.HTTPRequestEntityTooLarge(MAX_BODY, announced)
-            if announced is not None and not held.fits(announced, self.max_buffered):
+            if announced is not None and not self._room_for(held, announced):
                 return self._busy(request)
         try:
             if request.can_read_body:
@@ -187,6 +195,40 @@ class HttpServer:
             return web.Response(status=400, text=f"{error}\n")
         finally:
             held.release()
+            self._reading.get(route, {}).pop(held, None)
+
+    def _room_for(self, held: _Held, size: int) -> bool:
+        """Whether `size` more bytes fit the route's room (and the address's quarter),
+        making it by closing bodies stalled for `STALLED_AFTER` seconds, oldest first.
+
+        A forged but fresh Slack signature passes the header check, and whether it is
+        forged shows only once the body is in: strangers who send most of a big body
+        at once and then stall would hold the route's room until `body_timeout`. A
+        real delivery arrives in well under a second, so a newcomer that does not fit
+        takes the room of bodies still arriving after that long."""
+        if held.fits(size, self.max_buffered):
+            return True
+        reading = self._reading.get(held.route, {})
+        moment = time.monotonic()
+        for other, started in list(reading.items()):
+            if other is held or moment - started < STALLED_AFTER:
+                continue
+            if held.route_fits(size, self.max_buffered) and other.peer != held.peer:
+                continue  # only the address's own quarter is short: its own bodies make room
+            reading.pop(other, None)
+            other.abort()
+            self.closed_stalled += 1
+            (log.warning if self.closed_stalled == 1 else log.debug)(
+                "%s: closed a request body from %s still arriving after %.0fs to make room"
+                " (%d so far)",
+                held.route,
+                other.peer,
+                moment - started,
+                self.closed_stalled,
+            )
+            if held.fits(size, self.max_buffered):
+                return True
+        return False
 
     async def _read_body(self, request: web.Request, held: _Held) -> bytes | None:
         """Read the body as it arrives, counting each chunk against the route's room (and
@@ -198,13 +240,19 @@ class HttpServer:
         route's room and turn the real deliveries away.
         """
         body = bytearray()
+        self._reading.setdefault(held.route, {})[held] = time.monotonic()
         while chunk := await request.content.readany():
+            if held.aborted:  # closed to make room: its bytes were given back already
+                raise ConnectionResetError("closed to make room for another request")
             if len(body) + len(chunk) > MAX_BODY:
                 raise web.HTTPRequestEntityTooLarge(MAX_BODY, len(body) + len(chunk))
-            if not held.fits(len(chunk), self.max_buffered):
+            if not self._room_for(held, len(chunk)):
                 return None
             held.take(len(chunk))
             body += chunk
+        if held.aborted:
+            raise ConnectionResetError("closed to make room for another request")
+        self._reading.get(held.route, {}).pop(held, None)  # complete: no longer stalled
         return bytes(body)
 
     @property
@@ -330,25 +378,43 @@ class _Held:
     """The body bytes one request holds, counted in its route's and its address's totals."""
 
     def __init__(
-        self, by_route: dict[str, int], by_peer: dict[tuple[str, str], int], route: str, peer: str
+        self,
+        by_route: dict[str, int],
+        by_peer: dict[tuple[str, str], int],
+        route: str,
+        peer: str,
+        transport: Any = None,
     ):
         self.by_route, self.by_peer = by_route, by_peer
         self.route, self.peer = route, peer
+        self.transport = transport
         self.amount = 0
+        #: closed to make room for another request (its bytes given back at once)
+        self.aborted = False
 
     def fits(self, size: int, room: int) -> bool:
         """Whether `size` more bytes keep the route within `room`, and the address within
         a quarter of it."""
         return (
-            self.by_route.get(self.route, 0) + size <= room
+            self.route_fits(size, room)
             and self.by_peer.get((self.route, self.peer), 0) + size <= room // 4
         )
+
+    def route_fits(self, size: int, room: int) -> bool:
+        return self.by_route.get(self.route, 0) + size <= room
 
     def take(self, size: int) -> None:
         self.amount += size
         self.by_route[self.route] = self.by_route.get(self.route, 0) + size
         key = (self.route, self.peer)
         self.by_peer[key] = self.by_peer.get(key, 0) + size
+
+    def abort(self) -> None:
+        """Give the bytes back now and close the connection: its read then fails."""
+        self.aborted = True
+        self.release()
+        if self.transport is not None:
+            self.transport.close()
 
     def release(self) -> None:
         if self.amount:
