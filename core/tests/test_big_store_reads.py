@@ -368,3 +368,33 @@ async def test_postgres_searches_a_repeated_word_once(postgres_url: str) -> None
     assert select.count("FROM message_words w") == 2  # "common", "w1x"
     assert [c.address.chat for c in found] == ["c1"]
     await store.close()
+
+
+async def test_two_searches_at_once_each_read_their_own_completeness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the flag was one store attribute: a search that caught up could hide, from another
+    # search still in flight, that its own answer came from an index not caught up
+    monkeypatch.setattr(sqlite_module, "INDEX_CHUNK_ROWS", 5)
+    monkeypatch.setattr(sqlite_module, "INDEX_SECONDS", 0.0)
+    store = SQLiteStore(tmp_path / "bc.db")
+    await fill(store, 12, chats=1)
+    first_done, second_done = asyncio.Event(), asyncio.Event()
+
+    async def early() -> bool:
+        await store.search_conversations(query="w11x")  # one chunk of three: not caught up
+        first_done.set()
+        await second_done.wait()
+        return store.search_index_complete
+
+    async def late() -> bool:
+        await first_done.wait()
+        while True:  # goes on until the index has caught up
+            await store.search_conversations(query="w11x")
+            if store.search_index_complete:
+                break
+        second_done.set()
+        return store.search_index_complete
+
+    assert await asyncio.gather(early(), late()) == [False, True]
+    await store.close()

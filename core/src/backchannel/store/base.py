@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from attrs import frozen
@@ -30,6 +31,9 @@ __all__ = [
     "dead_letter_digest",
     "find_by_reference",
 ]
+
+#: `Store.search_index_complete`, kept per task (a search's caller reads it after awaiting)
+_SEARCH_INDEX_COMPLETE: ContextVar[bool] = ContextVar("search_index_complete", default=True)
 
 #: the columns a dead letter is listed with (Store.dead_letters)
 DEAD_LETTER_KEYS = ("id", "account", "ref", "reason", "payload", "at", "deliveries", "first_at")
@@ -225,8 +229,16 @@ class Store(ABC):
 
     #: whether `search_conversations` takes `chats` / `excluded_chats` (see there)
     searches_chats = False
-    #: whether the last search with a query found the text index caught up
-    search_index_complete = True
+
+    @property
+    def search_index_complete(self) -> bool:
+        """Whether the last search with a query, in this task, found the text index
+        caught up (per task: two searches at once each read their own)."""
+        return _SEARCH_INDEX_COMPLETE.get()
+
+    @search_index_complete.setter
+    def search_index_complete(self, complete: bool) -> None:
+        _SEARCH_INDEX_COMPLETE.set(complete)
 
     @abstractmethod
     async def participants(self, conversation_id: int) -> list[Participant]:

@@ -294,8 +294,6 @@ class PostgresStore(PostgresAsks, Store):
 
     #: `search_conversations` takes `chats` and `excluded_chats` (see SQLiteStore's)
     searches_chats = True
-    #: whether the last search with a query found the text index caught up
-    search_index_complete = True
 
     async def search_conversations(
         self,

@@ -682,9 +682,6 @@ class SQLiteStore(SQLiteAsks, Store):
             raise StoreError(f"cannot search for {query!r}: {error}") from None
         return [conversation_row(row) for row in rows]
 
-    #: whether the last search with a query found the text index caught up (see above)
-    search_index_complete = True
-
     async def _index_new_messages(self) -> bool:
         """Add the visible messages written since the last search to the text index.
 
