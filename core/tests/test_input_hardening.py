@@ -127,19 +127,26 @@ async def test_a_check_that_raises_is_a_dead_letter_not_a_stalled_batch(
         return real(event, account)
 
     monkeypatch.setattr(switchboard, "storable_event", raising)
-    channel = FakeChannel()
-    board = Switchboard(store)
-    board.add_account(channel.adapter("fake"), Binding(RecordingAgent(lambda run: None)))
-    await board.start()
-    raws = [channel.platform.make_message(text) for text in ("a", "odd", "b")]
-    results = await board.ingest_many("fake", raws, state={"offset": "3"})
-    assert [r.status for r in results] == ["stored", "malformed", "stored"]
+    board, channel, results = await _three_in_one_batch(store, "odd")
     assert "RecursionError" in (results[1].reason or "")
     assert await store.get_state("fake", "offset") == "3"
     single = await board.ingest("fake", channel.platform.make_message("odd"))
     assert single.status == "malformed" and len(await store.dead_letters("fake")) == 2
     await board.wait_idle()
     await board.stop()
+
+
+async def _three_in_one_batch(store: SQLiteStore, middle: str) -> tuple[Switchboard, Any, Any]:
+    """Start a board on a fake channel and ingest "a", `middle`, "b" as one poll batch (its
+    offset "3" with them): the middle one is refused, the others stored."""
+    channel = FakeChannel()
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(RecordingAgent(lambda run: None)))
+    await board.start()
+    raws = [channel.platform.make_message(text) for text in ("a", middle, "b")]
+    results = await board.ingest_many("fake", raws, state={"offset": "3"})
+    assert [r.status for r in results] == ["stored", "malformed", "stored"]
+    return board, channel, results
 
 
 def test_storable_event_names_what_cannot_be_stored() -> None:
@@ -496,13 +503,7 @@ async def test_a_constraint_sqlite_refuses_is_a_dead_letter_and_the_batch_moves_
         return await append(items)
 
     monkeypatch.setattr(store, "append_inbound", refusing)
-    channel = FakeChannel()
-    board = Switchboard(store)
-    board.add_account(channel.adapter("fake"), Binding(RecordingAgent(lambda run: None)))
-    await board.start()
-    raws = [channel.platform.make_message(text) for text in ("before", "refused", "after")]
-    results = await board.ingest_many("fake", raws, state={"offset": "3"})
-    assert [r.status for r in results] == ["stored", "malformed", "stored"]
+    board, _channel, _results = await _three_in_one_batch(store, "refused")
     (letter,) = await store.dead_letters("fake")
     assert "ConstraintError" in letter["reason"]
     assert await store.get_state("fake", "offset") == "3"
