@@ -136,6 +136,22 @@ async def test_a_check_that_raises_is_a_dead_letter_not_a_stalled_batch(
     await board.stop()
 
 
+def _hook_route() -> tuple[Any, list[int]]:
+    """A route table with POST /hook answering "ok", and the body sizes it was handed."""
+    from aiohttp import web
+    from backchannel.adapter import RouteTable
+
+    routes = RouteTable()
+    handled: list[int] = []
+
+    async def webhook(request: web.Request) -> web.StreamResponse:
+        handled.append(len(await request.read()))
+        return web.Response(text="ok")
+
+    routes.add("POST", "/hook", webhook)
+    return routes, handled
+
+
 async def _three_in_one_batch(store: SQLiteStore, middle: str) -> tuple[Switchboard, Any, Any]:
     """Start a board on a fake channel and ingest "a", `middle`, "b" as one poll batch (its
     offset "3" with them): the middle one is refused, the others stored."""
@@ -274,18 +290,10 @@ async def test_slow_clients_cannot_hold_a_connection(caplog: pytest.LogCaptureFi
     the connection is closed (or answered 408); the server keeps serving meanwhile."""
     import asyncio
 
-    from aiohttp import ClientSession, web
-    from backchannel.adapter import RouteTable
+    from aiohttp import ClientSession
     from backchannel.server import HttpServer
 
-    routes = RouteTable()
-    handled: list[int] = []
-
-    async def webhook(request: web.Request) -> web.StreamResponse:
-        handled.append(len(await request.read()))
-        return web.Response(text="ok")
-
-    routes.add("POST", "/hook", webhook)
+    routes, handled = _hook_route()
     server = HttpServer(routes, port=0, idle_timeout=0.5, body_timeout=0.5)
     url = await server.start()
     port = int(url.rsplit(":", 1)[1])
@@ -634,20 +642,11 @@ async def test_bodies_sent_fast_then_stalled_give_their_room_to_a_real_delivery(
     STALLED_AFTER now gives its room to a newcomer that needs it."""
     import asyncio
 
-    from aiohttp import web
     from backchannel import server as server_module
-    from backchannel.adapter import RouteTable
     from backchannel.server import HttpServer
 
     monkeypatch.setattr(server_module, "STALLED_AFTER", 0.2)
-    routes = RouteTable()
-    handled: list[int] = []
-
-    async def webhook(request: web.Request) -> web.StreamResponse:
-        handled.append(len(await request.read()))
-        return web.Response(text="ok")
-
-    routes.add("POST", "/hook", webhook)
+    routes, handled = _hook_route()
     server = HttpServer(routes, port=0, max_buffered=2_400_000)
     url = await server.start()
     port = int(url.rsplit(":", 1)[1])
