@@ -321,3 +321,33 @@ async def test_a_trigger_a_cut_short_run_asked_another_agent_about_is_not_asked_
     later = await board.ingest("fake", channel.platform.make_message("and the weather?"))
     again = await board.build_run(origin)
     assert again.trigger is not None and again.trigger.seq == later.seq
+
+
+async def test_a_question_cut_off_before_its_ask_was_recorded_leaves_the_trigger_owed(
+    store: SQLiteStore,
+) -> None:
+    # the PostgreSQL asks crash loop's find: ask_agent writes the question's outbox row, then
+    # the ask row, then sends. A run killed between the two rows sent nothing, yet its
+    # question counted as a send elsewhere: the restarted run was told not to answer, and with
+    # no ask row nothing ever expired: the asker heard nothing, ever
+    from backchannel.asks import AskCoordinator, AskSettings
+    from backchannel.model import Address as Addr
+    from backchannel.model import Outbound
+
+    channel = FakeChannel()
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(RecordingAgent()))
+    AskCoordinator(board, AskSettings()).attach()  # as orchestration does with agent peers
+    stored = await board.ingest("fake", channel.platform.make_message("ask B for the status"))
+    assert stored.conversation_id is not None and stored.seq is not None
+    origin = stored.conversation_id
+    session = await store.ensure_conversation(Addr("fake", "peer-b", "s1"), kind="thread")
+    run_id = await store.begin_run(origin, stored.seq, stored.seq)
+    me = Sender("bot", "Bot", is_bot=True)
+    await store.record_outbound(
+        session.id, Outbound(session.address, "status?"), me, run_id, stored.seq
+    )
+    await store.recover()  # killed here: the question is uncertain, no ask row was written
+    run = await board.build_run(origin)
+    assert run.trigger is not None and run.trigger.seq == stored.seq
+    assert "already" not in run.instruction

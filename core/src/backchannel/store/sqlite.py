@@ -1118,8 +1118,13 @@ class SQLiteStore(SQLiteAsks, Store):
             " SELECT o.id FROM recent r JOIN outbox o ON o.run_id = r.id"
             " WHERE o.conversation_id != ? AND o.kind = 'message' AND o.status != 'failed'"
             " AND COALESCE(o.seen_seq, r.upto_seq) >= ?"
+            # a send_to_conversation (it names its origin), or a question whose ask was
+            # recorded: a question is sent only once its ask row is written, so one whose run
+            # died between its outbox row and its ask row never went out and acted on nothing
+            " AND (o.origin IS NOT NULL OR EXISTS (SELECT 1 FROM asks a"
+            " WHERE a.origin_conversation_id = ? AND a.outbox_id = o.id))"
             " ORDER BY o.id DESC LIMIT 1",
-            (conversation_id, conversation_id, trigger_seq),
+            (conversation_id, conversation_id, trigger_seq, conversation_id),
         ).fetchone()
         return None if row is None else self._outbox_entry(row[0])
 

@@ -327,7 +327,7 @@ class StoreContract(AskStoreContract):
         await store.record_outbound(here.id, Outbound(here.address, "own"), ME, run_id, 1)
         assert await store.sent_elsewhere_after(here.id, 1) is None  # its own: not elsewhere
         sent = await store.record_outbound(
-            there.id, Outbound(there.address, "relayed"), ME, run_id, 1
+            there.id, Outbound(there.address, "relayed", origin=here.address.key), ME, run_id, 1
         )
         found = await store.sent_elsewhere_after(here.id, 1)
         assert found is not None and found.id == sent.id
@@ -335,6 +335,32 @@ class StoreContract(AskStoreContract):
         assert await store.sent_elsewhere_after(there.id, 1) is None
         await store.mark_failed(sent.id, "refused")
         assert await store.sent_elsewhere_after(here.id, 1) is None  # never went out
+
+    async def test_a_question_whose_ask_was_never_recorded_acted_on_nothing(
+        self, store: Store
+    ) -> None:
+        """ask_agent writes the question's outbox row, then its ask row, then sends: a run
+        killed between the two rows sent nothing, so its trigger is still owed (before, it
+        counted as sent elsewhere: the trigger was never answered, and with no ask row
+        nothing ever expired or told the asker)."""
+        here = await store.ensure_conversation(Address("acct", "here"))
+        session = await store.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+        run_id = await store.begin_run(here.id, 1, 1)
+        question = await store.record_outbound(
+            session.id, Outbound(session.address, "what is 6x7?"), ME, run_id, 1
+        )
+        assert await store.sent_elsewhere_after(here.id, 1) is None
+        await store.record_ask(
+            origin_conversation_id=here.id,
+            origin_seq=1,
+            peer_conversation_id=session.id,
+            question=question.text,
+            deadline=9e9,
+            message_seq=question.message_seq,
+            outbox_id=question.id,
+        )
+        found = await store.sent_elsewhere_after(here.id, 1)
+        assert found is not None and found.id == question.id
 
     async def test_outbox_rows_are_read_by_the_runs_that_made_them(self, store: Store) -> None:
         here = await store.ensure_conversation(Address("acct", "here"))
@@ -356,7 +382,7 @@ class StoreContract(AskStoreContract):
         there = await store.ensure_conversation(Address("acct", "there"))
         run_id = await store.begin_run(here.id, 1, 1)
         sent = await store.record_outbound(
-            there.id, Outbound(there.address, "relayed"), ME, run_id, 1
+            there.id, Outbound(there.address, "relayed", origin=here.address.key), ME, run_id, 1
         )
         for _ in range(6):
             reporter = await store.begin_run(here.id, 0, 1)
