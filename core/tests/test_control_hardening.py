@@ -417,3 +417,28 @@ async def test_a_socket_path_too_long_for_a_unix_socket_is_one_clear_line(
     assert "\n" not in message
     assert f"cannot open the control socket {path}: the path is" in message
     assert "longer than a unix socket's 107" in message and "XDG_RUNTIME_DIR or TMPDIR" in message
+
+
+@as_root
+async def test_a_fallback_folder_another_user_made_first_is_passed_over_for_one_at_home(
+    tmp_path: Path, tmp: Path, short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # another user made <temp dir>/backchannel-<uid> first: before, serve refused to start
+    # (rightly: the folder is theirs) and only they could remove it, a way to keep anyone's
+    # serve down. Now the socket goes to this user's home, where no one else can make it
+    home = short / "home"
+    home.mkdir(mode=0o700)
+    monkeypatch.setenv("HOME", str(home))
+    _fallback(tmp).mkdir(mode=0o700)
+    os.chown(_fallback(tmp), NOBODY, NOBODY)
+    store = _long_store(tmp_path)
+    path = control.socket_path(store)
+    assert path is not None and path.parent == home / ".cache" / "backchannel" / "run"
+    server = control.ControlServer(_board(), path)
+    assert await server.start()
+    try:
+        info = os.lstat(path.parent)
+        assert stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.getuid()
+        assert (await control.call(store, "ping"))["accounts"] == ["ops"]
+    finally:
+        await server.stop()

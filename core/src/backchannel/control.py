@@ -129,7 +129,21 @@ def _socket_paths(store_path: str) -> list[Path]:
     if _fits(beside) and not _shared(beside.parent):
         return [beside]
     name = hashlib.sha256(os.fsencode(store)).hexdigest()[:24] + ".ctl"
-    return [directory / name for directory in _private_dirs()]
+    # a folder another user made first (in the shared temp dir) is not ours to use or to
+    # remove: the next one is taken (in this user's home), rather than refusing to start
+    return [
+        directory / name for directory in _private_dirs() if not _taken_by_another(directory)
+    ] or [directory / name for directory in _private_dirs()]
+
+
+def _taken_by_another(directory: Path) -> bool:
+    """True when `directory` exists and is another user's (not root's): only they may
+    remove it, so it cannot be made private for this one."""
+    try:
+        owner = os.lstat(directory).st_uid
+    except OSError:
+        return False
+    return owner not in (os.getuid(), 0)
 
 
 def _client_paths(store_path: str) -> list[Path]:
@@ -157,7 +171,8 @@ def _client_paths(store_path: str) -> list[Path]:
 def _private_dirs() -> list[Path]:
     """The directories for sockets that cannot sit beside their store, best first:
     ``$XDG_RUNTIME_DIR/backchannel`` when XDG_RUNTIME_DIR is this user's own ``0700``
-    directory (and the socket's path fits), then ``<temp dir>/backchannel-<uid>``."""
+    directory (and the socket's path fits), then ``<temp dir>/backchannel-<uid>``, then
+    ``~/.cache/backchannel/run`` (used when another user made the temp dir's first)."""
     dirs = []
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
     if os.path.isabs(runtime) and _not_private(Path(runtime)) is None:
@@ -165,6 +180,12 @@ def _private_dirs() -> list[Path]:
         if _fits(candidate / ("0" * 24 + ".ctl")):
             dirs.append(candidate)
     dirs.append(Path(tempfile.gettempdir()) / f"backchannel-{os.getuid()}")
+    # last: in this user's home, where no other user can make it first
+    home = Path(os.path.expanduser("~"))
+    if home.is_absolute() and str(home) != "/":
+        candidate = home / ".cache" / "backchannel" / "run"
+        if _fits(candidate / ("0" * 24 + ".ctl")):
+            dirs.append(candidate)
     return dirs
 
 
@@ -390,6 +411,7 @@ class ControlServer:
             )
         try:
             if private:  # in the temp dir, where anyone may have made it first
+                directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # home's
                 with contextlib.suppress(FileExistsError):
                     directory.mkdir(mode=0o700)
             else:
