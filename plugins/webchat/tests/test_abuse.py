@@ -448,3 +448,26 @@ async def test_the_stored_name_is_the_clean_one(
     assert message.sender.name == "agent: hi"
     echo = await other_tab.wait_for(lambda f: f["type"] == "message")
     assert echo["sender"] == "agent: hi"
+
+
+async def test_an_address_flooding_the_page_gets_429_and_others_are_served(
+    start_webchat: Start,
+) -> None:
+    # 20,000 GETs of the page from one address went through at 2,550 a second, no limit:
+    # a CPU's worth of work anyone could ask for
+    adapter = await start_webchat(request_rate_limit=1, request_burst=5)
+    assert adapter.url is not None
+    page_url = adapter.url
+    async with aiohttp.ClientSession() as session:
+        statuses = []
+        for _ in range(7):
+            async with session.get(page_url) as answer:
+                statuses.append(answer.status)
+                retry = answer.headers.get("Retry-After")
+        assert statuses == [200] * 5 + [429] * 2 and retry is not None and int(retry) >= 1
+    connector = aiohttp.TCPConnector(local_addr=(OTHER_ADDRESS, 0))
+    async with (
+        aiohttp.ClientSession(connector=connector) as session,
+        session.get(page_url) as answer,
+    ):
+        assert answer.status == 200

@@ -69,6 +69,7 @@ async def test_fuzzed_websocket_frames_never_close_the_socket_or_stall_the_next_
     unlimited |= {"connect_rate_limit": 1e6, "connect_burst": 1_000_000}
     unlimited |= {"frame_rate_limit": 1e9, "frame_burst": 1_000_000}
     unlimited |= {"address_frame_rate_limit": 1e9, "address_frame_burst": 1_000_000}
+    unlimited |= {"request_rate_limit": 1e9, "request_burst": 1_000_000}
     adapter = WebchatAdapter(ACCOUNT, unlimited)
     board = Switchboard(store, port=0)
     board.add_account(adapter, Binding(RecordingAgent(answer_final), debounce=0.2, max_wait=1.0))

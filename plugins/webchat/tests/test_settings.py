@@ -62,6 +62,7 @@ def test_path_always_ends_with_a_slash(path: str, expected: str) -> None:
         ({"frame_rate_limit": "10"}, "accounts.web.frame_rate_limit", "positive number"),
         ({"frame_burst": 0}, "accounts.web.frame_burst", "positive integer"),
         ({"address_frame_burst": 2.5}, "accounts.web.address_frame_burst", "positive integer"),
+        ({"request_burst": -1}, "accounts.web.request_burst", "positive integer"),
     ],
 )
 def test_bad_settings_raise_config_error_naming_the_key(
@@ -103,4 +104,5 @@ def test_per_address_defaults() -> None:
     assert settings.silent_timeout == 300
     assert (settings.frame_rate_limit, settings.frame_burst) == (600, 60)
     assert (settings.address_frame_rate_limit, settings.address_frame_burst) == (1200, 120)
+    assert (settings.request_rate_limit, settings.request_burst) == (600, 60)
     assert settings.allowed_hosts == settings.trusted_proxies == ()

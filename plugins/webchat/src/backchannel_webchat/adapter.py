@@ -74,6 +74,8 @@ class WebchatAdapter:
         self.connect_limits = Buckets(chosen.connect_rate_limit, chosen.connect_burst)
         #: per client address: frames of any kind (each page has its own bucket too)
         self.frame_limits = Buckets(chosen.address_frame_rate_limit, chosen.address_frame_burst)
+        #: per client address: HTTP requests of any kind (page, files, upgrades)
+        self.request_limits = Buckets(chosen.request_rate_limit, chosen.request_burst)
         self.clients = ClientAddresses(chosen.trusted_proxies)
         self._ctx: AdapterContext | None = None
         self._routes: list[tuple[str, str]] = []
@@ -86,6 +88,7 @@ class WebchatAdapter:
         self._host_check: HostCheck | None = None
         self._refused_hosts: RefusalLog | None = None
         self._refused_clients: RefusalLog | None = None
+        self._refused_requests: RefusalLog | None = None
         self._refused_origins: RefusalLog | None = None
         self._evicted: RefusalLog | None = None
         self._flooding: RefusalLog | None = None
@@ -112,6 +115,9 @@ class WebchatAdapter:
             "websocket(s) from another origin (403; list the page's origin in allowed_origins"
             " if it is yours)",
             level=logging.WARNING,
+        )
+        self._refused_requests = RefusalLog(
+            ctx.log, "HTTP request(s) of a client address over request_rate_limit (429)"
         )
         self._evicted = RefusalLog(
             ctx.log,
@@ -396,6 +402,17 @@ class WebchatAdapter:
                     self._refused_hosts.note(repr(request.headers.get("Host", ""))[:100])
                 raise web.HTTPMisdirectedRequest(
                     text="this server does not serve the web chat under that host name\n"
+                )
+            # one address flooding the page or its files costs the server a CPU: metered
+            ctx = self._ctx
+            address = self.clients.of(request, ctx.log) if ctx is not None else ""
+            wait = self.request_limits.take(address) if ctx is not None else 0
+            if wait:
+                if self._refused_requests is not None:
+                    self._refused_requests.note(address)
+                raise web.HTTPTooManyRequests(
+                    text="too many requests from this address; try again shortly\n",
+                    headers={"Retry-After": str(max(1, math.ceil(wait)))},
                 )
             return await handler(request)
 

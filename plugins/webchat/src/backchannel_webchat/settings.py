@@ -53,6 +53,10 @@ class WebchatSettings:
     #: frames per minute per client address (all its pages), and the burst
     address_frame_rate_limit: float = 1200.0
     address_frame_burst: int = 120
+    #: HTTP requests (the page, its files, websocket upgrades) per minute per client
+    #: address, and the burst (a page load is about five)
+    request_rate_limit: float = 600.0
+    request_burst: int = 60
     #: host names the page and websocket answer for, besides public_url's host, the address
     #: the connection came in on and localhost; "*" answers for any
     allowed_hosts: tuple[str, ...] = ()
@@ -104,6 +108,7 @@ _POSITIVE_NUMBERS = {
     "silent_timeout",
     "frame_rate_limit",
     "address_frame_rate_limit",
+    "request_rate_limit",
 }
 _POSITIVE_INTS = {
     "max_message_chars",
@@ -118,6 +123,7 @@ _POSITIVE_INTS = {
     "max_text_len",
     "frame_burst",
     "address_frame_burst",
+    "request_burst",
 }
 
 
