@@ -282,23 +282,31 @@ async def test_a_conversation_answered_while_the_adapters_start_is_not_run_again
     await board.stop()
 
 
-async def test_a_trigger_a_cut_short_run_asked_another_agent_about_is_not_asked_again(
-    store: SQLiteStore,
-) -> None:
-    # the third crash loop's find: a run killed after its ask went out left its trigger
-    # owed; the restarted run was offered it again and asked the other agent a second time
+async def _asking_board(store: SQLiteStore) -> tuple[Switchboard, Any, Any, Any]:
+    """A board whose runs may ask other agents, one stored message asking for it (its
+    conversation is the asking one), and a session with peer-b to ask in."""
     from backchannel.asks import AskCoordinator, AskSettings
     from backchannel.model import Address as Addr
-    from backchannel.model import Outbound, Receipt
 
     channel = FakeChannel()
     board = Switchboard(store)
     board.add_account(channel.adapter("fake"), Binding(RecordingAgent()))
     AskCoordinator(board, AskSettings()).attach()  # as orchestration does with agent peers
     stored = await board.ingest("fake", channel.platform.make_message("ask B for the status"))
-    assert stored.conversation_id is not None
-    origin = stored.conversation_id
+    assert stored.conversation_id is not None and stored.seq is not None
     session = await store.ensure_conversation(Addr("fake", "peer-b", "s1"), kind="thread")
+    return board, channel, stored, session
+
+
+async def test_a_trigger_a_cut_short_run_asked_another_agent_about_is_not_asked_again(
+    store: SQLiteStore,
+) -> None:
+    # the third crash loop's find: a run killed after its ask went out left its trigger
+    # owed; the restarted run was offered it again and asked the other agent a second time
+    from backchannel.model import Outbound, Receipt
+
+    board, channel, stored, session = await _asking_board(store)
+    origin = stored.conversation_id
     me = Sender("bot", "Bot", is_bot=True)
     entry = await store.record_outbound(session.id, Outbound(session.address, "status?"), me)
     await store.mark_sent(entry.id, Receipt("q1"))
@@ -330,18 +338,10 @@ async def test_a_question_cut_off_before_its_ask_was_recorded_leaves_the_trigger
     # the ask row, then sends. A run killed between the two rows sent nothing, yet its
     # question counted as a send elsewhere: the restarted run was told not to answer, and with
     # no ask row nothing ever expired: the asker heard nothing, ever
-    from backchannel.asks import AskCoordinator, AskSettings
-    from backchannel.model import Address as Addr
     from backchannel.model import Outbound
 
-    channel = FakeChannel()
-    board = Switchboard(store)
-    board.add_account(channel.adapter("fake"), Binding(RecordingAgent()))
-    AskCoordinator(board, AskSettings()).attach()  # as orchestration does with agent peers
-    stored = await board.ingest("fake", channel.platform.make_message("ask B for the status"))
-    assert stored.conversation_id is not None and stored.seq is not None
+    board, _channel, stored, session = await _asking_board(store)
     origin = stored.conversation_id
-    session = await store.ensure_conversation(Addr("fake", "peer-b", "s1"), kind="thread")
     run_id = await store.begin_run(origin, stored.seq, stored.seq)
     me = Sender("bot", "Bot", is_bot=True)
     await store.record_outbound(
