@@ -14,7 +14,30 @@ import logging
 import time
 from typing import Any
 
-__all__ = ["CountedLog"]
+__all__ = ["CountedLog", "Tally"]
+
+
+class Tally:
+    """Counts occurrences and says when a line about them is due: the first time, then
+    once `interval` seconds have passed since the last line."""
+
+    def __init__(self, interval: float = 60.0):
+        self.interval = interval
+        #: occurrences since the start
+        self.count = 0
+        self._unreported = 0
+        self._reported_at: float | None = None
+
+    def tick(self) -> int | None:
+        """Count one; return how many came since the last line (this one included) when a
+        line is due now, else None."""
+        self.count += 1
+        self._unreported += 1
+        moment = time.monotonic()
+        if self._reported_at is not None and moment - self._reported_at < self.interval:
+            return None
+        since, self._unreported, self._reported_at = self._unreported, 0, moment
+        return since
 
 
 class CountedLog:
@@ -29,24 +52,21 @@ class CountedLog:
     ):
         self.log = log
         self.level = level
-        self.interval = interval
-        #: lines noted since the start
-        self.count = 0
-        self._unreported = 0
-        self._reported_at: float | None = None
+        self.tally = Tally(interval)
+
+    @property
+    def count(self) -> int:
+        """Lines noted since the start."""
+        return self.tally.count
 
     def note(self, message: str, *args: Any) -> None:
         """Count one; log it (with how many were only counted since) when the last line
         is `interval` old, else at DEBUG."""
-        self.count += 1
-        self._unreported += 1
-        moment = time.monotonic()
-        if self._reported_at is not None and moment - self._reported_at < self.interval:
+        since = self.tally.tick()
+        if since is None:
             self.log.debug(message, *args)
             return
-        if self._unreported > 1:
+        if since > 1:
             message += " (%d such since the last line)"
-            args = (*args, self._unreported)
+            args = (*args, since)
         self.log.log(self.level, message, *args)
-        self._unreported = 0
-        self._reported_at = moment

@@ -38,7 +38,7 @@ from typing import Any
 from aiohttp import web
 
 from .adapter import RouteTable
-from .logcount import CountedLog
+from .logcount import CountedLog, Tally
 from .wire import BadPayload
 
 log = logging.getLogger("backchannel.server")
@@ -84,11 +84,11 @@ class HttpServer:
         #: requests refused for want of buffer room, and malformed ones aiohttp refused
         self.refused_busy = 0
         #: requests whose route's header check raised (refused: a 400)
-        self.refused_by_check = 0
+        self._check_raised = CountedLog(log)
         #: bodies being read, by route, with when they started (oldest first)
         self._reading: dict[str, dict[_Held, float]] = {}
         #: bodies closed because they stalled while a newcomer needed their room
-        self.closed_stalled = 0
+        self._stalled = CountedLog(log)
         #: bodies that took longer than `body_timeout` (a 408): counted, not a line each
         self._too_slow = CountedLog(log)
         #: malformed requests aiohttp refused, counted for every server of the process
@@ -144,8 +144,7 @@ class HttpServer:
             try:
                 refused = check(request)
             except Exception as error:  # a check's own bug: a refusal, never a 500 each
-                self.refused_by_check += 1
-                (log.warning if self.refused_by_check == 1 else log.debug)(
+                self._check_raised.note(
                     "%s %s: the route's header check raised %s; answered 400",
                     request.method,
                     request.path,
@@ -217,14 +216,11 @@ class HttpServer:
                 continue  # only the address's own quarter is short: its own bodies make room
             reading.pop(other, None)
             other.abort()
-            self.closed_stalled += 1
-            (log.warning if self.closed_stalled == 1 else log.debug)(
-                "%s: closed a request body from %s still arriving after %.0fs to make room"
-                " (%d so far)",
+            self._stalled.note(
+                "%s: closed a request body from %s still arriving after %.0fs to make room",
                 held.route,
                 other.peer,
                 moment - started,
-                self.closed_stalled,
             )
             if held.fits(size, self.max_buffered):
                 return True
@@ -254,6 +250,16 @@ class HttpServer:
             raise ConnectionResetError("closed to make room for another request")
         self._reading.get(held.route, {}).pop(held, None)  # complete: no longer stalled
         return bytes(body)
+
+    @property
+    def refused_by_check(self) -> int:
+        """Requests whose route's header check raised (each a 400)."""
+        return self._check_raised.count
+
+    @property
+    def closed_stalled(self) -> int:
+        """Bodies closed because they stalled while a newcomer needed their room."""
+        return self._stalled.count
 
     @property
     def buffered(self) -> int:
@@ -304,9 +310,12 @@ class _MalformedRequests(logging.Filter):
 
     def __init__(self) -> None:
         super().__init__()
-        self.count = 0
-        self._unreported = 0
-        self._reported_at = 0.0
+        self.tally = Tally(DISCONNECT_REPORT_INTERVAL)
+
+    @property
+    def count(self) -> int:
+        """Malformed requests refused since the start (every server of the process)."""
+        return self.tally.count
 
     def filter(self, record: logging.LogRecord) -> bool:
         from aiohttp.http_exceptions import HttpProcessingError
@@ -321,17 +330,13 @@ class _MalformedRequests(logging.Filter):
                 error = HttpProcessingError(message=name)
         if not isinstance(error, HttpProcessingError):
             return True
-        self.count += 1
-        self._unreported += 1
-        moment = time.monotonic()
-        if moment - self._reported_at >= DISCONNECT_REPORT_INTERVAL:
+        since = self.tally.tick()
+        if since is not None:
             log.info(
                 "refused %d malformed HTTP request(s) since the last report (latest: %s)",
-                self._unreported,
+                since,
                 error.message if type(error) is HttpProcessingError else type(error).__name__,
             )
-            self._unreported = 0
-            self._reported_at = moment
         return False
 
 
@@ -348,26 +353,20 @@ class _OutOfFiles(logging.Filter):
 
     def __init__(self) -> None:
         super().__init__()
-        self.count = 0
-        self._unreported = 0
-        self._reported_at: float | None = None
+        self.tally = Tally()
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not str(record.msg).startswith("socket.accept() out of system resource"):
             return True
-        self.count += 1
-        self._unreported += 1
-        moment = time.monotonic()
-        if self._reported_at is not None and moment - self._reported_at < 60.0:
+        since = self.tally.tick()
+        if since is None:
             return False
         record.msg = (
             "could not accept %d connection(s) since the last report: the process's open-file"
             " limit is reached (too many connections at once)"
         )
-        record.args = (self._unreported,)
+        record.args = (since,)
         record.exc_info = record.exc_text = None
-        self._unreported = 0
-        self._reported_at = moment
         return True
 
 

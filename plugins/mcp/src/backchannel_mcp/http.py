@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from backchannel.errors import ConfigError
+from backchannel.logcount import CountedLog
 
 from .server import BackchannelMcp
 
@@ -92,18 +93,12 @@ def _timely_protocol() -> type:
     return TimelyH11Protocol
 
 
-_crowds = {"refused": 0}
+#: connections closed for their address's crowd: one WARNING, then one a minute
+_crowds = CountedLog(log)
 
 
 def _refused_crowd(address: str) -> None:
-    """One WARNING for the first connection refused for its address's crowd, then DEBUG."""
-    _crowds["refused"] += 1
-    (log.warning if _crowds["refused"] == 1 else log.debug)(
-        "refused a connection from %s: it holds %d already (%d refused so far)",
-        address,
-        MAX_PER_ADDRESS,
-        _crowds["refused"],
-    )
+    _crowds.note("refused a connection from %s: it holds %d already", address, MAX_PER_ADDRESS)
 
 
 Asgi = Callable[[Any, Any, Any], Awaitable[None]]

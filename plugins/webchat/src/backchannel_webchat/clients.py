@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import time
 from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from backchannel.logcount import Tally
 
 __all__ = ["ClientAddresses", "HostCheck", "RefusalLog", "hostname", "parse_ip"]
 
@@ -186,25 +186,17 @@ class RefusalLog:
         self.what = what
         self.verb = verb
         self.level = level
-        self.interval = interval
-        #: refused since the start
-        self.count = 0
-        self._unreported = 0
-        self._reported_at: float | None = None
+        self.tally = Tally(interval)
+
+    @property
+    def count(self) -> int:
+        """Refused since the start."""
+        return self.tally.count
 
     def note(self, latest: str) -> None:
         """Count one refusal; log the count when the last line is `interval` old."""
-        self.count += 1
-        self._unreported += 1
-        moment = time.monotonic()
-        if self._reported_at is None or moment - self._reported_at >= self.interval:
+        since = self.tally.tick()
+        if since is not None:
             self.log.log(
-                self.level,
-                "web chat: %s %d %s; latest: %s",
-                self.verb,
-                self._unreported,
-                self.what,
-                latest,
+                self.level, "web chat: %s %d %s; latest: %s", self.verb, since, self.what, latest
             )
-            self._unreported = 0
-            self._reported_at = moment
