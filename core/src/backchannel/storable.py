@@ -34,12 +34,13 @@ import attrs
 from .model import Attachment, Event, Sender
 from .wire import MAX_DEPTH, nesting_exceeds, repair_text, safe_copy, shown
 
-__all__ = ["storable_event", "storable_sender"]
+__all__ = ["LATEST_SENT_AT", "storable_event", "storable_sender"]
 
 _KINDS = frozenset({"message", "edit", "delete", "reaction"})
 _CONVERSATION_KINDS = frozenset({"direct", "group", "thread"})
-#: SQLite integers are 64-bit; a sent_at past this is no real time anyway
-_LATEST = 1e11
+#: SQLite integers are 64-bit; a sent_at past this (the year 5138) is no real time anyway:
+#: an adapter reading a time the sender wrote falls back to another before this refuses it
+LATEST_SENT_AT = 1e11
 #: what PostgreSQL's text cannot hold (SQLite can): replaced for both stores alike
 _NUL = "\x00"
 #: how `json.dumps` writes NUL (it escapes every control character)
@@ -97,7 +98,7 @@ def storable_event(event: Event, account: str) -> Event | str:
         isinstance(sent_at, bool) or not isinstance(sent_at, int | float)
     ):
         return f"sent_at must be a number of seconds, not {shown(sent_at)}"
-    if not -_LATEST < sent_at < _LATEST:  # also false for NaN
+    if not -LATEST_SENT_AT < sent_at < LATEST_SENT_AT:  # also false for NaN
         return f"sent_at must be a time in Unix seconds, not {shown(sent_at)}"
     changes: dict[str, Any] = {}
     if not texts_clean:

@@ -35,6 +35,7 @@ from typing import Any
 
 from backchannel.errors import NormalizeError
 from backchannel.model import Address, Attachment, ConversationKind, Event, Sender
+from backchannel.storable import LATEST_SENT_AT
 
 __all__ = [
     "CONTEXT_KEY",
@@ -683,8 +684,4 @@ def _timestamp(value: str | None) -> float | None:
         return None
     # a time no message is sent at (before 1970, past what a store takes) is none: the
     # snowflake's own time is used instead of losing the message to a dead letter
-    return seconds if 0 < seconds < _LATEST else None
-
-
-#: the latest time a store takes (backchannel.storable)
-_LATEST = 1e11
+    return seconds if 0 < seconds < LATEST_SENT_AT else None

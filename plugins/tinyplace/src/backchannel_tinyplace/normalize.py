@@ -30,6 +30,7 @@ from typing import Any
 
 from backchannel.errors import NormalizeError
 from backchannel.model import Address, Event, Sender
+from backchannel.storable import LATEST_SENT_AT
 
 from .envelope import ParsedBody, clean_text, parse_body
 
@@ -209,11 +210,7 @@ def parse_timestamp(value: Any, default: float | None = None) -> float:
     """
     fallback = time.time() if default is None else default
     seconds = _seconds(value, fallback)
-    return seconds if 0 < seconds < _LATEST else fallback
-
-
-#: the latest time a store takes (storable.py): later ones fall back to the receive time
-_LATEST = 1e11
+    return seconds if 0 < seconds < LATEST_SENT_AT else fallback
 
 
 def _seconds(value: Any, fallback: float) -> float:
