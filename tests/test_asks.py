@@ -28,6 +28,7 @@ from backchannel.config import OrchestrationConfig, parse_config
 from backchannel.errors import ConfigError
 from backchannel.model import Address, Sender
 from backchannel.orchestration import orchestrator_of, scope_for_agent, set_messaging
+from backchannel.orchestration.scope import AccountScope, AgentScope
 from backchannel.store import Inbound, SQLiteStore
 from backchannel.switchboard import Switchboard
 from backchannel.testing.store_contract import make_event
@@ -466,6 +467,22 @@ async def test_refusals_and_a_cold_ask_store_nothing_and_send_nothing(
     assert "is this conversation" in await from_session(
         {"peer": linked, "session": "s1", "question": "?"}
     )
+    # a peer whose chat another agent's binding claims is that agent's, in every session:
+    # neither the newest live session (s1) nor one named, nor a new one, nor by its key
+    other = AccountScope("tinyplace", None, frozenset({linked}))
+    listed = AccountScope("tinyplace", frozenset({agent_id_of(os.urandom(32))}))
+    for tp_scope in (other, listed):
+        narrowed = AgentScope("assistant", {**scope.accounts, "tp": tp_scope})
+        [outside] = [
+            t
+            for t in orchestrator.tools(narrowed, run.session, web, trusted=True)
+            if t.name == "ask_agent"
+        ]
+        for arguments in ({"peer": linked}, {"peer": linked, "session": "s2"}):
+            refused = await outside({**arguments, "question": "the code?"})
+            assert refused.startswith(f'refused: "{linked}" on account \'tp\' is not one of yours')
+        refused = await outside({"peer": f"tp/{linked}/s1", "question": "the code?"})
+        assert "bound to another agent, not to 'assistant'" in refused
     # nothing was stored or sent by any of them
     assert await a.store.asks() == []
     assert await a.store.peer_conversations("tp", cold) == []

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from ..config import Config
-from ..model import Conversation
+from ..framing import untrusted
+from ..model import Address, Conversation
 from ..orchestration.refusals import Refused, check_cross_controls
 from ..orchestration.scope import AgentScope
 from ..runs import RunSession
@@ -53,14 +54,26 @@ async def ask_controlled(
     trusted: bool,
     origin_seq: int | None = None,
     run_id: int | None = None,
+    scope: AgentScope | None = None,
 ) -> AskOutcome:
     """The orchestration controls (trust, kill switch, messaging control), then the ask.
 
     Shared by the run tool and the control socket's `ask` (an MCP client's,
-    with no origin). Raises Refused with nothing stored and nothing sent.
+    with no origin). `scope` is the asking agent's (None: the operator's own
+    client, which may ask through every account it names): a peer whose
+    conversations another agent's binding claims is refused, as reading or
+    writing them is. Raises Refused with nothing stored and nothing sent.
     """
     await check_cross_controls(coordinator.board.store, config, trusted=trusted, action="ask")
     chosen, peer_id, session_name = resolve_peer(accounts, peer, account, session)
+    if scope is not None and not scope.covers(Address(chosen, peer_id.strip())):
+        # a peer's chat is the peer: its every session is another agent's when its chat is
+        raise AskRefused(
+            "not_bound",
+            f"refused: {untrusted(peer_id)} on account {chosen!r} is not one of yours (its"
+            f" conversations are bound to another agent, not to {scope.agent!r}); you can only"
+            " ask agents your bindings cover. Nothing was sent.",
+        )
     outcome = await ask_peer(
         coordinator.board,
         coordinator.settings,
@@ -126,6 +139,7 @@ def ask_tools(
                 trusted=trusted,
                 origin_seq=run_session.trigger.seq if run_session.trigger is not None else None,
                 run_id=run_session.run_id,
+                scope=scope,
             )
         except Refused as refusal:
             log.info("ask_agent from %s refused: %s", origin.address.key, refusal.code)
