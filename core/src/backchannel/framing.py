@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from .model import Attachment, Conversation, Message, Sender
 
@@ -13,6 +13,7 @@ __all__ = [
     "format_message",
     "one_line",
     "strip_id_prefix",
+    "told_apart",
     "untrusted",
 ]
 
@@ -109,11 +110,39 @@ def default_framing(
     return "\n".join(lines)
 
 
-def format_message(message: Message, me: Sender | None = None) -> dict[str, str]:
-    """Return one transcript message as an OpenAI-style {"role", "content"} dict."""
+def format_message(
+    message: Message, me: Sender | None = None, told: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Return one transcript message as an OpenAI-style {"role", "content"} dict.
+
+    `told` (from `told_apart`) tells apart the senders of one window who share a name.
+    """
     if message.direction == "out":
         return {"role": "assistant", "content": _own_line(message)}
-    return {"role": "user", "content": _inbound_line(message)}
+    return {"role": "user", "content": _inbound_line(message, told)}
+
+
+def told_apart(senders: Iterable[Sender]) -> dict[str, str]:
+    """Return, for senders whose transcript name another sender shares, what tells them apart.
+
+    Anyone may take anyone's display name: when two people of one window are both
+    "Olivia", each one's lines say which, by handle (``Olivia (@olivia)``) where the
+    handles tell them apart, else by platform id (``Olivia (id 12345)``). Maps a
+    sender id to what its name is followed by; empty (the usual case) when every
+    name is one sender's.
+    """
+    by_name: dict[str, dict[str, Sender]] = {}
+    for sender in senders:
+        by_name.setdefault(speaker(sender), {})[sender.id] = sender
+    tags: dict[str, str] = {}
+    for same in by_name.values():
+        if len(same) < 2:
+            continue
+        handles = [one_line(s.handle or "", 40) for s in same.values()]
+        by_handle = all(handles) and len(set(handles)) == len(handles)
+        for sender, handle in zip(same.values(), handles, strict=True):
+            tags[sender.id] = f" (@{handle})" if by_handle else f" (id {one_line(sender.id, 40)})"
+    return tags
 
 
 def strip_id_prefix(text: str) -> str:
@@ -134,9 +163,34 @@ def _person(sender: Sender) -> str:
 
 
 def one_line(value: str, limit: int = 80) -> str:
-    """`value` on one line (whitespace collapsed), capped at `limit` characters with "…"."""
-    text = " ".join(str(value).split())
+    """`value` on one line (whitespace collapsed), capped at `limit` characters with "…".
+
+    Characters that only steer how text is shown (bidirectional overrides and
+    isolates, zero-width spaces, byte order marks) are dropped: a name could
+    otherwise read backwards, or look like another's while differing from it.
+    The zero-width (non-)joiners scripts and emoji need are kept.
+    """
+    text = str(value)
+    if not text.isascii():
+        text = text.translate(_INVISIBLE)
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+#: what `one_line` drops: bidirectional marks, embeddings, overrides and isolates, the
+#: zero-width space, word joiner, invisible operators, and the byte order mark
+_INVISIBLE = dict.fromkeys(
+    [
+        0x061C,
+        0x200B,
+        0x200E,
+        0x200F,
+        *range(0x202A, 0x202F),
+        *range(0x2060, 0x2065),
+        *range(0x2066, 0x206A),
+        0xFEFF,
+    ]
+)
 
 
 def _markers(
@@ -157,10 +211,13 @@ def _markers(
     return markers
 
 
-def _inbound_line(message: Message) -> str:
+def _inbound_line(message: Message, told: Mapping[str, str] | None = None) -> str:
+    name = speaker(message.sender)
+    if told and message.sender.id in told:
+        name += told[message.sender.id]
     return inbound_line(
         message.seq,
-        speaker(message.sender),
+        name,
         message.text,
         message.reply_to_seq,
         message.reply_to,
@@ -178,7 +235,33 @@ def speaker(sender: Sender) -> str:
     newline could otherwise start what reads as another message's line.
     """
     label = one_line(sender.label)
+    if any(mark in label for mark in _LINE_MARKS):
+        # quoted: a name like 'Bob [#9] Olivia: do it' reads as one name, not a second speaker
+        label = _quote(label)
     return label + " [bot]" if sender.is_bot else label
+
+
+#: what a name is quoted for holding: the marks a transcript line is made of
+_LINE_MARKS = ("[", "]", ":", '"')
+
+
+def _reactor(who: str) -> str:
+    # quoted when it could read as more of the list ('Bob, 👍 by Olivia') or end it
+    name = one_line(who)
+    return _quote(name) if "," in name or any(mark in name for mark in _LINE_MARKS) else name
+
+
+def _own_lines(text: str) -> str:
+    """A sender's text as its transcript line holds it: its further lines indented.
+
+    So nothing a sender writes can start a line of the message that reads as a
+    marker backchannel adds (``[attached ...]``, ``[reactions: ...]``), nor as
+    another message's ``[#12] Olga: ...``, in any format: a model reading one
+    message's content sees the same as one reading many joined (`flattened`).
+    """
+    if "\n" not in text and text.isprintable():
+        return text  # the common message: one line, nothing to do
+    return "\n    ".join(text.splitlines())
 
 
 def flattened(line: str) -> str:
@@ -211,6 +294,7 @@ def inbound_line(
     """
     # a run formats its whole window each time: the common message (no markers, no
     # attachment, no reaction) is one f-string
+    text = _own_lines(text)
     if reply_to_seq is None and reply_to is None and edited_at is None and deleted_at is None:
         line = f"[#{seq}] {name}: {text}"
     else:
@@ -225,7 +309,7 @@ def inbound_line(
     if reactions:
         parts.append(
             "[reactions: "
-            + ", ".join(f"{one_line(e, 40)} by {one_line(who)}" for who, e in reactions)
+            + ", ".join(f"{one_line(e, 40)} by {_reactor(who)}" for who, e in reactions)
             + "]"
         )
     return "\n".join(parts)
@@ -290,7 +374,7 @@ def own_line(
     head = f"[#{seq}]"
     if markers:
         head += f" ({', '.join(markers)})"
-    return f"{head} {text}"
+    return f"{head} {_own_lines(text)}"
 
 
 def _size(size: int) -> str:

@@ -11,7 +11,7 @@ from attrs import evolve, frozen
 
 from .adapter import Adapter
 from .errors import DeliveryError, RateLimited, Rejected, Superseded, Uncertain
-from .framing import flattened, format_message, strip_id_prefix
+from .framing import flattened, format_message, strip_id_prefix, told_apart
 from .model import Conversation, Outbound, Receipt, Sender
 from .runs import RunSession
 from .storable import storable_sender
@@ -274,8 +274,10 @@ def channel_tools(
         rows = await store.history(conversation.id, before_id, max(1, min(limit, 100)))
         if not rows:
             return f"there are no messages before #{before_id}"
+        told = told_apart(m.sender for m in rows if m.direction == "in")
         return "\n\n".join(
-            ("(you) " if m.direction == "out" else "") + flattened(format_message(m)["content"])
+            ("(you) " if m.direction == "out" else "")
+            + flattened(format_message(m, None, told)["content"])
             for m in rows
         )
 

@@ -19,6 +19,7 @@ from .framing import (
     inbound_line,
     own_line,
     speaker,
+    told_apart,
     untrusted,
 )
 from .model import Conversation, Message, Sender
@@ -128,7 +129,10 @@ class Run:
         session = self.session
         # what the run's tools record from now on says it had seen these (Store.answers_after)
         session.seen_seq = fresh[-1].seq
-        return [format_message(m, session.me) for m in fresh if m.direction == "in"]
+        inbound = [m for m in fresh if m.direction == "in"]
+        # told apart from the window's people too: a newcomer may take one of their names
+        told = told_apart([*self.participants, *(m.sender for m in inbound)])
+        return [format_message(m, session.me, told) for m in inbound]
 
     def to_openai(self) -> dict[str, Any]:
         """Return {"messages": [system, ...], "tools": [...]} for chat-completions APIs."""
@@ -368,7 +372,8 @@ class _MessageWindow:
         self.count = len(messages)
 
     def lines(self, me: Sender | None) -> tuple[dict[str, str], ...]:
-        return tuple([format_message(m, me) for m in self.messages])
+        told = told_apart(m.sender for m in self.messages if m.direction == "in")
+        return tuple([format_message(m, me, told) for m in self.messages])
 
     def message(self, seq: int) -> Message | None:
         return next((m for m in reversed(self.messages) if m.seq == seq), None)
@@ -427,21 +432,33 @@ class _RowWindow:
         kept = self._kept or {}
         made: dict[int, _KeptLine] = {}
         lines = []
+        told = self._told_apart()
+        line: _KeptLine
         for row in self.rows:
             seq = row[1]
-            line = kept.get(seq)
-            if line is None or line[0] is not row:
-                line = (row, *self._line(row))
-            made[seq] = line
+            if told and row[4] in told and row[2] != "out":
+                # its name depends on who else the window holds: made afresh, never kept
+                line = (row, *self._line(row, told[row[4]]))
+            else:
+                old = kept.get(seq)
+                line = old if old is not None and old[0] is row else (row, *self._line(row))
+                made[seq] = line
             if line[3] is not None:
                 seen[row[4]] = line[3]
             lines.append({"role": line[1], "content": line[2]})
         self.made = made
         return tuple(lines)
 
-    def _line(self, row: tuple[Any, ...]) -> tuple[str, str, Sender | None]:
+    def _told_apart(self) -> dict[str, str]:
+        # each inbound sender as its rows name it (_sender makes one Sender per name)
+        senders = {id(sender): sender for row in self.rows if row[2] != "out"
+                   for sender in (self._sender(row)[0],)}  # fmt: skip
+        return told_apart(senders.values()) if len(senders) > 1 else {}
+
+    def _line(self, row: tuple[Any, ...], told: str = "") -> tuple[str, str, Sender | None]:
         if row[2] != "out":
             sender, name = self._sender(row)
+            name += told
             content = inbound_line(
                 row[1],
                 name,

@@ -8,7 +8,7 @@ from typing import Any
 
 from attrs import frozen
 
-from ..framing import flattened, format_message, untrusted
+from ..framing import flattened, format_message, told_apart, untrusted
 from ..model import Conversation
 from ..store import Store, find_by_reference
 from .scope import AgentScope
@@ -249,8 +249,9 @@ async def read_conversation(
     else:
         lines.append("There are no older messages.")
     lines.append("")
+    told = told_apart(m.sender for m in rows if m.direction == "in")
     for message in rows:
-        line = flattened(format_message(message)["content"])
+        line = flattened(format_message(message, None, told)["content"])
         lines.append(("(you) " if message.direction == "out" else "") + line)
     return "\n".join(lines)
 
