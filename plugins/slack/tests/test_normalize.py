@@ -440,6 +440,9 @@ def test_a_message_shared_with_a_comment_keeps_both() -> None:
     forward = norm(envelope({**CHANNEL_MESSAGE, "text": "", "attachments": [share]}))
     assert forward is not None and forward.text == share["fallback"]
     assert not forward.mentions_me and forward.address.thread is None
+    # and marked as passed on (the owner duplex never takes it as the sharer's own answer);
+    # with a comment it is not: those words are the sender's
+    assert forward.meta.get("forwarded") is True and "forwarded" not in event.meta
     # a share that only has the shared message's blocks
     blocks = [
         {

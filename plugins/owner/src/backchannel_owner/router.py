@@ -53,6 +53,13 @@ def parse_permission_answer(text: str) -> tuple[bool, str] | None:
     return match.group(1).lower() == "yes", match.group(2).lower().translate(_LOOKALIKES)
 
 
+def _forwarded(event: Event) -> bool:
+    """Whether the channel marked the message as passed on from someone else: Telegram's and
+    Slack's ``forwarded``, Discord's ``forwarded_from``."""
+    meta = event.meta
+    return bool(meta.get("forwarded")) or meta.get("forwarded_from") is not None
+
+
 class OwnerDuplex:
     """The inbound router and the service of one serve (one owner account)."""
 
@@ -126,6 +133,10 @@ class OwnerDuplex:
         records = self.records
         if records.by_event(event.account, event.event_id) is not None:
             return "routed"  # a redelivery of what was routed: the store dedupes the row
+        if _forwarded(event):
+            # someone else's words passed on (a forward, a share): never the owner's answer,
+            # whatever they say ("#m7k3q do it", "yes m7k3q")
+            return None
         from_owner = settings.user is not None and event.sender.id == settings.user
         answer = parse_permission_answer(event.text)
         if answer is not None:

@@ -212,6 +212,8 @@ class _Reader:
             meta["also_sent_to_channel"] = True
         if thread_ts:
             meta["thread_ts"] = thread_ts
+        if text.strip() and not own_text.strip():
+            meta["forwarded"] = True  # a share without a comment: none of the words are theirs
         return Event(
             address=address,
             event_id=message_identity(channel, ts),
