@@ -439,6 +439,15 @@ async def test_refusals_and_a_cold_ask_store_nothing_and_send_nothing(
         peer=linked, account="web"
     )
     assert "cannot be a session id" in await ask(peer=linked, session="master")
+    # a question one message cannot hold (split, its answer could name another part)
+    limit = a.board.accounts["tp"].adapter.capabilities.max_text_len
+    assert limit is not None
+    refused = await run.call("ask_agent", {"peer": linked, "question": "q" * (limit + 1)})
+    assert refused.startswith("refused: the question is too long for one message")
+    # a huge peer or account is refused without being echoed back whole
+    for arguments in ({"peer": "p" * 100_000}, {"peer": linked, "account": "a" * 100_000}):
+        refused = await ask(**arguments)
+        assert refused.startswith("refused: ") and len(refused) < 400, refused[:200]
     await set_messaging(a.store, False)
     assert "switched off" in await ask(peer=linked)
     await set_messaging(a.store, True)
@@ -480,7 +489,7 @@ async def test_refusals_and_a_cold_ask_store_nothing_and_send_nothing(
         ]
         for arguments in ({"peer": linked}, {"peer": linked, "session": "s2"}):
             refused = await outside({**arguments, "question": "the code?"})
-            assert refused.startswith(f'refused: "{linked}" on account \'tp\' is not one of yours')
+            assert refused.startswith(f"refused: \"{linked}\" on account 'tp' is not one of yours")
         refused = await outside({"peer": f"tp/{linked}/s1", "question": "the code?"})
         assert "bound to another agent, not to 'assistant'" in refused
     # nothing was stored or sent by any of them

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from attrs import frozen
 
+from ..adapter import utf16_len
 from ..errors import DeliveryError
 from ..framing import untrusted
 from ..model import Address, Conversation, Outbound, now
@@ -39,7 +40,8 @@ class AskRefused(Refused):
     """An ask was refused before anything was stored or sent; the text says why and what to do.
 
     Codes beyond the orchestration matrix: no_peers, bad_peer, bad_session,
-    cold (the peer is not linked), ambiguous (several agent accounts).
+    cold (the peer is not linked), ambiguous (several agent accounts), too_long
+    (more than one message of the channel holds).
     """
 
 
@@ -116,8 +118,23 @@ async def ask_peer(
             f"refused: account {account!r} is connected on another worker, and only that"
             " worker can send there. Nothing was sent.",
         )
+    limit = wired.adapter.capabilities.max_text_len
+    size = utf16_len(question)
+    if limit and size > limit:
+        # split into parts, a peer's reply would name one part and the answer might not be
+        # matched to the question; one message is one question
+        raise AskRefused(
+            "too_long",
+            f"refused: the question is too long for one message ({size} characters, at most"
+            f" {limit}). Ask it shorter. Nothing was sent.",
+        )
     peer = peer.strip()
-    if not peer or "/" in peer or any(unicodedata.category(c).startswith("C") for c in peer):
+    if (
+        not peer
+        or len(peer) > _MAX_SESSION_LEN
+        or "/" in peer
+        or any(unicodedata.category(c).startswith("C") for c in peer)
+    ):
         raise AskRefused(
             "bad_peer",
             f"refused: {untrusted(peer)} is not an agent id; use the peer's id as"

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from attrs import evolve
 
 from ..errors import Superseded
-from ..framing import untrusted
+from ..framing import one_line, untrusted
 from ..model import Conversation, Message, now
 from ..outbound import channel_tools
 from ..runs import RunBuilder, RunSession
@@ -442,8 +442,8 @@ def verbatim_report(ask: Ask, session: Conversation, answer: Message) -> str:
     """The answer as posted into the origin with attribution (report = "verbatim")."""
     asked_at = f" at #{ask.origin_seq}" if ask.origin_seq else ""
     return (
-        f"[Answer from {answer.sender.label} (session {session.address.thread}) to the question"
-        f" asked{asked_at}]\n{answer.text}"
+        f"[Answer from {one_line(answer.sender.label)} (session"
+        f" {one_line(str(session.address.thread))}) to the question asked{asked_at}]\n{answer.text}"
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from ..config import Config
-from ..framing import untrusted
+from ..framing import one_line, untrusted
 from ..model import Address, Conversation
 from ..orchestration.refusals import Refused, check_cross_controls
 from ..orchestration.scope import AgentScope
@@ -160,7 +160,8 @@ def resolve_peer(
         if account != head:
             raise AskRefused(
                 "not_bound",
-                f"refused: {peer} belongs to account {head!r}, not {account!r}. Nothing was sent.",
+                f"refused: {one_line(peer)} belongs to account {head!r}, not {one_line(repr(account))}."
+                " Nothing was sent.",
             )
         peer, _, thread = rest.partition("/")
         if thread and thread != "master" and session is None:
@@ -176,7 +177,7 @@ def resolve_peer(
     if account not in accounts:
         raise AskRefused(
             "not_bound",
-            f"refused: {account!r} is not one of your accounts that talk to other agents"
+            f"refused: {one_line(repr(account))} is not one of your accounts that talk to other agents"
             f" ({', '.join(accounts)}). Nothing was sent.",
         )
     return account, peer, session

@@ -86,7 +86,9 @@ async def messaging_status(store: Store, config: Config) -> MessagingStatus:
     if raw:
         try:
             data = json.loads(raw)
-            on = bool(data.get("on", True))
+            flag = data.get("on", True)
+            # only what set_messaging writes counts as on; anything else fails closed
+            on = flag is True
             changed_at = float(data["at"]) if data.get("at") is not None else None
         except (ValueError, TypeError, AttributeError):
             on = False  # an unreadable flag fails closed

@@ -117,17 +117,24 @@ async def check_cross_read(store: Store, *, scope: AgentScope, target: str | int
     if found is None:
         raise Refused(
             "unknown",
-            f"refused: there is no conversation {str(target)!r}; call list_conversations and use"
+            f"refused: there is no conversation {_named(target)}; call list_conversations and use"
             f" a key or id it shows. Nothing was sent.",
         )
     if not scope.covers(found.address):
         raise Refused(
             "not_bound",
-            f"refused: conversation {str(target)!r} is not one of yours (it is not bound to agent"
+            f"refused: conversation {_named(target)} is not one of yours (it is not bound to agent"
             f" {scope.agent!r}); you can only read and write conversations list_conversations"
             f" shows. Nothing was sent.",
         )
     return found
+
+
+def _named(target: str | int) -> str:
+    # what the agent asked for, as it asked (its repr), capped: a refusal never echoes a
+    # megabyte back
+    text = repr(str(target))
+    return text if len(text) <= 82 else text[:80] + "…'"
 
 
 async def send_refusal(
