@@ -384,6 +384,33 @@ def m012_held_rename_not_searchable(db: apsw.Connection) -> None:
     )
 
 
+def m013_message_parts(db: apsw.Connection) -> None:
+    """Every part of a message of ours the platform got split, so a reply or a reaction to a
+    later part finds the message.
+
+    A text over the channel's limit goes out as several platform messages; the
+    transcript row carries the first's id (the others in meta ``part_ids``).
+    Someone replying to the second part named an id no row had: the reply lost
+    its target (and an ask's answer its question), a reaction was dropped.
+    Filled from the part ids already stored.
+    """
+    db.execute(
+        """
+        CREATE TABLE message_parts (
+            conversation_id INTEGER NOT NULL,
+            platform_message_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            PRIMARY KEY (conversation_id, platform_message_id)
+        ) WITHOUT ROWID;
+        INSERT OR IGNORE INTO message_parts (conversation_id, platform_message_id, seq)
+            SELECT m.conversation_id, CAST(part.value AS TEXT), m.seq
+            FROM messages m, json_each(m.meta, '$.part_ids') part
+            WHERE m.direction = 'out' AND m.meta LIKE '%"part_ids"%' AND json_valid(m.meta)
+                AND part.key > 0;
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_visible_index_and_orphan_edits,
@@ -395,6 +422,7 @@ MIGRATIONS: list[Migration] = [
     m010_dead_letter_deliveries,
     m011_outbox_run_index,
     m012_held_rename_not_searchable,
+    m013_message_parts,
 ]
 
 

@@ -644,6 +644,15 @@ class PostgresStore(PostgresAsks, Store):
                         entry.message_seq,
                     ),
                 )
+                parts = [part for part in ids if part != receipt.platform_message_id]
+                if parts:
+                    # a reply or a reaction to a later part finds the message (m013)
+                    async with connection.cursor() as cursor:
+                        await cursor.executemany(
+                            "INSERT INTO message_parts (conversation_id, platform_message_id,"
+                            " seq) VALUES (%s,%s,%s) ON CONFLICT DO NOTHING",
+                            [(entry.conversation_id, part, entry.message_seq) for part in parts],
+                        )
             elif entry.kind == "edit" and entry.target is not None:
                 cursor = await connection.execute(
                     "SELECT seq, text FROM messages WHERE conversation_id = %s"
@@ -1442,6 +1451,13 @@ class _Append:
                     (conversation_id, event.reply_to),
                 )
                 row = await cursor.fetchone()
+                if row is None:  # a later part of a message of ours the platform got split
+                    cursor = await self.connection.execute(
+                        "SELECT seq FROM message_parts WHERE conversation_id = %s"
+                        " AND platform_message_id = %s",
+                        (conversation_id, event.reply_to),
+                    )
+                    row = await cursor.fetchone()
                 reply_to_seq = row[0] if row else None
         batch.add_inbound(conversation_id, seq, event, reply_to_seq, held, triggers)
         return AppendResult("stored", conversation_id, seq, bool(triggers))
@@ -1458,6 +1474,15 @@ class _Append:
                 (conversation_id, target),
             )
             row = await cursor.fetchone()
+            if row is None and event.kind == "reaction":
+                # to a later part of a message of ours the platform got split: the message's
+                cursor = await connection.execute(
+                    "SELECT m.seq, m.text, m.reactions FROM message_parts p JOIN messages m"
+                    " ON m.conversation_id = p.conversation_id AND m.seq = p.seq"
+                    " WHERE p.conversation_id = %s AND p.platform_message_id = %s",
+                    (conversation_id, target),
+                )
+                row = await cursor.fetchone()
         if item.held:
             # a sender the policy keeps out may not change what the agent sees
             return AppendResult("recorded", conversation_id, None)

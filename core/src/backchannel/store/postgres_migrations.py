@@ -437,6 +437,31 @@ async def pg013_outbox_run_index(connection: Any) -> None:
     await connection.execute("CREATE INDEX outbox_run ON outbox (run_id) WHERE run_id IS NOT NULL")
 
 
+async def pg014_message_parts(connection: Any) -> None:
+    """Every part of a message of ours the platform got split (see m013)."""
+    await connection.execute(
+        """
+        CREATE TABLE message_parts (
+            conversation_id BIGINT NOT NULL,
+            platform_message_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            PRIMARY KEY (conversation_id, platform_message_id)
+        )
+        """
+    )
+    await connection.execute(
+        """
+        INSERT INTO message_parts (conversation_id, platform_message_id, seq)
+            SELECT m.conversation_id, part.value, m.seq
+            FROM messages m
+            CROSS JOIN LATERAL jsonb_array_elements_text(m.meta::jsonb -> 'part_ids')
+                WITH ORDINALITY AS part(value, n)
+            WHERE m.direction = 'out' AND m.meta LIKE '%%"part_ids"%%' AND part.n > 1
+        ON CONFLICT DO NOTHING
+        """
+    )
+
+
 PG_MIGRATIONS: list[Migration] = [
     pg001_initial,
     pg002_orchestration,
@@ -449,6 +474,7 @@ PG_MIGRATIONS: list[Migration] = [
     pg011_dead_letter_deliveries,
     pg012_run_claim_run,
     pg013_outbox_run_index,
+    pg014_message_parts,
 ]
 
 

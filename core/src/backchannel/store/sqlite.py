@@ -465,6 +465,12 @@ class SQLiteStore(SQLiteAsks, Store):
                     " AND platform_message_id = ?",
                     (conversation_id, reply_to),
                 ).fetchone()
+                if row is None:  # a later part of a message of ours the platform got split
+                    row = self.db.execute(
+                        "SELECT seq FROM message_parts WHERE conversation_id = ?"
+                        " AND platform_message_id = ?",
+                        (conversation_id, reply_to),
+                    ).fetchone()
                 reply_to_seq = row[0] if row else None
         batch.add_inbound(conversation_id, seq, event, reply_to_seq, held, triggers)
         return AppendResult("stored", conversation_id, seq, triggers == 1)
@@ -480,6 +486,14 @@ class SQLiteStore(SQLiteAsks, Store):
                 " WHERE conversation_id = ? AND platform_message_id = ?",
                 (conversation_id, target),
             ).fetchone()
+            if row is None and event.kind == "reaction":
+                # to a later part of a message of ours the platform got split: the message's
+                row = db.execute(
+                    "SELECT m.seq, m.text, m.reactions FROM message_parts p JOIN messages m"
+                    " ON m.conversation_id = p.conversation_id AND m.seq = p.seq"
+                    " WHERE p.conversation_id = ? AND p.platform_message_id = ?",
+                    (conversation_id, target),
+                ).fetchone()
         if item.held:
             # a sender the policy keeps out may not change what the agent sees
             return AppendResult("recorded", conversation_id, None)
@@ -966,6 +980,14 @@ class SQLiteStore(SQLiteAsks, Store):
                         entry.message_seq,
                     ),
                 )
+                parts = [part for part in ids if part != receipt.platform_message_id]
+                if parts:
+                    # a reply or a reaction to a later part finds the message (m013)
+                    db.executemany(
+                        "INSERT OR IGNORE INTO message_parts (conversation_id,"
+                        " platform_message_id, seq) VALUES (?,?,?)",
+                        [(entry.conversation_id, part, entry.message_seq) for part in parts],
+                    )
             elif entry.kind == "edit" and entry.target is not None:
                 row = db.execute(
                     "SELECT seq, text FROM messages WHERE conversation_id = ?"

@@ -785,6 +785,34 @@ class StoreContract(AskStoreContract):
         found = await store.search_conversations(query="relayed")
         assert [c.id for c in found] == [conversation.id]  # the agent's own words are found too
 
+    async def test_a_reply_or_reaction_to_a_later_part_of_a_split_message_finds_it(
+        self, store: Store
+    ) -> None:
+        (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
+        conversation = await store.conversation(first.conversation_id)
+        entry = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "a long answer"), ME
+        )
+        await store.mark_sent(entry.id, Receipt("p-1", ("p-1", "p-2", "p-3")))
+        ours = entry.message_seq
+        reply, reaction, gone, elsewhere = await store.append_inbound(
+            [
+                Inbound(make_event("e2", "about part two", reply_to="p-2")),
+                Inbound(make_event("r1", "👍", kind="reaction", message_id="p-3", sender=BOB)),
+                # a part deleted is not the whole message deleted
+                Inbound(make_event("d1", kind="delete", message_id="p-2")),
+                # another conversation's reply naming the same id is not a reply to ours
+                Inbound(make_event("e3", "elsewhere", chat="c2", reply_to="p-2")),
+            ]
+        )
+        replied = await store.message(conversation.id, reply.seq or 0)
+        assert replied is not None and replied.reply_to_seq == ours
+        message = await store.message(conversation.id, ours or 0)
+        assert message is not None and message.reactions == (("Bob", "👍"),)
+        assert message.deleted_at is None and gone.status == "recorded"
+        other = await store.message(elsewhere.conversation_id, elsewhere.seq or 0)
+        assert other is not None and other.reply_to_seq is None
+
     # big stores: bounded reads, the same answers ------------------------------
     async def test_participants_are_counted_over_the_latest_messages(
         self, store: Store, monkeypatch: pytest.MonkeyPatch

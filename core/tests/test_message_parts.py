@@ -1,0 +1,64 @@
+"""m013 / pg014: the parts of split messages stored before the table existed are found."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import psycopg
+from backchannel.model import Outbound, Receipt, Sender
+from backchannel.store import Inbound, SQLiteStore, Store
+from backchannel.store.postgres import PostgresStore
+from backchannel.testing.store_contract import make_event
+
+ME = Sender("bot", "Bot", is_bot=True)
+
+
+async def upgrade(
+    open_store: Callable[[], Store], forget: Callable[[Store], Awaitable[None]]
+) -> None:
+    """Send a split message, forget the parts table as a store from before it would, reopen:
+    a reply to its second part and a reaction to its third find it."""
+    store = open_store()
+    (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
+    conversation = await store.conversation(first.conversation_id)
+    entry = await store.record_outbound(conversation.id, Outbound(conversation.address, "long"), ME)
+    await store.mark_sent(entry.id, Receipt("p-1", ("p-1", "p-2", "p-3")))
+    await forget(store)
+    await store.close()
+    store = open_store()
+    try:
+        reply, _ = await store.append_inbound(
+            [
+                Inbound(make_event("e2", "on part two", reply_to="p-2")),
+                Inbound(make_event("r1", "👍", kind="reaction", message_id="p-3")),
+            ]
+        )
+        replied = await store.message(conversation.id, reply.seq or 0)
+        assert replied is not None and replied.reply_to_seq == entry.message_seq
+        ours = await store.message(conversation.id, entry.message_seq or 0)
+        assert ours is not None and ours.reactions == (("Alice", "👍"),)
+    finally:
+        await store.close()
+
+
+async def test_sqlite_upgrade_fills_the_parts_of_messages_already_sent(tmp_path: Path) -> None:
+    path = tmp_path / "bc.db"
+
+    async def forget(store: Store) -> None:
+        assert isinstance(store, SQLiteStore)
+        store.db.execute("DROP TABLE message_parts")
+        store.db.execute("DELETE FROM _migrations WHERE name = 'm013_message_parts'")
+
+    await upgrade(lambda: SQLiteStore(path), forget)
+
+
+async def test_postgres_upgrade_fills_the_parts_of_messages_already_sent(
+    postgres_url: str,
+) -> None:
+    async def forget(store: Store) -> None:
+        async with await psycopg.AsyncConnection.connect(postgres_url) as connection:
+            await connection.execute("DROP TABLE message_parts")
+            await connection.execute("DELETE FROM _migrations WHERE name = 'pg014_message_parts'")
+
+    await upgrade(lambda: PostgresStore(postgres_url), forget)
