@@ -246,6 +246,41 @@ async def test_permission_prompts_take_only_yes_or_no_with_a_pending_id(
     assert len(rows(board)) == 1
 
 
+async def test_a_bare_yes_or_no_replying_to_the_prompt_answers_it(
+    world: OwnerWorld, start: Start, inbox_root: Path
+) -> None:
+    """On a phone the natural answer is a native reply "Yes." to the prompt: no id needed.
+    Only the owner's counts; more words than the answer are a message for the session."""
+    board = await start()
+    prompt_id = await request_permission(world.config, identity(), "req-1", "Bash", "make test")
+    prompt = world.fake.sent[-1]
+    await say(world, world.group, world.stranger, "yes", reply_to=prompt.message_id)
+    assert list_markers(identity().session_id, inbox_root) == []
+    await say(world, world.owner_chat, world.owner, " Yes. ", reply_to=prompt.message_id)
+    (answer,) = list_markers(identity().session_id, inbox_root)
+    assert (answer.kind, answer.text, answer.meta) == (
+        "permission",
+        "yes",
+        {"request_id": "req-1", "behavior": "allow"},
+    )
+    # answered: a second bare answer is corrected, not taken
+    await say(world, world.owner_chat, world.owner, "no", reply_to=prompt.message_id)
+    await world.fake.wait_for(
+        lambda: any(f"#{prompt_id} is not a pending" in s.text for s in world.fake.sent),
+        what="the correction for an answered prompt",
+    )
+    second = await request_permission(world.config, identity(), "req-2", "Bash", "rm x")
+    await say(
+        world,
+        world.owner_chat,
+        world.owner,
+        "yes but not x",
+        reply_to=world.fake.sent[-1].message_id,
+    )
+    kinds = sorted((m.kind, m.text) for m in rows(board))
+    assert kinds == [("message", "yes but not x"), ("permission", "yes")], second
+
+
 async def test_an_expired_permission_prompt_is_corrected_not_answered(
     world: OwnerWorld, start: Start, inbox_root: Path
 ) -> None:

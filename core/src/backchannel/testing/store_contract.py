@@ -810,6 +810,7 @@ class StoreContract(AskStoreContract):
         message = await store.message(conversation.id, ours or 0)
         assert message is not None and message.reactions == (("Bob", "👍"),)
         assert message.deleted_at is None and gone.status == "recorded"
+        assert reaction.status == "applied" and reaction.seq == ours
         other = await store.message(elsewhere.conversation_id, elsewhere.seq or 0)
         assert other is not None and other.reply_to_seq is None
 

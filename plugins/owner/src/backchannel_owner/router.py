@@ -33,6 +33,8 @@ log = logging.getLogger("backchannel.owner")
 _ID = f"[{ALPHABET}ilo]{{{ID_LENGTH}}}"
 _LEADING_ID = re.compile(rf"^\s*#({_ID})(?![0-9a-z])[\s:,.-]*", re.IGNORECASE)
 _PERMISSION = re.compile(rf"\A\s*(yes|no)\s+#?({_ID})\s*\Z", re.IGNORECASE)
+#: a native reply to a permission prompt: just the answer (a phone adds the full stop)
+_BARE_ANSWER = re.compile(r"\A\s*(yes|no)\s*[.!]?\s*\Z", re.IGNORECASE)
 #: Crockford's reading of look-alikes typed on a phone
 _LOOKALIKES = str.maketrans({"i": "1", "l": "1", "o": "0"})
 
@@ -145,6 +147,13 @@ class OwnerDuplex:
         body = event.text
         if event.reply_to:
             parent = records.by_platform_id(event.account, event.address.chat, event.reply_to)
+            if parent is not None and parent.kind == "permission" and parent.direction == "out":
+                bare = _BARE_ANSWER.match(event.text)
+                if bare is not None:
+                    # a native reply to the prompt itself: "yes" on a phone needs no id
+                    return self._permission(
+                        event, (bare.group(1).lower() == "yes", parent.id), from_owner
+                    )
         if parent is None:
             leading = parse_leading_id(event.text)
             if leading is None:
