@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from attrs import define, field
+from attrs import define, evolve, field
 
 from .adapter import Adapter, AdapterContext, IngestResult, RouteTable
 from .config import KEPT_WINDOWS
@@ -54,6 +54,12 @@ RouteVerdict = Literal["routed", "held"] | None
 #: sees each new inbound message of its account before the policy, inside ingest (before the
 #: ack); it must be idempotent: a redelivered event is offered again
 InboundRouter = Callable[[Event], Awaitable[RouteVerdict]]
+
+
+def _taken(event: Event, verdict: RouteVerdict) -> Event:
+    """`event` marked as taken by a plugin's router (meta ``routed``): it reached its reader
+    another way (the owner plugin's inbox), so nothing else hands it on again."""
+    return evolve(event, meta={**event.meta, "routed": True}) if verdict == "routed" else event
 
 
 class Service(Protocol):
@@ -408,6 +414,7 @@ class Switchboard:
             held, triggers = not policy.may_reach(event), policy.triggers(event)
         else:
             held, triggers = verdict == "held", False
+            event = _taken(event, verdict)
         try:
             (appended,) = await self._commit([Inbound(event, held, triggers, state)])
         except RefusedData as error:
@@ -460,6 +467,7 @@ class Switchboard:
                 held, triggers = not policy.may_reach(event), policy.triggers(event)
             else:
                 held, triggers = verdict == "held", False
+                event = _taken(event, verdict)
             waiting.append((index, event, held))
             inbounds.append(Inbound(event, held=held, triggers=triggers))
         if state:

@@ -70,6 +70,9 @@ async def test_a_native_reply_reaches_the_session_before_the_ack(
     assert (marker.id, marker.text, marker.parent_id) == (routed.id, "postgres", sent.id)
     conversation = await board.store.find_conversation(Address("tg", str(world.owner_chat["id"])))
     assert conversation is not None and conversation.trigger_seq == 0  # no agent run
+    # in the transcript, marked as taken: a watch of this chat does not hand it on again
+    (stored,) = [m for m in await board.store.window(conversation.id, 10) if m.direction == "in"]
+    assert stored.text == "postgres" and stored.meta.get("routed") is True
     await board.wait_idle()
     assert len(world.fake.sent) == 1
 

@@ -15,7 +15,9 @@ What is pushed, and when:
   and marked delivered only after the notification was written;
 - with `--watch KEY`, each new message in that conversation that passes the
   owner gate (owner's user id, owner's chat, owner's account), its cursor
-  advanced (durably, in the store) only after the notification was written.
+  advanced (durably, in the store) only after the notification was written;
+  a message the owner plugin routed (meta ``routed``: a reply to a session,
+  a prompt's answer) is not pushed again, it went through the inbox.
 A message that fails the gate is never pushed: a channel is a prompt-injection
 path into a live coding agent.
 
@@ -159,7 +161,11 @@ class Channel:
         rows = await self.store.messages_after(conversation.id, cursor, 100)
         address = conversation.address
         for message in rows:
-            if message.direction == "in":
+            if message.direction == "in" and message.meta.get("routed"):
+                # the owner plugin took it (a reply to a session, a prompt's answer): it reaches
+                # its session through the inbox, never twice
+                log.debug("not pushed: %s #%s was routed to a session", address.key, message.seq)
+            elif message.direction == "in":
                 if not self.gate.admits(address.account, address.chat, message):
                     self.refused += 1
                     log.debug("not pushed: %s #%s fails the owner gate", address.key, message.seq)

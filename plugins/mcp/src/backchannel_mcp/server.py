@@ -27,6 +27,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.message import SessionMessage
 
 from .channel import PERMISSION_REQUEST, Channel, PermissionRequest
 from .reading import find_conversation, read_conversation_text
@@ -104,7 +105,7 @@ class BackchannelMcp:
         try:
             async with anyio.create_task_group() as group:
                 if self.channel is not None:
-                    group.start_soon(self._push_when_ready, connection)
+                    group.start_soon(self._push_when_ready, connection, dispatcher, write_stream)
                 await serve_connection(
                     self.server,
                     dispatcher,
@@ -116,12 +117,23 @@ class BackchannelMcp:
         finally:
             await write_stream.aclose()
 
-    async def _push_when_ready(self, connection: Connection) -> None:
+    async def _push_when_ready(
+        self, connection: Connection, dispatcher: Any, write_stream: Any
+    ) -> None:
         assert self.channel is not None
         await connection.initialized.wait()
 
         async def write(method: str, params: Mapping[str, Any]) -> None:
-            await connection.outbound.notify(method, dict(params))
+            # not the SDK's notify: once the client has gone it drops a notification without
+            # a word, and the channel would mark unwritten pushes delivered (lost for good).
+            # The client gone (its end of the input closed) or the stream shut: this raises,
+            # and the push stays owed to the next session.
+            if getattr(dispatcher, "_closed", False):
+                raise anyio.ClosedResourceError
+            notification = types.JSONRPCNotification(
+                jsonrpc="2.0", method=method, params=dict(params)
+            )
+            await write_stream.send(SessionMessage(message=notification))
 
         await self.channel.run(write)
 
