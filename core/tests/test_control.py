@@ -400,3 +400,37 @@ async def test_a_client_finds_its_serve_wherever_a_serve_of_its_user_may_have_pu
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_a_second_serve_on_one_store_is_refused_until_the_first_ends_however_it_ends(
+    tmp_path: Path, platform: FakePlatform
+) -> None:
+    """Two serves on one SQLite store would both poll its accounts and answer every message
+    twice: the second refuses before it opens anything, naming the first's pid. A serve
+    killed with SIGKILL holds nothing: the kernel drops the lock with the process."""
+    import signal
+
+    from backchannel.app import StoreInUse
+
+    config = load_config(write_config(tmp_path, "[server]\nport = 0\n" + FAKE))
+    async for _board in running(config):
+        with pytest.raises(StoreInUse, match=rf"another serve is running .* \(pid {os.getpid()}\)"):
+            await serve(config, stop=asyncio.Event())
+    async for _board in running(config):  # the first stopped: the next one starts
+        pass
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        "import sys, time; from backchannel.app import _hold_the_store as hold\n"
+        "hold(sys.argv[1]); print('held', flush=True); time.sleep(120)",
+        config.store.path,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert holder.stdout is not None
+    assert await asyncio.wait_for(holder.stdout.readline(), 30) == b"held\n"
+    with pytest.raises(StoreInUse, match=rf"\(pid {holder.pid}\)"):
+        await serve(config, stop=asyncio.Event())
+    holder.send_signal(signal.SIGKILL)
+    await holder.wait()
+    async for _board in running(config):
+        pass

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from backchannel.errors import StoreError
 from backchannel.store import Inbound, SQLiteStore, Store
 from backchannel.testing import StoreContract
 from backchannel.testing.store_contract import make_event
@@ -167,3 +168,22 @@ async def test_the_stored_inbound_row_is_the_one_both_stores_build(tmp_path: Pat
         inbound_message_row(conversation_id, 2, reply, 1, 1, 0),
     ]
     await store.close()
+
+
+def test_a_file_that_is_not_a_store_is_one_line_naming_it(tmp_path: Path) -> None:
+    """A path typed wrong (the config instead of the store, say): one line saying what and
+    where, never a traceback from a pragma, and the file is left as it was."""
+    from backchannel.cli import main
+    from click.testing import CliRunner
+
+    wrong = tmp_path / "bot.toml"
+    wrong.write_text("[store]\npath = 'x.db'\n" * 200, encoding="utf-8")
+    before = wrong.read_bytes()
+    with pytest.raises(StoreError, match=r"^cannot open store .*bot\.toml: the file is not an SQLite"):
+        SQLiteStore(wrong)
+    result = CliRunner().invoke(main, ["conversations", "--store", str(wrong)])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        f"error: cannot open store {wrong}: the file is not an SQLite database (is the path right?)"
+    ]
+    assert wrong.read_bytes() == before

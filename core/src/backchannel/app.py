@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
 import re
 import signal
 import sys
@@ -25,7 +27,7 @@ from attrs import field, frozen
 from .adapter import Adapter
 from .config import AccountConfig, AgentConfig, BindingConfig, Config
 from .control import ControlServer, socket_path
-from .errors import ConfigError, ConfigErrors, StoreError, combine, unknown_key
+from .errors import BackchannelError, ConfigError, ConfigErrors, StoreError, combine, unknown_key
 from .model import Event
 from .orchestration import attach as attach_orchestration
 from .orchestration import orchestrator_of
@@ -228,7 +230,14 @@ async def serve(
     lease_ttl: float | None = None,
 ) -> None:
     """Run the switchboard until SIGINT/SIGTERM (or `stop` is set), then stop gracefully."""
-    board = await build_switchboard(config, worker=worker, lease_ttl=lease_ttl)
+    # one serve per SQLite store, refused before anything opens or starts
+    held = _hold_the_store(config.store.path) if not config.store.url and worker is None else None
+    try:
+        board = await build_switchboard(config, worker=worker, lease_ttl=lease_ttl)
+    except BaseException:
+        if held is not None:
+            os.close(held)
+        raise
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
@@ -261,10 +270,57 @@ async def serve(
         if control is not None:
             await control.stop()
         await board.stop()
+        if held is not None:
+            os.close(held)  # the store is closed: another serve may have it now
         for signum in installed:
             loop.remove_signal_handler(signum)
         if restore_gc is not None:
             restore_gc()
+
+
+class StoreInUse(BackchannelError):
+    """Another `serve` runs on this SQLite store: a second would poll the same accounts and
+    answer every message twice, so it refuses to start."""
+
+
+def _hold_the_store(store_path: str) -> int | None:
+    """Take the SQLite store's serve lock (``<store>.lock``, an flock the kernel drops when
+    the process ends, however it ends) and return its descriptor, to be closed at stop;
+    raise `StoreInUse` when another process holds it. None for a store in memory, or
+    where no lock file can be opened (logged once; serve starts as before).
+    """
+    if not store_path or store_path == ":memory:":
+        return None
+    path = Path(store_path).expanduser().absolute()
+    lock = path.with_name(path.name + ".lock")
+    if not path.parent.exists():
+        with contextlib.suppress(OSError):  # as the store makes it; if it cannot, it says why
+            path.parent.mkdir(parents=True, mode=0o700)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as error:
+        log.warning(
+            "cannot open %s (%s): a second serve on this store would not be refused",
+            lock,
+            error.strerror or error,
+        )
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = ""
+        with contextlib.suppress(OSError):
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        who = f" (pid {holder})" if holder.isdigit() else ""
+        raise StoreInUse(
+            f"another serve is running on the store {path}{who}: two would answer every"
+            " message twice; stop it first (backchannel serve runs once per store)"
+        ) from None
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def reload_config(board: Switchboard, config: Config) -> bool:

@@ -88,6 +88,28 @@ def open_store(
     return SQLiteStore(path, synchronous=synchronous, kept_windows=kept_windows)
 
 
+#: what opening a store can fail with that is the file's or its folder's fault, not ours
+_CANNOT_OPEN = (
+    apsw.NotADBError,
+    apsw.CorruptError,
+    apsw.CantOpenError,
+    apsw.IOError,
+    apsw.ReadOnlyError,
+)
+
+
+def _why(path: Path, error: apsw.Error) -> str:
+    """One line on why the store at `path` did not open."""
+    if isinstance(error, apsw.NotADBError):
+        return "the file is not an SQLite database (is the path right?)"
+    folder = path.parent
+    if isinstance(error, apsw.CantOpenError | apsw.ReadOnlyError) and not os.access(
+        folder, os.W_OK | os.X_OK
+    ):
+        return f"{error} (this user cannot write to the folder {folder})"
+    return str(error)
+
+
 class SQLiteStore(SQLiteAsks, Store):
     """The apsw implementation of `Store`. One connection, used from one event loop."""
 
@@ -114,6 +136,31 @@ class SQLiteStore(SQLiteAsks, Store):
         except apsw.Error as error:
             raise StoreError(f"cannot open store {self.path}: {error}") from error
         db = self._db
+        try:
+            self._open(db, path, synchronous)
+        except _CANNOT_OPEN as error:
+            db.close()
+            raise StoreError(f"cannot open store {self.path}: {_why(self.path, error)}") from None
+        self._checkpointer = Checkpointer(db, str(path)) if str(path) != ":memory:" else None
+        #: (account, chat, thread) -> (conversation id, title, kind as last written)
+        self._conversation_ids: LRUCache[tuple[str, str, str], tuple[int, str | None, str]] = (
+            LRUCache(CACHED_CONVERSATIONS)
+        )
+        self._batch: Batch | None = None
+        #: last_seq, trigger_seq, active_at per conversation as of our last commit; valid
+        #: while PRAGMA data_version says no other connection has written since
+        self._known_counters: LRUCache[int, tuple[int, int, float, int]] = LRUCache(
+            CACHED_CONVERSATIONS
+        )
+        self._data_version: int | None = None
+        #: (conversation id, sender id) -> (name, handle, is_bot) as last written
+        self._known_participants: LRUCache[tuple[int, str], tuple[str, str | None, int]] = LRUCache(
+            CACHED_CONVERSATIONS
+        )
+        self._windows = WindowCache(db, kept_windows) if kept_windows else None
+
+    def _open(self, db: apsw.Connection, path: str | os.PathLike[str], synchronous: str) -> None:
+        """Set the connection up and bring the schema up to date."""
         db.set_busy_timeout(5000)
         # One plan per statement, whatever values are bound. Without this, SQLite marks a
         # statement whose planning looked at a bound value (a LIMIT ?, a column = ? held
@@ -133,23 +180,6 @@ class SQLiteStore(SQLiteAsks, Store):
                 if candidate.exists():
                     candidate.chmod(0o600)
         migrate(db)
-        self._checkpointer = Checkpointer(db, str(path)) if str(path) != ":memory:" else None
-        #: (account, chat, thread) -> (conversation id, title, kind as last written)
-        self._conversation_ids: LRUCache[tuple[str, str, str], tuple[int, str | None, str]] = (
-            LRUCache(CACHED_CONVERSATIONS)
-        )
-        self._batch: Batch | None = None
-        #: last_seq, trigger_seq, active_at per conversation as of our last commit; valid
-        #: while PRAGMA data_version says no other connection has written since
-        self._known_counters: LRUCache[int, tuple[int, int, float, int]] = LRUCache(
-            CACHED_CONVERSATIONS
-        )
-        self._data_version: int | None = None
-        #: (conversation id, sender id) -> (name, handle, is_bot) as last written
-        self._known_participants: LRUCache[tuple[int, str], tuple[str, str | None, int]] = LRUCache(
-            CACHED_CONVERSATIONS
-        )
-        self._windows = WindowCache(db, kept_windows) if kept_windows else None
 
     # lifecycle -------------------------------------------------------------
     @contextlib.contextmanager
