@@ -179,7 +179,9 @@ def test_a_file_that_is_not_a_store_is_one_line_naming_it(tmp_path: Path) -> Non
     wrong = tmp_path / "bot.toml"
     wrong.write_text("[store]\npath = 'x.db'\n" * 200, encoding="utf-8")
     before = wrong.read_bytes()
-    with pytest.raises(StoreError, match=r"^cannot open store .*bot\.toml: the file is not an SQLite"):
+    with pytest.raises(
+        StoreError, match=r"^cannot open store .*bot\.toml: the file is not an SQLite"
+    ):
         SQLiteStore(wrong)
     result = CliRunner().invoke(main, ["conversations", "--store", str(wrong)])
     assert result.exit_code == 1
