@@ -76,3 +76,49 @@ def test_one_mistake_is_still_one_plain_error(tmp_path: Path) -> None:
 
     assert not isinstance(caught.value, ConfigErrors)
     assert caught.value.key == "server.prot"
+
+
+def test_nan_and_infinity_are_refused_wherever_seconds_are_read(tmp_path: Path) -> None:
+    """TOML has nan and inf. Every comparison with nan is false, so a nan passed checks
+    like "< 0": a nan debounce acked messages and never ran the agent, a nan Telegram
+    retry_initial stopped polling after the first error. Each is one error naming its key."""
+    config = tmp_path / "bot.toml"
+    config.write_text(
+        f"""
+[store]
+path = "{tmp_path / "bc.db"}"
+[accounts.web]
+channel = "webchat"
+rate_limit = nan
+[accounts.tg]
+channel = "telegram"
+token = "123456:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+retry_initial = nan
+[accounts.tp]
+channel = "tinyplace"
+identity = "{"0" * 63}1"
+poll_interval = nan
+[agents.demo]
+kind = "demo"
+[[bindings]]
+agent = "demo"
+accounts = ["web"]
+debounce = nan
+run_timeout = inf
+[orchestration]
+ask_timeout = inf
+""",
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(main, ["check", "-c", str(config)])
+    assert result.exit_code == 1
+    named = sorted(line.split(": ")[2] for line in result.output.strip().splitlines())
+    assert named == [
+        "accounts.tg.retry_initial",
+        "accounts.tp.poll_interval",
+        "accounts.web.rate_limit",
+        "bindings[0].debounce",
+        "bindings[0].run_timeout",
+        "orchestration.ask_timeout",
+    ], result.output
+    assert "Traceback" not in result.output

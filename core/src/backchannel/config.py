@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import re
 import tomllib
@@ -835,6 +836,10 @@ def _make_converter() -> cattrs.Converter:
 
     def structure_float(value: Any, _: type) -> float:
         if isinstance(value, int | float) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                # TOML has nan and inf: every comparison with nan is false, so a nan
+                # debounce passed "< 0" and no run ever came
+                raise _Expected(f"expected a finite number, got {value}")
             return float(value)
         raise _Expected(f"expected a number, got {_describe(value)}")
 

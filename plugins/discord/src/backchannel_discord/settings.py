@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -88,7 +89,11 @@ class _Reader:
 
     def number(self, name: str, default: float) -> float:
         value = self.settings.get(name, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 < value < math.inf
+        ):
             raise ConfigError(f"expected a positive number, got {value!r}", key=self.key(name))
         return float(value)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,7 +71,11 @@ class OwnerSettings:
             if field.name in values or field.name not in table:
                 continue
             value = table[field.name]
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 < value < math.inf
+            ):
                 raise ConfigError(
                     f"{where}: owner.{field.name}: expected a positive number of seconds"
                     f" (days for keep_days), got {value!r}"

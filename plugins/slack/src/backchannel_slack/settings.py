@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import urllib.request
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -72,7 +73,11 @@ class SlackSettings:
 
         def number(key: str, default: float) -> float:
             value = settings.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 < value < math.inf
+            ):
                 raise ConfigError(f"{key!r} must be a positive number", key=f"{where}.{key}")
             return float(value)
 

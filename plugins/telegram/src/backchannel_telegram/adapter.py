@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -550,7 +551,11 @@ class _NumberReader:
 
     def float(self, key: str, default: float) -> float:
         value = self._settings.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 < value < math.inf
+        ):
             raise ConfigError(f"expected a positive number of seconds, got {value!r}", key=key)
         return float(value)
 

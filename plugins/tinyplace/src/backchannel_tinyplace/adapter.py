@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
 from backchannel.adapter import AdapterContext, Capabilities, split_text
-from backchannel.errors import DeliveryError, RateLimited, Rejected, Uncertain
+from backchannel.errors import ConfigError, DeliveryError, RateLimited, Rejected, Uncertain
 from backchannel.model import Address, Event, Outbound, Receipt, Sender
 from tinyplace import TinyPlaceClient, TinyPlaceError
 from tinyplace.api.messages import decode_agent_address
@@ -91,12 +92,12 @@ class TinyplaceAdapter:
         self.identity = load_identity(settings, account)
         self.agent_id = self.identity.agent_id
         self.relay_url = str(settings.get("relay_url") or DEFAULT_RELAY_URL).rstrip("/")
-        self.poll_interval = float(settings.get("poll_interval", 3.0))
-        self.request_timeout = float(settings.get("request_timeout", 20.0))
-        self.poll_limit = int(settings.get("poll_limit", 100))
-        self.prekey_pool = int(settings.get("prekey_pool", 20))
+        self.poll_interval = _seconds(settings, "poll_interval", 3.0)
+        self.request_timeout = _seconds(settings, "request_timeout", 20.0)
+        self.poll_limit = _count(settings, "poll_limit", 100)
+        self.prekey_pool = _count(settings, "prekey_pool", 20)
         #: seconds between copies of a kept session opening sent on their own
-        self.opening_retry = float(settings.get("opening_retry", 30.0))
+        self.opening_retry = _seconds(settings, "opening_retry", 30.0)
         self.me: Sender | None = Sender(
             id=self.agent_id, name=peer_label(self.agent_id), handle=self.agent_id, is_bot=True
         )
@@ -644,3 +645,18 @@ def _agent_key(peer: str) -> bytes:
         return decode_agent_address(peer)
     except ValueError:
         raise Rejected(f"{peer!r} is not a tiny.place agent id") from None
+
+
+def _seconds(settings: Mapping[str, Any], key: str, default: float) -> float:
+    """A positive, finite number of seconds (a nan or 0 poll interval would spin)."""
+    value = settings.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ConfigError(f"expected a positive number of seconds, got {value!r}", key=key)
+    return float(value)
+
+
+def _count(settings: Mapping[str, Any], key: str, default: int) -> int:
+    value = settings.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"expected a positive integer, got {value!r}", key=key)
+    return value

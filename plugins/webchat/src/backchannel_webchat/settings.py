@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -134,7 +135,11 @@ def _check(key: str, value: Any, where: str) -> Any:
             raise ConfigError(f"expected a positive integer, got {value!r}", key=name)
         return value
     if key in _POSITIVE_NUMBERS:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 < value < math.inf
+        ):
             raise ConfigError(f"expected a positive number, got {value!r}", key=name)
         return float(value)
     if key == "allowed_origins":
