@@ -631,3 +631,31 @@ def test_serve_on_a_busy_port_is_one_line_error(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert f"error: cannot serve on 127.0.0.1:{port}: " in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_an_unset_variable_in_the_store_path_is_an_error_and_messaging_makes_no_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading commands tolerate unset secrets, never an unset store path: "" would open
+    (or create) another store. `messaging off` on a store that is not there says so rather
+    than making one and reporting OFF about it; a path from the environment is no secret."""
+    monkeypatch.delenv("BOT_STATE", raising=False)
+    config = tmp_path / "bot.toml"
+    config.write_text(
+        '[store]\npath = "${BOT_STATE}/bot.db"\n[accounts.tg]\nchannel = "telegram"\n'
+        'token = "${TG_TOKEN}"\n[agents.demo]\nkind = "demo"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.delenv("TG_TOKEN", raising=False)
+    for command in (["messaging", "off"], ["conversations"], ["runs"]):
+        result = CliRunner().invoke(main, [*command, "-c", str(config)])
+        assert result.exit_code == 1, (command, result.output)
+        assert "store.path: environment variable BOT_STATE is not set" in result.output
+    monkeypatch.setenv("BOT_STATE", str(tmp_path / "state"))
+    result = CliRunner().invoke(main, ["messaging", "off", "-c", str(config)])
+    assert result.exit_code == 1
+    assert f"there is no store at {tmp_path / 'state' / 'bot.db'} yet" in result.output
+    assert not (tmp_path / "state").exists()
+    typo = tmp_path / "typo.db"
+    result = CliRunner().invoke(main, ["messaging", "off", "--store", str(typo)])
+    assert result.exit_code == 1 and not typo.exists()

@@ -535,7 +535,9 @@ class _Parser:
                 )
                 return ""
             value = self.environ.get(name)
-            if value is None and not self.strict_env:
+            if value is None and not self.strict_env and not key.startswith("store."):
+                # a command that only reads the store needs no secrets; but where the store
+                # is must be known: "" would open (or make) another one
                 return ""
             if value is None:
                 self.problems.append(
@@ -544,7 +546,8 @@ class _Parser:
                     )
                 )
                 return ""
-            found.append(value)
+            if key != "store.path":  # where the store is, not a secret (store.url may hold one)
+                found.append(value)
             return value
 
         result = _VAR.sub(replace, text)

@@ -10,8 +10,6 @@ import click
 
 from ..app import open_config_store
 from ..cli import config_option, json_option, store_option
-from ..config import load_config
-from ..errors import StoreError
 from .messaging import MessagingStatus, messaging_status, set_messaging
 
 __all__ = ["messaging_command"]
@@ -31,16 +29,11 @@ def messaging_command(
     obeys it at its next send, without a restart. It cannot override the
     config's [orchestration] enabled = false, nor does that override it.
     """
-    from attrs import evolve
+    from ..cli import _load, _require_store
 
-    config = load_config(config_path, strict_env=False)
-    if store_path is not None:
-        config = evolve(config, store=evolve(config.store, path=str(store_path)))
-    if action == "status" and not config.store.url and not Path(config.store.path).exists():
-        raise StoreError(
-            f"there is no store at {config.store.path} yet (run `backchannel serve` first,"
-            " or pass -c/--store)"
-        )
+    config = _load(config_path, store_path, secrets=False)
+    # also to switch it: a mistyped path must not make a new store and say "OFF" about it
+    _require_store(config)
 
     async def go() -> MessagingStatus:
         store = open_config_store(config)
