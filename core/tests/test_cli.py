@@ -363,6 +363,23 @@ def test_check_prints_the_config_with_secrets_masked(tmp_path: Path) -> None:
     assert secret not in json.dumps(data)
 
 
+def test_check_masks_every_http_header_and_credential_named_keys(tmp_path: Path) -> None:
+    """A header written in the file (an Authorization, a proxy's api-key) is a credential
+    whatever its name; keys named like one (x-api-key, cookie) are masked too."""
+    path = write_config(
+        tmp_path,
+        '[agents.o]\nkind = "openai"\nbase_url = "http://127.0.0.1:1/v1"\nmodel = "m"\n'
+        '[agents.o.headers]\nAuthorization = "Bearer hdr-5ecr3t-1"\napi-key = "hdr-5ecr3t-2"\n'
+        '[agents.o.extra_body]\nX-Api-Key = "hdr-5ecr3t-3"\nsession_cookie = "hdr-5ecr3t-4"\n',
+    )
+    human = invoke("check", "-c", str(path))
+    as_json = invoke("check", "-c", str(path), "--json")
+    assert human.exit_code == 0, human.output
+    for output in (human.output, as_json.output):
+        assert "hdr-5ecr3t" not in output
+    assert '"Authorization": "***"' in human.stdout
+
+
 def test_check_reports_one_line_and_exit_1_on_a_mistake(tmp_path: Path) -> None:
     path = write_config(tmp_path, '[accounts.tg]\nchannel = "telegrm"\n')
     result = invoke("check", "-c", str(path))

@@ -67,7 +67,8 @@ Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 MASK = "***"
 _NAME = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 _SECRET_KEY = re.compile(
-    r"(token|secret|password|passwd|api_?key|private_?key|identity|seed|credential)",
+    r"(token|secret|password|passwd|api[-_]?key|private[-_]?key|identity|seed|credential"
+    r"|authori[sz]ation|cookie)",
     re.IGNORECASE,
 )
 _VAR = re.compile(r"\$\$\{|\$\{([^}]*)\}")
@@ -551,7 +552,8 @@ class _Parser:
             return value
 
         result = _VAR.sub(replace, text)
-        if result and _SECRET_KEY.search(key.rsplit(".", 1)[-1]):
+        if result and (_SECRET_KEY.search(key.rsplit(".", 1)[-1]) or ".headers." in key):
+            # an HTTP header's value is taken for a credential whatever its name
             # a secret written into the file itself is still a secret
             found = [*found, result]
         if found:
