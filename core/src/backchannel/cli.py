@@ -318,6 +318,9 @@ def check_command(config_path: Path, as_json: bool) -> None:
         functools.partial(build_adapter, config, a) for a in config.accounts.values()
     ]
     builds += [functools.partial(build_agent, config, a) for a in config.agents.values()]
+    # and each plugin its own table ([owner]), as serve would read it
+    hook = get_plugin_manager().hook.check_config
+    builds += [functools.partial(impl.function, config=config) for impl in hook.get_hookimpls()]
     for build in builds:
         try:
             build()

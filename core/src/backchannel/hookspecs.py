@@ -82,3 +82,13 @@ def configure_switchboard(board: Any, config: Any) -> None:
     ``board.add_service(service)``. `config` is the `Config`; a plugin's own
     settings are ``config.sections.get("<entry point name>")``.
     """
+
+
+@hookspec
+def check_config(config: Any) -> None:
+    """Check the plugin's own top-level table (``config.sections["<entry point name>"]``).
+
+    Called by ``backchannel check`` (with every other check, so one run lists
+    every mistake). Raise ``ConfigError`` naming the key, as ``serve`` would
+    when it reads the table; return None when it is fine or absent.
+    """

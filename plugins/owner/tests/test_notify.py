@@ -136,7 +136,10 @@ async def test_no_serve_and_no_token_here_is_one_line_naming_both(
 @pytest.mark.parametrize(
     ("owner", "message"),
     [
-        ({"chatt": "1"}, r"owner\.chatt: unknown key \(known keys: account, burst_window"),
+        (
+            {"chatt": "1"},
+            r"owner\.chatt: unknown key; did you mean `chat`\? \(known keys: account, burst_window",
+        ),
         ({"chat": None}, r"owner\.chat: missing"),
         ({"account": "nope"}, r"owner\.account: no account called 'nope' \(configured: tg\)"),
         ({"stale_after": -5}, r"owner\.stale_after: expected a positive number of seconds"),

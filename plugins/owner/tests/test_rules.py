@@ -167,3 +167,27 @@ def test_only_exact_yes_or_no_with_an_id_is_a_permission_answer() -> None:
     assert parse_permission_answer("yes m7k3q please") is None
     assert parse_permission_answer("yes") is None
     assert parse_permission_answer("sure m7k3q") is None
+
+
+def test_check_reads_the_owner_table_as_serve_does(tmp_path: Path) -> None:
+    """`check` said ok for an [owner] table serve and notify then refused."""
+    from backchannel.cli import main
+    from click.testing import CliRunner
+
+    config = tmp_path / "bot.toml"
+    config.write_text(
+        f'[store]\npath = "{tmp_path / "bc.db"}"\n[accounts.web]\nchannel = "webchat"\n'
+        '[agents.demo]\nkind = "demo"\n[owner]\naccont = "web"\nchat = "x"\n',
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(main, ["check", "-c", str(config)])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"error: {config}: owner.accont: unknown key; did you mean `account`? (known keys:"
+        " account, burst_window, chat, correction_per_chat, correction_per_id, keep_days,"
+        " late_after, permission_ttl, stale_after, timeout, user)"
+    )
+    config.write_text(
+        config.read_text(encoding="utf-8").replace("accont", "account"), encoding="utf-8"
+    )
+    assert CliRunner().invoke(main, ["check", "-c", str(config)]).exit_code == 0

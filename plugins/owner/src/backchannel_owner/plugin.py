@@ -51,6 +51,15 @@ def register_control_ops(register: Any) -> None:
 
 
 @hookimpl
+def check_config(config: Any) -> None:
+    """`backchannel check` reads ``[owner]`` as serve does (one line per mistake)."""
+    if "owner" in config.sections:
+        from .settings import OwnerSettings
+
+        OwnerSettings.from_config(config)
+
+
+@hookimpl
 def configure_switchboard(board: Any, config: Any) -> None:
     """With an ``[owner]`` table: route the owner account's replies and run the duplex service."""
     if "owner" not in config.sections:

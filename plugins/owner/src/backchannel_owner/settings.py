@@ -8,7 +8,7 @@ from typing import Any
 
 from attrs import fields, frozen
 from backchannel.config import Config
-from backchannel.errors import ConfigError
+from backchannel.errors import ConfigError, unknown_key
 
 __all__ = ["OwnerSettings"]
 
@@ -54,9 +54,7 @@ class OwnerSettings:
         known = {f.name for f in fields(cls)}
         for key in table:
             if key not in known:
-                raise ConfigError(
-                    f"{where}: owner.{key}: unknown key (known keys: {', '.join(sorted(known))})"
-                )
+                raise ConfigError(f"{where}: owner.{key}: {unknown_key(key, known)}")
         values: dict[str, Any] = {}
         for key in ("account", "chat", "user"):
             value = table.get(key)
