@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -183,74 +185,138 @@ async def test_stdio_lines_the_sdk_cannot_parse_are_answered_or_dropped_and_serv
         await store.close()
 
 
-async def test_http_closes_connections_slow_to_send_headers_and_caps_each_address(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Idle connections held every one of uvicorn's 256 places (it counts a connection
-    from the moment it opens and waits for its headers for ever): every request was a 503
-    while they stayed. Now one address holds at most its share, and a connection that
-    sends no complete headers in time is closed."""
-    import asyncio
-    from types import SimpleNamespace
+INITIALIZE_PARAMS = {
+    "protocolVersion": "2025-06-18",
+    "capabilities": {},
+    "clientInfo": {"name": "t", "version": "1"},
+}
 
-    import httpx2 as httpx
-    from backchannel_mcp import http as mcp_http
 
-    monkeypatch.setattr(mcp_http, "HEADER_TIMEOUT", 0.5)
-    monkeypatch.setattr(mcp_http, "MAX_PER_ADDRESS", 4)
+@contextlib.asynccontextmanager
+async def stdio_serving(world: World) -> AsyncIterator[Lines]:
+    """The app served over the SDK's stdio transport, its stdin and stdout in memory."""
+    from mcp.server.stdio import stdio_server
 
-    async def asgi(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        if scope["path"] == "/slow":  # a tool call slower than the header deadline
-            await asyncio.sleep(1.5)
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"ok"})
-
-    app = SimpleNamespace(server=SimpleNamespace(streamable_http_app=lambda host: asgi))
-    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    stop = asyncio.Event()
-    serving = asyncio.create_task(
-        mcp_http.serve_http(app, "127.0.0.1", 0, "tok", on_ready=ready.set_result, stop=stop)  # type: ignore[arg-type]
-    )
-    url = await asyncio.wait_for(ready, 30)
-    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    config = world.config()
+    store = open_store(config)
+    lines = Lines()
     try:
-        idle = [
-            await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.7", 0))
-            for _ in range(6)
-        ]
-        # past its share, an address's connections are closed at once
-        for reader, _writer in idle[4:]:
-            assert await asyncio.wait_for(reader.read(), 30) == b""
-        # another address is served meanwhile
-        headers = {"Authorization": "Bearer tok"}
-        async with httpx.AsyncClient() as http:
-            assert (await http.get(url, headers=headers)).status_code == 200
-        # a connection trickling its headers is closed once its time is up, and so is one
-        # that never sent any
-        idle[0][1].write(b"GET /mcp HTTP/1.1\r\n")
-        await idle[0][1].drain()
-        for reader, _writer in idle[:4]:
-            assert await asyncio.wait_for(reader.read(), 30) == b""
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /mcp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n\r\n")
-        await writer.drain()
-        answer = await asyncio.wait_for(reader.read(), 30)
-        assert answer.startswith(b"HTTP/1.1 200") and b"\r\nok\r\n" in answer
-        # two requests in one write (pipelined), the second slower than the deadline: the
-        # deadline counts for a connection gone quiet, not one whose request is being served
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        request = b"GET /%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n\r\n"
-        writer.write(request % b"mcp" + request % b"slow")
-        await writer.drain()
-        answers = await asyncio.wait_for(reader.read(), 30)
-        assert answers.count(b"HTTP/1.1 200") == 2 and answers.count(b"\r\nok\r\n") == 2
-        for _reader, idle_writer in (*idle, (reader, writer)):
-            idle_writer.close()
+        async with stdio_server(stdin=lines, stdout=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+            app = BackchannelMcp(ToolBox(config, store))
+            serving = asyncio.create_task(app.serve_streams(read_stream, write_stream))
+            try:
+                yield lines
+            finally:
+                lines.end()  # end of input: the server stops
+                await asyncio.wait_for(serving, 20)
     finally:
-        stop.set()
-        await serving
+        await store.close()
+
+
+async def test_stdio_every_line_with_an_id_gets_one_answer_and_one_without_is_counted(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Lines with an id that pydantic refuses as JSON-RPC (params not an object, jsonrpc
+    1.0, no method, a batch) were dropped and the client waited for ever; valid JSON
+    Python's json cannot read (a 5,000-digit number, 3,000-deep nesting) was dropped as
+    'not JSON'."""
+    caplog.set_level(logging.DEBUG, logger="backchannel.mcp")
+    deep = "[" * 3000 + "]" * 3000
+    with_id = {
+        201: ('{"jsonrpc":"2.0","id":201,"method":"tools/call","params":"x"}', -32600),
+        202: ('{"jsonrpc":"1.0","id":202,"method":"tools/list"}', -32600),
+        203: ('{"jsonrpc":"2.0","id":203}', -32600),
+        204: (
+            '{"jsonrpc":"2.0","id":204,"method":"tools/call","params":{"name":'
+            '"list_conversations","arguments":{"limit":' + "9" * 5000 + "}}}",
+            -32700,
+        ),
+        205: (
+            '{"jsonrpc":"2.0","method":"tools/call","params":{"name":"list_conversations",'
+            '"arguments":{"query":' + deep + '}},"id":205}',
+            -32700,
+        ),
+        206: ('[{"jsonrpc":"2.0","id":206,"method":"tools/list"},{"id":207}]', -32600),
+        208: ('{"jsonrpc":"2.0","id":208,"method":"tools/li', -32700),
+        "s1": ('{"jsonrpc":"2.0","id":"s1","method":"tools/list","params":[1]}', -32600),
+    }
+    without_id = [
+        '{"jsonrpc":"2.0","method":"tools/list","params":5}',
+        "[1,2,3]",
+        "garbage that is not JSON",
+        '{"jsonrpc":"2.0","method":"x","params":' + deep + "}",
+        '{"jsonrpc":"2.0","id":209,"error":{"code":"not a number"}}',  # a response: not ours
+    ]
+    async with stdio_serving(world) as lines:
+        lines.feed(request(1, "initialize", INITIALIZE_PARAMS))
+        await lines.answer(1)
+        lines.feed(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        for line, _code in with_id.values():
+            lines.feed(line)
+        lines.feed(*without_id)
+        lines.feed(request(300, "ping"))
+        await lines.answer(300)
+        for request_id, (_line, code) in with_id.items():
+            answers = [m for m in lines.out if m.get("id") == request_id]
+            assert len(answers) == 1 and answers[0]["error"]["code"] == code, (request_id, answers)
+        batch_too = [m for m in lines.out if m.get("id") == 207]
+        assert len(batch_too) == 1 and batch_too[0]["error"]["code"] == -32600
+        assert len(lines.out) == 2 + len(with_id) + 1  # initialize, ping, and one per id
+    ignored = [r for r in caplog.records if "ignored" in r.getMessage()]
+    assert len(ignored) == len(without_id)
+    assert [r.levelno for r in ignored].count(logging.WARNING) == 1  # counted, not repeated
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_call_before_initialize_says_so_and_an_unknown_tool_name_is_cut(
+    world: World,
+) -> None:
+    """A call before initialize was 'Invalid request parameters'; a 200 KB unknown tool
+    name came back whole in the error."""
+    async with stdio_serving(world) as lines:
+        lines.feed(request(1, "tools/call", {"name": "list_conversations", "arguments": {}}))
+        lines.feed(request(2, "tools/list"))
+        for request_id in (1, 2):
+            error = (await lines.answer(request_id))["error"]
+            assert "not initialized" in error["message"] and "initialize" in error["message"]
+        lines.feed(request(3, "initialize", INITIALIZE_PARAMS))
+        await lines.answer(3)
+        lines.feed(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        lines.feed(request(4, "tools/call", {"name": "x" * 200_000, "arguments": {}}))
+        result = (await lines.answer(4))["result"]
+        text = result["content"][0]["text"]
+        assert result["isError"] and len(text) < 400, len(text)
+        assert "there is no tool 'xxxx" in text and "(200000 characters)" in text
+        # a request the params of which are wrong, once initialized, is still INVALID_PARAMS
+        lines.feed(request(5, "tools/call", {"name": 5}))
+        error = (await lines.answer(5))["error"]
+        assert error["code"] == -32602 and "not initialized" not in error["message"]
+
+
+async def test_a_write_request_sent_again_with_its_id_is_answered_once_and_sent_once(
+    world: World,
+) -> None:
+    """A client that retries a send (the same request, its id unchanged) gets the first
+    call's result; the platform gets the message once. Another id is another send."""
+    await world.seed()
+    async with stdio_serving(world) as lines:
+        lines.feed(request(1, "initialize", INITIALIZE_PARAMS))
+        await lines.answer(1)
+        send = {
+            "name": "send_message",
+            "arguments": {"conversation": world.group_key, "text": "once"},
+        }
+        lines.feed(
+            json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            request(7, "tools/call", send),
+            request(7, "tools/call", send),
+        )
+        first = await lines.answer(7)
+        await world.fake.wait_for(lambda: len(world.fake.sent) >= 1, what="the send")
+        lines.feed(request(8, "tools/call", send))
+        again = await lines.answer(8)
+        answers = [m for m in lines.out if m.get("id") == 7]
+    assert first["result"]["content"][0]["text"] == f"sent to {world.group_key} as #3"
+    assert again["result"]["content"][0]["text"] == f"sent to {world.group_key} as #4"
+    assert [m.text for m in world.fake.sent] == ["once", "once"]  # ids 7 and 8, not 7 twice
+    assert all(a["result"] == first["result"] for a in answers)

@@ -7,6 +7,7 @@ In stdio mode stdout is the protocol, so everything for people goes to stderr.
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ def mcp_group() -> None:
     "--http",
     "http_address",
     metavar="HOST:PORT",
-    help="Serve streamable HTTP at http://HOST:PORT/mcp (needs [mcp] token).",
+    help="Serve streamable HTTP at http://HOST:PORT/mcp (needs [mcp] token or $BACKCHANNEL_MCP_TOKEN).",
 )
 @click.option(
     "--channel",
@@ -70,13 +71,16 @@ def serve_command(
         host, port = _host_port(http_address)
     log_to_stderr(verbose)  # log lines quote platform text: escaped, never acted on
     config = load_config(config_path)
+    token = None
     if http_address:
-        from .http import check_http_listen
+        from .http import TOKEN_ENV, check_http_listen
 
         assert host is not None
-        check_http_listen(host, config.mcp.token or None)
+        # [mcp] token, else the variable itself (the config may have no [mcp] table, or
+        # there may be no config): never an argument, where any local user could read it
+        token = check_http_listen(host, config.mcp.token or os.environ.get(TOKEN_ENV) or None)
     try:
-        asyncio.run(_serve(config, host, port, as_channel, list(watch)))
+        asyncio.run(_serve(config, host, port, token, as_channel, list(watch)))
     except ConfigError:
         raise
     except KeyboardInterrupt:
@@ -87,6 +91,7 @@ async def _serve(
     config: Any,
     host: str | None,
     port: int | None,
+    token: str | None,
     as_channel: bool,
     watch: list[str],
 ) -> None:
@@ -125,10 +130,9 @@ async def _serve(
                 err=True,
             )
         app = BackchannelMcp(box, channel=channel)
-        if host is not None and port is not None:
+        if host is not None and port is not None and token is not None:
             from .http import serve_http
 
-            token = config.mcp.token
             await serve_http(
                 app,
                 host,

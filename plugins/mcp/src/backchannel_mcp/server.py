@@ -11,8 +11,11 @@ Code registers a server as a channel only on that era (see docs/mcp.md).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import re
+import weakref
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,6 +24,8 @@ from urllib.parse import quote, unquote
 import anyio
 import mcp_types as types
 from backchannel.errors import StoreError
+from backchannel.logcount import CountedLog
+from backchannel.store.cache import LRUCache
 from backchannel.tools import Tool, ToolArgumentError
 from backchannel.wire import repair_text
 from mcp.server import Server, ServerRequestContext
@@ -39,6 +44,8 @@ log = logging.getLogger("backchannel.mcp")
 
 RESOURCE_PREFIX = "backchannel://conversation/"
 _RESOURCE_LIMIT = 200
+#: characters of an unknown tool's name an error quotes
+_NAME_SHOWN = 80
 
 INSTRUCTIONS = (
     "backchannel connects you to chats on Telegram, Slack, Discord, tiny.place and a web chat."
@@ -60,6 +67,14 @@ def resource_uri(key: str) -> str:
     return RESOURCE_PREFIX + quote(key, safe="/")
 
 
+#: tools that send or record something: a request id seen again is not done again
+_WRITES = frozenset(
+    {"send_message", "reply", "react", "ask_agent", "notify_owner", "reply_to_owner"}
+)
+#: write calls remembered per session (a retry comes soon after its first)
+_REMEMBERED_WRITES = 256
+
+
 class BackchannelMcp:
     """backchannel as an MCP server: tools, a resource per conversation, optionally a channel."""
 
@@ -67,6 +82,10 @@ class BackchannelMcp:
         self.box = box
         self.channel = channel
         self.tools: dict[str, Tool] = {tool.name: tool for tool in build_tools(box)}
+        #: per client session, the write calls made lately, by request id (see _once)
+        self._writes: weakref.WeakKeyDictionary[Any, LRUCache[Any, asyncio.Future[Any]]] = (
+            weakref.WeakKeyDictionary()
+        )
         self.server: Server[Any] = Server(
             name,
             version=_version(),
@@ -77,6 +96,7 @@ class BackchannelMcp:
             on_list_resource_templates=self._list_resource_templates,
             on_read_resource=self._read_resource,
         )
+        self.server.middleware.append(_say_not_initialized)
         if channel is not None:
             self.server.add_notification_handler(
                 PERMISSION_REQUEST, PermissionRequest, self._permission_request
@@ -157,7 +177,49 @@ class BackchannelMcp:
         tool = self.tools.get(params.name)
         if tool is None:
             known = ", ".join(self.tools)
-            return _text_result(f"error: there is no tool {params.name!r} (tools: {known})", True)
+            name = params.name
+            if len(name) > _NAME_SHOWN:  # the name is the client's: never echoed unbounded
+                name = name[:_NAME_SHOWN] + f"... ({len(params.name)} characters)"
+            return _text_result(f"error: there is no tool {name!r} (tools: {known})", True)
+        if params.name in _WRITES and ctx.request_id is not None:
+            return await self._once(ctx, params, tool)
+        return await self._run_tool(params, tool)
+
+    async def _once(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams, tool: Tool
+    ) -> types.CallToolResult:
+        """A write tool's call, made once per request id of the session: a client that sends
+        the same request again (a retry, its id unchanged) gets the first call's result, and
+        nothing is sent twice."""
+        # the client's connection (stdio, or one HTTP session): the SDK makes a new
+        # ServerSession object per request, around the one Connection
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is None:
+            return await self._run_tool(params, tool)
+        try:
+            calls = self._writes.setdefault(connection, LRUCache(_REMEMBERED_WRITES))
+        except TypeError:  # a connection that cannot be weakly referenced: no memory of it
+            return await self._run_tool(params, tool)
+        key = (
+            ctx.request_id,
+            params.name,
+            json.dumps(params.arguments, sort_keys=True, default=str),
+        )
+        first = calls.get(key)
+        if first is None:
+            first = asyncio.ensure_future(self._run_tool(params, tool))
+            calls.put(key, first)
+        else:
+            log.info(
+                "%s request %r came again: answered with its first result",
+                params.name,
+                ctx.request_id,
+            )
+        return await asyncio.shield(first)
+
+    async def _run_tool(
+        self, params: types.CallToolRequestParams, tool: Tool
+    ) -> types.CallToolResult:
         try:
             result = await tool(_plain_arguments(params.arguments or {}))
         except ToolArgumentError as error:
@@ -235,23 +297,57 @@ class BackchannelMcp:
         await self.channel.permission_requested(params)
 
 
+async def _say_not_initialized(ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
+    """Server middleware: a request before `initialize` is refused saying so.
+
+    The SDK refuses it with the same error as malformed params ("Invalid request
+    parameters"), which sends a client looking for a fault in its arguments. The
+    code stays the SDK's (-32602); the message says what to do.
+    """
+    from mcp.shared.exceptions import MCPError
+
+    try:
+        return await call_next(ctx)
+    except MCPError as error:
+        if (
+            ctx.request_id is not None
+            and error.error.code == types.INVALID_PARAMS
+            and error.error.message == "Invalid request parameters"
+            and ctx.session.client_params is None
+        ):
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"server not initialized: send initialize before {ctx.method}",
+            ) from None
+        raise
+
+
 class LenientReader:
     """The transport's read stream, giving a line the SDK could not parse a second chance.
 
-    The SDK's stdio transport parses each line with pydantic, which refuses
-    half a UTF-16 surrogate pair (``"\\ud83d"``, what a client that cut a
-    string in the middle of an emoji sends), and hands the dispatcher an
-    exception the dispatcher drops: the request is never answered and the
-    client waits forever. Here such a line is parsed with Python's json, its
-    broken text repaired (U+FFFD), and served. A line that is JSON with a
-    request id but not a valid request is answered with an Invalid Request
-    error; anything else (a garbage line) is dropped with one log line, and
-    the server keeps serving.
+    The SDK's stdio transport parses each line with pydantic and hands the
+    dispatcher an exception when it fails, which the dispatcher drops: a request
+    on such a line is never answered and the client waits forever. Here:
+
+    - a line whose only fault is half a UTF-16 surrogate pair (``"\\ud83d"``, what
+      a client that cut a string in the middle of an emoji sends) is parsed with
+      Python's json, its broken text repaired (U+FFFD), and served;
+    - a JSON line with a request id that is not a valid request (``params`` not an
+      object, ``jsonrpc`` not "2.0", no method, a batch array: one answer per id
+      in it) gets an Invalid Request error (-32600);
+    - a line that cannot be parsed at all (not JSON, cut short, a number of more
+      than 4300 digits, nesting deeper than Python's json goes) but whose id can be
+      read gets a Parse error (-32700) with that id;
+    - any other line (no id to answer: a notification cannot be answered) is
+      dropped with one counted log line.
+
+    Every line with an id gets exactly one answer, and the server keeps serving.
     """
 
     def __init__(self, inner: Any, write_stream: Any):
         self._inner = inner
         self._write = write_stream
+        self._ignored = CountedLog(log)
 
     @property
     def last_context(self) -> Any:
@@ -262,45 +358,95 @@ class LenientReader:
             item = await self._inner.receive()
             if not isinstance(item, Exception):
                 return item
-            recovered = await self._recover(item)
+            try:
+                recovered = await self._recover(item)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                recovered = None  # the client's end is gone: nobody to answer
+            except Exception:  # a bug here must not stop the reader
+                log.exception("could not handle a line the SDK refused")
+                recovered = None
             if recovered is not None:
                 return recovered
 
     async def _recover(self, error: Exception) -> Any:
-        from mcp.shared.message import SessionMessage
         from pydantic import ValidationError
 
-        problems = error.errors() if isinstance(error, ValidationError) else []
-        if not problems or problems[0]["type"] != "json_invalid":
+        if not isinstance(error, ValidationError):
             return error  # not a parse failure: the dispatcher logs it at DEBUG
-        line = problems[0].get("input")
-        if not isinstance(line, str | bytes):
-            return error
-        try:
-            value = _repaired(json.loads(line))
-        except (ValueError, RecursionError):
-            log.warning("ignored a line that is not JSON (%d characters)", len(line))
-            return None
-        try:
-            message = types.jsonrpc_message_adapter.validate_python(value, by_name=False)
-        except ValidationError:
-            request_id = value.get("id") if isinstance(value, dict) else None
-            if isinstance(request_id, str | int) and not isinstance(request_id, bool):
-                await self._write.send(
-                    SessionMessage(
-                        types.JSONRPCError(
-                            jsonrpc="2.0",
-                            id=request_id,
-                            error=types.ErrorData(
-                                code=types.INVALID_REQUEST, message="invalid JSON-RPC request"
-                            ),
-                        )
+        problems = error.errors()
+        if problems and problems[0]["type"] == "json_invalid":
+            line = problems[0].get("input")
+            if not isinstance(line, str | bytes):
+                return error
+            try:
+                value = _repaired(json.loads(line))
+            except (ValueError, RecursionError):
+                request_id = _skim_id(line)
+                if request_id is None:
+                    self._ignored.note(
+                        "ignored a line that is not JSON, with no request id to answer"
+                        " (%d characters)",
+                        len(line),
                     )
+                    return None
+                await self._answer(
+                    request_id,
+                    types.PARSE_ERROR,
+                    "Parse error: the line is not JSON this server can read (cut short,"
+                    " a number of more than 4300 digits, or nested too deep)",
                 )
-            else:
-                log.warning("ignored a JSON line that is not a JSON-RPC message")
+                return None
+            try:
+                message = types.jsonrpc_message_adapter.validate_python(value, by_name=False)
+            except ValidationError:
+                await self._refuse(value)
+                return None
+            return SessionMessage(message)
+        # valid JSON, not a JSON-RPC message: find the whole of it among the problems
+        whole = _whole_input(problems)
+        if whole is None:
+            self._ignored.note("ignored a JSON line that is not a JSON-RPC message")
             return None
-        return SessionMessage(message)
+        await self._refuse(_repaired(whole))
+        return None
+
+    async def _refuse(self, value: Any) -> None:
+        """Answer each request id in `value` (a message, or a batch) with Invalid Request."""
+        if isinstance(value, list):
+            ids = [_request_id(item) for item in value if isinstance(item, dict)]
+            answered = [found for found in ids if found is not None]
+            for one in answered:
+                await self._answer(
+                    one,
+                    types.INVALID_REQUEST,
+                    "Invalid Request: batches (JSON arrays) are not supported: send each"
+                    " request on a line of its own",
+                )
+            if not answered:
+                self._ignored.note("ignored a JSON array with no request id to answer")
+            return
+        request_id = _request_id(value) if isinstance(value, dict) else None
+        if request_id is None:
+            self._ignored.note(
+                "ignored a JSON line that is not a valid JSON-RPC message, with no request id"
+                " to answer"
+            )
+            return
+        await self._answer(
+            request_id,
+            types.INVALID_REQUEST,
+            'Invalid Request: a request needs "jsonrpc": "2.0", a "method" string and,'
+            ' if any, "params" as an object',
+        )
+
+    async def _answer(self, request_id: str | int, code: int, message: str) -> None:
+        await self._write.send(
+            SessionMessage(
+                types.JSONRPCError(
+                    jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message)
+                )
+            )
+        )
 
     def __aiter__(self) -> LenientReader:
         return self
@@ -336,6 +482,91 @@ async def in_memory(app: BackchannelMcp) -> Any:
         finally:
             await client_streams[1].aclose()
             group.cancel_scope.cancel()
+
+
+#: digits Python's int() and str() take (sys.get_int_max_str_digits' default)
+_MAX_DIGITS = 4300
+
+
+def _request_id(message: dict[str, Any]) -> str | int | None:
+    """The id of a JSON-RPC request an answer can carry, or None (also for what looks
+    like a response: answering it would look like the answer to the client's own
+    request of that id)."""
+    if "method" not in message and ("result" in message or "error" in message):
+        return None
+    request_id = message.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        return None
+    return request_id
+
+
+def _whole_input(problems: list[Any]) -> Any:
+    """The value pydantic refused, from its errors: a field missing from the message, or
+    the message not an object, reports the whole of it."""
+    for problem in problems:
+        where = problem.get("loc", ())
+        if (problem["type"] == "missing" and len(where) == 2) or len(where) <= 1:
+            whole = problem.get("input")
+            if isinstance(whole, dict | list):
+                return whole
+    return None
+
+
+_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]:]')
+_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)(?![0-9.eE])")
+
+
+def _skim_id(line: str | bytes) -> str | int | None:
+    """The request id of a line json cannot parse, read without parsing the rest.
+
+    Looks at the keys of the outermost object only, skipping nested values by
+    counting brackets (no recursion, so no depth is too deep); an id cut off, or
+    not a string or an integer, is None.
+    """
+    text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
+    start = len(text) - len(text.lstrip())
+    if not text.startswith("{", start):
+        return None
+    depth = 0
+    key: str | None = None
+    found: str | int | None = None
+    for token in _STRUCTURE.finditer(text, start):
+        mark = token.group()
+        if mark in "{[":
+            depth += 1
+        elif mark in "}]":
+            depth -= 1
+            if depth <= 0:
+                break
+        elif mark == ":" and depth == 1 and key == "id":
+            found = _id_at(text, token.end())
+        if depth == 1 and mark.startswith('"'):
+            try:
+                key = json.loads(mark)
+            except ValueError:
+                key = None
+        else:
+            key = None
+    return found
+
+
+def _id_at(text: str, at: int) -> str | int | None:
+    """The string or integer that starts at `at` (after blanks) in `text`, or None."""
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    if text.startswith('"', at):
+        token = _STRUCTURE.match(text, at)
+        if token is None:
+            return None
+        try:
+            value = json.loads(token.group())
+        except ValueError:
+            return None
+        return repair_text(value) if isinstance(value, str) else None
+    number = _INTEGER.match(text, at)
+    if number is None or len(number.group()) > _MAX_DIGITS:
+        return None
+    return int(number.group())
 
 
 def _plain_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
