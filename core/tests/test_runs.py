@@ -554,3 +554,56 @@ async def test_every_account_shares_one_bound_on_kept_lines(store: SQLiteStore) 
     first, second = (board.accounts[name].builder for name in ("fake", "other"))
     assert first.kept_lines is second.kept_lines
     assert first.kept_lines.capacity == KEPT_WINDOWS
+
+
+async def test_a_runaway_text_is_refused_whole_not_sent_as_hundreds_of_messages(
+    store: SQLiteStore,
+) -> None:
+    """One send becomes at most MAX_PARTS platform messages (the channel's own limit each):
+    a longer text, from a model that loops or a pasted log, is one error and nothing is
+    recorded or sent; an operator's send likewise (one line, Rejected)."""
+    import pytest
+    from backchannel.errors import Rejected
+    from backchannel.outbound import MAX_PARTS
+
+    await store.append_inbound([Inbound(event(1, "hi", sender=ALICE), triggers=True)])
+    channel = FakeChannel(max_text_len=100)
+
+    async def noop(run: Run) -> None:
+        return None
+
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), Binding(noop))
+    run = await board.build_run(1)
+    limit = 100 * MAX_PARTS
+    refused = await run.call("send_message", {"text": "x" * (limit + 1)})
+    assert refused == (
+        f"error: the text is too long ({limit + 1} characters, at most {limit},"
+        f" {MAX_PARTS} messages here); nothing was sent. Say it shorter."
+    )
+    assert (await run.call("reply", {"message_id": 1, "text": "y" * (limit + 1)})).startswith(
+        "error: the text is too long"
+    )
+    assert await store.outbox() == [] and channel.platform.sent == []
+    conversation = await store.conversation(1)
+    with pytest.raises(Rejected, match="the text is too long"):
+        await board.send_outcome(conversation, "z" * (limit + 1))
+    assert await store.outbox() == []
+    # at the bound it goes, in MAX_PARTS messages
+    assert (await run.call("send_message", {"text": "x" * limit})).startswith("sent as #")
+    assert len(channel.platform.sent) == MAX_PARTS
+
+
+def test_a_verbatim_report_of_a_long_answer_is_cut_and_says_where_the_rest_is() -> None:
+    from types import SimpleNamespace
+
+    from backchannel.asks.coordinator import REPORT_CHARS, verbatim_report
+
+    session = SimpleNamespace(address=Address("tp", "peer", "s1"))
+    answer = SimpleNamespace(text="a" * (REPORT_CHARS + 500), seq=7, sender=Sender("p", "Peer"))
+    ask = SimpleNamespace(origin_seq=3)
+    report = verbatim_report(ask, session, answer)  # type: ignore[arg-type]
+    assert report.startswith("[Answer from Peer (session s1) to the question asked at #3]\n")
+    assert report.endswith("\n[cut: 500 more characters; the whole answer is #7 in tp/peer/s1]")
+    short = SimpleNamespace(text="42", seq=8, sender=Sender("p", "Peer"))
+    assert verbatim_report(ask, session, short).endswith("]\n42")  # type: ignore[arg-type]

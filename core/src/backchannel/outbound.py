@@ -9,7 +9,7 @@ from typing import Any
 
 from attrs import evolve, frozen
 
-from .adapter import Adapter
+from .adapter import Adapter, Capabilities, utf16_len
 from .errors import DeliveryError, RateLimited, Rejected, Superseded, Uncertain
 from .framing import flattened, format_message, strip_id_prefix, told_apart
 from .model import Conversation, Outbound, Receipt, Sender
@@ -19,7 +19,7 @@ from .store import OutboxEntry, Store
 from .tools import Tool
 from .wire import repair_text
 
-__all__ = ["Deliverer", "DeliveryResult", "channel_tools"]
+__all__ = ["MAX_PARTS", "Deliverer", "DeliveryResult", "channel_tools", "too_long"]
 
 log = logging.getLogger("backchannel.outbound")
 
@@ -168,6 +168,27 @@ def _with_outbox_id(outbound: Outbound, entry: OutboxEntry) -> Outbound:
     return evolve(outbound, outbox_id=entry.id, meta=meta)
 
 
+#: one send becomes at most this many platform messages: a runaway text (a model that
+#: loops, a client that pastes a log) is refused whole, not sent as hundreds of messages
+MAX_PARTS = 10
+#: the most characters (UTF-16 units) one send holds where the channel sets no limit
+MAX_UNSPLIT = 40_000
+
+
+def too_long(text: str, capabilities: Capabilities) -> str | None:
+    """Why `text` is too long for one send on a channel with `capabilities` (None: it fits)."""
+    per_message = capabilities.max_text_len
+    limit = per_message * MAX_PARTS if per_message else MAX_UNSPLIT
+    size = utf16_len(text)
+    if size <= limit:
+        return None
+    parts = f", {MAX_PARTS} messages here" if per_message else ""
+    return (
+        f"the text is too long ({size} characters, at most {limit}{parts});"
+        " nothing was sent. Say it shorter."
+    )
+
+
 def channel_tools(
     deliverer: Deliverer, session: RunSession, conversation: Conversation
 ) -> list[Tool]:
@@ -193,6 +214,8 @@ def channel_tools(
         text = strip_id_prefix(text)
         if not text.strip():
             return "error: text is empty"
+        if problem := too_long(text, capabilities):
+            return f"error: {problem}"
         result = await deliverer.deliver(
             conversation,
             Outbound(address, text),
@@ -212,6 +235,8 @@ def channel_tools(
         text = strip_id_prefix(text)
         if not text.strip():
             return "error: text is empty"
+        if problem := too_long(text, capabilities):
+            return f"error: {problem}"
         message, problem = await target(message_id)
         if problem:
             return problem

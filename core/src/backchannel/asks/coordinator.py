@@ -438,12 +438,27 @@ def answer_message(ask: Ask, session: Conversation, answer: Message) -> str:
     )
 
 
+#: characters of a peer's answer a verbatim report posts; the rest is read in its session
+REPORT_CHARS = 8000
+
+
 def verbatim_report(ask: Ask, session: Conversation, answer: Message) -> str:
-    """The answer as posted into the origin with attribution (report = "verbatim")."""
+    """The answer as posted into the origin with attribution (report = "verbatim").
+
+    A very long answer is cut (a peer's words are not allowed to fill the origin with
+    messages, and a send has a bound: outbound.too_long); the cut says where the rest is.
+    """
     asked_at = f" at #{ask.origin_seq}" if ask.origin_seq else ""
+    text = answer.text
+    if len(text) > REPORT_CHARS:
+        rest = len(text) - REPORT_CHARS
+        text = (
+            f"{text[:REPORT_CHARS]}\n[cut: {rest} more characters; the whole answer is"
+            f" #{answer.seq} in {session.address.key}]"
+        )
     return (
         f"[Answer from {one_line(answer.sender.label)} (session"
-        f" {one_line(str(session.address.thread))}) to the question asked{asked_at}]\n{answer.text}"
+        f" {one_line(str(session.address.thread))}) to the question asked{asked_at}]\n{text}"
     )
 
 

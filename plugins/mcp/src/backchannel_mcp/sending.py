@@ -130,7 +130,7 @@ async def _send_directly(
     react_to: int | None,
 ) -> SendOutcome:
     from backchannel.app import operator_board
-    from backchannel.errors import StoreError
+    from backchannel.errors import Rejected, StoreError
 
     key = conversation.address.key
     async with operator_board(config, conversation.address.account) as board:
@@ -140,7 +140,7 @@ async def _send_directly(
                 outcome = await board.react_outcome(fresh, react_to, text)
             else:
                 outcome = await board.send_outcome(fresh, text, reply_to_seq=reply_to)
-        except StoreError as error:  # no such message, or it has no platform id
+        except (StoreError, Rejected) as error:  # no such message (or platform id); too long
             return SendOutcome("failed", key, reason=str(error), kind=_kind(react_to))
     return SendOutcome(
         state=outcome["state"],
