@@ -107,3 +107,13 @@ def test_send_with_one_argument_is_a_usage_error(config: Path) -> None:
 
     assert result.exit_code == 2
     assert "send takes CONVERSATION TEXT or ACCOUNT CHAT TEXT" in result.stderr
+
+
+def test_an_empty_text_is_a_usage_error_and_records_nothing(config: Path) -> None:
+    """It was sent as a failed empty message: stored, and told both failed and stored."""
+    for text in ("", "   "):
+        result = CliRunner().invoke(main, ["send", "ops", "c1", text, "-c", str(config)])
+        assert result.exit_code == 2
+        assert "the text is empty: nothing to send" in result.stderr
+    listed = CliRunner().invoke(main, ["conversations", "-c", str(config)])
+    assert "c1" not in listed.output  # no conversation made, no message stored

@@ -122,3 +122,30 @@ ask_timeout = inf
         "orchestration.ask_timeout",
     ], result.output
     assert "Traceback" not in result.output
+
+
+def test_a_public_url_that_is_no_web_address_is_an_error(tmp_path: Path) -> None:
+    for url, ok in [
+        ("not a url", False),
+        ("ftp://bot.example.com", False),
+        ("https://:80", False),
+        ("https://bot.example.com", True),
+        ("http://127.0.0.1:8080/hooks", True),
+    ]:
+        config = tmp_path / "bot.toml"
+        config.write_text(
+            f'[store]\npath = "{tmp_path / "bc.db"}"\n[server]\npublic_url = "{url}"\n',
+            encoding="utf-8",
+        )
+        result = CliRunner().invoke(main, ["check", "-c", str(config)])
+        assert (result.exit_code == 0) is ok, (url, result.output)
+        if not ok:
+            assert "server.public_url: expected the address the platforms reach" in result.output
+
+
+def test_an_empty_store_path_is_an_error_not_the_config_folder(tmp_path: Path) -> None:
+    config = tmp_path / "bot.toml"
+    config.write_text('[store]\npath = "  "\n', encoding="utf-8")
+    result = CliRunner().invoke(main, ["check", "-c", str(config)])
+    assert result.exit_code == 1
+    assert "store.path: expected the SQLite file's path, got an empty one" in result.output

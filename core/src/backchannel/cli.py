@@ -719,6 +719,8 @@ def send_command(
             " (quote the text)"
         )
     *where, text = target
+    if not text.strip():
+        raise click.UsageError("the text is empty: nothing to send")
     outcome = _run(_send(config, where, thread, text))
     if as_json:
         _echo_json(outcome)

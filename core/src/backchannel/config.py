@@ -429,6 +429,13 @@ class _Parser:
                     f" {display_url(store.url)!r} (leave it out to use the SQLite file at"
                     " [store] path)",
                 )
+            stored = data.get("store")
+            if isinstance(stored, Mapping) and "path" in stored and not store.path.strip():
+                raise self.error(
+                    "store.path",
+                    "expected the SQLite file's path, got an empty one (leave path out for"
+                    " this config's own store)",
+                )
             if not 0 <= store.kept_windows <= 1_000_000:
                 raise self.error(
                     "store.kept_windows",
@@ -446,6 +453,13 @@ class _Parser:
             if not 0 <= server.port <= 65535:
                 raise self.error(
                     "server.port", f"expected a port number 0-65535, got {server.port}"
+                )
+            if server.public_url and not _is_web_url(server.public_url):
+                # webhooks are registered at it: a typo would only show as silence
+                raise self.error(
+                    "server.public_url",
+                    "expected the address the platforms reach this server at, like"
+                    f" https://bot.example.com, got {_describe(server.public_url)}",
                 )
         accounts: dict[str, AccountConfig] = {}
         with self.collecting():
@@ -769,6 +783,18 @@ class _Parser:
 
 #: binding keys that configure the account (window, scheduling) rather than one chat
 _PER_ACCOUNT = ("window", "window_chars", "debounce", "max_wait", "run_timeout")
+
+
+def _is_web_url(text: str) -> bool:
+    """True for an http(s) URL with a host (and no spaces)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018  (raises ValueError for a port that is no number)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and " " not in text
 
 
 def _plugin_names() -> set[str]:

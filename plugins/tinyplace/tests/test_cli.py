@@ -78,6 +78,19 @@ async def test_accept_without_a_request_says_what_the_relay_said(relay: FakeRela
     assert seed not in result.output
 
 
+async def test_a_relay_that_does_not_answer_is_said_so_not_http_0() -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    seed = os.urandom(32).hex()
+    result = await invoke("--relay-url", url, "requests", identity=seed)
+    assert result.exit_code == 1
+    assert "cannot reach the relay:" in result.output and "HTTP 0" not in result.output
+    assert seed not in result.output
+
+
 async def test_settings_come_from_the_core_cli_hook(relay: FakeRelay) -> None:
     seed = os.urandom(32).hex()
     asked: list[tuple[str, str | None]] = []

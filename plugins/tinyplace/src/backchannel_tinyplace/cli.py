@@ -196,6 +196,10 @@ def _run(coro: Awaitable[T]) -> T:
     try:
         return asyncio.run(coro)  # type: ignore[arg-type]
     except TinyPlaceError as error:
+        if not error.status:  # no answer at all: the SDK's status 0
+            raise click.ClickException(
+                f"cannot reach the relay: {error} (is relay_url right, and the relay up?)"
+            ) from None
         code = error_code(error.body)
         raise click.ClickException(
             f"the relay refused: HTTP {error.status}{f' {code}' if code else ''}"
