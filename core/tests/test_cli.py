@@ -180,6 +180,8 @@ def test_conversations_lists_the_web_chat_conversation(
     ]
     assert human.stdout.splitlines()[1].split()[:5] == ["1", f"web/{chat}", "direct", "2", "-"]
     assert [(r["id"], r["key"], r["visible_count"]) for r in rows] == [(1, f"web/{chat}", 2)]
+    other = invoke("conversations", "--account", "nope", "-c", str(path))
+    assert other.stdout.startswith("no conversations of account 'nope' (store: ")
 
 
 def test_show_prints_the_transcript(webchat_conversation: tuple[Path, str]) -> None:

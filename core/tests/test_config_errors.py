@@ -149,3 +149,21 @@ def test_an_empty_store_path_is_an_error_not_the_config_folder(tmp_path: Path) -
     result = CliRunner().invoke(main, ["check", "-c", str(config)])
     assert result.exit_code == 1
     assert "store.path: expected the SQLite file's path, got an empty one" in result.output
+
+
+def test_an_unset_token_is_one_error_not_also_a_malformed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TG_TOKEN_UNSET", raising=False)
+    config = tmp_path / "bot.toml"
+    config.write_text(
+        f'[store]\npath = "{tmp_path / "bc.db"}"\n[accounts.tg]\nchannel = "telegram"\n'
+        'token = "${TG_TOKEN_UNSET}"\n[accounts.web]\nchannel = "webchat"\nrate_limit = -1\n',
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(main, ["check", "-c", str(config)])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 2, lines  # the unset variable, and the other account's own mistake
+    assert "accounts.tg.token: environment variable TG_TOKEN_UNSET is not set" in lines[0]
+    assert "accounts.web.rate_limit" in lines[1]

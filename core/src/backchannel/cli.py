@@ -22,7 +22,7 @@ from attrs import evolve
 
 from . import hints
 from .config import Config, default_config, load_config
-from .errors import BackchannelError, ConfigError, PluginError, StoreError, combine
+from .errors import BackchannelError, ConfigError, ConfigErrors, PluginError, StoreError, combine
 from .lazy import LazyCommand, LazyModule, deferred
 from .model import Address, Conversation, Message, to_json
 from .plugins import get_plugin_manager, plugin_summary
@@ -313,11 +313,25 @@ def check_command(config_path: Path, as_json: bool) -> None:
             raise
         problems.append(error)
         config = error.partial
-    # the adapters and agents check their own settings: ask each, even after a mistake
+    # the adapters and agents check their own settings: ask each, even after a mistake,
+    # but not one whose table already has one (an unset ${VAR} read as "" would be
+    # reported again as a malformed token)
+    flawed = {
+        ".".join(error.key.split(".")[:2])
+        for problem in problems
+        for error in (problem.errors if isinstance(problem, ConfigErrors) else (problem,))
+        if error.key
+    }
     builds: list[Callable[[], object]] = [
-        functools.partial(build_adapter, config, a) for a in config.accounts.values()
+        functools.partial(build_adapter, config, a)
+        for a in config.accounts.values()
+        if f"accounts.{a.name}" not in flawed
     ]
-    builds += [functools.partial(build_agent, config, a) for a in config.agents.values()]
+    builds += [
+        functools.partial(build_agent, config, a)
+        for a in config.agents.values()
+        if f"agents.{a.name}" not in flawed
+    ]
     # and each plugin its own table ([owner]), as serve would read it
     hook = get_plugin_manager().hook.check_config
     builds += [functools.partial(impl.function, config=config) for impl in hook.get_hookimpls()]
@@ -399,7 +413,11 @@ def conversations_command(
         _echo_json([conversation_json(c) for c in found])
         return
     if not found:
-        click.echo(f"no conversations yet (store: {config.store.path})")
+        if account is not None:
+            shown = terminal_safe(account, one_line=True)
+            click.echo(f"no conversations of account {shown!r} (store: {config.store.path})")
+        else:
+            click.echo(f"no conversations yet (store: {config.store.path})")
         return
     # stored text, made terminal-safe before the column is measured
     keys = [terminal_safe(c.address.key, one_line=True) for c in found]

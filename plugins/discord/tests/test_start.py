@@ -82,6 +82,10 @@ async def test_unreachable_gateway_is_a_clear_error(
 def test_missing_token_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"accounts\.main\.token"):
         DiscordAdapter("main", {"token": "  "})
+    # a token that is no string is said to be one, not "missing", and never quoted
+    with pytest.raises(ConfigError, match=r"token: expected the bot token as a string") as caught:
+        DiscordAdapter("main", {"token": 1234567890})
+    assert "1234567890" not in str(caught.value)
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,14 @@ class DiscordSettings:
         """Check `settings` and return them; raise ConfigError naming ``accounts.NAME.key``."""
         reader = _Reader(account, settings)
         token = settings.get("token")
+        if token is not None and not isinstance(token, str):
+            # never quoted: whatever it is, it was meant to be the token
+            kind = {bool: "true or false", int: "a number", float: "a number", list: "a list"}
+            raise ConfigError(
+                'expected the bot token as a string (token = "${DISCORD_TOKEN}"), got'
+                f" {kind.get(type(token), 'a table')}",
+                key=reader.key("token"),
+            )
         if not isinstance(token, str) or not token.strip():
             raise ConfigError("the Discord bot token is missing", key=reader.key("token"))
         mentions = settings.get("allowed_mentions", ["users"])
