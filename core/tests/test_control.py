@@ -434,3 +434,48 @@ async def test_a_second_serve_on_one_store_is_refused_until_the_first_ends_howev
     await holder.wait()
     async for _board in running(config):
         pass
+
+
+async def test_the_serve_lock_is_the_files_whatever_names_it_and_never_outlives_a_refusal(
+    tmp_path: Path, platform: FakePlatform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store named through a symlink is the same store: the second serve refuses. A serve
+    that refuses later in its start (an unsafe socket folder) lets the lock go. In a folder
+    other users may write to, the lock is not made there (anyone could make it first)."""
+    from backchannel.app import StoreInUse, _hold_the_store
+
+    config = load_config(write_config(tmp_path, "[server]\nport = 0\n" + FAKE))
+    real = Path(config.store.path)
+    real.parent.mkdir(parents=True, exist_ok=True)
+    link = tmp_path / "link.db"
+    link.symlink_to(real)
+    async for _board in running(config):
+        with pytest.raises(StoreInUse):
+            _hold_the_store(str(link))
+    # refused after the lock was taken: the lock is let go with the refusal
+    unsafe = control.ControlUnsafe("refusing to open the control socket: test")
+
+    def refuse(self: control.ControlServer) -> None:
+        raise unsafe
+
+    monkeypatch.setattr(control.ControlServer, "prepare", refuse)
+    for _ in range(2):
+        with pytest.raises(control.ControlUnsafe):
+            await serve(config, stop=asyncio.Event())
+    monkeypatch.undo()
+    held = _hold_the_store(str(real))
+    assert held is not None
+    os.close(held)
+    # a shared folder: the lock goes where the control socket goes, never beside the store
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    store = shared / "bc.db"
+    held = _hold_the_store(str(store))
+    try:
+        assert not (shared / "bc.db.lock").exists()
+        socket = control.socket_path(str(store.resolve()))
+        assert socket is not None and socket.with_suffix(".lock").exists()
+    finally:
+        if held is not None:
+            os.close(held)

@@ -250,12 +250,12 @@ async def serve(
         installed.append(signal.SIGHUP)
     control = _control_server(config, board) if worker is None else None
     restore_gc = None
-    if not config.store.url:
-        _warn_if_the_store_folder_is_shared(config.store.path)
-    raise_open_file_limit()  # a connection is a file: a thousand must not stop all serving
-    if control is not None:
-        control.prepare()  # an unsafe socket folder refuses before anything else starts
     try:
+        if not config.store.url:
+            _warn_if_the_store_folder_is_shared(config.store.path)
+        raise_open_file_limit()  # a connection is a file: a thousand must not stop all serving
+        if control is not None:
+            control.prepare()  # an unsafe socket folder refuses before anything else starts
         await board.start()
         if control is not None and not await control.start():
             control = None
@@ -278,6 +278,16 @@ async def serve(
             restore_gc()
 
 
+def _lock_path(store: Path) -> Path:
+    """Beside the store (``<store>.lock``); in a folder other users may write to, in this
+    user's private folder (as the control socket), where no one else can make it first
+    and hold it."""
+    socket = socket_path(str(store))
+    if socket is None or socket.parent == store.parent:
+        return store.with_name(store.name + ".lock")
+    return socket.with_suffix(".lock")
+
+
 class StoreInUse(BackchannelError):
     """Another `serve` runs on this SQLite store: a second would poll the same accounts and
     answer every message twice, so it refuses to start."""
@@ -291,11 +301,13 @@ def _hold_the_store(store_path: str) -> int | None:
     """
     if not store_path or store_path == ":memory:":
         return None
-    path = Path(store_path).expanduser().absolute()
-    lock = path.with_name(path.name + ".lock")
-    if not path.parent.exists():
-        with contextlib.suppress(OSError):  # as the store makes it; if it cannot, it says why
-            path.parent.mkdir(parents=True, mode=0o700)
+    # the file itself, whatever names it (a symlink, `..`): SQLite opens the target too
+    path = Path(store_path).expanduser().resolve()
+    lock = _lock_path(path)
+    for folder in dict.fromkeys((path.parent, lock.parent)):
+        if not folder.exists():
+            with contextlib.suppress(OSError):  # as the store makes it; if it cannot, it says why
+                folder.mkdir(parents=True, mode=0o700)
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as error:
