@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 
 from .model import Attachment, Conversation, Message, Sender
@@ -122,6 +123,21 @@ def format_message(
     return {"role": "user", "content": _inbound_line(message, told)}
 
 
+def _skeleton(name: str) -> str:
+    """`name` as compared for sharing: compatibility forms folded, case folded, and the
+    characters that show as nothing (soft hyphens, fillers, variation selectors) left
+    out, so 'Olivia' and 'Olivia' + U+00AD or U+3164 count as one name."""
+    if name.isascii():
+        return name.casefold()
+    folded = unicodedata.normalize("NFKC", name).casefold()
+    return "".join(c for c in folded if c not in _BLANK and unicodedata.category(c) != "Cf")
+
+
+#: characters that show as nothing though they are no format character (Cf)
+_BLANK = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180e\u2800\u3164\uffa0")
+_BLANK = _BLANK | frozenset(chr(c) for c in range(0xFE00, 0xFE10))
+
+
 def told_apart(senders: Iterable[Sender]) -> dict[str, str]:
     """Return, for senders whose transcript name another sender shares, what tells them apart.
 
@@ -133,7 +149,7 @@ def told_apart(senders: Iterable[Sender]) -> dict[str, str]:
     """
     by_name: dict[str, dict[str, Sender]] = {}
     for sender in senders:
-        by_name.setdefault(speaker(sender), {})[sender.id] = sender
+        by_name.setdefault(_skeleton(speaker(sender)), {})[sender.id] = sender
     tags: dict[str, str] = {}
     for same in by_name.values():
         if len(same) < 2:
@@ -241,8 +257,9 @@ def speaker(sender: Sender) -> str:
     return label + " [bot]" if sender.is_bot else label
 
 
-#: what a name is quoted for holding: the marks a transcript line is made of
-_LINE_MARKS = ("[", "]", ":", '"')
+#: what a name is quoted for holding: the marks a transcript line is made of, and those of
+#: the tag that tells two senders of one name apart ('Olivia (@olivia)' taken as a name)
+_LINE_MARKS = ("[", "]", ":", '"', "(", ")", "@")
 
 
 def _reactor(who: str) -> str:
@@ -374,7 +391,7 @@ def own_line(
     head = f"[#{seq}]"
     if markers:
         head += f" ({', '.join(markers)})"
-    return f"{head} {_own_lines(text)}"
+    return f"{head} {text}"  # our own words: as written (where many share a text, flattened)
 
 
 def _size(size: int) -> str:
