@@ -167,3 +167,21 @@ def test_an_unset_token_is_one_error_not_also_a_malformed_one(
     assert len(lines) == 2, lines  # the unset variable, and the other account's own mistake
     assert "accounts.tg.token: environment variable TG_TOKEN_UNSET is not set" in lines[0]
     assert "accounts.web.rate_limit" in lines[1]
+
+
+def test_a_mistake_in_a_dotted_accounts_table_leaves_the_other_accounts_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TG_MAIN_UNSET", raising=False)
+    config = tmp_path / "bot.toml"
+    config.write_text(
+        f'[store]\npath = "{tmp_path / "bc.db"}"\n'
+        '[accounts."tg.main"]\nchannel = "telegram"\ntoken = "${TG_MAIN_UNSET}"\n'
+        '[accounts.tg]\nchannel = "telegram"\ntoken = "not a token"\n',
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(main, ["check", "-c", str(config)])
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 2, lines
+    assert "accounts.tg.main.token: environment variable TG_MAIN_UNSET" in lines[0]
+    assert "accounts.tg.token" in lines[1]  # still checked: its own mistake is reported

@@ -13,7 +13,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -316,21 +316,35 @@ def check_command(config_path: Path, as_json: bool) -> None:
     # the adapters and agents check their own settings: ask each, even after a mistake,
     # but not one whose table already has one (an unset ${VAR} read as "" would be
     # reported again as a malformed token)
-    flawed = {
-        ".".join(error.key.split(".")[:2])
+    keys = [
+        error.key
         for problem in problems
         for error in (problem.errors if isinstance(problem, ConfigErrors) else (problem,))
         if error.key
-    }
+    ]
+
+    def owners(section: str, names: Iterable[str]) -> set[str]:
+        # the table each mistake is in: a name may hold a dot, so the longest that fits
+        found = set()
+        for key in keys:
+            fits = [
+                n for n in names if key in (f"{section}.{n}",) or key.startswith(f"{section}.{n}.")
+            ]
+            if fits:
+                found.add(max(fits, key=len))
+        return found
+
+    flawed_accounts = owners("accounts", config.accounts)
+    flawed_agents = owners("agents", config.agents)
     builds: list[Callable[[], object]] = [
         functools.partial(build_adapter, config, a)
         for a in config.accounts.values()
-        if f"accounts.{a.name}" not in flawed
+        if a.name not in flawed_accounts
     ]
     builds += [
         functools.partial(build_agent, config, a)
         for a in config.agents.values()
-        if f"agents.{a.name}" not in flawed
+        if a.name not in flawed_agents
     ]
     # and each plugin its own table ([owner]), as serve would read it
     hook = get_plugin_manager().hook.check_config

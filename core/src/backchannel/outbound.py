@@ -19,7 +19,7 @@ from .store import OutboxEntry, Store
 from .tools import Tool
 from .wire import repair_text
 
-__all__ = ["MAX_PARTS", "Deliverer", "DeliveryResult", "channel_tools", "too_long"]
+__all__ = ["MAX_PARTS", "Deliverer", "DeliveryResult", "channel_tools", "send_room", "too_long"]
 
 log = logging.getLogger("backchannel.outbound")
 
@@ -175,10 +175,16 @@ MAX_PARTS = 10
 MAX_UNSPLIT = 40_000
 
 
+def send_room(capabilities: Capabilities) -> int:
+    """The most characters (UTF-16 units) one send may hold on a channel with `capabilities`."""
+    per_message = capabilities.max_text_len
+    return per_message * MAX_PARTS if per_message else MAX_UNSPLIT
+
+
 def too_long(text: str, capabilities: Capabilities) -> str | None:
     """Why `text` is too long for one send on a channel with `capabilities` (None: it fits)."""
     per_message = capabilities.max_text_len
-    limit = per_message * MAX_PARTS if per_message else MAX_UNSPLIT
+    limit = send_room(capabilities)
     size = utf16_len(text)
     if size <= limit:
         return None

@@ -155,3 +155,11 @@ async def test_a_bad_owner_table_is_one_error_naming_the_key_at_serve_start(
     world.write_config(**owner)
     with pytest.raises(ConfigError, match=message):
         await build_switchboard(world.config, serve_http=False)
+
+
+async def test_a_runaway_notify_is_refused_whole_as_every_send_is(world: OwnerWorld) -> None:
+    """100,000 characters went out as 26 Telegram messages: one send is at most 10 parts."""
+    result = await notify(world.config, "x" * 100_000, needs_answer=True, identity=identity())
+    assert result.status == "failed"
+    assert result.reason is not None and result.reason.startswith("the text is too long")
+    assert world.fake.sent == []

@@ -37,10 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import evolve
 
+from ..adapter import utf16_len
 from ..errors import Superseded
 from ..framing import one_line, untrusted
 from ..model import Conversation, Message, now
-from ..outbound import channel_tools
+from ..outbound import MAX_UNSPLIT, channel_tools, send_room
 from ..runs import RunBuilder, RunSession
 from ..store import ASK_OPEN_STATES, NO_ORIGIN, Ask, OutboxEntry
 from ..tools import Tool
@@ -168,6 +169,11 @@ class AskCoordinator:
             self.board.watched.discard(conversation.id)
         return not others
 
+    def _room(self, origin: Conversation) -> int:
+        """How much one send into `origin` may hold (outbound.send_room)."""
+        account = self.board.accounts.get(origin.address.account)
+        return send_room(account.adapter.capabilities) if account is not None else MAX_UNSPLIT
+
     def _runs_here(self, account: str) -> bool:
         """Whether this process runs `account`'s conversations (and sends on it): with
         several workers, only the holder of a leased account's lease does."""
@@ -229,7 +235,9 @@ class AskCoordinator:
                 delivered = await self._reporter_run(ask, origin, session, answer, recorded)
             if not delivered and not recorded.superseded:
                 await self.board.send_outcome(
-                    origin, verbatim_report(ask, session, answer), recorded=recorded
+                    origin,
+                    verbatim_report(ask, session, answer, self._room(origin)),
+                    recorded=recorded,
                 )
             if recorded.superseded:
                 log.info("ask %s was reported already (by another worker); not again", ask.id)
@@ -442,18 +450,24 @@ def answer_message(ask: Ask, session: Conversation, answer: Message) -> str:
 REPORT_CHARS = 8000
 
 
-def verbatim_report(ask: Ask, session: Conversation, answer: Message) -> str:
+def verbatim_report(
+    ask: Ask, session: Conversation, answer: Message, room: int = REPORT_CHARS + 1000
+) -> str:
     """The answer as posted into the origin with attribution (report = "verbatim").
 
     A very long answer is cut (a peer's words are not allowed to fill the origin with
-    messages, and a send has a bound: outbound.too_long); the cut says where the rest is.
+    messages) to REPORT_CHARS, or less where one send holds less (`room`, see
+    outbound.send_room); the cut says where the rest is.
     """
     asked_at = f" at #{ask.origin_seq}" if ask.origin_seq else ""
     text = answer.text
-    if len(text) > REPORT_CHARS:
-        rest = len(text) - REPORT_CHARS
+    keep = max(0, min(REPORT_CHARS, room - 1000))  # the attribution and the cut's own line
+    if utf16_len(text) > keep:
+        cut = text[:keep]
+        while utf16_len(cut) > keep:  # characters past the BMP count twice
+            cut = cut[: len(cut) - (utf16_len(cut) - keep + 1) // 2]
         text = (
-            f"{text[:REPORT_CHARS]}\n[cut: {rest} more characters; the whole answer is"
+            f"{cut}\n[cut: {len(text) - len(cut)} more characters; the whole answer is"
             f" #{answer.seq} in {session.address.key}]"
         )
     return (

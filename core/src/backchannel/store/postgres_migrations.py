@@ -8,6 +8,7 @@ migration recorded. Names are applied in list order and never renamed.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -438,7 +439,12 @@ async def pg013_outbox_run_index(connection: Any) -> None:
 
 
 async def pg014_message_parts(connection: Any) -> None:
-    """Every part of a message of ours the platform got split (see m013)."""
+    """Every part of a message of ours the platform got split (see m013).
+
+    Filled in Python from the part ids already stored: a row whose meta is not JSON, or
+    whose ``part_ids`` is no list of strings, is passed over (in SQL one such row made the
+    whole migration fail, and the store would not open).
+    """
     await connection.execute(
         """
         CREATE TABLE message_parts (
@@ -449,17 +455,25 @@ async def pg014_message_parts(connection: Any) -> None:
         )
         """
     )
-    await connection.execute(
-        """
-        INSERT INTO message_parts (conversation_id, platform_message_id, seq)
-            SELECT m.conversation_id, part.value, m.seq
-            FROM messages m
-            CROSS JOIN LATERAL jsonb_array_elements_text(m.meta::jsonb -> 'part_ids')
-                WITH ORDINALITY AS part(value, n)
-            WHERE m.direction = 'out' AND m.meta LIKE '%%"part_ids"%%' AND part.n > 1
-        ON CONFLICT DO NOTHING
-        """
+    cursor = await connection.execute(
+        "SELECT conversation_id, seq, meta FROM messages WHERE direction = 'out' AND meta LIKE %s",
+        ('%"part_ids"%',),
     )
+    parts = []
+    for conversation_id, seq, meta in await cursor.fetchall():
+        try:
+            ids = json.loads(meta).get("part_ids")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(ids, list):
+            parts += [(conversation_id, part, seq) for part in ids[1:] if isinstance(part, str)]
+    if parts:
+        async with connection.cursor() as insert:
+            await insert.executemany(
+                "INSERT INTO message_parts (conversation_id, platform_message_id, seq)"
+                " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                parts,
+            )
 
 
 PG_MIGRATIONS: list[Migration] = [
