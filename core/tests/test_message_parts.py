@@ -42,26 +42,33 @@ async def upgrade(
         await store.close()
 
 
-async def test_sqlite_upgrade_fills_the_parts_of_messages_already_sent(tmp_path: Path) -> None:
-    path = tmp_path / "bc.db"
+async def forget_sqlite(store: Store) -> None:
+    """Make `store` one from before m013: no parts table, the migration not recorded."""
+    assert isinstance(store, SQLiteStore)
+    store.db.execute("DROP TABLE message_parts")
+    store.db.execute("DELETE FROM _migrations WHERE name = 'm013_message_parts'")
+
+
+def forget_postgres(url: str) -> Callable[[Store], Awaitable[None]]:
+    """The same for the PostgreSQL store at `url` (pg014)."""
 
     async def forget(store: Store) -> None:
-        assert isinstance(store, SQLiteStore)
-        store.db.execute("DROP TABLE message_parts")
-        store.db.execute("DELETE FROM _migrations WHERE name = 'm013_message_parts'")
+        async with await psycopg.AsyncConnection.connect(url) as connection:
+            await connection.execute("DROP TABLE message_parts")
+            await connection.execute("DELETE FROM _migrations WHERE name = 'pg014_message_parts'")
 
-    await upgrade(lambda: SQLiteStore(path), forget)
+    return forget
+
+
+async def test_sqlite_upgrade_fills_the_parts_of_messages_already_sent(tmp_path: Path) -> None:
+    path = tmp_path / "bc.db"
+    await upgrade(lambda: SQLiteStore(path), forget_sqlite)
 
 
 async def test_postgres_upgrade_fills_the_parts_of_messages_already_sent(
     postgres_url: str,
 ) -> None:
-    async def forget(store: Store) -> None:
-        async with await psycopg.AsyncConnection.connect(postgres_url) as connection:
-            await connection.execute("DROP TABLE message_parts")
-            await connection.execute("DELETE FROM _migrations WHERE name = 'pg014_message_parts'")
-
-    await upgrade(lambda: PostgresStore(postgres_url), forget)
+    await upgrade(lambda: PostgresStore(postgres_url), forget_postgres(postgres_url))
 
 
 #: meta no code of ours writes, found on a row of ours: the backfill passes over what is odd
@@ -110,11 +117,6 @@ async def odd_upgrade(
 async def test_sqlite_upgrade_passes_over_odd_meta(tmp_path: Path) -> None:
     path = tmp_path / "bc.db"
 
-    async def forget(store: Store) -> None:
-        assert isinstance(store, SQLiteStore)
-        store.db.execute("DROP TABLE message_parts")
-        store.db.execute("DELETE FROM _migrations WHERE name = 'm013_message_parts'")
-
     async def set_meta(conversation_id: int, seq: int, meta: str) -> None:
         import apsw  # the file as it is, not opened as a store (that would migrate it)
 
@@ -127,15 +129,10 @@ async def test_sqlite_upgrade_passes_over_odd_meta(tmp_path: Path) -> None:
         finally:
             db.close()
 
-    await odd_upgrade(lambda: SQLiteStore(path), set_meta, forget)
+    await odd_upgrade(lambda: SQLiteStore(path), set_meta, forget_sqlite)
 
 
 async def test_postgres_upgrade_passes_over_odd_meta(postgres_url: str) -> None:
-    async def forget(store: Store) -> None:
-        async with await psycopg.AsyncConnection.connect(postgres_url) as connection:
-            await connection.execute("DROP TABLE message_parts")
-            await connection.execute("DELETE FROM _migrations WHERE name = 'pg014_message_parts'")
-
     async def set_meta(conversation_id: int, seq: int, meta: str) -> None:
         async with await psycopg.AsyncConnection.connect(postgres_url) as connection:
             await connection.execute(
@@ -143,4 +140,4 @@ async def test_postgres_upgrade_passes_over_odd_meta(postgres_url: str) -> None:
                 (meta, conversation_id, seq),
             )
 
-    await odd_upgrade(lambda: PostgresStore(postgres_url), set_meta, forget)
+    await odd_upgrade(lambda: PostgresStore(postgres_url), set_meta, forget_postgres(postgres_url))

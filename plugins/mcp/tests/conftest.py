@@ -221,3 +221,37 @@ class _Transport:
 
 def open_store(config: Config) -> Store:
     return open_config_store(config)
+
+
+@contextlib.asynccontextmanager
+async def http_serving(*args: str) -> AsyncIterator[tuple[str, list[str]]]:
+    """Run `python -m backchannel mcp serve ARGS`; yield its URL once it listens, and the
+    stderr lines so far (the list grows no further); stop it after."""
+    import os
+    import sys
+
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "backchannel",
+        "mcp",
+        "serve",
+        *args,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(os.environ),
+    )
+    assert process.stderr is not None
+    seen: list[str] = []
+    try:
+        url = ""
+        while not url:
+            line = await asyncio.wait_for(process.stderr.readline(), 60)
+            if not line:
+                raise AssertionError("mcp serve exited: " + "".join(seen))
+            seen.append(line.decode())
+            if "serving MCP on " in seen[-1]:
+                url = seen[-1].split("serving MCP on ", 1)[1].strip()
+        yield url, seen
+    finally:
+        process.terminate()
+        await asyncio.wait_for(process.wait(), 30)

@@ -4,9 +4,7 @@ Hosts and Origins, a busy port, the token from the environment."""
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,7 +17,7 @@ from backchannel_mcp import http as mcp_http
 from backchannel_mcp.server import BackchannelMcp
 from backchannel_mcp.tools import ToolBox
 
-from .conftest import TOKEN, World, open_store
+from .conftest import TOKEN, World, http_serving, open_store
 
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -245,29 +243,13 @@ async def test_the_token_may_come_from_the_environment_alone(world: World, tmp_p
     plain = tmp_path / "no-mcp.toml"
     plain.write_text(text.replace('[mcp]\ntoken = "${BACKCHANNEL_MCP_TOKEN}"\n', ""))
     assert "[mcp]" not in plain.read_text()
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *["-m", "backchannel", "mcp", "serve", "-c", str(plain), "--http", "127.0.0.1:0"],
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(os.environ),  # the world fixture exported BACKCHANNEL_MCP_TOKEN
-    )
-    assert process.stderr is not None
-    seen: list[str] = []
-    try:
-        url = ""
-        while not url:
-            line = await asyncio.wait_for(process.stderr.readline(), 60)
-            if not line:
-                raise AssertionError("mcp serve exited: " + "".join(seen))
-            seen.append(line.decode())
-            if "serving MCP on " in seen[-1]:
-                url = seen[-1].split("serving MCP on ", 1)[1].strip()
-        async with httpx.AsyncClient(timeout=WAIT) as client:
-            answer = await client.post(url, headers=MCP_HEADERS, json=INITIALIZE)
-            assert answer.status_code == 200
-            wrong = {**MCP_HEADERS, "Authorization": "Bearer not-the-token"}
-            assert (await client.post(url, headers=wrong, json=INITIALIZE)).status_code == 401
-    finally:
-        process.terminate()
-        await asyncio.wait_for(process.wait(), 30)
+    # the world fixture exported BACKCHANNEL_MCP_TOKEN
+    async with (
+        http_serving("-c", str(plain), "--http", "127.0.0.1:0") as (url, seen),
+        httpx.AsyncClient(timeout=WAIT) as client,
+    ):
+        answer = await client.post(url, headers=MCP_HEADERS, json=INITIALIZE)
+        assert answer.status_code == 200
+        wrong = {**MCP_HEADERS, "Authorization": "Bearer not-the-token"}
+        assert (await client.post(url, headers=wrong, json=INITIALIZE)).status_code == 401
     assert TOKEN not in "".join(seen)

@@ -5,7 +5,6 @@ Sends go through a running `serve` (the control socket) when there is one.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import sys
@@ -17,7 +16,15 @@ from backchannel.model import Address
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from .conftest import TOKEN, ChannelListener, Received, World, open_store, text_of
+from .conftest import (
+    TOKEN,
+    ChannelListener,
+    Received,
+    World,
+    http_serving,
+    open_store,
+    text_of,
+)
 
 
 def serve_args(world: World, *more: str) -> list[str]:
@@ -81,27 +88,8 @@ async def test_stdio_subprocess_reads_sends_through_serve_and_pushes_the_owners_
 @pytest.fixture
 async def http_server(world: World) -> AsyncIterator[str]:
     """Start `backchannel mcp serve --http 127.0.0.1:0`; yield its URL once it listens."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *serve_args(world, "--http", "127.0.0.1:0"),
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(os.environ),
-    )
-    assert process.stderr is not None
-    url = ""
-    seen: list[str] = []
-    try:
-        while not url:
-            line = await asyncio.wait_for(process.stderr.readline(), 60)
-            if not line:
-                raise AssertionError("mcp serve exited: " + "".join(seen))
-            seen.append(line.decode())
-            if "serving MCP on " in seen[-1]:
-                url = seen[-1].split("serving MCP on ", 1)[1].strip()
+    async with http_serving("-c", str(world.config_path), "--http", "127.0.0.1:0") as (url, _):
         yield url
-    finally:
-        process.terminate()
-        await asyncio.wait_for(process.wait(), 30)
 
 
 async def test_http_needs_the_token_and_refuses_a_wrong_one(world: World, http_server: str) -> None:
