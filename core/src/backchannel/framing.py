@@ -268,7 +268,7 @@ def _reactor(who: str) -> str:
     return _quote(name) if "," in name or any(mark in name for mark in _LINE_MARKS) else name
 
 
-def _own_lines(text: str) -> str:
+def _text_lines(text: str) -> str:
     """A sender's text as its transcript line holds it: its further lines indented.
 
     So nothing a sender writes can start a line of the message that reads as a
@@ -311,7 +311,7 @@ def inbound_line(
     """
     # a run formats its whole window each time: the common message (no markers, no
     # attachment, no reaction) is one f-string
-    text = _own_lines(text)
+    text = _text_lines(text)
     if reply_to_seq is None and reply_to is None and edited_at is None and deleted_at is None:
         line = f"[#{seq}] {name}: {text}"
     else:
