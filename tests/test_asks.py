@@ -439,6 +439,8 @@ async def test_refusals_and_a_cold_ask_store_nothing_and_send_nothing(
         peer=linked, account="web"
     )
     assert "cannot be a session id" in await ask(peer=linked, session="master")
+    # a new session the agent names: plain characters only (it shows in keys and lines)
+    assert "cannot name a new session" in await ask(peer=linked, session="has space ] [x")
     # a question one message cannot hold (split, its answer could name another part)
     limit = a.board.accounts["tp"].adapter.capabilities.max_text_len
     assert limit is not None

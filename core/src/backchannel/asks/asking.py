@@ -10,6 +10,7 @@ linked, the session is well-formed, and it is not the asking conversation.
 from __future__ import annotations
 
 import logging
+import re
 import unicodedata
 import uuid
 from typing import TYPE_CHECKING
@@ -34,6 +35,8 @@ log = logging.getLogger("backchannel.asks")
 #: the thread of a peer's plain-DM conversation (never a session an ask may use)
 MASTER_THREAD = "master"
 _MAX_SESSION_LEN = 256
+#: what a session the asking agent starts may be called
+_NEW_SESSION = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._:@+-]{0,255}\Z")
 
 
 class AskRefused(Refused):
@@ -157,6 +160,15 @@ async def ask_peer(
     chosen = session or await choose_session(board, settings, account, peer, exclude=origin_id)
     address = Address(account, peer, chosen)
     existing = await store.find_conversation(address)
+    if existing is None and not _NEW_SESSION.match(chosen):
+        # a session the agent names into being becomes part of keys, attribution lines and
+        # notices: letters, digits and . _ : @ + - only (a peer's own sessions may hold more)
+        raise AskRefused(
+            "bad_session",
+            f"refused: {untrusted(chosen)} cannot name a new session (letters, digits and"
+            " . _ : @ + - only); leave session out to start one with a fresh id."
+            " Nothing was sent.",
+        )
     if existing is not None and existing.id == origin_id:
         raise AskRefused(
             "self",
