@@ -230,7 +230,10 @@ class BackchannelMcp:
             log.exception("tool %s raised", params.name)
             return _text_result(f"error: {params.name} failed: {type(error).__name__}", True)
         text = str(result)
-        return _text_result(text, text.startswith(("error:", "refused:")))
+        # a send that did not go out is an error to the client (an uncertain one may have)
+        first = text.split("\n", 1)[0]
+        failed = first.startswith("NOT delivered") or " NOT delivered" in first
+        return _text_result(text, failed or text.startswith(("error:", "refused:")))
 
     # resources -------------------------------------------------------------------
     async def _list_resources(
