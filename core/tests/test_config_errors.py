@@ -78,15 +78,23 @@ def test_one_mistake_is_still_one_plain_error(tmp_path: Path) -> None:
     assert caught.value.key == "server.prot"
 
 
+def check(tmp_path: Path, body: str) -> list[str]:
+    """Run `backchannel check` on a config of `body` with its own store; return its lines
+    (exit 1 and no traceback asserted: every caller expects mistakes)."""
+    config = tmp_path / "bot.toml"
+    config.write_text(f'[store]\npath = "{tmp_path / "bc.db"}"\n{body}', encoding="utf-8")
+    result = CliRunner().invoke(main, ["check", "-c", str(config)])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    return result.output.strip().splitlines()
+
+
 def test_nan_and_infinity_are_refused_wherever_seconds_are_read(tmp_path: Path) -> None:
     """TOML has nan and inf. Every comparison with nan is false, so a nan passed checks
     like "< 0": a nan debounce acked messages and never ran the agent, a nan Telegram
     retry_initial stopped polling after the first error. Each is one error naming its key."""
-    config = tmp_path / "bot.toml"
-    config.write_text(
+    lines = check(
+        tmp_path,
         f"""
-[store]
-path = "{tmp_path / "bc.db"}"
 [accounts.web]
 channel = "webchat"
 rate_limit = nan
@@ -108,11 +116,8 @@ run_timeout = inf
 [orchestration]
 ask_timeout = inf
 """,
-        encoding="utf-8",
     )
-    result = CliRunner().invoke(main, ["check", "-c", str(config)])
-    assert result.exit_code == 1
-    named = sorted(line.split(": ")[2] for line in result.output.strip().splitlines())
+    named = sorted(line.split(": ")[2] for line in lines)
     assert named == [
         "accounts.tg.retry_initial",
         "accounts.tp.poll_interval",
@@ -120,8 +125,7 @@ ask_timeout = inf
         "bindings[0].debounce",
         "bindings[0].run_timeout",
         "orchestration.ask_timeout",
-    ], result.output
-    assert "Traceback" not in result.output
+    ], lines
 
 
 def test_a_public_url_that_is_no_web_address_is_an_error(tmp_path: Path) -> None:
@@ -151,37 +155,31 @@ def test_an_empty_store_path_is_an_error_not_the_config_folder(tmp_path: Path) -
     assert "store.path: expected the SQLite file's path, got an empty one" in result.output
 
 
-def test_an_unset_token_is_one_error_not_also_a_malformed_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("body", "first", "second"),
+    [
+        # an unset token is reported once, not also as a malformed token; the other
+        # account's own mistake still is
+        (
+            '[accounts.tg]\nchannel = "telegram"\ntoken = "${UNSET_FOR_CHECK}"\n'
+            '[accounts.web]\nchannel = "webchat"\nrate_limit = -1\n',
+            "accounts.tg.token: environment variable UNSET_FOR_CHECK is not set",
+            "accounts.web.rate_limit",
+        ),
+        # a name with a dot: the mistake in "tg.main" does not hide account tg's own
+        (
+            '[accounts."tg.main"]\nchannel = "telegram"\ntoken = "${UNSET_FOR_CHECK}"\n'
+            '[accounts.tg]\nchannel = "telegram"\ntoken = "not a token"\n',
+            "accounts.tg.main.token: environment variable UNSET_FOR_CHECK",
+            "accounts.tg.token",
+        ),
+    ],
+    ids=["unset-token", "dotted-name"],
+)
+def test_a_table_with_a_mistake_is_reported_once_and_hides_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, first: str, second: str
 ) -> None:
-    monkeypatch.delenv("TG_TOKEN_UNSET", raising=False)
-    config = tmp_path / "bot.toml"
-    config.write_text(
-        f'[store]\npath = "{tmp_path / "bc.db"}"\n[accounts.tg]\nchannel = "telegram"\n'
-        'token = "${TG_TOKEN_UNSET}"\n[accounts.web]\nchannel = "webchat"\nrate_limit = -1\n',
-        encoding="utf-8",
-    )
-    result = CliRunner().invoke(main, ["check", "-c", str(config)])
-    assert result.exit_code == 1
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 2, lines  # the unset variable, and the other account's own mistake
-    assert "accounts.tg.token: environment variable TG_TOKEN_UNSET is not set" in lines[0]
-    assert "accounts.web.rate_limit" in lines[1]
-
-
-def test_a_mistake_in_a_dotted_accounts_table_leaves_the_other_accounts_checked(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("TG_MAIN_UNSET", raising=False)
-    config = tmp_path / "bot.toml"
-    config.write_text(
-        f'[store]\npath = "{tmp_path / "bc.db"}"\n'
-        '[accounts."tg.main"]\nchannel = "telegram"\ntoken = "${TG_MAIN_UNSET}"\n'
-        '[accounts.tg]\nchannel = "telegram"\ntoken = "not a token"\n',
-        encoding="utf-8",
-    )
-    result = CliRunner().invoke(main, ["check", "-c", str(config)])
-    lines = result.output.strip().splitlines()
+    monkeypatch.delenv("UNSET_FOR_CHECK", raising=False)
+    lines = check(tmp_path, body)
     assert len(lines) == 2, lines
-    assert "accounts.tg.main.token: environment variable TG_MAIN_UNSET" in lines[0]
-    assert "accounts.tg.token" in lines[1]  # still checked: its own mistake is reported
+    assert first in lines[0] and second in lines[1]
