@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import discord
 from attrs import field, frozen
+from backchannel.config import positive_number
 from backchannel.errors import ConfigError
 
 __all__ = ["DiscordSettings"]
@@ -97,11 +97,7 @@ class _Reader:
 
     def number(self, name: str, default: float) -> float:
         value = self.settings.get(name, default)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not 0 < value < math.inf
-        ):
+        if not positive_number(value):
             raise ConfigError(f"expected a positive number, got {value!r}", key=self.key(name))
         return float(value)
 

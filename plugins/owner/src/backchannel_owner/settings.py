@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from attrs import fields, frozen
-from backchannel.config import Config
+from backchannel.config import Config, positive_number
 from backchannel.errors import ConfigError, unknown_key
 
 __all__ = ["OwnerSettings"]
@@ -69,11 +68,7 @@ class OwnerSettings:
             if field.name in values or field.name not in table:
                 continue
             value = table[field.name]
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not 0 < value < math.inf
-            ):
+            if not positive_number(value):
                 raise ConfigError(
                     f"{where}: owner.{field.name}: expected a positive number of seconds"
                     f" (days for keep_days), got {value!r}"

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import urllib.request
 from collections.abc import Mapping
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from attrs import field, frozen
+from backchannel.config import positive_number
 from backchannel.errors import ConfigError
 
 __all__ = ["DEFAULT_API_BASE", "SlackSettings", "resolve_proxy"]
@@ -73,11 +73,7 @@ class SlackSettings:
 
         def number(key: str, default: float) -> float:
             value = settings.get(key, default)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not 0 < value < math.inf
-            ):
+            if not positive_number(value):
                 raise ConfigError(f"{key!r} must be a positive number", key=f"{where}.{key}")
             return float(value)
 

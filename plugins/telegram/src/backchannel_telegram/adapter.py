@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 from backchannel.adapter import AdapterContext, Capabilities, split_text, utf16_len
+from backchannel.config import positive_number
 from backchannel.errors import (
     ConfigError,
     DeliveryError,
@@ -551,11 +551,7 @@ class _NumberReader:
 
     def float(self, key: str, default: float) -> float:
         value = self._settings.get(key, default)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not 0 < value < math.inf
-        ):
+        if not positive_number(value):
             raise ConfigError(f"expected a positive number of seconds, got {value!r}", key=key)
         return float(value)
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
 from backchannel.adapter import AdapterContext, Capabilities, split_text
+from backchannel.config import positive_number
 from backchannel.errors import ConfigError, DeliveryError, RateLimited, Rejected, Uncertain
 from backchannel.model import Address, Event, Outbound, Receipt, Sender
 from tinyplace import TinyPlaceClient, TinyPlaceError
@@ -650,7 +650,7 @@ def _agent_key(peer: str) -> bytes:
 def _seconds(settings: Mapping[str, Any], key: str, default: float) -> float:
     """A positive, finite number of seconds (a nan or 0 poll interval would spin)."""
     value = settings.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+    if not positive_number(value):
         raise ConfigError(f"expected a positive number of seconds, got {value!r}", key=key)
     return float(value)
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from attrs import frozen
+from backchannel.config import positive_number
 from backchannel.errors import ConfigError, combine, unknown_key
 
 __all__ = ["DEFAULT_FAILURE_NOTICE", "WebchatSettings"]
@@ -135,11 +135,7 @@ def _check(key: str, value: Any, where: str) -> Any:
             raise ConfigError(f"expected a positive integer, got {value!r}", key=name)
         return value
     if key in _POSITIVE_NUMBERS:
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not 0 < value < math.inf
-        ):
+        if not positive_number(value):
             raise ConfigError(f"expected a positive number, got {value!r}", key=name)
         return float(value)
     if key == "allowed_origins":
