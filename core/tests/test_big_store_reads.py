@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -86,13 +87,19 @@ async def test_a_bounded_catch_up_indexes_every_message_once_across_searches(
     await store.close()
 
 
-async def test_an_incomplete_search_says_so_and_the_next_goes_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+async def behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[SQLiteStore]:
+    """A store of 12 messages whose search index catches up 5 rows a search (3 searches)."""
     monkeypatch.setattr(sqlite_module, "INDEX_CHUNK_ROWS", 5)
     monkeypatch.setattr(sqlite_module, "INDEX_SECONDS", 0.0)
     store = SQLiteStore(tmp_path / "bc.db")
     await fill(store, 12, chats=1)
+    yield store
+    await store.close()
+
+
+async def test_an_incomplete_search_says_so_and_the_next_goes_on(behind: SQLiteStore) -> None:
+    store = behind
     scope = AgentScope("a", {"acct": AccountScope("fake")})
     first = await list_conversations(store, accounts=scope, query="w11x")
     assert first == [] and not store.search_index_complete
@@ -102,7 +109,6 @@ async def test_an_incomplete_search_says_so_and_the_next_goes_on(
     found = await list_conversations(store, accounts=scope, query="w11x")
     assert [s.key for s in found] == ["acct/c0"]
     assert INCOMPLETE_NOTICE not in format_conversations(found, query="w11x")
-    await store.close()
 
 
 async def test_a_catch_up_stopped_between_chunks_is_taken_up_where_it_stopped(
@@ -371,14 +377,11 @@ async def test_postgres_searches_a_repeated_word_once(postgres_url: str) -> None
 
 
 async def test_two_searches_at_once_each_read_their_own_completeness(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    behind: SQLiteStore,
 ) -> None:
     # the flag was one store attribute: a search that caught up could hide, from another
     # search still in flight, that its own answer came from an index not caught up
-    monkeypatch.setattr(sqlite_module, "INDEX_CHUNK_ROWS", 5)
-    monkeypatch.setattr(sqlite_module, "INDEX_SECONDS", 0.0)
-    store = SQLiteStore(tmp_path / "bc.db")
-    await fill(store, 12, chats=1)
+    store = behind
     first_done, second_done = asyncio.Event(), asyncio.Event()
 
     async def early() -> bool:
@@ -397,4 +400,3 @@ async def test_two_searches_at_once_each_read_their_own_completeness(
         return store.search_index_complete
 
     assert await asyncio.gather(early(), late()) == [False, True]
-    await store.close()

@@ -12,22 +12,32 @@ from backchannel.config import load_config
 from backchannel.runtime import GC_THRESHOLDS
 
 
-async def test_serve_tunes_the_collector_while_serving_and_restores_it(tmp_path: Path) -> None:
+async def serve_once(tmp_path: Path, store: Path, on_ready: Any = None) -> None:
+    """Start `serve` on a web chat config with `store`, stop it once ready (after `on_ready`)."""
     path = tmp_path / "bot.toml"
     path.write_text(
-        f'[store]\npath = "{tmp_path / "bc.db"}"\n'
+        f'[store]\npath = "{store}"\n[server]\nport = 0\n'
         '[accounts.web]\nchannel = "webchat"\n[agents.demo]\nkind = "demo"\n',
         encoding="utf-8",
     )
-    before = gc.get_threshold()
     stop = asyncio.Event()
-    seen: list[tuple[tuple[int, int, int], int]] = []
 
-    def on_ready(board: Any) -> None:
-        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+    def ready(board: Any) -> None:
+        if on_ready is not None:
+            on_ready(board)
         stop.set()
 
-    await asyncio.wait_for(serve(load_config(path), on_ready=on_ready, stop=stop), 15)
+    await asyncio.wait_for(serve(load_config(path), on_ready=ready, stop=stop), 15)
+
+
+async def test_serve_tunes_the_collector_while_serving_and_restores_it(tmp_path: Path) -> None:
+    before = gc.get_threshold()
+    seen: list[tuple[tuple[int, int, int], int]] = []
+    await serve_once(
+        tmp_path,
+        tmp_path / "bc.db",
+        lambda board: seen.append((gc.get_threshold(), gc.get_freeze_count())),
+    )
     ((thresholds, frozen),) = seen
     assert thresholds == GC_THRESHOLDS
     assert frozen > 0
@@ -43,15 +53,8 @@ async def test_serve_warns_once_when_the_stores_folder_is_writable_by_others(
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o1777)  # like /tmp: anyone may plant the store's -wal or -shm there
-    path = tmp_path / "bot.toml"
-    path.write_text(
-        f'[store]\npath = "{shared / "bc.db"}"\n[server]\nport = 0\n'
-        '[accounts.web]\nchannel = "webchat"\n[agents.demo]\nkind = "demo"\n',
-        encoding="utf-8",
-    )
-    stop = asyncio.Event()
     caplog.set_level(logging.WARNING, "backchannel.app")
-    await asyncio.wait_for(serve(load_config(path), on_ready=lambda b: stop.set(), stop=stop), 15)
+    await serve_once(tmp_path, shared / "bc.db")
     warned = [r.getMessage() for r in caplog.records if "writable by other users" in r.getMessage()]
     assert warned == [
         f"the store's folder {shared} is writable by other users, who could replace the store's"

@@ -140,51 +140,6 @@ def request(request_id: int, method: str, params: dict[str, Any] | None = None) 
     return json.dumps(message)
 
 
-async def test_stdio_lines_the_sdk_cannot_parse_are_answered_or_dropped_and_serving_goes_on(
-    world: World,
-) -> None:
-    from mcp.server.stdio import stdio_server
-
-    await world.seed()
-    config = world.config()
-    store = open_store(config)
-    lines = Lines()
-    try:
-        async with stdio_server(stdin=lines, stdout=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
-            app = BackchannelMcp(ToolBox(config, store))
-            serving = asyncio.create_task(app.serve_streams(read_stream, write_stream))
-            lines.feed(
-                request(
-                    1,
-                    "initialize",
-                    {
-                        "protocolVersion": "2025-06-18",
-                        "capabilities": {},
-                        "clientInfo": {"name": "t", "version": "1"},
-                    },
-                )
-            )
-            await lines.answer(1)
-            query = {"name": "list_conversations", "arguments": {"query": "billing\ud800"}}
-            lines.feed(
-                json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-                "garbage that is not JSON",
-                "[[[[",
-                request(2, "tools/call", query),  # json.dumps writes "\ud800": pydantic refuses it
-                json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": "\ud800"}),
-                request(4, "tools/call", {"name": "list_conversations", "arguments": {}}),
-            )
-            repaired = await lines.answer(2)
-            assert repaired["result"]["isError"] is False
-            assert "billing\ufffd" in repaired["result"]["content"][0]["text"]
-            assert (await lines.answer(3))["error"]["code"] == -32600
-            assert world.group_key in (await lines.answer(4))["result"]["content"][0]["text"]
-            lines.end()
-            await asyncio.wait_for(serving, 20)
-    finally:
-        await store.close()
-
-
 INITIALIZE_PARAMS = {
     "protocolVersion": "2025-06-18",
     "capabilities": {},
@@ -211,6 +166,29 @@ async def stdio_serving(world: World) -> AsyncIterator[Lines]:
                 await asyncio.wait_for(serving, 20)
     finally:
         await store.close()
+
+
+async def test_stdio_lines_the_sdk_cannot_parse_are_answered_or_dropped_and_serving_goes_on(
+    world: World,
+) -> None:
+    await world.seed()
+    async with stdio_serving(world) as lines:
+        lines.feed(request(1, "initialize", INITIALIZE_PARAMS))
+        await lines.answer(1)
+        query = {"name": "list_conversations", "arguments": {"query": "billing\ud800"}}
+        lines.feed(
+            json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            "garbage that is not JSON",
+            "[[[[",
+            request(2, "tools/call", query),  # json.dumps writes "\ud800": pydantic refuses it
+            json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": "\ud800"}),
+            request(4, "tools/call", {"name": "list_conversations", "arguments": {}}),
+        )
+        repaired = await lines.answer(2)
+        assert repaired["result"]["isError"] is False
+        assert "billing\ufffd" in repaired["result"]["content"][0]["text"]
+        assert (await lines.answer(3))["error"]["code"] == -32600
+        assert world.group_key in (await lines.answer(4))["result"]["content"][0]["text"]
 
 
 async def test_stdio_every_line_with_an_id_gets_one_answer_and_one_without_is_counted(
