@@ -23,9 +23,10 @@ path into a live coding agent.
 
 Permission relay: each request is forwarded to the owner through the owner
 plugin (`request_permission`); `serve` turns only the owner's exact
-`yes <id>` / `no <id>` into a permission answer in this session's inbox
-(anything else stays an ordinary message; unknown or expired ids get a
-correction there), and the channel hands each answer to Claude Code.
+`yes <id>` / `no <id>`, or a bare `yes` / `no` replying to the prompt itself,
+into a permission answer in this session's inbox (anything else stays an
+ordinary message; unknown or expired ids get a correction there), and the
+channel hands each answer to Claude Code.
 """
 
 from __future__ import annotations
