@@ -134,8 +134,10 @@ def _skeleton(name: str) -> str:
 
 
 #: characters that show as nothing though they are no format character (Cf)
-_BLANK = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180e\u2800\u3164\uffa0")
-_BLANK = _BLANK | frozenset(chr(c) for c in range(0xFE00, 0xFE10))
+_BLANK = frozenset(
+    "\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180e\u2800\u3164\uffa0"
+    + "".join(chr(c) for c in range(0xFE00, 0xFE10))  # the variation selectors
+)
 
 
 def told_apart(senders: Iterable[Sender]) -> dict[str, str]:
