@@ -789,9 +789,7 @@ def positive_number(value: object) -> bool:
     """True for a finite number above 0 that is not a bool: the one test every numeric
     setting of seconds, rates and sizes takes (TOML's nan compares false with everything,
     so a bound written as "value <= 0 is an error" let it through)."""
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
-    )
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
 
 
 def _is_web_url(text: str) -> bool:
