@@ -1,4 +1,5 @@
-"""Asks across workers: the answer is matched where it arrives (the peer account's lease
+"""Asks and sends across workers: a send through an account another worker holds is
+handed to that worker; an answer is matched where it arrives (the peer account's lease
 holder) and reported where the asking conversation runs (the origin account's holder),
 through the adapter started there, once."""
 
@@ -87,14 +88,13 @@ async def _hold_tp_for_w2(postgres_url: str) -> None:
     await setup.close()
 
 
-async def test_nothing_is_sent_through_an_account_another_worker_holds(
+async def test_sends_through_an_account_another_worker_holds_are_handed_to_it(
     postgres_url: str, stopped_at_end: list[Switchboard]
 ) -> None:
     """w1 does not hold tp: its adapter there is not started. An ask, a send into another
-    conversation and an operator send through it are refused in one line, nothing sent."""
+    conversation, an operator's send and reaction through tp are recorded by w1 and sent
+    by w2 (tp's holder) through its started adapter, once each; w1 gets each outcome."""
     from backchannel.asks.asking import AskRefused, ask_peer
-    from backchannel.errors import Rejected
-    from backchannel.orchestration.refusals import Refused
     from backchannel.orchestration.tools import deliver_cross
 
     web, tp = FakePlatform(), FakePlatform()
@@ -103,15 +103,142 @@ async def test_nothing_is_sent_through_an_account_another_worker_holds(
     w1, _ = await two_workers(postgres_url, RecordingAgent(), web, tp, sends, stopped_at_end)
     origin = await w1.store.ensure_conversation(Address("web", "owner"))
     session = await w1.store.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
-    with pytest.raises(AskRefused, match="connected on another worker"):
+
+    asked = await ask_peer(w1, AskSettings(), origin=origin, origin_seq=None, account="tp",
+                           peer="peer", session="s1", question="6*7?")  # fmt: skip
+    assert asked.state == "pending", asked
+    crossed = await deliver_cross(w1, session, "hello", origin_key=origin.address.key)
+    assert crossed.state == "sent", crossed
+    operator = await w1.send_outcome(session, "from the operator")
+    assert operator["state"] == "sent", operator
+    reaction = await w1.react_outcome(session, crossed.seq or 0, "👍")
+    assert reaction["state"] == "sent", reaction
+    assert sends == [
+        ("w2", "tp", True, "6*7?"),
+        ("w2", "tp", True, "hello"),
+        ("w2", "tp", True, "from the operator"),
+        ("w2", "tp", True, "👍"),
+    ]
+    assert [m.text for m in tp.sent if m.kind == "message"] == [
+        "6*7?",
+        "hello",
+        "from the operator",
+    ]
+    # recorded once each, sent, taken by w2 (a death of w2 mid-send is w2's to recover)
+    entries = await w1.store.outbox(conversation_id=session.id)
+    assert sorted(e.status for e in entries) == ["sent"] * 4
+    window = await w1.store.window(session.id, 10)
+    assert [(m.text, m.status) for m in window] == [
+        ("6*7?", "sent"),
+        ("hello", "sent"),
+        ("from the operator", "sent"),
+    ]
+    assert all(m.platform_message_id for m in window)
+    check = PostgresStore(postgres_url)
+    rows = await check._fetchall(
+        "SELECT h.taken_by, h.asked_by, o.worker FROM handoffs h"
+        " JOIN outbox o ON o.id = h.outbox_id ORDER BY h.outbox_id"
+    )
+    assert rows == [("w2", "w1", "w2")] * 4
+    [ask] = await check.asks()
+    assert ask.state == "pending" and ask.outbox_id == entries[-1].id
+    await check.close()
+
+    # a peer with no conversation yet: its contact list is read through tp's connection
+    with pytest.raises(AskRefused, match="holding account 'tp'"):
         await ask_peer(w1, AskSettings(), origin=origin, origin_seq=None, account="tp",
-                       peer="peer", question="6*7?")  # fmt: skip
-    with pytest.raises(Refused, match="connected on another worker"):
-        await deliver_cross(w1, session, "hello", origin_key=origin.address.key)
-    with pytest.raises(Rejected, match="connected on another worker"):
-        await w1.send_outcome(session, "hello")
+                       peer="stranger", question="hi?")  # fmt: skip
+    assert len(sends) == 4
+
+
+async def test_a_handed_over_send_no_worker_takes_is_withdrawn_and_never_sent(
+    postgres_url: str, stopped_at_end: list[Switchboard]
+) -> None:
+    """tp's lease is held by a worker that is gone (its lease not lapsed yet): a send
+    handed to it is withdrawn after `take_within` and reported not sent; one whose asker
+    is cancelled while waiting is withdrawn too. Neither is taken later."""
+    from backchannel.orchestration.tools import deliver_cross
+
+    web, tp = FakePlatform(), FakePlatform()
+    sends: list[tuple[str, str, bool, str]] = []
+    await _hold_tp_for_w2(postgres_url)  # w2 holds tp for 30 s, and never runs
+    store = PostgresStore(postgres_url, worker="w1")
+    w1 = Switchboard(store)
+    for account, platform in (("web", web), ("tp", tp)):
+        w1.add_account(
+            Recorded(account, platform, "w1", sends),
+            Binding(RecordingAgent(), respond="always"),
+            name=account,
+        )
+    w1.workers = WorkerCoordinator(w1, store, lease_ttl=TTL, heartbeat=BEAT)
+    await w1.start()
+    stopped_at_end.append(w1)
+    assert w1.workers.owned == {"web"}
+    w1.workers.take_within = 0.5
+    origin = await w1.store.ensure_conversation(Address("web", "owner"))
+    session = await w1.store.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+
+    outcome = await deliver_cross(w1, session, "hello", origin_key=origin.address.key)
+    assert outcome.state == "failed", outcome
+    assert "no worker holding account 'tp' took the send within 0.5s" in (outcome.reason or "")
+
+    w1.workers.take_within = 60.0
+    waiting = asyncio.create_task(deliver_cross(w1, session, "bye", origin_key="x"))
+
+    async def handed() -> bool:
+        return len(await store._fetchall("SELECT 1 FROM handoffs")) == 2
+
+    await until(handed, 10, "the second hand-over")
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    entries = await store.outbox(conversation_id=session.id)
+    assert [(e.text, e.status) for e in entries] == [("bye", "failed"), ("hello", "failed")]
+    assert "withdrawn" in (entries[0].reason or "")
+    window = await store.window(session.id, 10)
+    assert [m.status for m in window] == ["failed", "failed"]
+    # a holder appearing now takes neither
+    late = PostgresStore(postgres_url, worker="w3")
+    assert await late.take_handoffs(["tp"]) == []
+    await late.close()
     assert sends == [] and tp.sent == []
-    assert await w1.store.outbox(conversation_id=session.id) == []
+
+
+async def test_recovery_fails_a_dead_askers_untaken_send_and_doubts_a_dead_takers(
+    postgres_url: str,
+) -> None:
+    """The asker died before any holder took its send: never tried, so failed (a run
+    again may send it afresh). The taker died after taking one: it may have gone out,
+    so uncertain; the asker's recovery leaves a taken send alone."""
+    from backchannel.model import Outbound, Sender
+
+    asker = PostgresStore(postgres_url, worker="wa")
+    taker = PostgresStore(postgres_url, worker="wt")
+    await asker.register_worker("host", 1)
+    await taker.register_worker("host", 2)
+    session = await asker.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+    me = Sender("bot", "bot", is_bot=True)
+    taken = await asker.record_outbound(session.id, Outbound(session.address, "taken"), me)
+    await asker.hand_off(taken.id, "tp")
+    [(entry, quiet)] = await taker.take_handoffs(["tp"])
+    assert (entry.id, entry.text, quiet) == (taken.id, "taken", False)
+    untaken = await asker.record_outbound(
+        session.id, Outbound(session.address, "untaken", quiet=True), me
+    )
+    await asker.hand_off(untaken.id, "tp", quiet=True)
+
+    judge = PostgresStore(postgres_url, worker="wj")
+    await judge.recover_worker("wa")
+    assert (await judge._outbox_entry_now(taken.id)).status == "pending"  # wt's to finish
+    gone = await judge._outbox_entry_now(untaken.id)
+    assert gone.status == "failed" and "before the worker holding the account took it" in (
+        gone.reason or ""
+    )
+    assert await taker.take_handoffs(["tp"]) == []
+    await judge.recover_worker("wt")
+    assert (await judge._outbox_entry_now(taken.id)).status == "uncertain"
+    for store in (asker, taker, judge):
+        await store.close()
 
 
 async def test_an_answer_is_reported_by_the_worker_running_the_asking_conversation(

@@ -209,13 +209,21 @@ async def operator_board(config: Config, account: str) -> AsyncIterator[Switchbo
 
     For a command that runs beside (or instead of) `serve`: no recovery, no
     agent runs, no HTTP server, so another process's pending sends and
-    unanswered conversations are left alone.
+    unanswered conversations are left alone. On a PostgreSQL store whose
+    workers hold `account` (a live lease), the adapter is not started: its
+    sends are handed to the holder, which sends them.
     """
     board = await build_switchboard(
         config, accounts=[account], agents=idle_agents(config), serve_http=False
     )
     try:
-        await board.start_accounts([account])
+        leases = getattr(board.store, "leases", None)
+        if leases is not None and account in await leases():
+            # a worker holds its connection (a poller, a socket): starting another here would
+            # compete with it; the sends are handed to that worker (Switchboard.deliver_through)
+            board.handed_over.add(account)
+        else:
+            await board.start_accounts([account])
         yield board
     finally:
         await board.stop()

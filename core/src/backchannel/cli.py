@@ -742,7 +742,8 @@ def send_command(
     backchannel send ACCOUNT CHAT TEXT     an address, also one no one has written from yet
 
     A running `serve` on the same store does the sending (open web pages show
-    it at once); without one, this starts that account's adapter for the send.
+    it at once); on a PostgreSQL store, the worker holding the account does;
+    without either, this starts that account's adapter for the send.
     """
     config = _load(config_path, store_path)
     if len(target) not in (2, 3):
@@ -790,8 +791,7 @@ async def _send(config: Config, where: list[str], thread: str | None, text: str)
         }
         via = "serve"
     except control.ControlUnavailable:
-        outcome = await _send_directly(config, address, text)
-        via = "direct"
+        outcome, via = await _send_directly(config, address, text)
     except (control.ControlLost, TimeoutError) as error:
         # the serve took the send and did not say what became of it: never sent again here
         reason = str(error)
@@ -856,9 +856,12 @@ async def _resolve_send_address(config: Config, where: list[str], thread: str | 
     return address
 
 
-async def _send_directly(config: Config, address: Address, text: str) -> dict[str, Any]:
+async def _send_directly(config: Config, address: Address, text: str) -> tuple[dict[str, Any], str]:
+    """Send through the account's own adapter ("direct"), or, on a PostgreSQL store whose
+    workers hold the account, by the worker holding it ("worker")."""
     async with operator_board(config, address.account) as board:
-        return await board.send_outcome(await board.conversation_for(address), text)
+        outcome = await board.send_outcome(await board.conversation_for(address), text)
+        return outcome, "worker" if address.account in board.handed_over else "direct"
 
 
 main.add_command(

@@ -62,9 +62,12 @@ class Deliverer:
         *,
         max_attempts: int = 4,
         max_retry_after: float = 60.0,
+        me: Callable[[], Sender | None] | None = None,
     ):
         self.store = store
         self.adapter = adapter
+        #: who the agent is when the adapter is not started here (its last known self)
+        self._me = me
         self.max_attempts = max_attempts
         self.max_retry_after = max_retry_after
 
@@ -84,7 +87,30 @@ class Deliverer:
         send (an ask writes its pending-ask row there, naming the outbox row).
         """
         outbound = _storable(outbound)
-        me = self.adapter.me or Sender("me", "me", is_bot=True)
+        entry = await self.record(conversation, outbound, run_id, seen_seq, recorded)
+        if isinstance(entry, DeliveryResult):
+            return entry
+        return await self.attempt(conversation, outbound, entry)
+
+    async def record(
+        self,
+        conversation: Conversation,
+        outbound: Outbound,
+        run_id: int | None = None,
+        seen_seq: int | None = None,
+        recorded: Callable[[OutboxEntry], Awaitable[None]] | None = None,
+    ) -> OutboxEntry | DeliveryResult:
+        """Record `outbound` as pending (the first half of `deliver`); return its entry.
+
+        A DeliveryResult instead when `recorded` said it is done already elsewhere
+        (nothing is to be sent).
+        """
+        outbound = _storable(outbound)
+        me = (
+            self.adapter.me
+            or (self._me() if self._me is not None else None)
+            or Sender("me", "me", is_bot=True)
+        )
         sender = kept if isinstance(kept := storable_sender(me), Sender) else me
         entry = await self.store.record_outbound(
             conversation.id, outbound, sender, run_id, seen_seq
@@ -98,6 +124,13 @@ class Deliverer:
             except BaseException:
                 await self.store.mark_failed(entry.id, "not sent: recording it failed")
                 raise
+        return entry
+
+    async def attempt(
+        self, conversation: Conversation, outbound: Outbound, entry: OutboxEntry
+    ) -> DeliveryResult:
+        """Send the recorded pending `entry` (the second half of `deliver`), with bounded
+        retry, and record sent / failed / uncertain."""
         outbound = _with_outbox_id(outbound, entry)
         attempt = 0
         while True:

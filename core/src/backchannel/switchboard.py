@@ -36,7 +36,7 @@ from .tools import Tool
 from .wire import BadPayload, dump_for_dead_letter, encodable, parse_json, repair_text
 
 if TYPE_CHECKING:
-    from .model import OutboundKind
+    from .model import Outbound, OutboundKind
     from .server import HttpServer
     from .workers import WorkerCoordinator
 
@@ -182,6 +182,9 @@ class Switchboard:
         self.asking = False
         #: set (before start) when this is one of several workers sharing a PostgreSQL store
         self.workers: WorkerCoordinator | None = None
+        #: accounts whose sends go to the worker holding their lease, for a process that is
+        #: no worker (an operator's `send`, an MCP client, on a PostgreSQL store)
+        self.handed_over: set[str] = set()
         #: what a wake-up from another worker names -> what it wakes here ("asks": the ask
         #: coordinator's sweep, for an answer this worker must report)
         self.on_wake: dict[str, Callable[[], None]] = {}
@@ -218,7 +221,7 @@ class Switchboard:
         for secret in secrets:
             register_secret(secret)
         context = AccountContext(self, account, config or {})
-        deliverer = Deliverer(self.store, adapter)
+        deliverer = Deliverer(self.store, adapter, me=lambda: self._known_me.get(account))
         pm = get_plugin_manager()
 
         def tools(session: RunSession, conversation: Conversation) -> list[Tool]:
@@ -344,6 +347,8 @@ class Switchboard:
         # say: an adapter stopped first would close the connection their sends go through
         self.scheduler.stop()
         await self.scheduler.drain(timeout)
+        if self.workers is not None:  # sends handed to this worker, while it can still send
+            await self.workers.drain_sends(timeout)
         for account in self.accounts.values():
             if account.started:
                 try:
@@ -588,11 +593,15 @@ class Switchboard:
                 f"conversation {conversation_id} belongs to unknown account"
                 f" {conversation.address.account!r}"
             )
+        await self._recall_me(account)
+        return await account.builder.build(conversation_id, conversation.trigger_seq)
+
+    async def _recall_me(self, account: _Account) -> None:
+        """Read who the agent was on `account` when it last started, if not started here."""
         if account.adapter.me is None and account.name not in self._known_me:
             stored = await self.store.get_state(account.name, "me")
             if stored:
                 self._known_me[account.name] = from_json(json.loads(stored), Sender)
-        return await account.builder.build(conversation_id, conversation.trigger_seq)
 
     async def send(self, address: Address, text: str) -> str:
         """Send `text` as an operator, recorded in the transcript; return the outcome."""
@@ -652,12 +661,52 @@ class Switchboard:
         reply_to = None
         if reply_to_seq is not None:
             reply_to = await self._platform_id(conversation, reply_to_seq)
-        result = await account.deliverer.deliver(
+        result = await self.deliver_through(
+            account,
             conversation,
             Outbound(conversation.address, text, reply_to=reply_to, quiet=quiet, origin=origin),
             recorded=recorded,
         )
         return _outcome(conversation, result)
+
+    async def deliver_through(
+        self,
+        account: _Account,
+        conversation: Conversation,
+        outbound: Outbound,
+        *,
+        run_id: int | None = None,
+        seen_seq: int | None = None,
+        recorded: Callable[[OutboxEntry], Awaitable[None]] | None = None,
+    ) -> DeliveryResult:
+        """Send `outbound` into `conversation` through `account` (see Deliverer.deliver).
+
+        With several workers, an account whose connection another worker holds is
+        not sent through here: the send is recorded here and handed to that worker
+        (`backchannel.workers.send_elsewhere`), and its outcome returned.
+        """
+        held_elsewhere = account.name in self.handed_over or (
+            self.workers is not None and not self.workers.may_run(account.name)
+        )
+        if held_elsewhere:
+            from .workers import DEFAULT_TAKE_WITHIN, send_elsewhere
+
+            await self._recall_me(account)  # recorded as sent by the agent, not "me"
+            return await send_elsewhere(
+                self.store,  # type: ignore[arg-type]  # a PostgresStore: only it has leases
+                account.deliverer,
+                conversation,
+                outbound,
+                run_id=run_id,
+                seen_seq=seen_seq,
+                recorded=recorded,
+                take_within=(
+                    self.workers.take_within if self.workers is not None else DEFAULT_TAKE_WITHIN
+                ),
+            )
+        return await account.deliverer.deliver(
+            conversation, outbound, run_id=run_id, seen_seq=seen_seq, recorded=recorded
+        )
 
     async def edit_outcome(self, conversation: Conversation, seq: int, text: str) -> dict[str, Any]:
         """Edit our own message `seq` of a stored conversation; return the recorded outcome."""
@@ -680,8 +729,8 @@ class Switchboard:
 
         account = self._account_of(conversation)
         target = await self._platform_id(conversation, seq)
-        result = await account.deliverer.deliver(
-            conversation, Outbound(conversation.address, text, kind=kind, target=target)
+        result = await self.deliver_through(
+            account, conversation, Outbound(conversation.address, text, kind=kind, target=target)
         )
         outcome = _outcome(conversation, result)
         outcome["seq"] = seq
@@ -693,12 +742,6 @@ class Switchboard:
         account = self.accounts.get(conversation.address.account)
         if account is None:
             raise ConfigError(f"unknown account {conversation.address.account!r}")
-        if self.workers is not None and not self.workers.may_run(account.name):
-            # its adapter is not started here: its connection lives on the lease holder
-            raise Rejected(
-                f"account {account.name!r} is connected on another worker; only that worker"
-                " can send there (nothing was sent)"
-            )
         return account
 
     async def _platform_id(self, conversation: Conversation, seq: int) -> str:

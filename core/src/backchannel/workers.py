@@ -16,7 +16,12 @@
 - **Sends** go through the adapter of the worker running the conversation.
   Conversations of a leased account run only on the lease holder, so their sends
   use the connection it owns; webhook accounts' sends are plain API calls any
-  worker makes.
+  worker makes. A send into a leased account from elsewhere (a run's
+  `send_to_conversation` or `ask_agent`, an operator's `backchannel send`) is
+  recorded where it is asked for and **handed to the lease holder**
+  (`send_elsewhere`): the holder takes it, sends it through its connection and
+  records the outcome, which the asker awaits. Not taken within
+  `take_within` seconds (no live holder), it is withdrawn: not sent.
 - **Recovery.** A worker whose heartbeat is older than `lease_ttl` and that did
   not stop cleanly is recovered by the first live worker to notice: its pending
   sends become uncertain and its running runs interrupted, once.
@@ -36,11 +41,24 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from .model import Conversation, Outbound
+    from .outbound import Deliverer, DeliveryResult
+    from .store.base import OutboxEntry
     from .store.postgres import PostgresStore
     from .switchboard import Switchboard
 
-__all__ = ["DEFAULT_HEARTBEAT", "DEFAULT_LEASE_TTL", "WorkerCoordinator", "served_by_every_worker"]
+__all__ = [
+    "DEFAULT_HEARTBEAT",
+    "DEFAULT_LEASE_TTL",
+    "WorkerCoordinator",
+    "send_elsewhere",
+    "served_by_every_worker",
+]
 
 log = logging.getLogger("backchannel.workers")
 
@@ -51,6 +69,71 @@ DEFAULT_HEARTBEAT = 3.0
 def served_by_every_worker(adapter: Any) -> bool:
     """True when every worker may receive for this adapter (webhooks behind a load balancer)."""
     return bool(getattr(adapter, "served_by_every_worker", False))
+
+
+#: how long a handed-over send waits for the account's holder to take it: a takeover
+#: (a dead holder's lease lapsing, a live worker taking it) fits within it
+DEFAULT_TAKE_WITHIN = DEFAULT_LEASE_TTL + DEFAULT_HEARTBEAT + 5.0
+#: how long the asker waits for the outcome of a send its holder took (its retries and
+#: rate-limit waits are bounded well within this; a dead holder's is recovered sooner)
+OUTCOME_WITHIN = 900.0
+
+
+async def send_elsewhere(
+    store: PostgresStore,
+    deliverer: Deliverer,
+    conversation: Conversation,
+    outbound: Outbound,
+    *,
+    run_id: int | None = None,
+    seen_seq: int | None = None,
+    recorded: Callable[[OutboxEntry], Awaitable[None]] | None = None,
+    take_within: float = DEFAULT_TAKE_WITHIN,
+) -> DeliveryResult:
+    """Send `outbound` through an account whose connection another worker holds.
+
+    Recorded here as any send is (the run's claim fences it, `recorded` runs),
+    then handed to the account's lease holder, which sends it and records the
+    outcome; this returns that outcome. Not taken within `take_within` seconds,
+    it is withdrawn and reported not sent. Cancelled while waiting, it is
+    withdrawn if no one has taken it yet.
+    """
+    from .outbound import DeliveryResult
+
+    entry = await deliverer.record(conversation, outbound, run_id, seen_seq, recorded)
+    if isinstance(entry, DeliveryResult):
+        return entry
+    account = conversation.address.account
+    await store.hand_off(entry.id, account, quiet=outbound.quiet)
+    started = time.monotonic()
+    delay = 0.02
+    try:
+        while True:
+            entry, taken_by = await store.handoff_state(entry.id)
+            if entry.status != "pending":
+                return DeliveryResult(entry)
+            waited = time.monotonic() - started
+            if taken_by is None and waited > take_within:
+                withdrawn = await store.withdraw_handoff(
+                    entry.id,
+                    f"not sent: no worker holding account {account!r} took the send within"
+                    f" {take_within:g}s (is a worker serving it running?)",
+                )
+                if withdrawn is not None:
+                    return DeliveryResult(withdrawn)
+                continue  # taken just now: its outcome is the taker's
+            if waited > OUTCOME_WITHIN:
+                reason = f"worker {taken_by} took it and has not said how it went"
+                return DeliveryResult(attrs.evolve(entry, status="uncertain", reason=reason))
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+    except asyncio.CancelledError:
+        # a stop or a run's timeout: a send no one has taken is not sent after all
+        with contextlib.suppress(Exception):
+            await asyncio.shield(
+                store.withdraw_handoff(entry.id, "not sent: withdrawn (the asker stopped)")
+            )
+        raise
 
 
 class WorkerCoordinator:
@@ -74,11 +157,17 @@ class WorkerCoordinator:
         self.name = store._me()
         self.lease_ttl = lease_ttl
         self.heartbeat = heartbeat
+        #: how long a send handed from here waits for an account's holder to take it
+        self.take_within = lease_ttl + heartbeat + 5.0
         #: exclusive accounts whose adapter runs here now
         self.owned: set[str] = set()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.stopping = False
+        #: taking sends handed to this worker's accounts, and the sends taken in flight
+        self._taking: asyncio.Task[None] | None = None
+        self._take_again = False
+        self._sending: set[asyncio.Task[None]] = set()
 
     # which accounts ----------------------------------------------------------
     def exclusive(self) -> list[str]:
@@ -111,6 +200,20 @@ class WorkerCoordinator:
             asyncio.create_task(self._heartbeats(), name=f"worker {self.name} heartbeat"),
             asyncio.create_task(self._listen(), name=f"worker {self.name} listen"),
         ]
+
+    async def drain_sends(self, timeout: float) -> None:
+        """At a stop, before the adapters stop: take no more handed-over sends, let the
+        ones in flight finish (bounded by `timeout`), then cancel the rest (recorded
+        uncertain, or failed while only waiting out a rate limit)."""
+        self.stopping = True
+        pending = {task for task in (self._taking, *self._sending) if task is not None}
+        if not pending:
+            return
+        _, stuck = await asyncio.wait(pending, timeout=timeout)
+        for task in stuck:
+            task.cancel()
+        if stuck:
+            await asyncio.wait(stuck, timeout=5)
 
     async def stop(self) -> None:
         """Stop the loops and release every lease and claim (the adapters are stopped first)."""
@@ -176,6 +279,7 @@ class WorkerCoordinator:
                 log.warning("worker %s took over account %s from %s", self.name, account, previous)
             await self._start_account(account)
         await self._poke_unanswered()
+        self.take_sends()  # the fallback for a wake-up that was lost
 
     async def _start_account(self, name: str) -> None:
         account = self.board.accounts[name]
@@ -191,6 +295,7 @@ class WorkerCoordinator:
         wake = self.board.on_wake.get("asks")
         if wake is not None:  # reports and notices owed to its conversations are made here now
             wake()
+        self.take_sends()  # sends handed to it while it had no live holder
 
     async def _stop_account(self, name: str) -> None:
         self.owned.discard(name)
@@ -245,8 +350,72 @@ class WorkerCoordinator:
                 )
             await asyncio.sleep(self.heartbeat)
 
+    # sends handed over to this worker's accounts ------------------------------
+    def take_sends(self) -> None:
+        """Take and send what other processes handed to the accounts held here (once at
+        a time: a call while taking makes the taking look again when it is done)."""
+        if self.stopping:
+            return
+        if self._taking is not None and not self._taking.done():
+            self._take_again = True
+            return
+        self._taking = asyncio.create_task(self._take_sends(), name=f"worker {self.name} sends")
+
+    async def _take_sends(self) -> None:
+        while not self.stopping:
+            self._take_again = False
+            held = [name for name in self.owned if self.board.accounts[name].started]
+            try:
+                taken = await self.store.take_handoffs(held)
+            except Exception as error:
+                log.warning("worker %s could not take handed-over sends: %s", self.name, error)
+                return  # the next heartbeat looks again
+            for entry, quiet in taken:
+                task = asyncio.create_task(self._send_taken(entry, quiet))
+                self._sending.add(task)
+                task.add_done_callback(self._sending.discard)
+            if not taken and not self._take_again:
+                return
+
+    async def _send_taken(self, entry: OutboxEntry, quiet: bool) -> None:
+        from .model import Outbound
+
+        try:
+            conversation = await self.store.conversation(entry.conversation_id)
+            account = self.board.accounts[conversation.address.account]
+            outbound = Outbound(
+                conversation.address,
+                entry.text,
+                kind=entry.kind,  # type: ignore[arg-type]
+                reply_to=entry.reply_to,
+                target=entry.target,
+                quiet=quiet,
+                origin=entry.origin,
+            )
+        except Exception as error:
+            log.exception("worker %s: a handed-over send could not be prepared", self.name)
+            with contextlib.suppress(Exception):
+                await self.store.mark_failed(entry.id, f"not sent: {type(error).__name__}")
+            return
+        try:
+            result = await account.deliverer.attempt(conversation, outbound, entry)
+        except Exception:
+            # the store failed while recording the outcome: the asker sees it pending, and
+            # this worker's recovery (a restart) makes it uncertain
+            log.exception("worker %s: a handed-over send failed to record", self.name)
+            return
+        log.info(
+            "worker %s sent #%s handed over for %s: %s",
+            self.name,
+            entry.id,
+            conversation.address.key,
+            result.status,
+        )
+
     def _on_notification(self, payload: str) -> None:
         if payload == "lease":  # a worker let leases go: take them now, not at the next beat
             self._wake.set()
+        elif payload == "sends":  # another process handed a send over: maybe ours
+            self.take_sends()
         elif (wake := self.board.on_wake.get(payload)) is not None:
             wake()

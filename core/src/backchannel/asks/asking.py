@@ -104,8 +104,10 @@ async def ask_peer(
     stored and shown to the asker but reported nowhere.
 
     Raise AskRefused (nothing stored, nothing sent) for a cold peer, a bad
-    session, an account whose channel has no agent peers, or one connected on another
-    worker (several workers: its lease holder alone sends there).
+    session, or an account whose channel has no agent peers. On an account another
+    worker holds (several workers), the question is handed to that worker to send;
+    a peer with no conversation yet is refused there (its contact list is read
+    through the holder's connection).
     """
     wired = board.accounts.get(account)
     if wired is None or not wired.adapter.capabilities.agent_peers:
@@ -114,13 +116,9 @@ async def ask_peer(
             f"refused: account {account!r} does not talk to other agents; ask through an"
             " account whose channel has agent peers (such as tiny.place). Nothing was sent.",
         )
-    if board.workers is not None and not board.workers.may_run(account):
-        # its connection (the mailbox poller, the session keys) lives on its lease holder
-        raise AskRefused(
-            "elsewhere",
-            f"refused: account {account!r} is connected on another worker, and only that"
-            " worker can send there. Nothing was sent.",
-        )
+    # an account whose connection another worker holds: the question is handed to that
+    # worker to send (Switchboard.deliver_through); only its contact list is out of reach
+    elsewhere = board.workers is not None and not board.workers.may_run(account)
     limit = wired.adapter.capabilities.max_text_len
     size = utf16_len(question)
     if limit and size > limit:
@@ -148,6 +146,14 @@ async def ask_peer(
         session = _checked_session(session)
     store = board.store
     known = await store.peer_conversations(account, peer)
+    if not known and elsewhere:
+        raise AskRefused(
+            "elsewhere",
+            f"refused: {peer} has no conversation with this agent yet, and whether it is an"
+            f" accepted contact can be read only on the worker holding account {account!r}"
+            " (its connection is there). Ask from a conversation that worker runs, or once"
+            " the peer has written. Nothing was sent.",
+        )
     if not known and not await _is_contact(wired.adapter, peer):
         raise AskRefused(
             "cold",
@@ -200,8 +206,9 @@ async def ask_peer(
         )
         board.watched.add(target.id)
 
-    result = await wired.deliverer.deliver(
-        target, Outbound(target.address, question), run_id=run_id, recorded=record
+    # an account whose connection another worker holds: handed to that worker to send
+    result = await board.deliver_through(
+        wired, target, Outbound(target.address, question), run_id=run_id, recorded=record
     )
     ask = recorded[0]
     state = {"sent": "pending", "failed": "failed"}.get(result.status, "uncertain")

@@ -102,14 +102,9 @@ async def deliver_cross(
             f"refused: account {target.address.account!r} of {key} is not served by this process."
             " Nothing was sent.",
         )
-    if via.workers is not None and not via.workers.may_run(account.name):
-        # its connection (a socket, a mailbox poller) lives on the worker holding its lease
-        raise Refused(
-            "elsewhere",
-            f"refused: account {account.name!r} of {key} is connected on another worker, and"
-            " only that worker can send there. Nothing was sent.",
-        )
-    result = await account.deliverer.deliver(
+    # an account whose connection another worker holds: handed to that worker to send
+    result = await via.deliver_through(
+        account,
         target,
         Outbound(target.address, text, origin=origin_key),
         run_id=run_id,

@@ -202,7 +202,25 @@ class PostgresStore(PostgresAsks, Store):
             params,
         )
         pending = [row[0] for row in await cursor.fetchall()]
+        # a send it handed over that the account's holder has not taken was never tried:
+        # not sent (the holder takes only pending rows, under the same row locks)
+        untried: set[int] = set()
+        if pending:
+            cursor = await connection.execute(
+                "SELECT outbox_id FROM handoffs WHERE taken_by IS NULL AND outbox_id = ANY(%s)",
+                (pending,),
+            )
+            untried = {row[0] for row in await cursor.fetchall()}
         for outbox_id in pending:
+            if outbox_id in untried:
+                await self._set_outbox_status(
+                    connection,
+                    outbox_id,
+                    "failed",
+                    "not sent: the process that asked for it stopped before the worker"
+                    " holding the account took it",
+                )
+                continue
             await self._set_outbox_status(
                 connection,
                 outbox_id,
@@ -1155,6 +1173,89 @@ class PostgresStore(PostgresAsks, Store):
 
     async def notify(self, payload: str) -> None:
         await self._one("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, payload))
+
+    # sends handed to the worker holding an account (pg015) ----------------------
+    async def hand_off(self, outbox_id: int, account: str, *, quiet: bool = False) -> None:
+        """Hand the recorded pending send `outbox_id` to the worker holding `account`.
+
+        It is woken at once (a NOTIFY ``sends`` when this commits); its heartbeats
+        look for waiting sends too.
+        """
+
+        async def work(connection: Any) -> None:
+            await connection.execute(
+                "INSERT INTO handoffs (outbox_id, account, quiet, asked_by, created_at)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                (outbox_id, account, int(quiet), self.worker, now()),
+            )
+            await connection.execute("SELECT pg_notify(%s, 'sends')", (WAKE_CHANNEL,))
+
+        await self._write(work)
+
+    async def take_handoffs(
+        self, accounts: Collection[str], limit: int = 50
+    ) -> list[tuple[OutboxEntry, bool]]:
+        """Take waiting sends handed over for `accounts` (held here): (entry, quiet) each.
+
+        A taken send is this worker's: its outbox row names it, so if this worker dies
+        before it is sent, recovery makes it uncertain. Only pending rows are taken; a
+        row its asker withdrew, or that was recovered, is not.
+        """
+        if not accounts:
+            return []
+        me = self._me()
+
+        async def work(connection: Any) -> list[tuple[int, bool]]:
+            cursor = await connection.execute(
+                "SELECT h.outbox_id, h.quiet FROM handoffs h JOIN outbox o ON o.id = h.outbox_id"
+                " WHERE h.taken_by IS NULL AND h.account = ANY(%s) AND o.status = 'pending'"
+                " ORDER BY h.outbox_id LIMIT %s FOR UPDATE OF h, o SKIP LOCKED",
+                (sorted(accounts), limit),
+            )
+            rows = [(row[0], bool(row[1])) for row in await cursor.fetchall()]
+            if rows:
+                ids = [outbox_id for outbox_id, _ in rows]
+                await connection.execute(
+                    "UPDATE handoffs SET taken_by = %s WHERE outbox_id = ANY(%s)", (me, ids)
+                )
+                await connection.execute(
+                    "UPDATE outbox SET worker = %s, updated_at = %s WHERE id = ANY(%s)",
+                    (me, now(), ids),
+                )
+            return rows
+
+        taken: list[tuple[int, bool]] = await self._write(work)
+        return [(await self._outbox_entry_now(outbox_id), quiet) for outbox_id, quiet in taken]
+
+    async def handoff_state(self, outbox_id: int) -> tuple[OutboxEntry, str | None]:
+        """The handed-over send's outbox entry now, and the worker that took it (None: not yet)."""
+        row = await self._fetchone(
+            "SELECT taken_by FROM handoffs WHERE outbox_id = %s", (outbox_id,)
+        )
+        return await self._outbox_entry_now(outbox_id), (row[0] if row else None)
+
+    async def withdraw_handoff(self, outbox_id: int, reason: str) -> OutboxEntry | None:
+        """Mark a handed-over send no worker has taken yet failed with `reason`; return it.
+
+        None when it was taken meanwhile (or is no longer pending): then it is the
+        taker's to finish, and nothing is changed.
+        """
+
+        async def work(connection: Any) -> bool:
+            cursor = await connection.execute(
+                "SELECT h.taken_by, o.status FROM handoffs h JOIN outbox o ON o.id = h.outbox_id"
+                " WHERE h.outbox_id = %s FOR UPDATE OF h, o",
+                (outbox_id,),
+            )
+            row = await cursor.fetchone()
+            if row is None or row[0] is not None or row[1] != "pending":
+                return False
+            await self._set_outbox_status(connection, outbox_id, "failed", reason)
+            return True
+
+        if not await self._write(work):
+            return None
+        return await self._outbox_entry_now(outbox_id)
 
 
 async def _set_platform_id(

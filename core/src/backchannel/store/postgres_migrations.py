@@ -476,6 +476,29 @@ async def pg014_message_parts(connection: Any) -> None:
             )
 
 
+async def pg015_handoffs(connection: Any) -> None:
+    """Sends handed to the worker holding the account's lease (several workers).
+
+    A worker that may not send through an account (another worker holds its
+    connection) records the send as usual, then hands it over here; the lease
+    holder takes it (``taken_by``, and the outbox row's ``worker`` becomes the
+    taker's, so recovery after a death is the taker's) and sends it.
+    """
+    await connection.execute(
+        """
+        CREATE TABLE handoffs (
+            outbox_id BIGINT PRIMARY KEY,
+            account TEXT NOT NULL,
+            quiet INTEGER NOT NULL DEFAULT 0,
+            asked_by TEXT,
+            taken_by TEXT,
+            created_at DOUBLE PRECISION NOT NULL
+        );
+        CREATE INDEX handoffs_waiting ON handoffs (account) WHERE taken_by IS NULL;
+        """
+    )
+
+
 PG_MIGRATIONS: list[Migration] = [
     pg001_initial,
     pg002_orchestration,
@@ -489,6 +512,7 @@ PG_MIGRATIONS: list[Migration] = [
     pg012_run_claim_run,
     pg013_outbox_run_index,
     pg014_message_parts,
+    pg015_handoffs,
 ]
 
 

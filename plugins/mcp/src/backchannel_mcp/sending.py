@@ -142,6 +142,8 @@ async def _send_directly(
                 outcome = await board.send_outcome(fresh, text, reply_to_seq=reply_to)
         except (StoreError, Rejected) as error:  # no such message (or platform id); too long
             return SendOutcome("failed", key, reason=str(error), kind=_kind(react_to))
+        # on a PostgreSQL store whose workers hold the account, its holder sent it
+        via = "worker" if conversation.address.account in board.handed_over else "direct"
     return SendOutcome(
         state=outcome["state"],
         conversation=key,
@@ -149,4 +151,5 @@ async def _send_directly(
         platform_message_id=outcome["platform_message_id"],
         reason=outcome["reason"],
         kind=_kind(react_to),
+        via=via,
     )
