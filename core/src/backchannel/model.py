@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     converter: cattrs.Converter
 
 __all__ = [
+    "ATTACHMENTS_COMPLETE",
     "Address",
     "Attachment",
     "Conversation",
@@ -142,6 +143,13 @@ class Attachment:
 
 def _attachments(value: Any) -> tuple[Attachment, ...]:
     return tuple(value or ())
+
+
+#: an edit's `meta` key: True when the edit carries the message's whole list of files, so
+#: an empty list means they were removed (a Telegram edited_message, a Discord update that
+#: has an ``attachments`` field). Without it an edit with no files leaves the stored ones:
+#: its platform does not say (a text-only edit event).
+ATTACHMENTS_COMPLETE = "attachments_complete"
 
 
 @frozen(init=False)

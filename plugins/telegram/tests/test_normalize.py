@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from backchannel.errors import NormalizeError
+from backchannel.model import ATTACHMENTS_COMPLETE
 from backchannel_telegram.normalize import BotIdentity, migration_of, normalize_update
 
 BOT = BotIdentity(id="123456789", username="backchannel_test_bot")
@@ -180,6 +181,10 @@ def test_docs_edit_example_is_an_edit_of_the_message() -> None:
     assert event.text == "Edited text"
     assert event.sent_at == 1441646600.0
     assert event.event_id == "10001:1441646600"  # update_id:edit_date
+    # an edited message comes whole: its files (none here) replace the stored ones
+    assert event.meta[ATTACHMENTS_COMPLETE] is True
+    message = normalize_update(DOCS_REPLY, "tg", BOT)
+    assert message is not None and ATTACHMENTS_COMPLETE not in message.meta
 
 
 def test_each_edit_of_one_message_has_its_own_event_id() -> None:

@@ -34,7 +34,16 @@ from psycopg_pool import AsyncConnectionPool
 
 from ..config import display_url
 from ..errors import ClaimLost, StoreError
-from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, now
+from ..model import (
+    ATTACHMENTS_COMPLETE,
+    Address,
+    Conversation,
+    Message,
+    Outbound,
+    Receipt,
+    Sender,
+    now,
+)
 from ..secrets import redact
 from .base import (
     DEAD_LETTER_KEYS,
@@ -1611,12 +1620,20 @@ class _Append:
                     " VALUES (%s,%s,%s,%s,%s)",
                     (conversation_id, seq, "edit", old_text, at),
                 )
-            await connection.execute(
-                "UPDATE messages SET text = %s, edited_at = %s,"
-                " attachments = COALESCE(%s, attachments)"
-                " WHERE conversation_id = %s AND seq = %s",
-                (event.text, at, dump_attachments(event.attachments), conversation_id, seq),
-            )
+            attachments = dump_attachments(event.attachments)
+            if attachments is None and not event.meta.get(ATTACHMENTS_COMPLETE):
+                # an edit that says nothing of files leaves them (see the SQLite store)
+                await connection.execute(
+                    "UPDATE messages SET text = %s, edited_at = %s"
+                    " WHERE conversation_id = %s AND seq = %s",
+                    (event.text, at, conversation_id, seq),
+                )
+            else:
+                await connection.execute(
+                    "UPDATE messages SET text = %s, edited_at = %s, attachments = %s"
+                    " WHERE conversation_id = %s AND seq = %s",
+                    (event.text, at, attachments, conversation_id, seq),
+                )
         elif event.kind == "delete":
             await connection.execute(
                 "INSERT INTO revisions (conversation_id, seq, kind, text, at)"

@@ -23,7 +23,16 @@ import attrs
 
 from ..config import KEPT_WINDOWS
 from ..errors import StoreError
-from ..model import Address, Conversation, Message, Outbound, Receipt, Sender, now
+from ..model import (
+    ATTACHMENTS_COMPLETE,
+    Address,
+    Conversation,
+    Message,
+    Outbound,
+    Receipt,
+    Sender,
+    now,
+)
 from ..secrets import redact
 from .base import (
     DEAD_LETTER_KEYS,
@@ -548,11 +557,20 @@ class SQLiteStore(SQLiteAsks, Store):
                     "INSERT INTO revisions (conversation_id, seq, kind, text, at) VALUES (?,?,?,?,?)",
                     (conversation_id, seq, "edit", old_text, at),
                 )
-            db.execute(
-                "UPDATE messages SET text = ?, edited_at = ?, attachments = COALESCE(?, attachments)"
-                " WHERE conversation_id = ? AND seq = ?",
-                (event.text, at, dump_attachments(event.attachments), conversation_id, seq),
-            )
+            attachments = dump_attachments(event.attachments)
+            if attachments is None and not event.meta.get(ATTACHMENTS_COMPLETE):
+                # an edit that says nothing of files leaves them (Slack's, web chat's)
+                db.execute(
+                    "UPDATE messages SET text = ?, edited_at = ? WHERE conversation_id = ?"
+                    " AND seq = ?",
+                    (event.text, at, conversation_id, seq),
+                )
+            else:  # its files, or none when it says its list is complete: the rest were removed
+                db.execute(
+                    "UPDATE messages SET text = ?, edited_at = ?, attachments = ?"
+                    " WHERE conversation_id = ? AND seq = ?",
+                    (event.text, at, attachments, conversation_id, seq),
+                )
         elif event.kind == "delete":
             db.execute(
                 "INSERT INTO revisions (conversation_id, seq, kind, text, at) VALUES (?,?,?,?,?)",

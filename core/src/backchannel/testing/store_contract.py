@@ -91,6 +91,41 @@ class StoreContract(AskStoreContract):
         conversation = await store.conversation(stored.conversation_id)
         assert conversation.last_seq == 1
 
+    async def test_an_edit_keeps_files_unless_it_says_its_list_is_complete(
+        self, store: Store
+    ) -> None:
+        """An edit event with no files leaves the stored ones, unless it carries the whole
+        list (ATTACHMENTS_COMPLETE): then the files were removed. One with files sets them."""
+        from ..model import ATTACHMENTS_COMPLETE, Attachment
+
+        photo = Attachment(kind="image", name="secret.png")
+        (stored,) = await store.append_inbound(
+            [Inbound(make_event("e1", "look", attachments=(photo,)))]
+        )
+        conversation_id = stored.conversation_id
+
+        async def files() -> list[str | None]:
+            message = await store.message(conversation_id, 1)
+            assert message is not None
+            return [a.name for a in message.attachments]
+
+        await store.append_inbound(
+            [Inbound(make_event("x1", "look!", kind="edit", message_id="e1"))]
+        )
+        assert await files() == ["secret.png"]
+        other = Attachment(kind="file", name="notes.txt")
+        await store.append_inbound(
+            [Inbound(make_event("x2", "v3", kind="edit", message_id="e1", attachments=(other,)))]
+        )
+        assert await files() == ["notes.txt"]
+        complete = {ATTACHMENTS_COMPLETE: True}
+        await store.append_inbound(
+            [Inbound(make_event("x3", "no files", kind="edit", message_id="e1", meta=complete))]
+        )
+        assert await files() == []
+        message = await store.message(conversation_id, 1)
+        assert message is not None and message.text == "no files"
+
     async def test_delete_marks_the_message_and_keeps_its_text(self, store: Store) -> None:
         (stored,) = await store.append_inbound([Inbound(make_event("e1", "oops"))])
         await store.append_inbound([Inbound(make_event("d1", kind="delete", message_id="e1"))])

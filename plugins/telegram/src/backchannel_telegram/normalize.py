@@ -54,7 +54,15 @@ from typing import Any, TypeGuard
 
 from attrs import frozen
 from backchannel.errors import NormalizeError
-from backchannel.model import Address, Attachment, ConversationKind, Event, EventKind, Sender
+from backchannel.model import (
+    ATTACHMENTS_COMPLETE,
+    Address,
+    Attachment,
+    ConversationKind,
+    Event,
+    EventKind,
+    Sender,
+)
 
 __all__ = [
     "DIRECT_MESSAGES_THREAD",
@@ -292,6 +300,8 @@ def _message_event(
         edited_at = _opt_int(get("edit_date"))
         if edited_at is not None:
             sent_at = float(edited_at)
+        # an edited message comes whole: no files in it means none (edited away)
+        meta[ATTACHMENTS_COMPLETE] = True
     reply_to = None if get("reply_to_message") is None else _reply_target(message)
     if author_id is not None and get("sender_chat") is None:
         # the usual case, inline: a person (or bot) wrote it
