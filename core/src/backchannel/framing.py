@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from .model import Attachment, Conversation, Message, Sender
 
@@ -211,17 +212,67 @@ _INVISIBLE = dict.fromkeys(
 )
 
 
+#: what an inbound message's words are, from its meta (adapters set these keys):
+#: (forwarded: None, or "" when forwarded from someone unnamed, or their name;
+#:  reply_from: who wrote the message it replies to; reply_quote: what it quotes of it)
+Context = tuple[str | None, str | None, str | None]
+
+#: the meta keys of Context: ``forwarded`` (True) or ``forwarded_from`` (a name) for a
+#: message that carries someone else's words; ``reply_from`` and ``reply_quote`` for a
+#: reply whose target the store may not hold (a bot in privacy mode never saw it)
+CONTEXT_KEYS = ("forwarded", "forwarded_from", "reply_from", "reply_quote")
+
+
+def context_of(meta: Mapping[str, Any] | None) -> Context | None:
+    """The Context an inbound message's meta gives, or None when it gives none."""
+    if not meta:
+        return None
+    origin = meta.get("forwarded_from")
+    forwarded = one_line(origin) if isinstance(origin, str) and origin.strip() else None
+    if forwarded is None and meta.get("forwarded") is True:
+        forwarded = ""
+    who, words = meta.get("reply_from"), meta.get("reply_quote")
+    reply_from = one_line(who) if isinstance(who, str) and who.strip() else None
+    reply_quote = one_line(words, 300) if isinstance(words, str) and words.strip() else None
+    if forwarded is None and reply_from is None and reply_quote is None:
+        return None
+    return forwarded, reply_from, reply_quote
+
+
+def context_of_json(meta: str | None) -> Context | None:
+    """context_of for meta as the store keeps it (JSON text); the usual meta says none of
+    it, which a look for the keys' first letters tells without parsing it."""
+    if not meta or ('"forward' not in meta and '"reply_' not in meta):
+        return None
+    try:
+        value = json.loads(meta)
+    except ValueError:
+        return None
+    return context_of(value) if isinstance(value, dict) else None
+
+
 def _markers(
     reply_to_seq: int | None,
     reply_to: str | None,
     edited_at: float | None,
     deleted_at: float | None,
+    context: Context | None = None,
 ) -> list[str]:
     markers = []
+    if context is not None and context[0] is not None:
+        # someone else's words: the sender passed them on (a name quoted: it is theirs)
+        markers.append(f"forwarded from {_quote(context[0])}" if context[0] else "forwarded")
     if reply_to_seq is not None:
         markers.append(f"replying to #{reply_to_seq}")
-    elif reply_to is not None:
-        markers.append("replying to an earlier message")
+    elif reply_to is not None or (context is not None and context[2] is not None):
+        # the target is not in the store: what the platform said of it is all there is
+        marker = "replying to an earlier message"
+        if context is not None:
+            if context[1] is not None:
+                marker += f" by {_quote(context[1])}"
+            if context[2] is not None:
+                marker += f": {_quote(context[2])}"
+        markers.append(marker)
     if deleted_at is not None:
         markers.append("deleted")
     elif edited_at is not None:
@@ -243,6 +294,7 @@ def _inbound_line(message: Message, told: Mapping[str, str] | None = None) -> st
         message.deleted_at,
         message.attachments,
         message.reactions,
+        context_of(message.meta),
     )
 
 
@@ -305,19 +357,27 @@ def inbound_line(
     deleted_at: float | None,
     attachments: Sequence[Attachment],
     reactions: Sequence[tuple[str, str]],
+    context: Context | None = None,
 ) -> str:
     """The transcript line of a message from someone else (format_message's "user" content).
 
     Field by field, so a run can format its window straight from the store's rows;
-    `name` is `speaker(sender)`.
+    `name` is `speaker(sender)`; `context` what its meta says of its words (context_of).
     """
     # a run formats its whole window each time: the common message (no markers, no
     # attachment, no reaction) is one f-string
     text = _text_lines(text)
-    if reply_to_seq is None and reply_to is None and edited_at is None and deleted_at is None:
+    if (
+        reply_to_seq is None
+        and reply_to is None
+        and edited_at is None
+        and deleted_at is None
+        and context is None
+    ):
         line = f"[#{seq}] {name}: {text}"
     else:
-        head = f"[#{seq}] {name} ({', '.join(_markers(reply_to_seq, reply_to, edited_at, deleted_at))})"
+        markers = _markers(reply_to_seq, reply_to, edited_at, deleted_at, context)
+        head = f"[#{seq}] {name} ({', '.join(markers)})" if markers else f"[#{seq}] {name}"
         body = text if deleted_at is None else f"(deleted; it said: {text})"
         line = f"{head}: {body}"
     if not attachments and not reactions:

@@ -13,6 +13,7 @@ from attrs import define, field, frozen
 from .config import KEPT_WINDOWS
 from .errors import ClaimLost
 from .framing import (
+    context_of_json,
     default_framing,
     flattened,
     format_message,
@@ -469,6 +470,7 @@ class _RowWindow:
                 row[16],
                 attachments_of(row[13]) if row[13] else (),
                 reactions_of(row[21]) if row[21] else (),
+                context_of_json(row[22]),
             )
             return "user", content, sender
         meta = json_value(row[22]) if row[22] else None
