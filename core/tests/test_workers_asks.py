@@ -326,3 +326,39 @@ async def test_a_worker_starting_makes_what_is_owed_to_its_conversations_at_once
     [(worker, account, started, text)] = sends
     assert (worker, account, started) == ("w1", "web", True)
     assert ("42" in text) if owed == "report" else ("No answer" in text)
+
+
+@pytest.mark.usefixtures("fake_channel_plugin")
+async def test_an_operator_send_on_postgresql_goes_through_the_worker_holding_the_account(
+    postgres_url: str, platform: FakePlatform, tmp_path: Any, stopped_at_end: list[Switchboard]
+) -> None:
+    """`backchannel send` (and MCP's direct send) on a PostgreSQL store whose worker holds
+    the account starts no adapter of its own (a second poller beside the holder's): the
+    message is handed to the worker, which sends it; its outcome is printed."""
+    from backchannel.cli import _send_directly
+    from backchannel.config import load_config
+
+    sends: list[tuple[str, str, bool, str]] = []
+    store = PostgresStore(postgres_url, worker="w1")
+    worker = Switchboard(store)
+    worker.add_account(
+        Recorded("ops", platform, "w1", sends), Binding(RecordingAgent(), respond="always")
+    )
+    worker.workers = WorkerCoordinator(worker, store, lease_ttl=TTL, heartbeat=BEAT)
+    await worker.start()
+    stopped_at_end.append(worker)
+    assert worker.workers.owned == {"ops"}
+    config = tmp_path / "bot.toml"
+    config.write_text(
+        f'[store]\nurl = "{postgres_url}"\n[accounts.ops]\nchannel = "fake"\n'
+        '[agents.demo]\nkind = "demo"\n',
+        encoding="utf-8",
+    )
+
+    outcome, via = await _send_directly(load_config(config), Address("ops", "c1"), "from ops")
+
+    assert (outcome["state"], via) == ("sent", "worker"), outcome
+    assert sends == [("w1", "ops", True, "from ops")]  # by the holder's started adapter
+    assert platform.texts("c1") == ["from ops"]
+    rows = await store._fetchall("SELECT taken_by, asked_by FROM handoffs")
+    assert rows == [("w1", None)]
