@@ -362,3 +362,70 @@ async def test_an_operator_send_on_postgresql_goes_through_the_worker_holding_th
     assert platform.texts("c1") == ["from ops"]
     rows = await store._fetchall("SELECT taken_by, asked_by FROM handoffs")
     assert rows == [("w1", None)]
+
+
+async def test_an_mcp_client_on_postgresql_asks_through_the_worker_holding_the_account(
+    postgres_url: str, tmp_path: Any, stopped_at_end: list[Switchboard]
+) -> None:
+    """MCP's ask_agent on a PostgreSQL store (its workers open no control socket): the ask
+    is recorded by the MCP server and its question handed to the worker holding tp, which
+    sends it; the peer's answer, read by that worker, is matched to the ask. With no
+    worker holding tp, nothing is sent."""
+    from backchannel.hookspecs import hookimpl
+    from backchannel.plugins import get_plugin_manager
+    from backchannel_mcp.asking import ask_through_serve
+
+    tp = FakePlatform()
+    sends: list[tuple[str, str, bool, str]] = []
+
+    class PeersPlugin:
+        @hookimpl
+        def register_channels(self, register: Any) -> None:
+            def make(account: str, settings: Any) -> Recorded:
+                return Recorded(account, tp, "mcp", sends)
+
+            make.capabilities = Recorded("tp", tp, "", []).capabilities  # type: ignore[attr-defined]
+            register("fakepeers", make)
+
+    pm = get_plugin_manager()
+    pm.register(PeersPlugin(), name="test-fake-peers")
+    try:
+        config = tmp_path / "bot.toml"
+        config.write_text(
+            f'[store]\nurl = "{postgres_url}"\n[accounts.tp]\nchannel = "fakepeers"\n'
+            '[agents.demo]\nkind = "demo"\n',
+            encoding="utf-8",
+        )
+        from backchannel.config import load_config
+
+        loaded = load_config(config)
+        setup = PostgresStore(postgres_url)
+        session = await setup.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+        await setup.close()
+        said = await ask_through_serve(loaded, peer="peer", question="6*7?", session="s1")
+        assert "needs a running `backchannel serve`" in said and sends == []
+
+        store = PostgresStore(postgres_url, worker="w2")
+        worker = Switchboard(store)
+        worker.add_account(
+            Recorded("tp", tp, "w2", sends), Binding(RecordingAgent(), respond="always")
+        )
+        AskCoordinator(worker, AskSettings()).attach()
+        worker.workers = WorkerCoordinator(worker, store, lease_ttl=TTL, heartbeat=BEAT)
+        await worker.start()
+        stopped_at_end.append(worker)
+        assert worker.workers.owned == {"tp"}
+
+        said = await ask_through_serve(loaded, peer="peer", question="6*7?", session="s1")
+        assert said.startswith("asked peer"), said
+        assert sends == [("w2", "tp", True, "6*7?")]  # sent by the holder, not by MCP
+        [ask] = await store.asks()
+        assert ask.state == "pending" and ask.peer_conversation_id == session.id
+        tp.user_says("42", chat="peer", thread="s1", sender="peer")  # read by w2's poller
+
+        async def answered() -> bool:
+            return [a.state for a in await store.asks()] == ["answered"]
+
+        await until(answered, 20, "the answer matched")
+    finally:
+        pm.unregister(name="test-fake-peers")

@@ -18,7 +18,15 @@ import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 from typing import Any
 
@@ -204,26 +212,29 @@ def idle_agents(config: Config) -> dict[str, Agent]:
 
 
 @contextlib.asynccontextmanager
-async def operator_board(config: Config, account: str) -> AsyncIterator[Switchboard]:
+async def operator_board(
+    config: Config, account: str | Sequence[str]
+) -> AsyncIterator[Switchboard]:
     """A switchboard with only `account`'s adapter started, for one operator action.
 
     For a command that runs beside (or instead of) `serve`: no recovery, no
     agent runs, no HTTP server, so another process's pending sends and
     unanswered conversations are left alone. On a PostgreSQL store whose
     workers hold `account` (a live lease), the adapter is not started: its
-    sends are handed to the holder, which sends them.
+    sends are handed to the holder, which sends them. `account` may name
+    several accounts.
     """
+    names = [account] if isinstance(account, str) else list(account)
     board = await build_switchboard(
-        config, accounts=[account], agents=idle_agents(config), serve_http=False
+        config, accounts=names, agents=idle_agents(config), serve_http=False
     )
     try:
         leases = getattr(board.store, "leases", None)
-        if leases is not None and account in await leases():
-            # a worker holds its connection (a poller, a socket): starting another here would
-            # compete with it; the sends are handed to that worker (Switchboard.deliver_through)
-            board.handed_over.add(account)
-        else:
-            await board.start_accounts([account])
+        held = set(await leases()) if leases is not None else set()
+        # a worker holds their connection (a poller, a socket): starting another here would
+        # compete with it; the sends are handed to that worker (Switchboard.deliver_through)
+        board.handed_over.update(name for name in names if name in held)
+        await board.start_accounts([name for name in names if name not in held])
         yield board
     finally:
         await board.stop()

@@ -1,9 +1,10 @@
 """Asking another agent from an MCP client: through the running `serve`, read back here.
 
 The `serve` that owns the agent accounts (tiny.place) sends the question and
-its ask coordinator matches the answer to it, so an ask always goes through
-the control socket (`ask` operation): with no `serve` running nothing is
-sent. The ask is made outside any conversation (`NO_ORIGIN`): its answer is
+its ask coordinator matches the answer to it, so an ask goes through the
+control socket (`ask` operation). On a PostgreSQL store its workers (which
+open no control socket) do: the ask is recorded here and its question handed
+to the worker holding the account. With neither running, nothing is sent. The ask is made outside any conversation (`NO_ORIGIN`): its answer is
 reported nowhere, and the `asks` tool reads it from the store.
 """
 
@@ -35,16 +36,7 @@ ANSWERS_NOTE = (
 
 def talks_to_agents(config: Config) -> bool:
     """Whether an account of `config` has a channel whose capabilities say agent peers."""
-    registry = channels()
-    for account in config.accounts.values():
-        try:
-            factory = registry.get(account.channel)
-        except Exception:  # an unknown channel: `serve` says so; the tools need not
-            continue
-        capabilities = getattr(factory, "capabilities", None)
-        if getattr(capabilities, "agent_peers", False):
-            return True
-    return False
+    return bool(_agent_accounts(config))
 
 
 async def ask_through_serve(
@@ -72,6 +64,9 @@ async def ask_through_serve(
     except control.ControlRefused as error:
         return f"error: {error}. Nothing was sent."
     except control.ControlUnavailable:
+        handed = await _ask_through_workers(config, peer, question, session, account)
+        if handed is not None:
+            return handed
         return (
             "error: asking another agent needs a running `backchannel serve` on this store (it"
             " sends the question and watches for the answer). Nothing was sent."
@@ -89,6 +84,58 @@ async def ask_through_serve(
             " may or may not have been sent. Look with the asks tool before asking again."
         )
     return str(answer.get("description") or answer)
+
+
+async def _ask_through_workers(
+    config: Config, peer: str, question: str, session: str | None, account: str | None
+) -> str | None:
+    """On a PostgreSQL store, ask through the agent accounts `serve --worker`s hold.
+
+    The ask is recorded here and its question handed to the worker holding the
+    account, which sends it; the answer is matched by whichever worker receives it
+    (it looks for asks recorded elsewhere). None when no worker holds such an account
+    (nothing was sent).
+    """
+    if not config.store.url:
+        return None
+    from backchannel.app import open_config_store, operator_board
+    from backchannel.control import BUILTIN_OPS
+
+    wanted = [account] if account else _agent_accounts(config)
+    store = open_config_store(config)
+    try:
+        held = set(await store.leases())  # type: ignore[attr-defined]
+    finally:
+        await store.close()
+    names = [name for name in wanted if name in held and name in config.accounts]
+    if not names:
+        return None
+    async with operator_board(config, names) as board:
+        answer = await BUILTIN_OPS["ask"](
+            board,
+            {
+                "peer": peer,
+                "question": question,
+                "session": session,
+                "account": account,
+                "accounts": names,
+            },
+        )
+    return str(answer.get("description") or answer)
+
+
+def _agent_accounts(config: Config) -> list[str]:
+    """The accounts of `config` whose channel talks to other agents."""
+    registry = channels()
+    names = []
+    for name, account in config.accounts.items():
+        try:
+            factory = registry.get(account.channel)
+        except Exception:  # an unknown channel: `serve` says so; the tools need not
+            continue
+        if getattr(getattr(factory, "capabilities", None), "agent_peers", False):
+            names.append(name)
+    return names
 
 
 async def asks_text(store: Store, limit: int) -> str:
