@@ -115,12 +115,15 @@ def test_v1_without_wrapper_id_falls_back_to_harness_session() -> None:
     assert normalize(raw(body)).address.thread == "h-only"
 
 
-def test_user_role_is_the_peers_human_and_owner_role_is_the_peer() -> None:
+def test_user_and_owner_roles_are_the_peers_human_and_agent_role_is_the_peer() -> None:
     user = normalize(raw({**V1, "message": {**V1["message"], "role": "user"}}))
     assert user.sender.id == f"{PEER}#user" and not user.sender.is_bot
     assert "user of" in user.sender.name
+    # the owner side's own v1 envelopes (OpenHuman's outgoing) say "owner": its human
     owner = normalize(raw({**V1, "message": {**V1["message"], "role": "owner"}}))
-    assert owner.sender.id == PEER
+    assert owner.sender.id == f"{PEER}#user" and not owner.sender.is_bot
+    agent = normalize(raw(V1))
+    assert agent.sender.id == PEER and agent.sender.is_bot
 
 
 def test_an_auto_reply_does_not_mention_the_agent() -> None:
@@ -144,6 +147,7 @@ def test_tp_block_gives_reply_to_and_stays_in_meta() -> None:
     [
         ("agent_message", {"text": "ok"}, "agent", "ok"),
         ("user_prompt", {"text": "do it", "source": "human"}, "user", "do it"),
+        ("user_prompt", {"text": "do it", "source": "human"}, "owner", "do it"),
         ("error", {"message": "boom", "fatal": True}, "agent", "[error] boom"),
         (
             "approval_request",
@@ -161,7 +165,7 @@ def test_v2_events_with_words_become_messages(
     assert event.text == text
     assert event.meta["event_kind"] == kind
     assert event.meta["provider"] == "codex"
-    assert event.sender.id == (f"{PEER}#user" if role == "user" else PEER)
+    assert event.sender.id == (f"{PEER}#user" if role in ("user", "owner") else PEER)
 
 
 @pytest.mark.parametrize(

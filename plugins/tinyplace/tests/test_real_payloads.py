@@ -352,6 +352,45 @@ def test_v2_frames_with_words(kind: str, payload: dict[str, Any], text: str) -> 
     assert event is not None and event.text == text and event.address.thread == "w2"
 
 
+# TS SDK types/harness.ts: `HarnessEventRole = "owner" | "agent"`, "owner == v1
+# user", fixed per kind (owner iff user_prompt); `UserPromptPayload.source` is
+# "human" | "openhuman_inject". The wrappers write role "owner" on every prompt.
+@pytest.mark.parametrize(
+    ("role", "source", "human"),
+    [
+        ("owner", "human", True),
+        (None, "human", True),  # a frame that leaves the role out: owner, by its kind
+        ("user", "human", True),  # the v1 word, from a peer that mixes them
+        ("agent", "human", False),  # taken at its word
+        ("owner", "openhuman_inject", False),  # the orchestrator wrote it, not the human
+    ],
+)
+def test_v2_user_prompt_roles(role: str | None, source: str, human: bool) -> None:
+    frame = v2("user_prompt", {"text": "do it", "source": source}, role=role)
+    if role is None:
+        del frame["event"]["role"]
+    event = normalize(wrap(frame))
+    assert event is not None and event.text == "do it"
+    if human:
+        assert event.sender.id == f"{PEER}#user" and not event.sender.is_bot
+    else:
+        assert event.sender.id == PEER and event.sender.is_bot
+    assert event.meta["role"] == (role or "owner")
+    assert event.meta["prompt_source"] == source
+
+
+def test_v2_agent_words_are_the_peer_agent() -> None:
+    frames: list[tuple[str, dict[str, Any]]] = [
+        ("agent_message", {"text": "done"}),
+        ("error", {"message": "boom", "fatal": True}),
+        ("approval_request", {"tool_name": "rm", "display": "rm -rf x"}),
+    ]
+    for kind, payload in frames:
+        got = normalize(wrap(v2(kind, payload)))
+        assert got is not None and got.sender.id == PEER and got.sender.is_bot
+        assert "prompt_source" not in got.meta
+
+
 @pytest.mark.parametrize(
     "body",
     [

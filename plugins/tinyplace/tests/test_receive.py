@@ -234,6 +234,50 @@ async def test_session_envelope_threads_by_wrapper_session_and_maps_roles(
     assert event.event_id == event_id_of(peer.agent_id, last)
 
 
+async def test_a_v2_owner_prompt_is_the_peers_human_and_agent_words_the_peer(
+    account: TinyplaceAdapter, contract_context: ContractContext, relay: FakeRelay, peer: RelayPeer
+) -> None:
+    relay.make_contacts(peer.agent_id, account.agent_id)
+
+    def frame(seq: int, role: str, kind: str, text: str) -> bytes:
+        """A v2 frame as the harness wrappers write it (TS SDK `SessionEnvelopeV2`)."""
+        event = {"id": f"e{seq}", "seq": seq, "ts": "2026-07-05T00:00:00Z", "role": role}
+        payload = {"text": text, "source": "human"} if kind == "user_prompt" else {"text": text}
+        return json.dumps(
+            {
+                "envelope_version": "tinyplace.harness.session.v2",
+                "version": 2,
+                "bucket": {"unit": "minute", "start": "s", "end": "e"},
+                "scope": {
+                    "type": "folder",
+                    "key": "repo",
+                    "cwd": "/w",
+                    "wrapper_session_id": "w2",
+                    "harness_session_id": "h2",
+                },
+                "harness": {"provider": "claude", "command": "claude", "argv": []},
+                "event": {**event, "kind": kind, "payload": payload},
+                "source": {"path": "p", "record_type": "user"},
+            }
+        ).encode()
+
+    for seq, (role, kind, text) in enumerate(
+        [("owner", "user_prompt", "please deploy"), ("agent", "agent_message", "deploying")]
+    ):
+        await peer.client.messages.send_encrypted(
+            peer.session,
+            peer.agent_id,
+            account.agent_id,
+            frame(seq, role, kind, text),
+            message_id=f"msg_v2_{seq}",
+        )
+    await relay.wait_acked(account.agent_id, "msg_v2_1")
+    window = await contract_context.transcript(Address("test", peer.agent_id, "w2"))
+    assert [m.text for m in window] == ["please deploy", "deploying"]
+    assert [m.sender.id for m in window] == [f"{peer.agent_id}#user", peer.agent_id]
+    assert not window[0].sender.is_bot and window[1].sender.is_bot
+
+
 async def test_empty_mailbox_answered_with_null_is_fine(account: TinyplaceAdapter) -> None:
     assert await account.poll_once() == 0
 

@@ -13,6 +13,19 @@ Field names are snake_case on the wire. An envelope is valid when its version
 tag matches and it names a session (``wrapper_session_id``, else
 ``harness_session_id``); anything else is a plain DM, as in the reference
 parsers. Everything here is untrusted text from a peer.
+
+Roles: v1 writes ``"user"`` for the peer's human and ``"agent"`` for the
+session; v2 writes ``"owner"`` (the TS SDK's ``HarnessEventRole``: "owner ==
+v1 user", set iff ``kind == "user_prompt"``) and ``"agent"``; the owner side's
+own v1 envelopes (OpenHuman's ``SessionEnvelopeV1::outgoing``) say ``"owner"``
+too. A v2 ``user_prompt`` names who wrote it in ``payload.source``: ``"human"``,
+or ``"openhuman_inject"`` (the OpenHuman orchestrator's prompt, not its human's).
+
+One JSON body is not a conversation at all: the SDK's group messaging hands a
+group's sender key to each member over this same 1:1 channel
+(``{"kind": "tinyplace/group-sender-key", ..., "distribution": {"chainKey":
+...}}``). backchannel takes no part in group chats; such a body carries no
+text, and nothing of it is kept.
 """
 
 from __future__ import annotations
@@ -26,10 +39,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from attrs import frozen
+from tinyplace.messaging.group import GROUP_KEY_DM_KIND, parse_group_key_distribution
 
 __all__ = [
     "ENVELOPE_V1",
     "ENVELOPE_V2",
+    "HUMAN_ROLES",
     "SESSION_LABEL",
     "ParsedBody",
     "build_v1_envelope",
@@ -43,6 +58,8 @@ ENVELOPE_V2 = "tinyplace.harness.session.v2"
 
 #: v2 event kinds that carry words for the other side; the rest is progress noise
 _V2_TEXT_KINDS = {"user_prompt", "agent_message"}
+#: roles of the peer's human: v2 "owner" (also in the owner side's v1), v1 "user"
+HUMAN_ROLES = frozenset({"owner", "user"})
 #: the shape the harness plugins accept for a session label (`codex:1`, `reviewer`)
 SESSION_LABEL = re.compile(r"[\w:-]{1,32}")
 #: the pre-envelope auto-reply / reply-to control header (inside the ciphertext)
@@ -59,7 +76,8 @@ class ParsedBody:
 
     `session` is None for a plain DM. `text` is None when the body is an
     envelope event that carries no words for a conversation (a v2 status or
-    tool event).
+    tool event), or a group sender-key handoff (`group_key_for` is then the
+    group's id, "" when unreadable).
     """
 
     text: str | None
@@ -74,6 +92,9 @@ class ParsedBody:
     timestamp: str | None = None
     phase: str | None = None
     tp: Mapping[str, Any] | None = None
+    #: a v2 `user_prompt`'s `payload.source`: "human" or "openhuman_inject"
+    prompt_source: str | None = None
+    group_key_for: str | None = None
 
 
 def parse_body(plaintext: str) -> ParsedBody:
@@ -86,6 +107,8 @@ def parse_body(plaintext: str) -> ParsedBody:
         return _plain(plaintext)
     if not isinstance(data, dict):
         return _plain(plaintext)
+    if data.get("kind") == GROUP_KEY_DM_KIND:
+        return _group_key_handoff(plaintext)
     version = data.get("envelope_version")
     session = _session_key(data.get("scope"))
     if version not in (ENVELOPE_V1, ENVELOPE_V2) or session is None:
@@ -114,12 +137,16 @@ def parse_body(plaintext: str) -> ParsedBody:
         )
     event = _mapping(data.get("event"))
     kind = _str(event.get("kind")) or "unknown"
+    payload = _mapping(event.get("payload"))
     return ParsedBody(
-        text=_v2_text(kind, _mapping(event.get("payload"))),
-        role=_str(event.get("role")) or ("user" if kind == "user_prompt" else "agent"),
+        text=_v2_text(kind, payload),
+        # the schema fixes the role by kind (owner iff user_prompt): a frame without one
+        # gets that; one that names it is taken at its word
+        role=_str(event.get("role")) or ("owner" if kind == "user_prompt" else "agent"),
         message_id=_id(event.get("id")),
         event_kind=kind,
         timestamp=_str(event.get("ts")),
+        prompt_source=_str(payload.get("source")) if kind == "user_prompt" else None,
         **common,
     )
 
@@ -208,6 +235,19 @@ def _clean_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         clean_text(key): clean_text(value) if isinstance(value, str) else value
         for key, value in pairs
     }
+
+
+def _group_key_handoff(plaintext: str) -> ParsedBody:
+    """Read a group sender-key handoff: no text, only the group it is for.
+
+    Its `distribution.chainKey` decrypts the group's messages: it must reach no
+    transcript, model, log or dead letter. A body that says it is a handoff but
+    that the SDK cannot read (a field missing or of the wrong type) is kept out
+    the same way: it may hold a key all the same.
+    """
+    handoff = parse_group_key_distribution(plaintext.strip())
+    group = handoff["groupId"] if handoff is not None else ""
+    return ParsedBody(text=None, group_key_for=clean_text(group))
 
 
 def _plain(plaintext: str) -> ParsedBody:

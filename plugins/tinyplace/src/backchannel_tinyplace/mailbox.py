@@ -18,14 +18,26 @@ Messages are handled in the order they were sent (at equal times a
 `PREKEY_BUNDLE` before `CIPHERTEXT`s). A message that can never be decrypted
 is a dead letter (logged, kept among the store's dead letters, acked);
 anything else is retried on the next poll.
+
+Group chats share the mailbox: the relay's group fan-out puts each member's
+copy of a group message (sender-key encrypted, `signal.senderKeyId`) and its
+own "sender-key-distribution-required" hints there too. backchannel takes no
+part in group chats, so these are left where they are, as the SDK's own
+`fetch_group_inbox` leaves what it cannot read: never decrypted as 1:1 (that
+fails), never dead-lettered, and logged once each; another client of this
+identity may read them. Only when a listing is full (`poll_limit`) are the
+group envelopes in it removed: the relay lists oldest first with no cursor,
+so left there they would hide newer 1:1 messages for good.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,11 +46,12 @@ from backchannel.errors import NormalizeError
 from backchannel.model import Event
 from tinyplace import TinyPlaceClient, TinyPlaceError
 from tinyplace.api.messages import decode_agent_address
+from tinyplace.messaging.group import is_backend_hint_envelope, parse_sender_key_id
 from tinyplace.signal import SignalSession
 from tinyplace.signal.crypto import ed25519_pub_to_x25519_pub
 
 from .contacts import ContactsApi
-from .envelope import clean_text
+from .envelope import clean_text, parse_body
 from .normalize import event_id_of, parse_timestamp
 from .sessions import DurableSessionStore, StateUnavailable
 
@@ -50,6 +63,12 @@ _SETTLED = "settled_event_ids"
 _MAX_PENDING_SENDERS = 200
 #: characters kept of one routing field in logs and dead letters
 _MAX_FIELD = 256
+#: a hint's body is base64 of a short marker; longer bodies are not decoded to check
+_MAX_HINT_BODY = 64
+#: what group traffic is called in logs and `MailboxReader.group_traffic`
+_HANDOFF = "group sender-key handoff"
+_GROUP_MESSAGE = "group message"
+_HINT = "group sender-key hint"
 
 
 class MailboxReader:
@@ -80,6 +99,10 @@ class MailboxReader:
         self._contacts_known = False
         self._reported: set[str] = set()
         self._warned_full = False
+        #: group envelopes logged as left in the mailbox (those still listed)
+        self._left: set[str] = set()
+        #: group traffic seen, by kind: each message counted once (while this process runs)
+        self.group_traffic: Counter[str] = Counter()
         #: set when a PREKEY_BUNDLE used one of our one-time pre-keys
         self.used_prekey = False
 
@@ -107,7 +130,14 @@ class MailboxReader:
         committed = 0
         seen: set[str] = set()
         stalled: set[str] = set()
-        held = [m for m in envelopes if _text(m.get("from")) not in self._accepted]
+        # what stays in the mailbox: held senders' messages (group traffic makes room, below).
+        # The relay lists oldest first with no cursor, so a listing full of them hides newer
+        # messages
+        held = [
+            m
+            for m in envelopes
+            if _text(m.get("from")) not in self._accepted and _group_traffic(m) is None
+        ]
         if envelopes and len(held) == len(envelopes) >= self._limit:
             if not self._warned_full:
                 self._warned_full = True
@@ -119,14 +149,31 @@ class MailboxReader:
                 )
         else:
             self._warned_full = False
+        # a full listing with group traffic in it: nothing here ever reads that traffic, and
+        # left there it would hide newer 1:1 messages for good (no cursor), so it goes
+        crowded = len(envelopes) >= self._limit
         for envelope in envelopes:
             # one spelling of the id for dedupe, the event id and the ack: half a surrogate
             # pair becomes U+FFFD, as the relay (and the store) keep it
             relay_id = clean_text(_text(envelope.get("id")))
             sender = _text(envelope.get("from"))
-            if not relay_id or relay_id in seen or sender in stalled:
+            if not relay_id or relay_id in seen:
                 continue
             seen.add(relay_id)
+            group = _group_traffic(envelope)
+            if group is not None:
+                # before the sender gate: a group member need not be a contact, and its
+                # group messages are no request to be one
+                if crowded:
+                    self._note_group(
+                        group, relay_id, sender, _group_of(envelope), "removed to make room"
+                    )
+                    await self.ack(relay_id)
+                else:
+                    self._leave(envelope, relay_id, sender, group)
+                continue
+            if sender in stalled:
+                continue
             try:
                 committed += await self._handle(envelope, relay_id, sender)
             except Exception as error:  # transient: leave it in the mailbox for the next poll
@@ -139,7 +186,31 @@ class MailboxReader:
                     type(error).__name__,
                     error,
                 )
+        self._left &= seen  # what left the mailbox is forgotten: the set stays small
         return committed
+
+    def _leave(self, envelope: Mapping[str, Any], relay_id: str, sender: str, kind: str) -> None:
+        """Leave a group envelope in the mailbox; count and log it the first time it is listed."""
+        if relay_id in self._left:
+            return
+        self._left.add(relay_id)
+        self._note_group(kind, relay_id, sender, _group_of(envelope), "left in the mailbox")
+
+    def _note_group(self, kind: str, relay_id: str, sender: str, group: str, what: str) -> None:
+        """Count one piece of group traffic; say the first of each kind at INFO, the rest at DEBUG."""
+        self.group_traffic[kind] += 1
+        level = logging.INFO if self.group_traffic[kind] == 1 else logging.DEBUG
+        self._ctx.log.log(
+            level,
+            "%s %s from %s (group %s) %s: backchannel takes no part in group chats"
+            " (%d seen so far)",
+            kind,
+            relay_id[:_MAX_FIELD],
+            sender[:_MAX_FIELD],
+            group[:_MAX_FIELD] or "?",
+            what,
+            self.group_traffic[kind],
+        )
 
     async def _handle(self, envelope: dict[str, Any], relay_id: str, sender: str) -> int:
         ctx = self._ctx
@@ -178,10 +249,14 @@ class MailboxReader:
                     await self.ack(relay_id)
                     return 0
                 raw = {"envelope": routing, "plaintext": plaintext}
+                handoff = None
                 if not self._stores_a_row(raw):
                     # nothing will be stored under this event id: remember it as settled,
                     # with the ratchet step, so a re-listing is not decrypted a second time
                     staged[_SETTLED] = json.dumps([*await self._settled(), event_id][-500:])
+                    # a group sender-key handoff is one such (see envelope.py): said here
+                    # by its group only, never by its key
+                    handoff = parse_body(plaintext).group_key_for
                 result = await ctx.ingest(raw, state=dict(staged))
                 if result.status == "malformed":
                     # the message is dropped, but the ratchet did move: keep it in step
@@ -189,6 +264,8 @@ class MailboxReader:
                         await ctx.set_state(key, value)
         if envelope.get("type") == "PREKEY_BUNDLE":
             self.used_prekey = True  # one of our one-time pre-keys is spent
+        if handoff is not None:
+            self._note_group(_HANDOFF, relay_id, sender, handoff, "acked; its key is not kept")
         await self.ack(relay_id)
         return 1
 
@@ -280,6 +357,34 @@ class MailboxReader:
             reason[:_MAX_FIELD],
         )
         await self._ctx.dead_letter(relay_id, reason[:500], json.dumps(_routing(envelope)))
+
+
+def _group_traffic(envelope: Mapping[str, Any]) -> str | None:
+    """What kind of group traffic an envelope is, or None for a 1:1 message.
+
+    Told apart as the SDK's `fetch_group_inbox` does: a relay hint (its body is
+    base64 of "sender-key-distribution-required" or "...-rotation-required"), or
+    a sender-key message (`signal.senderKeyId`, which no 1:1 message has).
+    """
+    body = envelope.get("body")
+    if (
+        isinstance(body, str)
+        and len(body) <= _MAX_HINT_BODY
+        and is_backend_hint_envelope(dict(envelope))
+    ):
+        return _HINT
+    signal = envelope.get("signal")
+    if isinstance(signal, Mapping) and signal.get("senderKeyId"):
+        return _GROUP_MESSAGE
+    return None
+
+
+def _group_of(envelope: Mapping[str, Any]) -> str:
+    """The group id of a group envelope, from its sender-key id (`{group}:{sender}:epoch:{n}`)."""
+    signal = envelope.get("signal")
+    key_id = signal.get("senderKeyId") if isinstance(signal, Mapping) else None
+    parsed = parse_sender_key_id(key_id) if isinstance(key_id, str) else None
+    return clean_text(parsed.group_id) if parsed is not None else ""
 
 
 def _routing(envelope: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from backchannel.errors import NormalizeError
 from backchannel.model import Address, Event, Sender
 from backchannel.storable import LATEST_SENT_AT
 
-from .envelope import ParsedBody, clean_text, parse_body
+from .envelope import HUMAN_ROLES, ParsedBody, clean_text, parse_body
 
 __all__ = ["MASTER", "event_id_of", "normalize_relay_message", "parse_timestamp", "peer_label"]
 
@@ -103,9 +103,11 @@ def peer_label(agent_id: str) -> str:
 
 
 def _sender(peer: str, body: ParsedBody) -> Sender:
-    # A harness envelope with role "user" is the peer relaying what its own
-    # human user said; everything else is the peer agent speaking for itself.
-    if body.role == "user":
+    # A harness envelope with the owner's role (v2 "owner", v1 "user") is the peer
+    # relaying what its own human said; everything else is the peer agent speaking
+    # for itself. A v2 prompt the OpenHuman orchestrator injected says "owner" too
+    # (the side of the chat it shows on), but its `source` says software wrote it.
+    if body.role in HUMAN_ROLES and body.prompt_source != "openhuman_inject":
         return Sender(id=f"{peer}#user", name=f"the user of {peer_label(peer)}", handle=peer)
     return _agent_sender(peer)
 
@@ -146,6 +148,7 @@ def _meta(envelope: Mapping[str, Any], body: ParsedBody) -> dict[str, Any]:
         "line": body.line,
         "phase": body.phase,
         "event_kind": body.event_kind,
+        "prompt_source": body.prompt_source,
         "tp": dict(body.tp) if body.tp else None,
     }
     return {key: _clip(value) for key, value in facts.items() if value not in (None, "", {})}

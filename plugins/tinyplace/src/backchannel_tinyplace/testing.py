@@ -20,7 +20,8 @@ a date more than `max_skew` seconds off, and a nonce seen before (401).
 
 Faults: `fail_next` ("rate_limited", "server_error", "stored_then_error",
 "rejected", "hang", "stored_then_hang", "reset"), `duplicate_next_listing`, `redeliver`,
-`inject_undecryptable`.
+`inject_undecryptable`. Group chats: `fan_out` puts a group envelope (the SDK's
+`build_group_envelope`) in members' mailboxes, as the relay's group fan-out does.
 
 `RelayPeer` is another agent on the relay, driven by test code with the
 real SDK: signing, key publication, `send_encrypted`, decryption.
@@ -35,7 +36,7 @@ import json
 import os
 import secrets
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -188,6 +189,18 @@ class FakeRelay:
         envelope = undecryptable_envelope(to, sender, timestamp=_now_iso())
         self._store(envelope)
         return str(envelope["id"])
+
+    def fan_out(self, envelope: dict[str, Any], members: Iterable[str]) -> None:
+        """Put a copy of a group envelope in each member's mailbox, as the group fan-out does.
+
+        `envelope` is one the SDK's `build_group_envelope` made (`to` is the group,
+        `signal.senderKeyId` the sender key), or a relay hint; each copy keeps its fields.
+        """
+        for member in members:
+            self.stored[(member, str(envelope["id"]))] = dict(envelope)
+            if all(m.get("id") != envelope["id"] for m in self.mailboxes[member]):
+                self.mailboxes[member].append(dict(envelope))
+        self._watch.changed()
 
     def make_contacts(self, a: str, b: str) -> None:
         """Record `a` and `b` as accepted contacts (as if one asked and the other accepted)."""
