@@ -240,12 +240,38 @@ def test_an_embed_reads_as_author_title_description_fields_and_footer() -> None:
     assert norm(envelope("MESSAGE_CREATE", webhook_post(embeds=[broken]))).text == "t"
 
 
-def test_a_message_with_text_keeps_only_its_text_not_its_embeds() -> None:
-    # docs/channels/discord.md: embeds are read only when the message has no text
-    event = norm(envelope("MESSAGE_CREATE", webhook_post(embeds=[ALERT_EMBED])))
-    post = webhook_post(embeds=[ALERT_EMBED])
-    post["content"] = "Alert firing"
-    assert norm(envelope("MESSAGE_CREATE", post)).text == "Alert firing" != event.text
+def test_a_bot_message_with_text_and_a_rich_embed_reads_as_both() -> None:
+    # a CI bot's "Build finished:" says the rest in its embed: both are the message
+    build = {
+        "type": "rich",
+        "title": "Build #812 failed",
+        "description": "tests/test_api.py::test_login",
+        "fields": [{"name": "branch", "value": "main"}],
+    }
+    preview = {
+        "type": "article",
+        "url": "https://ci.example/812",
+        "title": "CI",
+        "description": "x",
+    }
+    post = webhook_post(embeds=[build, preview])
+    post["content"] = "Build finished:"
+    assert norm(envelope("MESSAGE_CREATE", post)).text == (
+        "Build finished:\n\nBuild #812 failed\ntests/test_api.py::test_login\nbranch: main"
+    )
+    # link previews repeat the page a URL in the text names: never read, nor a person's
+    # unfurls of type rich (a person cannot post a rich embed of their own)
+    unfurled = in_guild(content="look https://x.example", embeds=[preview, ALERT_EMBED])
+    assert norm(envelope("MESSAGE_CREATE", unfurled)).text == "look https://x.example"
+    kinds = ("link", "image", "video", "gifv", "article")
+    links = webhook_post(embeds=[{**preview, "type": kind} for kind in kinds])
+    links["content"] = "see"
+    assert norm(envelope("MESSAGE_CREATE", links)).text == "see"
+    # bounded: no payload makes the embed text longer than Discord lets a message's be
+    huge = webhook_post(embeds=[{"type": "rich", "description": "y" * 9000}] * 3)
+    huge["content"] = "big"
+    text = norm(envelope("MESSAGE_CREATE", huge)).text
+    assert text.startswith("big\n\nyyy") and len(text) <= len("big\n\n") + 6000
 
 
 def forward_of(**snapshot: Any) -> dict[str, Any]:
@@ -263,9 +289,10 @@ def test_a_forward_of_an_embed_or_components_reads_as_their_text() -> None:
     display = [{"type": 17, "components": [{"type": 10, "content": "deploy finished"}]}]
     event = norm(envelope("MESSAGE_CREATE", forward_of(components=display, flags=1 << 15)))
     assert event.text == "deploy finished"
-    # the snapshot's own content comes first; a snapshot of the wrong shape gives no text
+    # the snapshot's own content comes first, then its embeds; a snapshot of the wrong
+    # shape gives no text
     event = norm(envelope("MESSAGE_CREATE", forward_of(content="fwd", embeds=[ALERT_EMBED])))
-    assert event.text == "fwd"
+    assert event.text.startswith("fwd\n\nGrafana\nCPU high\n")
     event = norm(envelope("MESSAGE_CREATE", forward_of(embeds="x", components={"type": 10})))
     assert event.text == ""
 
@@ -350,6 +377,22 @@ def test_partial_update_without_author_still_edits() -> None:
     event = norm(envelope("MESSAGE_UPDATE", partial))
     assert event.kind == "edit"
     assert event.text == "fixed typo"
+
+
+def test_an_update_that_lists_the_files_says_its_list_is_complete() -> None:
+    """An update with an `attachments` list carries the message's whole list (an empty one:
+    the files were edited away); a partial one without the field says nothing of files."""
+    from backchannel.model import ATTACHMENTS_COMPLETE
+
+    stamp = "2017-07-11T17:30:00.000000+00:00"
+    listed = norm(envelope("MESSAGE_UPDATE", in_guild(content="no file now", attachments=[],
+                                                      edited_timestamp=stamp)))  # fmt: skip
+    assert listed.meta[ATTACHMENTS_COMPLETE] is True and listed.attachments == ()
+    partial = {"id": "334385199974967042", "channel_id": CHANNEL, "guild_id": GUILD,
+               "content": "fixed typo", "edited_timestamp": stamp}  # fmt: skip
+    assert ATTACHMENTS_COMPLETE not in norm(envelope("MESSAGE_UPDATE", partial)).meta
+    created = norm(envelope("MESSAGE_CREATE", in_guild(content="hi", attachments=[])))
+    assert ATTACHMENTS_COMPLETE not in created.meta
 
 
 def test_update_that_changes_no_text_is_ignored() -> None:

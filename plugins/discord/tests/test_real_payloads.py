@@ -18,8 +18,11 @@ from typing import Any
 
 import pytest
 from backchannel.errors import NormalizeError
-from backchannel.model import Event
-from backchannel.testing import mutate_payload
+from backchannel.framing import format_message
+from backchannel.model import Address, Event, Message, Sender
+from backchannel.policy import Policy
+from backchannel.testing import ContractContext, mutate_payload
+from backchannel_discord import DiscordAdapter
 from backchannel_discord.normalize import normalize_payload
 
 BOT = "1180000000000000001"
@@ -929,3 +932,222 @@ def _well_formed(event: Event) -> bool:
     json.dumps(dict(event.meta))  # the store keeps meta as JSON
     assert event.conversation_title is None or isinstance(event.conversation_title, str)
     return True
+
+
+# ------------------------------------------------------------ through the store
+
+
+def bound(contract_context: ContractContext) -> ContractContext:
+    """The contract context bound to an adapter that knows who the bot is (as after READY)."""
+    adapter = DiscordAdapter(contract_context.account, {"token": "x.y.z"})
+    adapter.me = Sender(BOT, "backchannel", "backchannel", is_bot=True)
+    return contract_context.bind(adapter)
+
+
+# -- 27. another app's deferred slash-command response: Discord creates it LOADING
+#        (flags 1 << 7, "Dice is thinking...") with no content, and the app's answer
+#        completes it with a full MESSAGE_UPDATE that clears LOADING and leaves
+#        edited_timestamp null (no one edited it)
+DEFERRED_LOADING = copy.deepcopy(SLASH_RESPONSE)
+DEFERRED_LOADING["d"].update(content="", flags=128)
+DEFERRED_DONE = copy.deepcopy(SLASH_RESPONSE)
+DEFERRED_DONE.update(s=58, t="MESSAGE_UPDATE")
+
+
+async def test_a_deferred_response_is_filled_in_by_the_update_that_completes_it(
+    contract_context: ContractContext,
+) -> None:
+    ctx = bound(contract_context)
+    assert (await ctx.ingest(DEFERRED_LOADING)).status == "stored"
+    still_loading = copy.deepcopy(DEFERRED_LOADING)
+    still_loading.update(s=57, t="MESSAGE_UPDATE")
+    assert norm(still_loading) is None  # nothing to show yet
+    done = await ctx.ingest(DEFERRED_DONE)
+    assert done.event is not None and done.event.kind == "edit"
+    assert done.event.event_id == "1325400000000000018:completed"
+    (row,) = await ctx.transcript(Address(ctx.account, GENERAL))
+    assert (row.sender.name, row.text) == ("Dice", "🎲 You rolled a 4.")
+    # an embed or a link preview added afterwards (a full update, still no edit time) is
+    # that completion again, not a change
+    unfurled = copy.deepcopy(DEFERRED_DONE)
+    unfurled["s"] = 59
+    unfurled["d"]["embeds"] = [{"type": "link", "url": "https://example.org/dice"}]
+    assert (await ctx.ingest(unfurled)).status == "duplicate"
+    # an answer given in an embed alone fills it in as well
+    in_embed = copy.deepcopy(DEFERRED_DONE)
+    in_embed["d"].update(content="", embeds=[{"type": "rich", "title": "You rolled a 4"}])
+    assert event(in_embed).text == "You rolled a 4"
+    # a person's message's full update without an edit time (a link preview) changes nothing
+    preview = copy.deepcopy(GUILD_MENTION)
+    preview["t"] = "MESSAGE_UPDATE"
+    preview["d"]["embeds"] = [{"type": "link", "url": "https://example.org/deploy"}]
+    assert norm(preview) is None
+
+
+# -- 28. webhook.mdx "Execute Webhook" username override: one incoming webhook (a Matrix
+#        bridge) posting as each person it relays; the author is the webhook (its id is
+#        the webhook's), named as the post asked
+HOOK = "1180000000000000777"
+
+
+def bridged(name: str, number: int) -> dict[str, Any]:
+    return {
+        "op": 0,
+        "s": 70 + number,
+        "t": "MESSAGE_CREATE",
+        "d": {
+            "type": 0,
+            "id": str(1325400000000000200 + number),
+            "channel_id": GENERAL,
+            "guild_id": GUILD,
+            "webhook_id": HOOK,
+            "author": {
+                "id": HOOK,
+                "username": name,
+                "discriminator": "0000",
+                "bot": True,
+                "avatar": None,
+            },
+            "content": f"message {number}",
+            "timestamp": f"2025-01-05T10:0{number}:00.000000+00:00",
+            "edited_timestamp": None,
+            "attachments": [],
+            "embeds": [],
+            "mentions": [],
+            "mention_roles": [],
+            "tts": False,
+            "pinned": False,
+            "mention_everyone": False,
+            "flags": 0,
+        },
+    }
+
+
+async def test_each_name_a_webhook_posts_as_is_a_sender_of_its_own(
+    contract_context: ContractContext,
+) -> None:
+    ctx = bound(contract_context)
+    names = ["Alice (via Matrix)", "Bob (via Matrix)", "Carol (via Matrix)", "Alice (via Matrix)"]
+    senders = [event(bridged(name, i)).sender for i, name in enumerate(names)]
+    assert len({s.id for s in senders}) == 3 and senders[0] == senders[3]
+    assert all(s.id.startswith(f"webhook:{HOOK}:") and s.is_bot for s in senders)
+    assert [s.name for s in senders] == names
+    for i, name in enumerate(names):
+        await ctx.ingest(bridged(name, i))
+    conversation = await ctx.store.find_conversation(Address(ctx.account, GENERAL))
+    assert conversation is not None
+    participants = await ctx.store.participants(conversation.id)
+    assert sorted(p.sender.name for p in participants) == sorted(set(names))
+    # a persona named like the owner (their name, their handle, their id) is not the owner,
+    # nor anyone an allowlist names: no persona's id is a snowflake
+    owner = Policy(access="owner", owner=ALICE)
+    allow = Policy(access="allowlist", allow=[ALICE, HOOK])
+    for name in ("Alice W", "alice.w", ALICE, BOT):
+        fake_owner = event(bridged(name, 5))
+        assert fake_owner.sender.id != ALICE and fake_owner.sender.is_bot
+        assert not owner.may_reach(fake_owner) and not allow.may_reach(fake_owner)
+    # nor is it the bot: a persona named like it is stored, and its reply to the bot
+    # counts only as what it is
+    assert event(bridged(BOT, 6)).sender.id != BOT
+    # an app's own webhook (interaction responses: webhook_id is the application's id) is
+    # that app's bot user, as before, and the bot's own responses are its own
+    assert event(SLASH_RESPONSE).sender.id == "1180000000000000700"
+    own = copy.deepcopy(SLASH_RESPONSE)
+    own["d"]["author"]["id"] = own["d"]["webhook_id"] = own["d"]["application_id"] = BOT
+    assert norm(own) is None
+
+
+# -- 29. gateway-events.mdx Message Reaction Add / Remove with `burst` and `type` (1:
+#        a super reaction): one user's normal and super reaction of one emoji
+def reaction(kind: str, s: int, *, burst: bool, emoji: dict[str, Any]) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "user_id": "1180000000000000501",
+        "message_id": "1325400000000000001",
+        "channel_id": GENERAL,
+        "guild_id": GUILD,
+        "emoji": emoji,
+        "burst": burst,
+        "type": 1 if burst else 0,
+    }
+    if kind == "MESSAGE_REACTION_ADD":
+        bob = {"id": "1180000000000000501", "username": "bob", "global_name": "Bob"}
+        data.update(
+            message_author_id=ALICE,
+            burst_colors=["#ff8a00"] if burst else [],
+            member={"user": bob, "roles": [], "joined_at": "2024-01-01T00:00:00+00:00"},
+        )
+    return {"op": 0, "s": s, "t": kind, "d": data, "backchannel": {"session_id": "sess1"}}
+
+
+async def test_a_super_reaction_comes_off_alone_and_leaves_the_normal_one(
+    contract_context: ContractContext,
+) -> None:
+    ctx = bound(contract_context)
+    await ctx.ingest(GUILD_MENTION)
+    fire = {"id": None, "name": "🔥"}
+    parrot = {"id": "1180000000000000950", "name": "parrot"}
+
+    async def reactions() -> Any:
+        (row,) = await ctx.transcript(Address(ctx.account, GENERAL))
+        return row.reactions
+
+    for emoji in (fire, parrot):
+        await ctx.ingest(reaction("MESSAGE_REACTION_ADD", 1, burst=False, emoji=emoji))
+        await ctx.ingest(reaction("MESSAGE_REACTION_ADD", 2, burst=True, emoji=emoji))
+        await ctx.ingest(reaction("MESSAGE_REACTION_REMOVE", 3, burst=True, emoji=emoji))
+        assert await reactions() == (("Bob", ":parrot:" if emoji is parrot else "🔥"),)
+        # and the other way round: the super one stays when the normal one comes off
+        await ctx.ingest(reaction("MESSAGE_REACTION_ADD", 4, burst=True, emoji=emoji))
+        await ctx.ingest(reaction("MESSAGE_REACTION_REMOVE", 5, burst=False, emoji=emoji))
+        shown = ":parrot: (super)" if emoji is parrot else "🔥 (super)"
+        assert await reactions() == (("Bob", shown),)
+        await ctx.ingest(reaction("MESSAGE_REACTION_REMOVE", 6, burst=True, emoji=emoji))
+        assert await reactions() == ()
+    super_fire = event(reaction("MESSAGE_REACTION_ADD", 7, burst=True, emoji=fire))
+    assert super_fire.meta["burst"] is True and super_fire.meta["emoji_key"] == "burst:🔥"
+    assert ":burst:🔥:" in super_fire.event_id
+
+
+# -- 30. user, channel and role mention markup (message.mdx "Message Formatting"): the
+#        mentions array names the user (with a partial member), the adapter's cache the
+#        role and channel
+MENTIONS = copy.deepcopy(GUILD_MENTION)
+MENTIONS["d"].update(
+    content=(
+        "<@1180000000000000501> can you review <#1180000000000000200>? cc <@&1180000000000000901>"
+        " <@!1180000000000000001> <@1180000000000000999> <#1180000000000000299>"
+    ),
+    mentions=[
+        {
+            "id": "1180000000000000501",
+            "username": "bob",
+            "global_name": "Bob",
+            "member": {"nick": "Bobby", "roles": []},
+        },
+        {"id": BOT, "username": "backchannel", "global_name": None, "bot": True},
+    ],
+    mention_roles=["1180000000000000901"],
+)
+
+
+def test_mentions_read_as_names_with_the_markup_to_mention_back() -> None:
+    cached = {
+        **MENTIONS,
+        "backchannel": {
+            "channel_name": "general",
+            "role_names": {"1180000000000000901": "Reviewers"},
+        },
+    }
+    got = event(cached)
+    assert got.text == (
+        "@Bobby (<@1180000000000000501>) can you review #general (<#1180000000000000200>)?"
+        " cc @Reviewers (<@&1180000000000000901>) @backchannel (<@!1180000000000000001>)"
+        # neither named in the payload nor in the cache: left as it is
+        " <@1180000000000000999> <#1180000000000000299>"
+    )
+    assert got.mentions_me  # read on the markup as Discord sent it
+    # the agent reads who is meant, and the markup its answer pings them with
+    row = Message(1, 1, "in", got.sender, got.text, got.sent_at)
+    assert "Ally: @Bobby (<@1180000000000000501>) can you" in format_message(row)["content"]
+    # without the adapter's cache, roles and other channels stay markup
+    assert "cc <@&1180000000000000901>" in event(MENTIONS).text

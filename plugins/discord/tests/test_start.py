@@ -164,7 +164,7 @@ async def test_without_the_message_content_intent_only_mentions_carry_text(
         finally:
             await adapter.stop()
         texts = {e.event_id: e.text for e in contract_context.events}
-        assert texts == {plain["id"]: "", mention["id"]: mention["content"]}
+        assert texts == {plain["id"]: "", mention["id"]: f"@backchannel-bot (<@{fake.bot_id}>) hi"}
 
 
 class LineSeen(logging.Handler):

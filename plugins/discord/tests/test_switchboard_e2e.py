@@ -78,9 +78,10 @@ async def test_mention_in_a_guild_channel_and_a_dm_each_get_a_reply_to_that_mess
     kinds = sorted(run.conversation.kind for run in agent.runs)
     assert kinds == ["direct", "group"]
     group_run = next(run for run in agent.runs if run.conversation.kind == "group")
+    # the mention reads as the bot's name, with the markup to mention it back
     assert [m["content"].split(": ", 1)[1] for m in group_run.messages] == [
         chatter["content"],
-        mention["content"],
+        f"@backchannel-bot (<@{fake.bot_id}>) status?",
     ]
     assert "Discord" in group_run.instruction
     assert replies_to(fake, fake.general, chatter["id"]) == []
@@ -106,7 +107,7 @@ async def test_a_thread_is_its_own_conversation_under_its_parent(
     assert run.conversation.title == "#general › incident 42 (Test Server)"
     assert [m["content"].split(": ", 1)[1] for m in run.messages] == [
         "thread context",
-        asked["content"],
+        f"@backchannel-bot (<@{fake.bot_id}>) summarize",
     ]
     assert fake.sent_to(fake.general) == []
     (reply,) = fake.sent_to(thread)
@@ -299,3 +300,50 @@ async def test_reactions_show_on_their_message_and_come_off_by_user_id(
     await agent.wait_runs(4)
     await board.wait_idle()
     assert await reactions_of(fake.general, None, said["id"]) == (("Bob", "👍"),)
+
+
+async def test_super_reactions_are_kept_apart_from_normal_ones_and_cleared_with_them(
+    fake: FakeDiscord, store: SQLiteStore, board_for: Any
+) -> None:
+    agent = RecordingAgent(lambda run: "noted")
+    board = await board_for(agent, respond="mention")
+    said = await fake.post_message(fake.general, fake.alice, "ship it?")
+    bob = fake.add_user("bob", global_name="Bob")
+    await fake.react(said["id"], bob, "🔥")
+    await fake.react(said["id"], bob, "🔥", burst=True)
+    await fake.react(said["id"], bob, "party_parrot:123456789012345678", burst=True)
+    await fake.react(said["id"], bob, "🔥", remove=True, burst=True)  # the super one only
+
+    async def settled(runs: int) -> tuple[tuple[str, str], ...]:
+        await fake.post_message(fake.general, fake.alice, f"<@{fake.bot_id}> {runs}?")
+        await agent.wait_runs(runs)
+        await board.wait_idle()
+        conversation = await store.find_conversation(Address("main", fake.general))
+        assert conversation is not None
+        message = await store.message_by_platform_id(conversation.id, said["id"])
+        assert message is not None
+        return message.reactions
+
+    assert await settled(1) == (("Bob", "🔥"), ("Bob", ":party_parrot: (super)"))
+    # a moderator's clear of one emoji takes its normal and its super reactions
+    await fake.react(said["id"], fake.alice, "party_parrot:123456789012345678")
+    await fake.clear_reactions(said["id"], "party_parrot:123456789012345678")
+    assert await settled(2) == (("Bob", "🔥"),)
+
+
+async def test_role_and_channel_mentions_are_named_from_discords_cache(
+    fake: FakeDiscord, board_for: Any
+) -> None:
+    agent = RecordingAgent(lambda run: "on it")
+    board = await board_for(agent, respond="mention")
+    role = fake.bot_role_id(fake.guild_id)
+    bob = fake.add_user("bob", global_name="Bob")
+    await fake.post_message(
+        fake.general, fake.alice, f"<@&{role}> and <@{bob}>: see <#{fake.general}>"
+    )
+    await agent.wait_runs(1)  # the bot's role mentioned: a mention of the bot
+    await board.wait_idle()
+    (run,) = agent.runs
+    assert run.messages[-1]["content"].split(": ", 1)[1] == (
+        f"@backchannel-bot (<@&{role}>) and @Bob (<@{bob}>): see #general (<#{fake.general}>)"
+    )

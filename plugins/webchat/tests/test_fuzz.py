@@ -21,6 +21,7 @@ from backchannel.switchboard import Binding, Switchboard
 from backchannel.testing import RecordingAgent
 from backchannel.testing.fuzz import IngressCheck, mangled, random_odd_text, store_leaks
 from backchannel_webchat import WebchatAdapter
+from backchannel_webchat.session import frame_limit
 from backchannel_webchat.testing import FakeBrowser
 from hypothesis import given
 from hypothesis import strategies as st
@@ -78,7 +79,7 @@ async def test_fuzzed_websocket_frames_never_close_the_socket_or_stall_the_next_
     page_url = adapter.url
     check = IngressCheck(board, ACCOUNT)
     async with FakeBrowser(page_url) as page, aiohttp.ClientSession() as session:
-        frame_limit = adapter.settings.max_message_chars * 6 + 4096
+        limit = frame_limit(adapter.settings.max_message_chars)
 
         async def exchange(sent: str | bytes, path: str) -> None:
             if isinstance(sent, bytes):
@@ -86,7 +87,7 @@ async def test_fuzzed_websocket_frames_never_close_the_socket_or_stall_the_next_
             else:
                 await page.send_text(sent)
             size = len(sent if isinstance(sent, bytes) else sent.encode("utf-8", "surrogatepass"))
-            if size > frame_limit:  # documented: a frame over the limit closes with 1009
+            if size > limit:  # documented: a frame over the limit closes with 1009
                 assert await page.wait_closed() == 1009
                 await page.reload()
             legit = f"legit{next(_ids)}"

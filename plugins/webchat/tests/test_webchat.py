@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -93,6 +94,31 @@ async def test_resend_after_reconnect_is_acked_again_and_stored_once(
     ]
 
 
+async def test_a_used_client_id_with_other_text_is_refused_not_acked(
+    start_webchat: Start, open_page: Open, contract_context: ContractContext
+) -> None:
+    adapter = await start_webchat()
+    page = await open_page(adapter.url)
+    client_id = await page.say("first\r\nline")
+    seq = await page.wait_ack(client_id)
+    before = len(page.frames)
+    await page.say("different text, same id", client_id=client_id)
+    error = await page.wait_error("id_reused", after=before)
+    assert error["client_id"] == client_id and "already used" in error["message"]
+    assert not [f for f in page.frames[before:] if f["type"] == "ack"]  # no false ack
+    # the same text again is the retry it looks like, after a reload too: acked, same seq
+    await page.reload()
+    before = len(page.frames)
+    await page.say("first\r\nline", client_id=client_id)
+    again = await page.wait_for(
+        lambda f: f["type"] == "ack" and f.get("client_id") == client_id, after=before
+    )
+    assert again["seq"] == seq
+    assert [m.text for m in await contract_context.transcript(page.address("test"))] == [
+        "first\r\nline"
+    ]
+
+
 async def test_reconnect_shows_the_transcript_once(start_webchat: Start, open_page: Open) -> None:
     adapter = await start_webchat()
     page = await open_page(adapter.url)
@@ -146,6 +172,28 @@ async def test_message_over_the_size_limit_is_refused_and_not_stored(
     assert "101" in error["message"] and "100" in error["message"]
     assert await page.wait_ack(await page.say("x" * 100)) == 1
     assert contract_context.results[-1].seq == 1 and len(contract_context.results) == 1
+
+
+async def test_a_message_within_the_limit_fits_a_frame_in_any_json_encoding(
+    start_webchat: Start, open_page: Open, contract_context: ContractContext
+) -> None:
+    adapter = await start_webchat(max_message_chars=1000)
+    page = await open_page(adapter.url)
+    # every character outside the BMP, every one escaped: 12 bytes each ("\\ud83d\\ude00")
+    text = "😀" * 1000
+    frame = json.dumps({"type": "message", "client_id": "c1", "text": text})
+    assert len(frame) > 12_000
+    await page.send_text(frame)
+    assert await page.wait_ack("c1") == 1
+    (message,) = await contract_context.transcript(page.address("test"))
+    assert message.text == text
+    # one character over the limit, escaped too: answered "too_long", the socket kept
+    frame = json.dumps({"type": "message", "client_id": "c2", "text": text + "😀"})
+    await page.send_text(frame)
+    error = await page.wait_error("too_long")
+    assert error["client_id"] == "c2" and "1001" in error["message"]
+    assert not page.closed.is_set()
+    assert await page.wait_ack(await page.say("still here")) == 2
 
 
 async def test_frame_larger_than_the_socket_limit_closes_the_socket(

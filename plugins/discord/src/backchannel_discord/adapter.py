@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 import zlib
 from collections import OrderedDict
@@ -64,6 +65,10 @@ _LOOKUP_ATTEMPTS = 3
 _LOOKUP_MAX_WAIT = 10.0
 #: seconds a failed client's Gateway socket gets to close before it is left to its HTTP's close
 _SOCKET_CLOSE_WAIT = 5.0
+#: channel mention markup in a message's text (<#id>)
+_CHANNEL_MENTION = re.compile(r"<#([0-9]{1,20})>")
+#: the most role and channel mentions of one message named from the cache (each kind)
+_MENTIONS_NAMED = 50
 
 
 class DiscordAdapter:
@@ -332,6 +337,12 @@ class DiscordAdapter:
                 self.me = Sender(str(user["id"]), name, user.get("username"), is_bot=True)
             if self.settings.catch_up:
                 await self._catch_up()
+        elif kind == "MESSAGE_REACTION_REMOVE_EMOJI" and isinstance(payload.get("d"), dict):
+            # everyone's emoji, normal and super reactions alike: the store keeps a super
+            # reaction as an emoji of its own (see normalize), so it is cleared as one too
+            data = payload["d"]
+            await self._ingest({**payload, "d": {**data, "burst": False}})
+            await self._ingest({**payload, "d": {**data, "burst": True}})
         elif kind in MESSAGE_EVENTS:
             await self._ingest(payload)
         elif kind == "MESSAGE_DELETE_BULK":
@@ -516,6 +527,8 @@ class DiscordAdapter:
             parent = channel.parent
             if parent is not None:
                 context["parent_name"] = parent.name
+        if client is not None:
+            context.update(_mentioned_names(client, guild, data))
         return context
 
     async def _fetch_channel(self, channel_id: int) -> Any:
@@ -781,6 +794,31 @@ def _describe(error: Exception | None, account: str) -> str:
     if explained is not None:
         return str(explained)
     return f"discord.py failed: {type(error).__name__}: {one_line(str(error))}"
+
+
+def _mentioned_names(
+    client: discord.Client, guild: discord.Guild | None, data: Mapping[str, Any]
+) -> dict[str, dict[str, str]]:
+    """The names of the roles and channels a message mentions, from discord.py's cache:
+    the payload names mentioned users, but gives roles and channels by id only."""
+    content = data.get("content")
+    if not isinstance(content, str) or "<" not in content:
+        return {}
+    found: dict[str, dict[str, str]] = {}
+    roles = data.get("mention_roles")
+    if guild is not None and isinstance(roles, list):
+        for role_id in roles[:_MENTIONS_NAMED]:
+            with contextlib.suppress(TypeError, ValueError, OverflowError):
+                role = guild.get_role(int(role_id))
+                if role is not None and role.name:
+                    found.setdefault("role_names", {})[str(role.id)] = role.name
+    for channel_id in _CHANNEL_MENTION.findall(content)[:_MENTIONS_NAMED]:
+        with contextlib.suppress(ValueError, OverflowError):
+            channel = client.get_channel(int(channel_id))
+            name = getattr(channel, "name", None)
+            if isinstance(name, str) and name:
+                found.setdefault("channel_names", {})[channel_id] = name
+    return found
 
 
 def _nonce(outbound: Outbound, index: int, part: str) -> str | None:

@@ -29,18 +29,28 @@ thread. The adapter posts to a thread address by the thread's id.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from backchannel.errors import NormalizeError
-from backchannel.model import Address, Attachment, ConversationKind, Event, Sender
+from backchannel.model import (
+    ATTACHMENTS_COMPLETE,
+    Address,
+    Attachment,
+    ConversationKind,
+    Event,
+    Sender,
+)
 from backchannel.storable import LATEST_SENT_AT
 
 __all__ = [
     "CONTEXT_KEY",
     "MESSAGE_EVENTS",
     "REACTION_EVENTS",
+    "SUPER",
     "THREAD_CHANNEL_TYPES",
     "as_snowflake",
     "normalize_payload",
@@ -57,6 +67,17 @@ THREAD_CHANNEL_TYPES = frozenset({10, 11, 12})
 _TALK_TYPES = frozenset({0, 19, 20, 23})
 #: message flag EPHEMERAL: an interaction response only one user sees (no author on the wire)
 _EPHEMERAL = 1 << 6
+#: message flag LOADING: a deferred interaction response, "<app> is thinking..." (no text yet)
+_LOADING = 1 << 7
+#: the most characters of embed text a message keeps: Discord's own cap on the text of all
+#: the embeds of one message, so only a payload no real message has is cut
+_EMBED_CHARS = 6000
+#: what a super (burst) reaction's emoji is shown with, apart from a normal one of the emoji
+SUPER = " (super)"
+#: user (<@id>, legacy <@!id>), role (<@&id>) and channel (<#id>) mention markup
+_MARKUP = re.compile(r"<(@[!&]?|#)([0-9]{1,20})>")
+#: the longest name a mention is shown with
+_MENTION_NAME = 100
 _DISCORD_EPOCH_MS = 1420070400000
 #: a snowflake is an unsigned 64-bit integer
 _MAX_SNOWFLAKE = 2**64 - 1
@@ -196,12 +217,18 @@ def _message(
     if author is None and not is_edit:
         raise NormalizeError("message without an author", where=reader.prefix + "author")
     webhook_id = reader.snowflake("webhook_id", required=False)
-    sender = _sender(author, reader.obj("member"), webhook_id)
-    if bot_id is not None and sender.id == bot_id:
+    if bot_id is not None and author is not None and author.snowflake("id") == bot_id:
         return None
+    sender = _sender(
+        author,
+        reader.obj("member"),
+        webhook_id,
+        reader.snowflake("application_id", required=False),
+    )
     content = reader.text("content")
     edited = reader.text("edited_timestamp")
-    if is_edit and (content is None or edited is None):
+    completes = is_edit and edited is None and _completes(reader)
+    if is_edit and not completes and (content is None or edited is None):
         # an update without new text: an embed unfurl, a pin, a flags change
         return None
     if edited is not None and _timestamp(edited) is None:
@@ -219,7 +246,14 @@ def _message(
     conversation_kind, title, meta, parent_id = _conversation(reader, context)
     if webhook_id is not None:
         meta["webhook_id"] = webhook_id
-    text = content or ""
+    # a bot's or webhook's message often says everything (or the rest) in embeds or
+    # components; a person's message has no rich embed of its own (only link previews,
+    # some of type rich), so its text is all it says
+    embeds = reader.items("embeds")
+    text = _words(
+        content, embeds if sender.is_bot or not content else [], reader.items("components")
+    )
+    text = _named(text, reader, context, channel_id, parent_id)
     attachments = list(_attachments(reader))
     forwarded = _forwarded(reader)
     if forwarded is not None:
@@ -234,11 +268,17 @@ def _message(
     poll = _poll(reader)
     if poll is not None:
         attachments.append(poll)
-    if not text:
-        # a bot's or webhook's message often says everything in embeds or components
-        text = _embed_text(reader.items("embeds")) or _component_text(reader.items("components"))
+    if completes and not (text or attachments):
+        return None  # a full update of a response that still says nothing
+    if is_edit and isinstance(reader.data.get("attachments"), list):
+        # the update lists the message's files: none left means they were removed
+        meta[ATTACHMENTS_COMPLETE] = True
     sent_at = _timestamp(reader.text("timestamp")) or snowflake_time(message_id)
-    event_id = f"{message_id}:edit:{edited}" if is_edit else message_id
+    if completes:
+        # one per message: the unfurl updates that may follow it are this event again
+        event_id = f"{message_id}:completed"
+    else:
+        event_id = f"{message_id}:edit:{edited}" if is_edit else message_id
     return Event(
         address=_address(account, channel_id, parent_id),
         event_id=event_id,
@@ -294,7 +334,8 @@ def _reaction(
     assert user_id is not None and message_id is not None and channel_id is not None
     if bot_id is not None and user_id == bot_id:
         return None  # our own reaction, recorded in the outbox when we sent it
-    text, key, custom = _emoji(reader)
+    burst = _is_burst(reader)
+    text, key, custom = _emoji(reader, burst)
     member = reader.sub("member")
     user = member.sub("user") if member is not None else None
     if member is not None and user is not None and user.snowflake("id", required=False) == user_id:
@@ -308,6 +349,8 @@ def _reaction(
         meta["removed"] = True
     if custom is not None:
         meta["emoji_key"] = custom  # a custom emoji keeps its id when renamed
+    if burst:
+        meta["burst"] = True
     action = "unreact" if removed else "react"
     return Event(
         address=_address(account, channel_id, parent_id),
@@ -337,7 +380,9 @@ def _reactions_cleared(
     assert message_id is not None and channel_id is not None
     custom = None
     if kind == "MESSAGE_REACTION_REMOVE_EMOJI":
-        text, key, custom = _emoji(reader)
+        # the adapter hands a clear on twice, the second time marked "burst": once for the
+        # emoji's normal reactions, once for its super ones (stored as an emoji of their own)
+        text, key, custom = _emoji(reader, _is_burst(reader))
         meta_cleared, what = "emoji", f"unreact-emoji:{key}"
     else:
         text, meta_cleared, what = "", "all", "unreact-all"
@@ -359,8 +404,15 @@ def _reactions_cleared(
     )
 
 
-def _emoji(reader: _Reader) -> tuple[str, str, str | None]:
-    """A reaction's emoji: (as shown, as keyed in the event id, a custom emoji's id)."""
+def _emoji(reader: _Reader, burst: bool = False) -> tuple[str, str, str | None]:
+    """A reaction's emoji: (as shown, as keyed in the event id and the store, a custom
+    emoji's id or a super reaction's key).
+
+    A super (burst) reaction is one of its own: Discord keeps a user's normal and super
+    reaction of one emoji apart, and takes either back alone. The store knows a user's
+    reaction by its emoji, so a super one is shown ``🔥 (super)`` and keyed
+    ``burst:<emoji>``: taking it back leaves the normal one, and the other way round.
+    """
     emoji = reader.sub("emoji")
     if emoji is None:
         raise NormalizeError("a reaction without an emoji", where=reader.prefix + "emoji")
@@ -370,7 +422,15 @@ def _emoji(reader: _Reader) -> tuple[str, str, str | None]:
     text = name if custom is None else f":{name or custom}:"
     if not text:
         raise NormalizeError("an emoji without a name", where=emoji.prefix + "name")
-    return text, custom or name or "", custom
+    key = custom or name or ""
+    if burst:
+        return text + SUPER, f"burst:{key}", f"burst:{key}"
+    return text, key, custom
+
+
+def _is_burst(reader: _Reader) -> bool:
+    """Whether a reaction dispatch is about a super reaction (``burst``, or reaction type 1)."""
+    return reader.data.get("burst") is True or reader.data.get("type") == 1
 
 
 def _dispatch_suffix(raw: Mapping[str, Any], context: Mapping[str, Any]) -> str:
@@ -384,12 +444,19 @@ def _dispatch_suffix(raw: Mapping[str, Any], context: Mapping[str, Any]) -> str:
     return ""
 
 
-def _sender(author: _Reader | None, member: Mapping[str, Any] | None, webhook_id: object) -> Sender:
+def _sender(
+    author: _Reader | None,
+    member: Mapping[str, Any] | None,
+    webhook_id: str | None,
+    application_id: str | None = None,
+) -> Sender:
     if author is None:
         return Sender.unknown()
     user_id = author.snowflake("id")
     assert user_id is not None
     username = author.text("username") or ""
+    if webhook_id is not None and user_id == webhook_id and application_id != webhook_id:
+        return _persona(webhook_id, username)
     discriminator = author.text("discriminator")
     handle = username
     if username and discriminator and discriminator.strip("0"):
@@ -400,6 +467,38 @@ def _sender(author: _Reader | None, member: Mapping[str, Any] | None, webhook_id
     automated = author.data.get("bot") is True or author.data.get("system") is True
     is_bot = automated or webhook_id is not None
     return Sender(id=user_id, name=name, handle=handle or None, is_bot=is_bot)
+
+
+def _persona(webhook_id: str, username: str) -> Sender:
+    """The sender of a message posted through an incoming webhook, as the name it posted with.
+
+    Its author is the webhook (``author.id`` is the webhook's id), and whoever holds the
+    webhook's URL posts under any name: a bridge or PluralKit as each person it relays, a
+    CI as each job. One sender per webhook would merge them all; each name posted through
+    one webhook is a sender of its own, ``webhook:<webhook id>:<digest of the name>``. No
+    such id is a snowflake, so no persona is ever taken for a user (an owner, an allowlisted
+    sender, the bot), whatever name it posts with, and it stays marked automated.
+    """
+    digest = hashlib.sha256(username.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return Sender(
+        id=f"webhook:{webhook_id}:{digest}", name=username, handle=username or None, is_bot=True
+    )
+
+
+def _completes(reader: _Reader) -> bool:
+    """Whether an update without an ``edited_timestamp`` completes a deferred interaction
+    response: created LOADING with no text ("<app> is thinking..."), then filled in by an
+    update that clears LOADING and leaves ``edited_timestamp`` null (no one edited it).
+
+    Only an interaction response is ever deferred; any other update with no edit time is
+    an embed unfurl or a flags change, and changes no text.
+    """
+    interaction = (
+        reader.data.get("interaction_metadata") is not None
+        or reader.data.get("interaction") is not None
+        or reader.data.get("type") in (20, 23)
+    )
+    return interaction and not reader.number("flags", 0) & _LOADING
 
 
 def _reply_to(reader: _Reader, message_type: object) -> str | None:
@@ -430,12 +529,13 @@ def _forwarded(
         if (found := as_snowflake(reference.data.get(key))) is not None
     }
     snapshot = _Reader(inner, f"{reader.prefix}message_snapshots.0.message.")
-    text = _str(inner.get("content")) or ""
-    if not text:
-        embeds, components = inner.get("embeds"), inner.get("components")
-        text = _embed_text(embeds if isinstance(embeds, list) else []) or _component_text(
-            components if isinstance(components, list) else []
-        )
+    embeds, components = inner.get("embeds"), inner.get("components")
+    text = _words(
+        _str(inner.get("content")),
+        embeds if isinstance(embeds, list) else [],
+        components if isinstance(components, list) else [],
+    )
+    text = _named(text, snapshot, {}, None, None)
     attachments = (*_attachments(snapshot), *_stickers(snapshot))
     return text, origin, attachments
 
@@ -572,9 +672,85 @@ def _poll(reader: _Reader) -> Attachment | None:
     return Attachment(kind="poll", name=name)
 
 
+def _words(content: str | None, embeds: list[Any], components: list[Any]) -> str:
+    """A message's text: its content, then its rich embeds' text (a bot's "Build finished:"
+    says the rest in an embed), a blank line apart; with neither, its components' text
+    displays (a components-v2 message has no content or embeds)."""
+    rich = _embed_text(embeds)
+    if content:
+        return f"{content}\n\n{rich}" if rich else content
+    return rich or _component_text(components)
+
+
+def _named(
+    text: str,
+    reader: _Reader,
+    context: Mapping[str, Any],
+    channel_id: str | None,
+    parent_id: str | None,
+) -> str:
+    """`text` with each user, role and channel mention whose name is known shown by it.
+
+    Discord writes a mention as markup: ``<@id>`` (``<@!id>``), ``<@&id>``, ``<#id>``; an
+    id tells the agent nothing. A mention becomes ``@Bob (<@id>)``, ``@Admins (<@&id>)``
+    or ``#general (<#id>)``: the name to read, and the markup the agent writes to mention
+    them back. Users are named by the message's ``mentions`` (server nickname, display
+    name, username), roles and channels by the adapter's cache (`role_names`,
+    `channel_names` in the context), the message's own channel and ``mention_channels``
+    (crossposts). A mention whose name is not known stays as it is.
+    """
+    if "<" not in text:
+        return text
+    users: dict[str, str] = {}
+    for user in _list(reader.data.get("mentions")):
+        if isinstance(user, Mapping) and (user_id := as_snowflake(user.get("id"))) is not None:
+            member = user.get("member")
+            nick = member.get("nick") if isinstance(member, Mapping) else None
+            name = _str(nick) or _str(user.get("global_name")) or _str(user.get("username"))
+            if name:
+                users[user_id] = name
+    roles = _names(context.get("role_names"))
+    channels = _names(context.get("channel_names"))
+    for channel in _list(reader.data.get("mention_channels")):
+        if isinstance(channel, Mapping) and (found := as_snowflake(channel.get("id"))):
+            channels.setdefault(found, _str(channel.get("name")) or "")
+    for known, key in ((channel_id, "channel_name"), (parent_id, "parent_name")):
+        name = _str(context.get(key))
+        if known is not None and name:
+            channels[known] = name
+
+    def shown(match: re.Match[str]) -> str:
+        sigil, found = match.group(1), match.group(2)
+        if sigil == "#":
+            name, prefix = channels.get(found), "#"
+        else:
+            name, prefix = (roles if sigil == "@&" else users).get(found), "@"
+        name = " ".join(name.split())[:_MENTION_NAME] if name else ""
+        return f"{prefix}{name} ({match.group(0)})" if name else match.group(0)
+
+    return _MARKUP.sub(shown, text)
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _names(value: object) -> dict[str, str]:
+    """An id -> name mapping from the adapter's context, what in it is one."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {
+        key: name
+        for key, name in value.items()
+        if isinstance(key, str) and isinstance(name, str) and name
+    }
+
+
 def _embed_text(embeds: list[Any]) -> str:
     """The words of a message's rich embeds, one block each, in the order Discord shows
-    them: author, title, description, each field as ``name: value``, footer."""
+    them: author, title, description, each field as ``name: value``, footer. Link
+    previews (embed types link, image, video, gifv, article) are left out: they repeat
+    the page a URL in the text names. At most _EMBED_CHARS characters."""
     blocks = []
     for embed in embeds:
         if not isinstance(embed, Mapping) or embed.get("type", "rich") != "rich":
@@ -593,7 +769,8 @@ def _embed_text(embeds: list[Any]) -> str:
         block = "\n".join(line for line in lines if line)
         if block:
             blocks.append(block)
-    return "\n\n".join(blocks)
+    text = "\n\n".join(blocks)
+    return text if len(text) <= _EMBED_CHARS else text[: _EMBED_CHARS - 1] + "…"
 
 
 def _inner_text(holder: object, key: str) -> str | None:

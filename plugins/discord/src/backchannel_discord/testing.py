@@ -151,12 +151,19 @@ class FakeDiscord(RestServer):
         return message
 
     async def react(
-        self, message_id: str, user_id: str, emoji: str, *, remove: bool = False
+        self,
+        message_id: str,
+        user_id: str,
+        emoji: str,
+        *,
+        remove: bool = False,
+        burst: bool = False,
     ) -> dict[str, Any]:
         """A user adds (or takes back) `emoji` on a message: dispatch the gateway event.
 
         As Discord sends them: an add in a guild carries the reacting member,
-        a removal only the user id; a custom emoji is given as ``name:id``.
+        a removal only the user id; a custom emoji is given as ``name:id``. With
+        `burst`, a super reaction (``burst`` true, reaction type 1).
         """
         message = self.messages[message_id]
         channel = self.channels[message["channel_id"]]
@@ -166,15 +173,15 @@ class FakeDiscord(RestServer):
             "channel_id": message["channel_id"],
             "message_id": message_id,
             "emoji": {"id": custom or None, "name": name},
-            "burst": False,
-            "type": 0,
+            "burst": burst,
+            "type": 1 if burst else 0,
         }
         guild_id = channel.get("guild_id")
         if guild_id:
             data["guild_id"] = guild_id
         if not remove:
             data["message_author_id"] = message["author"]["id"]
-            data["burst_colors"] = []
+            data["burst_colors"] = ["#ff8a00"] if burst else []
             if guild_id:
                 data["member"] = {**self._member(guild_id, user_id), "user": self.users[user_id]}
         await self.dispatch("MESSAGE_REACTION_REMOVE" if remove else "MESSAGE_REACTION_ADD", data)

@@ -51,9 +51,16 @@ from .normalize import (
 if TYPE_CHECKING:
     from .adapter import WebchatAdapter
 
-__all__ = ["VisitorSession"]
+__all__ = ["VisitorSession", "frame_limit"]
 
 HELLO_TIMEOUT = 10.0
+#: the most bytes one character of a message's text takes in a JSON frame: a character
+#: outside the BMP written as an escaped surrogate pair, "\ud83d\ude00" (any other is
+#: at most 6, "\u00e9", or 4 bytes of UTF-8)
+JSON_BYTES_PER_CHAR = 12
+#: room for the rest of a message frame ("type", a client_id of 64 characters, escaped
+#: too, 384 bytes) and for an over-long text to still be read and answered "too_long"
+FRAME_SLACK = 4096
 #: a frame costs one token of the frame budgets per this many characters (or bytes) started
 FRAME_TOKEN_SIZE = 4096
 #: what ends the frame loop
@@ -69,9 +76,7 @@ class VisitorSession:
         self.ctx = ctx
         self.request = request
         self.ws = web.WebSocketResponse(
-            heartbeat=30.0,
-            # generous for UTF-8 and JSON escaping; the character limit is checked on the text
-            max_msg_size=self.settings.max_message_chars * 6 + 4096,
+            heartbeat=30.0, max_msg_size=frame_limit(self.settings.max_message_chars)
         )
         self.connection: Connection | None = None
         #: the page's own frame budget (its address's is the adapter's)
@@ -344,6 +349,15 @@ class VisitorSession:
         if result.status == "malformed":
             await self._error("bad_frame", result.reason or "malformed", client_id=client_id)
             return
+        if result.status == "duplicate" and not await self._resent(connection, result.seq, text):
+            # the id is taken: acking would tell the page its new words were kept
+            await self._error(
+                "id_reused",
+                "this client_id was already used for another message; nothing was stored"
+                " (send it under a new client_id)",
+                client_id=client_id,
+            )
+            return
         # acked only now: the message is committed
         connection.active_at = asyncio.get_running_loop().time()
         connection.spoke = True
@@ -365,6 +379,27 @@ class VisitorSession:
                 }
                 await self.adapter.hub.push(others, echo)
 
+    async def _resent(self, connection: Connection, seq: int | None, text: str) -> bool:
+        """Whether a message whose client_id is already stored (at `seq`) is that message
+        sent again, the same text (a page resends what it did not see acked), and not
+        another message under a used id.
+
+        Only a duplicate costs this read (each one has taken a token of the visitor's rate
+        limit first): the page's transcript, held messages too, as a reload reads it. A
+        message older than that window is taken for the retry a resend nearly always is.
+        """
+        if seq is None:
+            return True
+        try:
+            messages = await self.adapter.transcript(connection.chat)
+        except Exception:  # the message is stored: a failed check does not unsay that
+            self.ctx.log.exception("web chat: reading conversation %s failed", connection.chat)
+            return True
+        for message in reversed(messages):
+            if message.seq == seq:
+                return message.direction == "in" and message.text == text
+        return True
+
     # helpers ---------------------------------------------------------------
     async def _send(self, frame: dict[str, Any]) -> None:
         if not self.ws.closed:
@@ -378,6 +413,15 @@ class VisitorSession:
         self._end_handshake()
         await self._error(code, message)
         await self.ws.close(code=close_code, message=code.encode())
+
+
+def frame_limit(max_message_chars: int) -> int:
+    """The largest websocket frame a page may send, in bytes: a message of
+    `max_message_chars` characters fits in any JSON encoding of it (every character
+    escaped, each outside the BMP as two escapes), so none the limit allows closes the
+    socket; a longer text that fits is answered "too_long". Larger frames close it (1009)
+    unread, which bounds what one frame costs in memory."""
+    return max_message_chars * JSON_BYTES_PER_CHAR + FRAME_SLACK
 
 
 def _parse(data: str) -> dict[str, Any] | None:
