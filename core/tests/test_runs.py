@@ -670,6 +670,7 @@ async def test_forwarded_words_and_an_unseen_replys_target_are_said_in_the_head(
         ),
         event(5, "is this right?", sender=ana, meta={"reply_quote": "password is hunter2"}),
         event(6, "plain", sender=ana, meta={"update_id": 7, "forwarded": "yes"}),
+        event(7, "nice photo", sender=ana, meta={"reply_from": "Ben"}),
     ]
     await store.append_inbound([Inbound(e) for e in events])
     board = await board_with(store)
@@ -683,7 +684,8 @@ async def test_forwarded_words_and_an_unseen_replys_target_are_said_in_the_head(
         "[#4] Ana (replying to #1): agreed",
         '[#5] Ana (replying to an earlier message: "password is hunter2"): is this right?',
         "[#6] Ana: plain",
+        '[#7] Ana (replying to an earlier message by "Ben"): nice photo',
     ]
     window = await store.window(run.conversation.id, 10)
     assert [format_message(m)["content"] for m in window] == contents
-    assert [(await board.build_run(1)).messages[n]["content"] for n in range(6)] == contents
+    assert [(await board.build_run(1)).messages[n]["content"] for n in range(7)] == contents

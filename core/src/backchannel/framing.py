@@ -264,7 +264,9 @@ def _markers(
         markers.append(f"forwarded from {_quote(context[0])}" if context[0] else "forwarded")
     if reply_to_seq is not None:
         markers.append(f"replying to #{reply_to_seq}")
-    elif reply_to is not None or (context is not None and context[2] is not None):
+    elif reply_to is not None or (
+        context is not None and (context[1] is not None or context[2] is not None)
+    ):
         # the target is not in the store: what the platform said of it is all there is
         marker = "replying to an earlier message"
         if context is not None:

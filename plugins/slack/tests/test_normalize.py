@@ -431,8 +431,10 @@ def test_a_message_shared_with_a_comment_keeps_both() -> None:
     message = {**CHANNEL_MESSAGE, "text": "look at this", "attachments": [card, share]}
     event = norm(envelope(message))
     assert event is not None
+    # the card's words too (an attachment is shown beside the text, not only when it is empty)
     assert event.text == (
-        f"look at this\n[January 1st, 2026 9:00 AM] Bob: <@{BOT.user_id}> prod db password rotated"
+        "look at this\nan integration's card\n"
+        f"[January 1st, 2026 9:00 AM] Bob: <@{BOT.user_id}> prod db password rotated"
     )
     # a mention of the bot in the shared message is not the sender's
     assert not event.mentions_me and event.address.thread is None
@@ -472,10 +474,12 @@ def test_legacy_attachments_with_only_fields_or_blocks_read_as_them() -> None:
     )
     section = {"type": "section", "text": {"type": "mrkdwn", "text": "inner block words"}}
     assert text_of(bot_post(attachments=[{"blocks": [section]}])) == "inner block words"
-    # the fallback still comes first, and broken parts are skipped
+    # the fallback comes first, then what the card shows besides; broken parts are skipped
     with_fallback = {"fallback": "summary", "fields": fields, "blocks": [section]}
     broken = {"fields": "x", "blocks": {"type": "section"}, "message_blocks": "x"}
-    assert text_of(bot_post(attachments=[with_fallback, broken])) == "summary"
+    assert text_of(bot_post(attachments=[with_fallback, broken])) == (
+        "summary\nService: api\nStatus\ndown since 9:00\ninner block words"
+    )
 
 
 def test_other_bots_are_kept_and_marked() -> None:
@@ -771,3 +775,97 @@ def test_a_user_that_is_not_a_string_is_no_sender_id_not_its_repr(user: object) 
     message["bot_id"] = "B0BOT"  # a bot's message says who it is another way
     event = normalize_payload(envelope(message), account="test", me=BOT)
     assert event is not None and event.sender.id == "B0BOT"
+
+
+# --- blocks and attachments beside a non-empty text; links' URLs ------------------------
+
+
+def test_blocks_words_replace_the_notification_fallback_text() -> None:
+    # an integration posting Block Kit: `text` is only what a notification shows
+    blocks = [
+        {"type": "header", "text": {"type": "plain_text", "text": "Incident #4521"}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": "*CPU 99% on db-1*"}},
+        {"type": "section", "fields": [{"type": "mrkdwn", "text": "*Assigned:* <@U0ANA>"}]},
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": "via PagerDuty"}]},
+        {"type": "actions", "elements": [{"type": "button", "text": {"text": "Ack"}}]},
+    ]
+    assert text_of(bot_post("Incident triggered", blocks=blocks)) == (
+        "Incident #4521\n*CPU 99% on db-1*\n*Assigned:* <@U0ANA>\nvia PagerDuty"
+    )
+    # blocks that say no more than the text leave the text as it is
+    same = [{"type": "section", "text": {"type": "mrkdwn", "text": "Deploy *finished*"}}]
+    assert text_of(bot_post("Deploy finished", blocks=same)) == "Deploy finished"
+    # blocks without words (only controls) leave the text
+    controls = [{"type": "actions", "elements": [{"type": "button", "text": {"text": "Ack"}}]}]
+    assert text_of(bot_post("Approve?", blocks=controls)) == "Approve?"
+
+
+def test_a_persons_message_is_its_text_not_its_rich_text_twice() -> None:
+    text = "see <https://example.com/x?a=1&amp;b=2|the doc> <@U0BOB> &amp; ship it :rocket:"
+    section = {
+        "type": "rich_text_section",
+        "elements": [
+            {"type": "text", "text": "see "},
+            {"type": "link", "url": "https://example.com/x?a=1&b=2", "text": "the doc"},
+            {"type": "text", "text": " "},
+            {"type": "user", "user_id": "U0BOB"},
+            {"type": "text", "text": " & ship it "},
+            {"type": "emoji", "name": "rocket"},
+        ],
+    }
+    message = {
+        **CHANNEL_MESSAGE,
+        "text": text,
+        "blocks": [{"type": "rich_text", "elements": [section]}],
+    }
+    assert text_of(message) == text
+
+
+def test_attachments_words_follow_a_nonempty_text_once_and_bounded() -> None:
+    card = {
+        "fallback": "[org/repo] PR #42 opened by bob: Fix the crash on login",
+        "title": "#42 Fix the crash on login",
+        "text": "This fixes the NPE in LoginController",
+        "fields": [{"title": "Reviewers", "value": "ana"}],
+        "color": "36a64f",
+    }
+    assert text_of(bot_post("New pull request", attachments=[card])) == (
+        "New pull request\n[org/repo] PR #42 opened by bob: Fix the crash on login\n"
+        "This fixes the NPE in LoginController\nReviewers: ana"
+    )
+    # an attachment saying what the text says is not said again
+    echo = {"fallback": "New pull request", "pretext": "new PULL request!"}
+    assert text_of(bot_post("New pull request", attachments=[echo])) == "New pull request"
+    # however much the attachments carry, a few thousand characters of it are kept
+    huge = [{"text": f"part {n} " + "word " * 500} for n in range(40)]
+    text = text_of(bot_post("alert", attachments=huge))
+    assert text.startswith("alert\npart 0 word") and text.endswith("…")
+    assert 4000 < len(text) < 4100
+    # a mention of the bot in an integration's card addresses it; in a shared message not
+    mention = {"text": f"<@{BOT.user_id}> please triage"}
+    event = norm(envelope(bot_post("alert", attachments=[mention])))
+    assert event is not None and event.mentions_me
+    shared = {**mention, "is_share": True}
+    event = norm(envelope(bot_post("alert", attachments=[shared])))
+    assert event is not None and not event.mentions_me
+    assert event.text == f"alert\n<@{BOT.user_id}> please triage"
+
+
+def test_a_rich_text_link_keeps_its_url() -> None:
+    section = {
+        "type": "rich_text_section",
+        "elements": [
+            {"type": "text", "text": "runbook: "},
+            {"type": "link", "url": "https://wiki.example.com/db-failover", "text": "failover"},
+            {"type": "text", "text": ", raw: "},
+            {"type": "link", "url": "https://status.example.com"},
+        ],
+    }
+    message = {
+        **CHANNEL_MESSAGE,
+        "text": "",
+        "blocks": [{"type": "rich_text", "elements": [section]}],
+    }
+    assert text_of(message) == (
+        "runbook: failover (https://wiki.example.com/db-failover), raw: https://status.example.com"
+    )

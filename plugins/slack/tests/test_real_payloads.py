@@ -22,7 +22,7 @@ import pytest
 from backchannel.errors import NormalizeError
 from backchannel.model import Address, Event
 from backchannel.testing import mutate_payload
-from backchannel_slack.adapter import SlackAdapter
+from backchannel_slack.adapter import SlackAdapter, _thread_key
 
 BOT_USER = "U0BOTBOT1"  # the app's bot user in these payloads (authorizations[0].user_id)
 BOT_ID = "B0BOTBOT1"
@@ -683,9 +683,15 @@ INTEGRATION_NOTIFICATION = """
 """
 
 
-def test_integration_notification_reads_its_attachment_fallback() -> None:
+def test_integration_notification_reads_its_attachments_words() -> None:
+    # the fallback, then what the card shows that the fallback does not say
     event = must(load(INTEGRATION_NOTIFICATION))
-    assert event.text == "[acme/api] Issue opened by bob"
+    assert event.text == (
+        "[acme/api] Issue opened by bob\n"
+        "Issue created by <https://github.com/bob|bob>\n"
+        "<https://github.com/acme/api/issues/2|#2 Login fails>\n"
+        "Login fails on Safari"
+    )
     assert event.sender.name == "GitHub" and event.sender.is_bot
 
 
@@ -958,6 +964,94 @@ def test_docs_delete_without_previous_message() -> None:
     assert event.sent_at == pytest.approx(1700002155.000001)
 
 
+# --- Slack's docs: message_replied (docs.slack.dev/reference/events/message/message_replied),
+# as its "Bug alert" says the Events API dispatches it: without its subtype. The thread's
+# root is nested in `message`; the event itself names no user or bot.
+MESSAGE_REPLIED_AS_DISPATCHED = """
+{
+  "token": "XXYYZZ",
+  "team_id": "T0TEAM001",
+  "api_app_id": "A0APP0001",
+  "event": {
+    "type": "message",
+    "message": {
+      "type": "message",
+      "user": "U0ALICE01",
+      "text": "Was there a deploy today?",
+      "thread_ts": "1700002000.003543",
+      "reply_count": 1,
+      "replies": [{"user": "U0BOB0001", "ts": "1700002100.017503"}],
+      "ts": "1700002000.003543"
+    },
+    "hidden": true,
+    "channel": "C0GENERAL",
+    "event_ts": "1700002101.017506",
+    "ts": "1700002101.017506"
+  },
+  "type": "event_callback",
+  "authorizations": [{"team_id": "T0TEAM001", "user_id": "U0BOTBOT1", "is_bot": true,
+    "is_enterprise_install": false}],
+  "event_id": "Ev0AAAA0030",
+  "event_time": 1700002101
+}
+"""
+
+
+def test_message_replied_without_its_subtype_is_ignored_not_malformed() -> None:
+    payload = load(MESSAGE_REPLIED_AS_DISPATCHED)
+    for each in (adapter(), adapter(bot_user_id=BOT_USER, bot_id=BOT_ID)):
+        assert each.normalize(payload) is None
+        # and as its docs type it, with the subtype
+        typed = load(MESSAGE_REPLIED_AS_DISPATCHED)
+        typed["event"]["subtype"] = "message_replied"
+        assert each.normalize(typed) is None
+
+
+def test_message_changed_and_deleted_without_their_subtype_are_read_by_their_shape() -> None:
+    changed = load(MESSAGE_CHANGED_NO_INNER_TS)
+    del changed["event"]["subtype"]
+    event = must(changed)
+    assert (event.kind, event.text) == ("edit", "updated message")
+    assert event.platform_message_id == "1700001838.901939"
+    # the docs' edit, which has no previous_message: the nested message says it was edited
+    docs = load(MESSAGE_CHANGED_DOCS)
+    del docs["event"]["subtype"]
+    assert must(docs).event_id == "edit:C0GENERAL:1700001723.000005:1700001755.000001"
+    # an unfurl (same words, not edited) is still no edit
+    unfurl = load(UNFURL_CHANGE)
+    del unfurl["event"]["subtype"]
+    assert norm(unfurl) is None
+    for text in (MESSAGE_DELETED_DOCS, MESSAGE_DELETED_IN_THREAD):
+        deleted = load(text)
+        del deleted["event"]["subtype"]
+        event = must(deleted)
+        assert event.kind == "delete"
+        assert event.platform_message_id == deleted["event"]["deleted_ts"]
+    # a thread parent deleted while replies remain: edited into a tombstone
+    tombstone = load(MESSAGE_CHANGED_NO_INNER_TS)
+    del tombstone["event"]["subtype"]
+    tombstone["event"]["message"] = {
+        "type": "message",
+        "subtype": "tombstone",
+        "text": "This message was deleted.",
+        "user": "USLACKBOT",
+        "hidden": True,
+        "thread_ts": "1700001838.901939",
+        "ts": "1700001838.901939",
+    }
+    del tombstone["event"]["previous_message"]
+    assert must(tombstone).kind == "delete"
+
+
+async def test_an_edit_without_its_subtype_in_the_bots_thread_knows_the_bot_is_in_it() -> None:
+    changed = load(MESSAGE_CHANGED_NO_INNER_TS)
+    del changed["event"]["subtype"]
+    changed["event"]["message"]["thread_ts"] = "1700001800.000100"
+    slack = adapter()
+    slack._threads.add(_thread_key(Address("test", "C0GENERAL", "1700001800.000100")))
+    assert await slack._thread_facts(changed) == {"bot_in_thread": True}
+
+
 # --- A delete captured from a workspace (MercuryTechnologies/slack-web,
 # message_deleted.json) of a reply inside a thread.
 MESSAGE_DELETED_IN_THREAD = """
@@ -1155,6 +1249,7 @@ REAL = [
     ASSISTANT_TITLE_CHANGE,
     MESSAGE_DELETED_DOCS,
     MESSAGE_DELETED_IN_THREAD,
+    MESSAGE_REPLIED_AS_DISPATCHED,
     SOCKET_MODE_ENVELOPE,
     USERNAME_ONLY_BOT,
     SCHEMA_PLACEHOLDERS,

@@ -772,3 +772,231 @@ def test_malformed_updates_say_where(payload: dict[str, Any], where: str) -> Non
     with pytest.raises(NormalizeError) as caught:
         normalize_update(payload, "tg", BOT)
     assert caught.value.where == where
+
+
+# --- links, forwards and what a reply says of its target ------------------------------
+
+BEN: dict[str, Any] = {"id": 5559876, "is_bot": False, "first_name": "Ben", "last_name": "Ng"}
+
+
+def test_text_link_keeps_its_url_after_its_words() -> None:
+    url = "https://github.com/org/repo/pull/42"
+    update = group_message(
+        "please review this and ping Ben",
+        entities=[
+            {"type": "bold", "offset": 0, "length": 6},
+            {"type": "text_link", "offset": 14, "length": 4, "url": url},
+            {"type": "text_mention", "offset": 28, "length": 3, "user": BEN},
+        ],
+    )
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None
+    assert event.text == (f"please review this ({url}) and ping Ben (tg://user?id={BEN['id']})")
+
+
+def test_text_links_count_utf16_units_over_emoji_and_in_captions() -> None:
+    # 🚀 is two UTF-16 units; 👩‍💻 five: offsets after them count those
+    update = group_message(
+        "🚀 docs, 👩‍💻 then the board",
+        entities=[
+            {"type": "text_link", "offset": 0, "length": 2, "url": "https://launch.example"},
+            {"type": "text_link", "offset": 3, "length": 4, "url": "https://docs.example"},
+            {"type": "text_link", "offset": 9, "length": 5, "url": "https://dev.example"},
+            {"type": "text_link", "offset": 24, "length": 5, "url": "https://board.example"},
+            {"type": "text_link", "offset": 0, "length": 0, "url": "https://empty.example"},
+            {"type": "text_link", "offset": 3, "length": 4, "url": 7},
+        ],
+    )
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None
+    assert event.text == (
+        "🚀 (https://launch.example) docs (https://docs.example), "
+        "👩‍💻 (https://dev.example) then the board (https://board.example)"
+    )
+    photo = group_message(
+        "",
+        photo=[{"file_id": "p", "file_unique_id": "u", "width": 1, "height": 1}],
+        caption="schéma here",
+        caption_entities=[{"type": "text_link", "offset": 7, "length": 4, "url": "https://s.x"}],
+    )
+    del photo["message"]["text"]
+    event = normalize_update(photo, "tg", BOT)
+    assert event is not None and event.text == "schéma here (https://s.x)"
+    # a link whose words are its URL is not said twice
+    same = group_message(
+        "https://s.x",
+        entities=[{"type": "text_link", "offset": 0, "length": 11, "url": "https://s.x"}],
+    )
+    event = normalize_update(same, "tg", BOT)
+    assert event is not None and event.text == "https://s.x"
+
+
+@pytest.mark.parametrize(
+    ("fields", "origin"),
+    [
+        ({"forward_origin": {"type": "user", "sender_user": BEN, "date": 1}}, "Ben Ng"),
+        (
+            {"forward_origin": {"type": "hidden_user", "sender_user_name": "Carl", "date": 1}},
+            "Carl",
+        ),
+        (
+            {
+                "forward_origin": {
+                    "type": "chat",
+                    "sender_chat": {"id": -100777, "type": "supergroup", "title": "Admins"},
+                    "author_signature": "Ed",
+                    "date": 1,
+                }
+            },
+            "Admins (Ed)",
+        ),
+        (
+            {
+                "forward_origin": {
+                    "type": "channel",
+                    "chat": {"id": -100778, "type": "channel", "title": "News"},
+                    "message_id": 5,
+                    "date": 1,
+                }
+            },
+            "News",
+        ),
+        ({"forward_from": BEN, "forward_date": 1}, "Ben Ng"),
+        (
+            {
+                "forward_from_chat": {"id": -100778, "type": "channel", "title": "News"},
+                "forward_signature": "Ed",
+                "forward_date": 1,
+            },
+            "News (Ed)",
+        ),
+        ({"forward_sender_name": "Carl", "forward_date": 1}, "Carl"),
+        ({"forward_date": 1}, None),
+    ],
+)
+def test_a_forward_names_its_origin_and_a_mention_in_it_is_not_for_the_bot(
+    fields: dict[str, Any], origin: str | None
+) -> None:
+    text = "please pay it @backchannel_test_bot"
+    mention = [{"type": "mention", "offset": 14, "length": 21}]
+    event = normalize_update(group_message(text, entities=mention, **fields), "tg", BOT)
+    assert event is not None and event.text == text
+    assert event.meta["forwarded"] is True and event.meta.get("forwarded_from") == origin
+    assert not event.mentions_me
+    # the same words written by the sender do mention the bot
+    event = normalize_update(group_message(text, entities=mention), "tg", BOT)
+    assert event is not None and event.mentions_me and "forwarded" not in event.meta
+
+
+def test_a_forwarded_caption_mention_is_not_for_the_bot() -> None:
+    update = group_message(
+        "",
+        photo=[{"file_id": "p", "file_unique_id": "u", "width": 1, "height": 1}],
+        caption="@backchannel_test_bot look",
+        caption_entities=[{"type": "mention", "offset": 0, "length": 21}],
+        forward_origin={"type": "user", "sender_user": BEN, "date": 1},
+    )
+    del update["message"]["text"]
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None and not event.mentions_me
+    assert event.meta["forwarded_from"] == "Ben Ng"
+
+
+def test_a_reply_says_who_wrote_its_target_and_what_it_said() -> None:
+    replied = {
+        "message_id": 77,
+        "from": BEN,
+        "chat": GROUP,
+        "date": 1759999000,
+        "text": "prod db is at 95% disk, I think we should drop the audit table",
+    }
+    event = normalize_update(group_message("is that safe?", reply_to_message=replied), "tg", BOT)
+    assert event is not None and event.reply_to == "77"
+    assert event.meta["reply_from"] == "Ben Ng"
+    assert event.meta["reply_quote"] == replied["text"]
+    # the part the user quoted, when there is one
+    quoted = group_message(
+        "really?", reply_to_message=replied, quote={"text": "drop the audit table", "position": 42}
+    )
+    event = normalize_update(quoted, "tg", BOT)
+    assert event is not None and event.meta["reply_quote"] == "drop the audit table"
+    # a long target is cut; a caption is its words; an anonymous admin is the chat's name
+    long = {**replied, "text": "x" * 1000}
+    event = normalize_update(group_message("?", reply_to_message=long), "tg", BOT)
+    assert event is not None
+    assert event.meta["reply_quote"] == "x" * 299 + "…"
+    anonymous = {
+        "message_id": 78,
+        "from": {"id": 1087968824, "is_bot": True, "first_name": "Group"},
+        "sender_chat": {"id": GROUP["id"], "type": "group", "title": "Ops"},
+        "chat": GROUP,
+        "date": 1759999000,
+        "photo": [{"file_id": "p", "file_unique_id": "u", "width": 1, "height": 1}],
+        "caption": "the new dashboard",
+    }
+    event = normalize_update(group_message("nice", reply_to_message=anonymous), "tg", BOT)
+    assert event is not None and event.reply_to == "78"
+    assert (event.meta["reply_from"], event.meta["reply_quote"]) == ("Ops", "the new dashboard")
+    # every value is a string
+    assert all(isinstance(event.meta[key], str) for key in ("reply_from", "reply_quote"))
+
+
+def test_an_external_reply_has_no_target_here_but_says_who_and_what() -> None:
+    external = {
+        "origin": {"type": "user", "sender_user": BEN, "date": 1759990000},
+        "chat": {"id": -1001800000009, "type": "supergroup", "title": "Other"},
+        "message_id": 5,
+    }
+    update = group_message(
+        "is this right?",
+        external_reply=external,
+        quote={"text": "password is hunter2", "position": 11},
+    )
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None and event.reply_to is None
+    assert (event.meta["reply_from"], event.meta["reply_quote"]) == (
+        "Ben Ng",
+        "password is hunter2",
+    )
+    # a channel's post, no quote: only who
+    channel = {
+        "origin": {
+            "type": "channel",
+            "chat": {"id": -1001800000001, "type": "channel", "title": "News"},
+            "message_id": 9,
+            "author_signature": "Ed",
+            "date": 1759990000,
+        },
+        "chat": {"id": -1001800000001, "type": "channel", "title": "News"},
+        "message_id": 9,
+        "photo": [{"file_id": "p", "file_unique_id": "u", "width": 1, "height": 1}],
+    }
+    event = normalize_update(group_message("seen this?", external_reply=channel), "tg", BOT)
+    assert event is not None and event.reply_to is None
+    assert event.meta["reply_from"] == "News (Ed)" and "reply_quote" not in event.meta
+    # a message of another topic of this very chat is here: its id is the target
+    here = {**external, "chat": FORUM, "message_id": 12}
+    event = normalize_update(group_message("x", chat=FORUM, external_reply=here), "tg", BOT)
+    assert event is not None and event.reply_to == "12"
+
+
+def test_a_forum_topics_mark_on_every_message_says_nothing_of_a_reply() -> None:
+    created = {
+        "message_id": 7,
+        "from": ALICE,
+        "chat": FORUM,
+        "date": 1759990000,
+        "message_thread_id": 7,
+        "forum_topic_created": {"name": "Deploys", "icon_color": 1},
+        "is_topic_message": True,
+    }
+    update = group_message(
+        "deploy now?",
+        chat=FORUM,
+        message_thread_id=7,
+        is_topic_message=True,
+        reply_to_message=created,
+    )
+    event = normalize_update(update, "tg", BOT)
+    assert event is not None and event.reply_to is None
+    assert "reply_from" not in event.meta and "reply_quote" not in event.meta

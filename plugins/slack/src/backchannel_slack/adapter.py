@@ -58,7 +58,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from .delivery import call_slack, http_status
 from .directory import SLACK_ID, Directory
-from .normalize import ENRICHMENT_KEY, BotIdentity, normalize_payload
+from .normalize import ENRICHMENT_KEY, BotIdentity, message_subtype, normalize_payload
 from .settings import SlackSettings, resolve_proxy
 
 if TYPE_CHECKING:
@@ -513,7 +513,8 @@ class SlackAdapter:
         inner = payload.get("event") if payload.get("type") == "event_callback" else payload
         if not isinstance(inner, Mapping):
             return {}
-        message = inner.get("message") if inner.get("subtype") == "message_changed" else inner
+        changed = message_subtype(inner) == "message_changed"  # Slack may leave the subtype out
+        message = inner.get("message") if changed else inner
         if not isinstance(message, Mapping):
             return {}
         channel, thread_ts = inner.get("channel"), message.get("thread_ts")

@@ -22,9 +22,12 @@ Decisions (see docs/channels/slack.md):
   that mentions the bot (outside DMs) opens the thread rooted at it
   (``Address(account, channel, ts)``), so the bot answers in that thread.
 - The app's own messages are recognised by bot user id and ``bot_id``.
-- An empty ``text`` (forwarded messages, many integrations) is replaced by the
-  words of the legacy ``attachments`` (their ``fallback``), else of the blocks.
-  A message shared with a comment keeps the shared message's words after it.
+- Block Kit ``blocks`` that say more than ``text`` (then only the notification
+  fallback) are shown instead of it; the words of legacy ``attachments``
+  (forwarded messages, many integrations) follow, each part once and bounded.
+  A mention of the bot inside a shared message is not the sender's.
+- ``message_replied`` (which Slack dispatches without its subtype) is ignored;
+  see `message_subtype` for the hidden subtypes read by their shape.
 - A ts is kept as Slack writes it (``"1700000000.000100"``); a number is read
   back into that form. Anything else where a ts belongs is a NormalizeError.
 """
@@ -46,6 +49,7 @@ __all__ = [
     "BotIdentity",
     "mention_pattern",
     "message_identity",
+    "message_subtype",
     "normalize_payload",
 ]
 
@@ -136,7 +140,7 @@ def normalize_payload(
         return reader.reaction(event, event_type)
     if event_type != "message":
         return None  # joins, app_home_opened, ...: not transcript rows
-    subtype = event.get("subtype")
+    subtype = message_subtype(event)
     if subtype is not None and not isinstance(subtype, str):
         raise NormalizeError("'subtype' is not a string", where=reader.at("subtype"))
     if subtype is None or subtype in CONTENT_SUBTYPES:
@@ -146,6 +150,35 @@ def normalize_payload(
     if subtype == "message_deleted":
         return reader.delete(event)
     return None  # channel_join, channel_topic, message_replied, ...
+
+
+def message_subtype(event: Mapping[str, Any]) -> Any:
+    """A message event's ``subtype``; for one that lacks it, what its shape says it is.
+
+    Slack dispatches ``message_replied`` over the Events API without its subtype
+    (its docs' "Bug alert"): a hidden message with the thread's root nested in
+    ``message`` and no sender of its own. The other hidden subtypes that nest a
+    message are read from their shape the same way when the subtype is missing:
+    one with ``deleted_ts`` is a ``message_deleted``; one nesting a message with its
+    ``previous_message``, or an edited (or tombstoned) one, a ``message_changed``;
+    any other nesting a message is the root of a thread that got a reply. A message
+    with a sender of its own (``user``, ``bot_id``) is what it says it is.
+    """
+    subtype = event.get("subtype")
+    if subtype is not None or event.get("user") or event.get("bot_id"):
+        return subtype
+    if event.get("deleted_ts") is not None:
+        return "message_deleted"
+    nested = event.get("message")
+    if not isinstance(nested, Mapping):
+        return None
+    if (
+        isinstance(event.get("previous_message"), Mapping)
+        or nested.get("edited")
+        or nested.get("subtype") == "tombstone"
+    ):
+        return "message_changed"
+    return "message_replied"
 
 
 class _Reader:
@@ -436,50 +469,75 @@ def _opt_str(value: Any) -> str | None:
 
 
 def _message_text(message: Mapping[str, Any], where: str) -> tuple[str, str]:
-    """The message's mrkdwn text; when empty, what its attachments or blocks say.
+    """The words a message shows: its mrkdwn ``text`` (or its blocks), then its legacy
+    attachments'.
 
-    Forwarded messages and many integrations (GitHub, alerting) post an empty
-    ``text`` with legacy ``attachments`` that carry the words. A message shared
-    with a comment has the comment as ``text`` and the shared message in an
-    attachment: both are kept, the comment first.
+    With ``blocks``, ``text`` is only the notification fallback: the blocks' words are
+    shown instead of it when they say more than it does (a person's message carries
+    rich_text blocks saying what its text says: the text is kept). The words of legacy
+    ``attachments`` (an integration's card, a message shared or forwarded) come after,
+    each part once (a part whose words are already shown is left out), at most
+    `_ATTACHMENTS_LIMIT` characters of them.
 
     Returns the text to store and the text a mention of the bot is looked for in:
-    the words of a message shared with a comment are not the sender's own.
+    the words of a message shared in an attachment are not the sender's own.
     """
     text = message.get("text")
     if text is None:
         text = ""
     if not isinstance(text, str):
         raise NormalizeError("'text' is not a string", where=where)
-    if text.strip():
-        shared = _attachments_text(message.get("attachments"), shared_only=True)
-        return (f"{text}\n{shared}" if shared else text), text
-    attachments, blocks = message.get("attachments"), message.get("blocks")
-    found = _attachments_text(attachments) or _blocks_text(blocks)
-    # a message shared (forwarded) without a comment: its words are shown, but a mention
-    # of the bot in them is the original author's, not the sharer's
-    own = _attachments_text(attachments, own_only=True) or _blocks_text(blocks)
-    return found, own
+    body = text if text.strip() else ""
+    blocks = message.get("blocks")
+    if blocks:
+        drawn = _blocks_text(blocks)
+        if drawn.strip() and not _covered(drawn, _words(body), body):
+            body = _cut(drawn, _BLOCKS_LIMIT)
+    attachments = message.get("attachments")
+    if not attachments or not isinstance(attachments, list):
+        return body, body
+    shown, own = [body] if body else [], [body] if body else []
+    seen = _words(body)
+    room = _ATTACHMENTS_LIMIT
+    for item in attachments:
+        if not isinstance(item, Mapping):
+            continue
+        shared = _is_shared_message(item)
+        for part in _attachment_parts(item):
+            if room <= 0:
+                break
+            if _covered(part, seen, "\n".join(shown)):
+                continue
+            part = _cut(part, room)
+            room -= len(part)
+            seen |= _words(part)
+            shown.append(part)
+            if not shared:
+                own.append(part)
+    return "\n".join(shown), "\n".join(own)
 
 
-def _attachments_text(
-    attachments: Any, *, shared_only: bool = False, own_only: bool = False
-) -> str:
-    """A line (or a few) for each legacy attachment: its ``fallback``, else its ``text``,
-    ``pretext`` or ``title``; else its fields as ``title: value`` lines, its blocks, or
-    the blocks of the message it shares (``message_blocks``). With `shared_only`, only
-    the attachments that share a message (``is_share``, ``is_msg_unfurl``,
-    ``message_blocks``); with `own_only`, only the others."""
-    lines: list[str] = []
-    for item in attachments if isinstance(attachments, list) else ():
-        if not isinstance(item, Mapping) or (shared_only and not _is_shared_message(item)):
-            continue
-        if own_only and _is_shared_message(item):
-            continue
-        line = _attachment_text(item)
-        if line:
-            lines.append(line)
-    return "\n".join(lines)
+#: at most this many characters of a message's blocks, and of its attachments' words
+_BLOCKS_LIMIT = 40_000
+_ATTACHMENTS_LIMIT = 4_000
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower()))
+
+
+def _covered(part: str, seen: set[str], shown: str) -> bool:
+    """Whether `part` says nothing that is not already shown: each of its words is (one
+    of no words at all, only emoji or marks, is looked for as it is)."""
+    words = _words(part)
+    if words:
+        return words <= seen
+    return not part.strip() or part.strip() in shown
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(limit - 1, 0)].rstrip() + "…"
 
 
 def _is_shared_message(item: Mapping[str, Any]) -> bool:
@@ -491,23 +549,38 @@ def _is_shared_message(item: Mapping[str, Any]) -> bool:
     )
 
 
-def _attachment_text(item: Mapping[str, Any]) -> str:
-    for key in ("fallback", "text", "pretext", "title"):
-        value = item.get(key)
-        if isinstance(value, str) and value.strip():
-            return value
-    fields = "\n".join(line for line in map(_field_line, _list(item.get("fields"))) if line)
-    if fields:
-        return fields
+def _attachment_parts(item: Mapping[str, Any]) -> list[str]:
+    """What a legacy attachment says, in the order Slack's notification and card give
+    it: its ``fallback``, ``pretext``, ``title`` (and ``title_link``), ``text``, each
+    field as ``title: value``, its blocks, and the blocks of the message it shares
+    (``message_blocks``). The caller leaves out the parts already said."""
+    parts = [
+        value
+        for key in ("fallback", "pretext", "title", "title_link", "text")
+        if isinstance(value := item.get(key), str) and value.strip()
+    ]
+    parts.extend(line for line in map(_field_line, _list(item.get("fields"))) if line)
     blocks = _blocks_text(item.get("blocks"))
     if blocks:
-        return blocks
-    shared = (
-        _blocks_text(holder["message"].get("blocks"))
+        parts.append(blocks)
+    parts.extend(
+        line
         for holder in _list(item.get("message_blocks"))
-        if isinstance(holder, Mapping) and isinstance(holder.get("message"), Mapping)
+        if isinstance(holder, Mapping)
+        and isinstance(holder.get("message"), Mapping)
+        and (line := _blocks_text(holder["message"].get("blocks")))
     )
-    return "\n".join(line for line in shared if line)
+    return parts
+
+
+def _link_text(label: Any, url: Any) -> str:
+    """A link as ``label (url)``; the one of them there is, when the other is missing
+    or the same."""
+    label = label if isinstance(label, str) and label.strip() else ""
+    url = url if isinstance(url, str) and url.strip() else ""
+    if label and url and label.strip() != url.strip():
+        return f"{label} ({url})"
+    return label or url
 
 
 def _field_line(field: Any) -> str:
@@ -555,8 +628,7 @@ def _rich_text(elements: Any, depth: int) -> list[str]:
         if kind == "text" and isinstance(element.get("text"), str):
             out.append(element["text"])
         elif kind == "link":
-            label = element.get("text") or element.get("url")
-            out.append(label if isinstance(label, str) else "")
+            out.append(_link_text(element.get("text"), element.get("url")))
         elif kind == "user" and isinstance(element.get("user_id"), str):
             out.append(f"<@{element['user_id']}>")
         elif kind == "channel" and isinstance(element.get("channel_id"), str):

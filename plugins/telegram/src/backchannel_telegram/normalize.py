@@ -35,6 +35,14 @@ What becomes what:
   messages from the supergroup land at the original Address, with
   ``meta["chat_id"]`` (the supergroup id) and ``meta["migrated_from_chat_id"]``.
 
+- A forward (``forward_origin``, or the older ``forward_*`` fields) sets
+  ``meta["forwarded"]`` and names its origin in ``meta["forwarded_from"]``; a
+  mention of the bot in forwarded words does not count. A reply puts its
+  target's author and words (or the part quoted) in ``meta["reply_from"]`` and
+  ``meta["reply_quote"]``, an ``external_reply`` (another chat's message) too.
+- A ``text_link`` shows its URL after its words, a ``text_mention`` its user's
+  ``tg://user?id=`` link.
+
 Entity offsets and lengths count UTF-16 code units, as Telegram does.
 
 Ids and dates are integers on the wire; numeric strings (as some relays and
@@ -105,8 +113,31 @@ _CONTENT_FIELDS = (
 )
 _CONTENT_FIELD_SET = frozenset(_CONTENT_FIELDS)
 
-#: the message fields that add to meta
-_META_FIELDS = frozenset({"media_group_id", "author_signature", "forward_origin", "forward_date"})
+#: the message fields that add to meta (or say what it replies to)
+_META_FIELDS = frozenset(
+    {
+        "media_group_id",
+        "author_signature",
+        "forward_origin",
+        "forward_date",
+        "forward_from",
+        "forward_from_chat",
+        "forward_sender_name",
+        "reply_to_message",
+        "external_reply",
+        "quote",
+    }
+)
+#: the message fields that say it is a forward (Bot API 7.0's, then the older ones)
+_FORWARD_FIELDS = (
+    "forward_origin",
+    "forward_date",
+    "forward_from",
+    "forward_from_chat",
+    "forward_sender_name",
+)
+#: how many characters of the replied-to message meta["reply_quote"] holds
+_QUOTE_LIMIT = 300
 
 _DIGITS = re.compile(r"-?[0-9]{1,20}")
 #: every Telegram id and date fits in a signed 64-bit integer; nothing outside is one
@@ -285,6 +316,8 @@ def _message_event(
     if filed_under is not chat_text and address.chat != chat_text:
         meta["chat_id"] = chat_id
         meta["migrated_from_chat_id"] = _opt_int(address.chat)
+    forwarded = False
+    reply_to = None
     if not _META_FIELDS.isdisjoint(message):
         # strings on the wire: anything else (a number, an object) is not carried into meta
         media_group = get("media_group_id")
@@ -293,8 +326,19 @@ def _message_event(
         signature = get("author_signature")
         if isinstance(signature, str):
             meta["author_signature"] = signature
-        if get("forward_origin") is not None or get("forward_date") is not None:
+        if any(get(name) is not None for name in _FORWARD_FIELDS):
+            # someone else's words, passed on: whose they are goes in the line's head
+            forwarded = True
             meta["forwarded"] = True
+            origin = _forward_origin(message)
+            if origin:
+                meta["forwarded_from"] = origin
+        if (
+            get("reply_to_message") is not None
+            or get("external_reply") is not None
+            or get("quote") is not None
+        ):
+            reply_to = _reply_context(message, chat_id, meta)
     sent_at = float(date)
     if kind == "edit":
         edited_at = _opt_int(get("edit_date"))
@@ -302,7 +346,6 @@ def _message_event(
             sent_at = float(edited_at)
         # an edited message comes whole: no files in it means none (edited away)
         meta[ATTACHMENTS_COMPLETE] = True
-    reply_to = None if get("reply_to_message") is None else _reply_target(message)
     if author_id is not None and get("sender_chat") is None:
         # the usual case, inline: a person (or bot) wrote it
         assert author is not None  # author_id is read from it
@@ -312,9 +355,15 @@ def _message_event(
         sender = Sender(author_id, _full_name(author), handle, author.get("is_bot") is True)
     else:
         sender = _sender(message, chat_id, chat, chat_type, where, author, author_id)
-    mentions_me = entities is not None and _mentions_bot(
-        text, entities, bot, private=conversation_kind == "direct"
+    # a mention inside forwarded words is the original author's, not the forwarder's
+    mentions_me = (
+        entities is not None
+        and not forwarded
+        and _mentions_bot(text, entities, bot, private=conversation_kind == "direct")
     )
+    if entities is not None:
+        # after the mentions, whose offsets count in the text as sent
+        text = _with_links(text, entities)
     if not mentions_me and reply_to is not None and bot.id is not None:
         mentions_me = _replies_to_bot(message, bot)
     if _ATTACHMENT_FIELDS.isdisjoint(message):
@@ -455,6 +504,167 @@ def _reply_target(message: Mapping[str, Any]) -> str | None:
     ):
         return None
     return str(target)
+
+
+def _reply_context(message: Mapping[str, Any], chat_id: int, meta: dict[str, Any]) -> str | None:
+    """Return the id of the message `message` replies to in its chat (or None), and put in
+    `meta` what the reply says of it: ``reply_from`` (its author's name) and
+    ``reply_quote`` (the part quoted, else its words, cut): a bot in privacy mode never
+    saw it, and a reply to another chat's message (``external_reply``) has no id here."""
+    replied = message.get("reply_to_message")
+    target: str | None = None
+    author: str | None = None
+    words: str | None = None
+    if _is_mapping(replied):
+        target = _reply_target(message)
+        if target is None:
+            return None  # no id, or a forum topic's mark on every message: no reply
+        author = _author_name(replied)
+        words = _words_of(replied)
+    else:
+        external = message.get("external_reply")
+        if _is_mapping(external):
+            origin = external.get("origin")
+            author = _origin_name(origin) if _is_mapping(origin) else None
+            words = _words_of(external)  # ExternalReplyInfo carries no text: a quote does
+            where = external.get("chat")
+            if _is_mapping(where) and _opt_int(where.get("id")) == chat_id:
+                # another topic of this chat: the message is here
+                external_id = _opt_int(external.get("message_id"))
+                target = None if external_id is None else str(external_id)
+    quote = message.get("quote")
+    quoted = _opt_str(quote.get("text")) if _is_mapping(quote) else None
+    if quoted and quoted.strip():
+        words = quoted
+    if author:
+        meta["reply_from"] = author
+    if words and words.strip():
+        meta["reply_quote"] = (
+            words if len(words) <= _QUOTE_LIMIT else words[: _QUOTE_LIMIT - 1].rstrip() + "…"
+        )
+    return target
+
+
+def _words_of(message: Mapping[str, Any]) -> str | None:
+    """A replied-to message's words: its text or caption, links shown."""
+    for key, entities_key in (("text", "entities"), ("caption", "caption_entities")):
+        text = _opt_str(message.get(key))
+        if text:
+            entities = message.get(entities_key)
+            return _with_links(text, entities) if isinstance(entities, list) else text
+    return None
+
+
+def _author_name(message: Mapping[str, Any]) -> str | None:
+    """Who wrote `message`, named as its sender would be (see _sender)."""
+    sender_chat = message.get("sender_chat")
+    if _is_mapping(sender_chat):
+        name = _opt_str(message.get("author_signature")) or _title(sender_chat)
+        if name:
+            return name
+    author = message.get("from")
+    return (_full_name(author) or None) if _is_mapping(author) else None
+
+
+def _forward_origin(message: Mapping[str, Any]) -> str | None:
+    """The name of whoever wrote a forwarded message: its ``forward_origin`` (a
+    MessageOrigin), else the older ``forward_from`` / ``forward_from_chat`` /
+    ``forward_sender_name``; None when it names no one."""
+    origin = message.get("forward_origin")
+    if _is_mapping(origin):
+        return _origin_name(origin)
+    user = message.get("forward_from")
+    if _is_mapping(user):
+        return _full_name(user) or None
+    chat = message.get("forward_from_chat")
+    if _is_mapping(chat):
+        return _signed(_title(chat), _opt_str(message.get("forward_signature")))
+    return _opt_str(message.get("forward_sender_name")) or None
+
+
+def _origin_name(origin: Mapping[str, Any]) -> str | None:
+    """A MessageOrigin's name: the user, the hidden user's name, the chat or channel
+    (with the post's signature)."""
+    kind = origin.get("type")
+    if kind == "user":
+        user = origin.get("sender_user")
+        return (_full_name(user) or None) if _is_mapping(user) else None
+    if kind == "hidden_user":
+        return _opt_str(origin.get("sender_user_name")) or None
+    chat = origin.get("sender_chat" if kind == "chat" else "chat")
+    if kind in ("chat", "channel") and _is_mapping(chat):
+        return _signed(_title(chat), _opt_str(origin.get("author_signature")))
+    return None
+
+
+def _signed(title: str | None, signature: str | None) -> str | None:
+    if title and signature:
+        return f"{title} ({signature})"
+    return title or signature or None
+
+
+def _with_links(text: str, entities: Sequence[Any]) -> str:
+    """`text` with each ``text_link`` entity's URL after its words (``label (url)``) and
+    each ``text_mention`` naming its user (``Ben (tg://user?id=42)``); offsets in UTF-16."""
+    links: list[tuple[int, int, str]] = []
+    for entity in entities:
+        if type(entity) is not dict and not _is_mapping(entity):
+            continue
+        kind = entity.get("type")
+        if kind != "text_link" and kind != "text_mention":
+            continue  # (a type that is no string, a list say, is no link either)
+        offset, length = _opt_int(entity.get("offset")), _opt_int(entity.get("length"))
+        if offset is None or length is None or offset < 0 or length <= 0:
+            continue
+        if kind == "text_link":
+            target = _opt_str(entity.get("url"))
+        else:
+            user = entity.get("user")
+            user_id = _id_text(user.get("id")) if _is_mapping(user) else None
+            target = None if user_id is None else f"tg://user?id={user_id}"
+        if target and target.strip():
+            links.append((offset, offset + length, target.strip()))
+    if not links:
+        return text  # the usual entities: mentions, commands, bold, ...
+    links.sort(key=lambda link: link[1])
+    ends = _code_point_indexes(text, [end for _, end, _ in links])
+    starts = _code_point_indexes(text, sorted(start for start, _, _ in links))
+    start_of = dict(zip(sorted(start for start, _, _ in links), starts, strict=True))
+    parts: list[str] = []
+    done = 0
+    for (start, _, target), end in zip(links, ends, strict=True):
+        if end < done:
+            continue  # overlapping another link's end: once is enough
+        label = text[start_of[start] : end].strip()
+        parts.append(text[done:end])
+        if label != target:
+            parts.append(f" ({target})")
+        done = end
+    parts.append(text[done:])
+    return "".join(parts)
+
+
+def _code_point_indexes(text: str, offsets: Sequence[int]) -> list[int]:
+    """The index in `text` of each UTF-16 offset (ascending); one inside a character (a
+    surrogate pair) is read as just after it, one past the end as the end."""
+    if text.isascii():
+        size = len(text)
+        return [min(offset, size) for offset in offsets]
+    found: list[int] = []
+    units = 0
+    pending = iter(offsets)
+    offset = next(pending, None)
+    for index, char in enumerate(text):
+        while offset is not None and offset <= units:
+            found.append(index)
+            offset = next(pending, None)
+        if offset is None:
+            return found
+        units += 2 if ord(char) > 0xFFFF else 1
+    while offset is not None:
+        found.append(len(text))
+        offset = next(pending, None)
+    return found
 
 
 def _mentions_bot(
