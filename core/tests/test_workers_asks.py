@@ -337,6 +337,7 @@ async def test_an_operator_send_on_postgresql_goes_through_the_worker_holding_th
     message is handed to the worker, which sends it; its outcome is printed."""
     from backchannel.cli import _send_directly
     from backchannel.config import load_config
+    from backchannel.errors import Rejected
 
     sends: list[tuple[str, str, bool, str]] = []
     store = PostgresStore(postgres_url, worker="w1")
@@ -355,7 +356,14 @@ async def test_an_operator_send_on_postgresql_goes_through_the_worker_holding_th
         encoding="utf-8",
     )
 
-    outcome, via = await _send_directly(load_config(config), Address("ops", "c1"), "from ops")
+    loaded = load_config(config)
+    # a new address: the holder alone could check it (a refused one would stay listed)
+    with pytest.raises(Rejected, match="no conversation there yet"):
+        await _send_directly(loaded, Address("ops", "c1"), "to nowhere yet")
+    assert await store.find_conversation(Address("ops", "c1")) is None
+    await store.ensure_conversation(Address("ops", "c1"))
+
+    outcome, via = await _send_directly(loaded, Address("ops", "c1"), "from ops")
 
     assert (outcome["state"], via) == ("sent", "worker"), outcome
     assert sends == [("w1", "ops", True, "from ops")]  # by the holder's started adapter
@@ -416,6 +424,9 @@ async def test_an_mcp_client_on_postgresql_asks_through_the_worker_holding_the_a
         stopped_at_end.append(worker)
         assert worker.workers.owned == {"tp"}
 
+        # a peer with no conversation yet: its contact list is read on the holder only
+        said = await ask_through_serve(loaded, peer="stranger", question="hi?")
+        assert "holding account 'tp'" in said and "try again later" not in said, said
         said = await ask_through_serve(loaded, peer="peer", question="6*7?", session="s1")
         assert said.startswith("asked peer"), said
         assert sends == [("w2", "tp", True, "6*7?")]  # sent by the holder, not by MCP
@@ -429,3 +440,83 @@ async def test_an_mcp_client_on_postgresql_asks_through_the_worker_holding_the_a
         await until(answered, 20, "the answer matched")
     finally:
         pm.unregister(name="test-fake-peers")
+
+
+async def test_a_holder_stopping_takes_and_finishes_what_is_handed_to_it_meanwhile(
+    postgres_url: str, stopped_at_end: list[Switchboard]
+) -> None:
+    """A holder's stop lets its runs finish first, holding its leases meanwhile: a send
+    handed to it then is still taken and sent (it was withdrawn unsent). And a take in
+    progress when the stop drains its sends is waited for too: its send is finished, not
+    left pending with the asker waiting."""
+    from backchannel.orchestration.tools import deliver_cross
+
+    web, tp = FakePlatform(), FakePlatform()
+    sends: list[tuple[str, str, bool, str]] = []
+    release = asyncio.Event()
+    running = asyncio.Event()
+
+    async def slow_run(run: Run) -> None:
+        if run.conversation.address.account == "tp":
+            running.set()
+            await release.wait()
+
+    await _hold_tp_for_w2(postgres_url)
+    w1, w2 = await two_workers(
+        postgres_url, RecordingAgent(action=slow_run), web, tp, sends, stopped_at_end
+    )
+    assert w2.workers is not None
+    w1.workers.take_within = 5.0  # type: ignore[union-attr]
+    session = await w1.store.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+    tp.user_says("hold on", chat="peer", thread="s1", sender="peer")
+    await asyncio.wait_for(running.wait(), 20)
+    stopping = asyncio.create_task(w2.stop())
+    await until(lambda: asyncio.sleep(0, w2.workers.stopping), 5, "w2 stopping")  # type: ignore[union-attr]
+    # the take in progress is slow to hand its rows over (reading them back, say)
+    take = w2.workers.store.take_handoffs
+
+    async def slow_take(*args: Any) -> Any:
+        taken = await take(*args)
+        await asyncio.sleep(0.3)
+        return taken
+
+    w2.workers.store.take_handoffs = slow_take  # type: ignore[method-assign,assignment]
+    outcome = asyncio.create_task(deliver_cross(w1, session, "meanwhile", origin_key="x"))
+
+    async def taken() -> bool:
+        rows = await w1.store._fetchall("SELECT taken_by FROM handoffs")  # type: ignore[attr-defined]
+        return rows == [("w2",)]
+
+    await until(taken, 10, "the take")
+    release.set()  # the run ends: the stop drains the sends while the take finishes
+    await asyncio.wait_for(stopping, 30)
+    result = await asyncio.wait_for(outcome, 30)
+    assert result.state == "sent", result
+    assert ("w2", "tp", True, "meanwhile") in sends
+
+
+async def test_a_send_past_its_deadline_is_never_taken_and_is_failed_by_the_holder(
+    postgres_url: str,
+) -> None:
+    """The asker died (or stopped waiting) before any holder took its send: past the
+    deadline the holder takes it no more, and marks it failed, whoever the asker was (an
+    operator's CLI has no worker name, so no recovery of workers would find it)."""
+    from backchannel.model import Outbound, Sender
+
+    asker = PostgresStore(postgres_url)  # a `backchannel send`: no worker name
+    holder = PostgresStore(postgres_url, worker="w2")
+    session = await asker.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+    me = Sender("bot", "bot", is_bot=True)
+    late = await asker.record_outbound(session.id, Outbound(session.address, "late"), me)
+    await asker.hand_off(late.id, "tp", within=0.2)
+    fresh = await asker.record_outbound(session.id, Outbound(session.address, "fresh"), me)
+    await asker.hand_off(fresh.id, "tp", within=60)
+    await asyncio.sleep(0.3)
+    [(entry, _)] = await holder.take_handoffs(["tp"])
+    assert entry.id == fresh.id
+    gone = await holder._outbox_entry_now(late.id)
+    assert gone.status == "failed" and "before its asker stopped waiting" in (gone.reason or "")
+    window = await holder.window(session.id, 5)
+    assert [(m.text, m.status) for m in window] == [("late", "failed"), ("fresh", "pending")]
+    for store in (asker, holder):
+        await store.close()

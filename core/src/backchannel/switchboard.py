@@ -622,6 +622,17 @@ class Switchboard:
         conversation = await self.store.find_conversation(address)
         if conversation is not None:
             return conversation
+        if account.name in self.handed_over or (
+            self.workers is not None and not self.workers.may_run(account.name)
+        ):
+            # the adapter is not started here: it could not check the address, and a
+            # refused one would stay listed as a conversation
+            raise Rejected(
+                f"cannot send to {address.key}: there is no conversation there yet, and"
+                f" account {account.name!r} is connected on another worker, which alone can"
+                " check a new address. Send from an agent there, or to a conversation it"
+                " already has (see `backchannel conversations`)"
+            )
         check_address = getattr(account.adapter, "check_address", None)
         if check_address is not None:
             try:

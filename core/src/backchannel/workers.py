@@ -74,6 +74,9 @@ def served_by_every_worker(adapter: Any) -> bool:
 #: how long a handed-over send waits for the account's holder to take it: a takeover
 #: (a dead holder's lease lapsing, a live worker taking it) fits within it
 DEFAULT_TAKE_WITHIN = DEFAULT_LEASE_TTL + DEFAULT_HEARTBEAT + 5.0
+#: how many handed-over sends a worker has taken and not finished at once: a holder that
+#: dies leaves no more than these uncertain (the rest wait for the next holder)
+SENDS_IN_FLIGHT = 8
 #: how long the asker waits for the outcome of a send its holder took (its retries and
 #: rate-limit waits are bounded well within this; a dead holder's is recovered sooner)
 OUTCOME_WITHIN = 900.0
@@ -104,7 +107,7 @@ async def send_elsewhere(
     if isinstance(entry, DeliveryResult):
         return entry
     account = conversation.address.account
-    await store.hand_off(entry.id, account, quiet=outbound.quiet)
+    await store.hand_off(entry.id, account, quiet=outbound.quiet, within=take_within)
     started = time.monotonic()
     delay = 0.02
     try:
@@ -168,6 +171,9 @@ class WorkerCoordinator:
         self._taking: asyncio.Task[None] | None = None
         self._take_again = False
         self._sending: set[asyncio.Task[None]] = set()
+        #: set once a stop has let the runs finish: no more sends are taken (until then a
+        #: stopping worker still holds its leases, and takes what is handed to them)
+        self._closing = False
 
     # which accounts ----------------------------------------------------------
     def exclusive(self) -> list[str]:
@@ -202,18 +208,24 @@ class WorkerCoordinator:
         ]
 
     async def drain_sends(self, timeout: float) -> None:
-        """At a stop, before the adapters stop: take no more handed-over sends, let the
-        ones in flight finish (bounded by `timeout`), then cancel the rest (recorded
-        uncertain, or failed while only waiting out a rate limit)."""
-        self.stopping = True
-        pending = {task for task in (self._taking, *self._sending) if task is not None}
-        if not pending:
-            return
-        _, stuck = await asyncio.wait(pending, timeout=timeout)
-        for task in stuck:
+        """At a stop, after the runs and before the adapters stop: take no more handed-over
+        sends, let the ones taken finish (bounded by `timeout`), then cancel the rest
+        (recorded uncertain, or failed when not yet sent)."""
+        self._closing = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            # again after each wait: a take in progress starts its sends when it is done
+            pending = {task for task in (self._taking, *self._sending) if task and not task.done()}
+            if not pending:
+                return
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            await asyncio.wait(pending, timeout=left)
+        for task in pending:
             task.cancel()
-        if stuck:
-            await asyncio.wait(stuck, timeout=5)
+        await asyncio.wait(pending, timeout=5)
 
     async def stop(self) -> None:
         """Stop the loops and release every lease and claim (the adapters are stopped first)."""
@@ -354,7 +366,7 @@ class WorkerCoordinator:
     def take_sends(self) -> None:
         """Take and send what other processes handed to the accounts held here (once at
         a time: a call while taking makes the taking look again when it is done)."""
-        if self.stopping:
+        if self._closing:
             return
         if self._taking is not None and not self._taking.done():
             self._take_again = True
@@ -362,20 +374,27 @@ class WorkerCoordinator:
         self._taking = asyncio.create_task(self._take_sends(), name=f"worker {self.name} sends")
 
     async def _take_sends(self) -> None:
-        while not self.stopping:
+        while not self._closing:
             self._take_again = False
+            room = SENDS_IN_FLIGHT - len(self._sending)
+            if room <= 0:
+                return  # a send that finishes looks again
             held = [name for name in self.owned if self.board.accounts[name].started]
             try:
-                taken = await self.store.take_handoffs(held)
+                taken = await self.store.take_handoffs(held, room)
             except Exception as error:
                 log.warning("worker %s could not take handed-over sends: %s", self.name, error)
                 return  # the next heartbeat looks again
             for entry, quiet in taken:
                 task = asyncio.create_task(self._send_taken(entry, quiet))
                 self._sending.add(task)
-                task.add_done_callback(self._sending.discard)
+                task.add_done_callback(self._sent)
             if not taken and not self._take_again:
                 return
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._sending.discard(task)
+        self.take_sends()  # room for one more
 
     async def _send_taken(self, entry: OutboxEntry, quiet: bool) -> None:
         from .model import Outbound
@@ -392,10 +411,16 @@ class WorkerCoordinator:
                 quiet=quiet,
                 origin=entry.origin,
             )
-        except Exception as error:
-            log.exception("worker %s: a handed-over send could not be prepared", self.name)
+        except BaseException as error:
+            # nothing went out yet: not sent (a stop's cancel included)
+            if not isinstance(error, asyncio.CancelledError):
+                log.exception("worker %s: a handed-over send could not be prepared", self.name)
             with contextlib.suppress(Exception):
-                await self.store.mark_failed(entry.id, f"not sent: {type(error).__name__}")
+                await asyncio.shield(
+                    self.store.mark_failed(entry.id, f"not sent: {type(error).__name__}")
+                )
+            if isinstance(error, asyncio.CancelledError):
+                raise
             return
         try:
             result = await account.deliverer.attempt(conversation, outbound, entry)

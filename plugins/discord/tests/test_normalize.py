@@ -202,6 +202,10 @@ def test_forwarded_message_is_not_a_reply_and_carries_the_forwarded_text() -> No
     assert event.reply_to is None
     assert event.text == "fwd"
     assert event.meta["forwarded_from"] == {"message_id": "5", "channel_id": "6", "guild_id": "7"}
+    # the head says the words are someone else's (the snapshot names no author)
+    from backchannel.framing import context_of
+
+    assert event.meta["forwarded"] is True and context_of(event.meta) == ("", None, None)
 
 
 ALERT_EMBED: dict[str, Any] = {

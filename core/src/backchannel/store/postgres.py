@@ -1184,18 +1184,22 @@ class PostgresStore(PostgresAsks, Store):
         await self._one("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, payload))
 
     # sends handed to the worker holding an account (pg015) ----------------------
-    async def hand_off(self, outbox_id: int, account: str, *, quiet: bool = False) -> None:
+    async def hand_off(
+        self, outbox_id: int, account: str, *, quiet: bool = False, within: float = 18.0
+    ) -> None:
         """Hand the recorded pending send `outbox_id` to the worker holding `account`.
 
         It is woken at once (a NOTIFY ``sends`` when this commits); its heartbeats
-        look for waiting sends too.
+        look for waiting sends too. Not taken within `within` seconds (by the
+        database's clock), it is never taken: the asker withdraws it, or, if the
+        asker is gone, the next holder to look marks it failed.
         """
 
         async def work(connection: Any) -> None:
             await connection.execute(
-                "INSERT INTO handoffs (outbox_id, account, quiet, asked_by, created_at)"
-                " VALUES (%s, %s, %s, %s, %s)",
-                (outbox_id, account, int(quiet), self.worker, now()),
+                "INSERT INTO handoffs (outbox_id, account, quiet, asked_by, created_at,"
+                f" deadline) VALUES (%s, %s, %s, %s, %s, {DB_NOW} + %s)",
+                (outbox_id, account, int(quiet), self.worker, now(), within),
             )
             await connection.execute("SELECT pg_notify(%s, 'sends')", (WAKE_CHANNEL,))
 
@@ -1215,9 +1219,25 @@ class PostgresStore(PostgresAsks, Store):
         me = self._me()
 
         async def work(connection: Any) -> list[tuple[int, bool]]:
+            # past its deadline: its asker has stopped waiting (or died), never sent now
+            cursor = await connection.execute(
+                "SELECT h.outbox_id FROM handoffs h JOIN outbox o ON o.id = h.outbox_id"
+                " WHERE h.taken_by IS NULL AND h.account = ANY(%s) AND o.status = 'pending'"
+                f" AND h.deadline <= {DB_NOW} ORDER BY h.outbox_id FOR UPDATE OF h, o SKIP LOCKED",
+                (sorted(accounts),),
+            )
+            for (late,) in await cursor.fetchall():
+                await self._set_outbox_status(
+                    connection,
+                    late,
+                    "failed",
+                    "not sent: no worker holding the account took it before its asker"
+                    " stopped waiting",
+                )
             cursor = await connection.execute(
                 "SELECT h.outbox_id, h.quiet FROM handoffs h JOIN outbox o ON o.id = h.outbox_id"
                 " WHERE h.taken_by IS NULL AND h.account = ANY(%s) AND o.status = 'pending'"
+                f" AND h.deadline > {DB_NOW}"
                 " ORDER BY h.outbox_id LIMIT %s FOR UPDATE OF h, o SKIP LOCKED",
                 (sorted(accounts), limit),
             )

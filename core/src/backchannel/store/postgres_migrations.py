@@ -492,7 +492,10 @@ async def pg015_handoffs(connection: Any) -> None:
             quiet INTEGER NOT NULL DEFAULT 0,
             asked_by TEXT,
             taken_by TEXT,
-            created_at DOUBLE PRECISION NOT NULL
+            created_at DOUBLE PRECISION NOT NULL,
+            -- the database's clock: after it an untaken send is never taken (its asker
+            -- stopped waiting, or died), and the next holder to look marks it failed
+            deadline DOUBLE PRECISION NOT NULL
         );
         CREATE INDEX handoffs_waiting ON handoffs (account) WHERE taken_by IS NULL;
         """

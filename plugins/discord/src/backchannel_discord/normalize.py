@@ -258,7 +258,8 @@ def _message(
     forwarded = _forwarded(reader)
     if forwarded is not None:
         forwarded_text, origin, forwarded_attachments = forwarded
-        meta["forwarded_from"] = origin
+        meta["forwarded_from"] = origin  # ids: a snapshot does not name its author
+        meta["forwarded"] = True  # someone else's words (the head says so)
         text = text or forwarded_text
         attachments.extend(forwarded_attachments)
     attachments.extend(_stickers(reader))
