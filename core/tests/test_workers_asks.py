@@ -520,3 +520,42 @@ async def test_a_send_past_its_deadline_is_never_taken_and_is_failed_by_the_hold
     assert [(m.text, m.status) for m in window] == [("late", "failed"), ("fresh", "pending")]
     for store in (asker, holder):
         await store.close()
+
+
+async def test_a_send_is_recorded_and_handed_over_in_one_transaction(
+    postgres_url: str, tmp_path: Any
+) -> None:
+    """A send with nothing to write between (not an ask) is recorded and handed over in
+    one transaction: a failure (or a kill) between the two cannot leave it pending with no
+    holder ever to take it. An SQLite store has no workers to hand anything to."""
+    import psycopg
+    from backchannel.errors import StoreError
+    from backchannel.model import Outbound, Sender
+    from backchannel.store.sqlite import SQLiteStore
+
+    store = PostgresStore(postgres_url)
+    session = await store.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+    me = Sender("bot", "bot", is_bot=True)
+    entry = await store.record_outbound(
+        session.id, Outbound(session.address, "one"), me, hand_to=("tp", True, 60.0)
+    )
+    rows = await store._fetchall("SELECT outbox_id, account, quiet FROM handoffs")
+    assert rows == [(entry.id, "tp", 1)]
+    with pytest.raises(psycopg.errors.NotNullViolation):  # the hand-over fails ...
+        await store.record_outbound(
+            session.id,
+            Outbound(session.address, "two"),
+            me,
+            hand_to=(None, False, 60.0),  # type: ignore[arg-type]
+        )
+    # ... and takes the record with it: no pending row no holder would ever take
+    assert [e.text for e in await store.outbox(conversation_id=session.id)] == ["one"]
+    assert [m.text for m in await store.window(session.id, 5)] == ["one"]
+    await store.close()
+    lite = SQLiteStore(tmp_path / "bc.db")
+    local = await lite.ensure_conversation(Address("tp", "peer"))
+    with pytest.raises(StoreError, match="hands no send"):
+        await lite.record_outbound(
+            local.id, Outbound(local.address, "x"), me, hand_to=("tp", False, 1.0)
+        )
+    await lite.close()

@@ -99,11 +99,13 @@ class Deliverer:
         run_id: int | None = None,
         seen_seq: int | None = None,
         recorded: Callable[[OutboxEntry], Awaitable[None]] | None = None,
+        *,
+        hand_to: tuple[str, bool, float] | None = None,
     ) -> OutboxEntry | DeliveryResult:
         """Record `outbound` as pending (the first half of `deliver`); return its entry.
 
         A DeliveryResult instead when `recorded` said it is done already elsewhere
-        (nothing is to be sent).
+        (nothing is to be sent). `hand_to`: see Store.record_outbound.
         """
         outbound = _storable(outbound)
         me = (
@@ -112,9 +114,14 @@ class Deliverer:
             or Sender("me", "me", is_bot=True)
         )
         sender = kept if isinstance(kept := storable_sender(me), Sender) else me
-        entry = await self.store.record_outbound(
-            conversation.id, outbound, sender, run_id, seen_seq
-        )
+        if hand_to is None:
+            entry = await self.store.record_outbound(
+                conversation.id, outbound, sender, run_id, seen_seq
+            )
+        else:
+            entry = await self.store.record_outbound(
+                conversation.id, outbound, sender, run_id, seen_seq, hand_to=hand_to
+            )
         if recorded is not None:
             try:
                 await recorded(entry)

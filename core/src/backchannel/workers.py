@@ -103,11 +103,23 @@ async def send_elsewhere(
     """
     from .outbound import DeliveryResult
 
-    entry = await deliverer.record(conversation, outbound, run_id, seen_seq, recorded)
+    account = conversation.address.account
+    if recorded is None:
+        # recorded and handed over in one transaction: a crash between cannot strand it
+        entry = await deliverer.record(
+            conversation,
+            outbound,
+            run_id,
+            seen_seq,
+            hand_to=(account, outbound.quiet, take_within),
+        )
+    else:
+        # what `recorded` writes (an ask's row) must be there before the holder can send
+        entry = await deliverer.record(conversation, outbound, run_id, seen_seq, recorded)
     if isinstance(entry, DeliveryResult):
         return entry
-    account = conversation.address.account
-    await store.hand_off(entry.id, account, quiet=outbound.quiet, within=take_within)
+    if recorded is not None:
+        await store.hand_off(entry.id, account, quiet=outbound.quiet, within=take_within)
     started = time.monotonic()
     delay = 0.02
     try:

@@ -310,11 +310,15 @@ class Store(ABC):
         sender: Sender,
         run_id: int | None = None,
         seen_seq: int | None = None,
+        *,
+        hand_to: tuple[str, bool, float] | None = None,
     ) -> OutboxEntry:
         """Write an outbound request as `pending` before it is sent.
 
         `run_id` and `seen_seq`: the run that asked for it, and the newest seq that
-        run had seen when it did (see `answers_after`).
+        run had seen when it did (see `answers_after`). `hand_to` (account, quiet,
+        seconds), on a store shared by several workers only: hand it in the same
+        transaction to the worker holding that account (see PostgresStore.hand_off).
 
         For kind "message" this also appends the transcript row (seq assigned).
         `outbound.origin` is kept on the outbox row and, for a message, in the

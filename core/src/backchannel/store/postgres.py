@@ -522,12 +522,20 @@ class PostgresStore(PostgresAsks, Store):
         sender: Sender,
         run_id: int | None = None,
         seen_seq: int | None = None,
+        *,
+        hand_to: tuple[str, bool, float] | None = None,
     ) -> OutboxEntry:
         stamp = now()
 
         async def work(connection: Any) -> int:
             if self.worker is not None and run_id is not None:
                 await self._check_claim(connection, run_id)
+            outbox_id = await record(connection)
+            if hand_to is not None:  # one transaction: no crash leaves it recorded, not handed
+                await self._hand_off_in(connection, outbox_id, *hand_to)
+            return outbox_id
+
+        async def record(connection: Any) -> int:
             seq = None
             if outbound.kind == "message":
                 # the row lock this UPDATE takes is what keeps seqs gapless across writers
@@ -1196,14 +1204,19 @@ class PostgresStore(PostgresAsks, Store):
         """
 
         async def work(connection: Any) -> None:
-            await connection.execute(
-                "INSERT INTO handoffs (outbox_id, account, quiet, asked_by, created_at,"
-                f" deadline) VALUES (%s, %s, %s, %s, %s, {DB_NOW} + %s)",
-                (outbox_id, account, int(quiet), self.worker, now(), within),
-            )
-            await connection.execute("SELECT pg_notify(%s, 'sends')", (WAKE_CHANNEL,))
+            await self._hand_off_in(connection, outbox_id, account, quiet, within)
 
         await self._write(work)
+
+    async def _hand_off_in(
+        self, connection: Any, outbox_id: int, account: str, quiet: bool, within: float
+    ) -> None:
+        await connection.execute(
+            "INSERT INTO handoffs (outbox_id, account, quiet, asked_by, created_at,"
+            f" deadline) VALUES (%s, %s, %s, %s, %s, {DB_NOW} + %s)",
+            (outbox_id, account, int(quiet), self.worker, now(), within),
+        )
+        await connection.execute("SELECT pg_notify(%s, 'sends')", (WAKE_CHANNEL,))
 
     async def take_handoffs(
         self, accounts: Collection[str], limit: int = 50

@@ -923,7 +923,11 @@ class SQLiteStore(SQLiteAsks, Store):
         sender: Sender,
         run_id: int | None = None,
         seen_seq: int | None = None,
+        *,
+        hand_to: tuple[str, bool, float] | None = None,
     ) -> OutboxEntry:
+        if hand_to is not None:
+            raise StoreError("an SQLite store has one process: it hands no send to a worker")
         db = self.db
         stamp = now()
         self._known_counters.pop(conversation_id)
