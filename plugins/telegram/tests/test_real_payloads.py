@@ -519,6 +519,85 @@ DIRECT_MESSAGES_PAYLOADS = [
 ]
 
 
+# --- sources: Telegram Business, as tdlib/telegram-bot-api (Client.cpp) writes it -------
+# JsonBusinessConnection: id, user, user_chat_id, date, is_enabled, can_reply beside
+# Bot API 9.0's rights (only the rights given are written).
+API_BUSINESS_CONNECTION = """
+{"update_id": 800000060,
+ "business_connection": {"id": "AQIDBAUGBwgJCgsMDQ4PEBES-_x",
+   "user": {"id": 5550000001, "is_bot": false, "first_name": "Marta", "last_name": "Shop",
+            "username": "marta_shop", "language_code": "pt-br", "is_premium": true},
+   "user_chat_id": 5550000001, "date": 1716900000, "is_enabled": true, "can_reply": true,
+   "rights": {"can_reply": true, "can_read_messages": true}}}
+"""
+
+# JsonMessage of a business message: business_connection_id first; a customer writes.
+API_BUSINESS_MESSAGE = """
+{"update_id": 800000061,
+ "business_message": {"business_connection_id": "AQIDBAUGBwgJCgsMDQ4PEBES-_x",
+   "message_id": 41,
+   "from": {"id": 5550000002, "is_bot": false, "first_name": "Ana", "username": "ana_l",
+            "language_code": "pt-br"},
+   "chat": {"id": 5550000002, "first_name": "Ana", "username": "ana_l", "type": "private"},
+   "date": 1716907000, "text": "do you ship to Porto?"}}
+"""
+
+# The business owner answers in the chat themselves.
+API_BUSINESS_OWNER_MESSAGE = """
+{"update_id": 800000062,
+ "business_message": {"business_connection_id": "AQIDBAUGBwgJCgsMDQ4PEBES-_x",
+   "message_id": 42,
+   "from": {"id": 5550000001, "is_bot": false, "first_name": "Marta", "last_name": "Shop",
+            "username": "marta_shop"},
+   "chat": {"id": 5550000002, "first_name": "Ana", "username": "ana_l", "type": "private"},
+   "date": 1716907010,
+   "reply_to_message": {"business_connection_id": "AQIDBAUGBwgJCgsMDQ4PEBES-_x",
+     "message_id": 41,
+     "from": {"id": 5550000002, "is_bot": false, "first_name": "Ana", "username": "ana_l"},
+     "chat": {"id": 5550000002, "first_name": "Ana", "username": "ana_l", "type": "private"},
+     "date": 1716907000, "text": "do you ship to Porto?"},
+   "text": "Yes, in 3 days."}}
+"""
+
+# What the bot sent on the business's behalf comes back: sender_business_bot is the bot.
+API_BUSINESS_BOT_ECHO = """
+{"update_id": 800000063,
+ "business_message": {"business_connection_id": "AQIDBAUGBwgJCgsMDQ4PEBES-_x",
+   "sender_business_bot": {"id": 7000000001, "is_bot": true, "first_name": "Helper",
+                           "username": "helper_bot"},
+   "message_id": 43,
+   "from": {"id": 5550000001, "is_bot": false, "first_name": "Marta", "last_name": "Shop"},
+   "chat": {"id": 5550000002, "first_name": "Ana", "username": "ana_l", "type": "private"},
+   "date": 1716907020, "text": "Anything else?"}}
+"""
+
+API_BUSINESS_EDITED = """
+{"update_id": 800000064,
+ "edited_business_message": {"business_connection_id": "AQIDBAUGBwgJCgsMDQ4PEBES-_x",
+   "message_id": 41,
+   "from": {"id": 5550000002, "is_bot": false, "first_name": "Ana", "username": "ana_l"},
+   "chat": {"id": 5550000002, "first_name": "Ana", "username": "ana_l", "type": "private"},
+   "date": 1716907000, "edit_date": 1716907030, "text": "do you ship to Braga?"}}
+"""
+
+# JsonBusinessMessagesDeleted: no date, no sender; one id (the adapter splits longer lists).
+API_BUSINESS_DELETED = """
+{"update_id": 800000065,
+ "deleted_business_messages": {"business_connection_id": "AQIDBAUGBwgJCgsMDQ4PEBES-_x",
+   "chat": {"id": 5550000002, "first_name": "Ana", "username": "ana_l", "type": "private"},
+   "message_ids": [42]}}
+"""
+
+BUSINESS_PAYLOADS = [
+    API_BUSINESS_CONNECTION,
+    API_BUSINESS_MESSAGE,
+    API_BUSINESS_OWNER_MESSAGE,
+    API_BUSINESS_BOT_ECHO,
+    API_BUSINESS_EDITED,
+    API_BUSINESS_DELETED,
+]
+
+
 def event(payload: str, bot: BotIdentity = BOT) -> Event:
     result = normalize_update(load(payload), ACCOUNT, bot)
     assert result is not None
@@ -863,6 +942,30 @@ def test_mangled_direct_messages_payloads_give_an_event_none_or_a_normalize_erro
     assert all(seen.values()), seen
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_mangled_business_payloads_give_an_event_none_or_a_normalize_error(seed: int) -> None:
+    rng = random.Random(seed)
+    seen: dict[str, int] = {"event": 0, "none": 0, "error": 0}
+    adapter = TelegramAdapter(ACCOUNT, {"token": "7000000001:AAH-not-a-real-token_0123456789"})
+    for _ in range(400):
+        mangled = _mutate(load(rng.choice(BUSINESS_PAYLOADS)), rng)
+        for check in (lambda p: normalize_update(p, ACCOUNT, BOT), adapter.normalize):
+            try:
+                got = check(mangled)
+            except NormalizeError as error:
+                seen["error"] += 1
+                assert "\n" not in str(error) and str(error)
+                continue
+            if isinstance(got, Event):
+                seen["event"] += 1
+                _check_types(got)
+                assert got.address.chat.startswith("biz:")
+            else:
+                assert got is None
+                seen["none"] += 1
+    assert all(seen.values()), seen
+
+
 def _group_command(text: str, length: int, offset: int = 0) -> str:
     # Bot API "bot_command" MessageEntity in a group, as privacy-mode bots receive it
     return json.dumps(
@@ -938,6 +1041,9 @@ def _outcome(compute: Callable[[], Any]) -> Any:
     if isinstance(got, Event):
         fields = to_json(got)
         assert fields.pop("raw") is not None
+        if got.kind == "delete" and got.event_id.split(":")[1] == "delete":
+            # a deleted business message carries no date: its time is when it was read
+            fields["sent_at"] = "(when read)"
         return fields
     return got
 
@@ -955,7 +1061,7 @@ def _outcomes(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cases() -> list[dict[str, Any]]:
-    named = ALL_PAYLOADS + DIRECT_MESSAGES_PAYLOADS
+    named = ALL_PAYLOADS + DIRECT_MESSAGES_PAYLOADS + BUSINESS_PAYLOADS
     names = {text: name for name, text in globals().items() if text in named}
     cases = [{"name": names[text], "payload": load(text)} for text in named]
     rng = random.Random(2026)

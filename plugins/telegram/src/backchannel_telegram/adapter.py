@@ -4,7 +4,9 @@ Sending paces itself (pacing.py), splits long text in UTF-16 units, follows
 groups upgraded to supergroups, and maps every failure to RateLimited,
 Rejected or Uncertain. An Address thread is a forum topic's id, or
 ``"dm:{topic_id}"``, a user's topic in a channel's direct messages chat (sent
-to with ``direct_messages_topic_id``).
+to with ``direct_messages_topic_id``). An Address chat ``"biz:{connection
+id}:{chat id}"`` is a chat of a connected Telegram Business account (sent to
+with ``business_connection_id``; see business.py).
 """
 
 from __future__ import annotations
@@ -37,19 +39,30 @@ from backchannel.model import (
 from backchannel.secrets import register_secret
 
 from .api import BotApi, TelegramError, Token
+from .business import (
+    BUSINESS_CHAT,
+    BusinessConnection,
+    parse_business_chat,
+    state_key,
+)
 from .normalize import DIRECT_MESSAGES_THREAD, BotIdentity, migration_of, normalize_update
 from .pacing import Pacer, PacingLimits
 from .receive import SECRET_HEADER, Poller, PollSettings, WebhookReceiver, WebhookSettings
 
 __all__ = ["DEFAULT_ALLOWED_UPDATES", "SECRET_HEADER", "TelegramAdapter"]
 
-#: `message_reaction` must be asked for by name: Telegram leaves it out by default.
+#: `message_reaction` must be asked for by name: Telegram leaves it out by default. The
+#: business updates come only to a bot a Telegram Business account connected.
 DEFAULT_ALLOWED_UPDATES = (
     "message",
     "edited_message",
     "channel_post",
     "edited_channel_post",
     "message_reaction",
+    "business_connection",
+    "business_message",
+    "edited_business_message",
+    "deleted_business_messages",
 )
 MAX_TEXT = 4096
 _fallback_log = logging.getLogger("backchannel.telegram")
@@ -96,6 +109,13 @@ class TelegramAdapter:
         if not isinstance(allowed, list | tuple) or not all(isinstance(a, str) for a in allowed):
             raise ConfigError("expected a list of update kinds", key="allowed_updates")
         self.allowed_updates = list(allowed)
+        owner_triggers = settings.get("business_owner_triggers", False)
+        if not isinstance(owner_triggers, bool):
+            raise ConfigError(
+                f"expected true or false, got {owner_triggers!r}", key="business_owner_triggers"
+            )
+        #: do the business owner's own messages start runs (off: stored, no run)?
+        self.business_owner_triggers = owner_triggers
         self.webhook_path = str(settings.get("webhook_path", f"/telegram/{account}"))
         self.webhook_url: str | None = settings.get("webhook_url")
         self.webhook_max_connections = number.int("webhook_max_connections", 40, low=1)
@@ -131,9 +151,21 @@ class TelegramAdapter:
         self._topics = _RecentTopics(10_000)
         #: old group chat id -> supergroup chat id, learnt from Telegram
         self._migrated: dict[str, str] = {}
+        #: business connection id -> what business_connection updates said of it (None:
+        #: looked up in the durable state and not found there)
+        self._business: dict[str, BusinessConnection | None] = {}
 
     def __repr__(self) -> str:
         return f"TelegramAdapter(account={self.account!r}, mode={self.mode!r})"
+
+    @property
+    def routes_business_owners(self) -> bool:
+        """Should the owner router (business.owner_router) see this account's messages?
+
+        True when business messages are received and the owner's own messages must not
+        start runs (`business_owner_triggers` off, the default).
+        """
+        return "business_message" in self.allowed_updates and not self.business_owner_triggers
 
     @property
     def served_by_every_worker(self) -> bool:
@@ -160,9 +192,7 @@ class TelegramAdapter:
             hook = WebhookSettings(
                 self.webhook_path, self.webhook_url, self.webhook_max_connections, allowed
             )
-            self._receiver = WebhookReceiver(
-                self._api, ctx, self.account, hook, self._learn_migration
-            )
+            self._receiver = WebhookReceiver(self._api, ctx, self.account, hook, self._state_for)
         else:
             poll = PollSettings(
                 self.poll_timeout,
@@ -172,7 +202,7 @@ class TelegramAdapter:
                 self.retry_initial,
                 self.retry_max,
             )
-            self._receiver = Poller(self._api, ctx, self.account, poll, self._learn_migration)
+            self._receiver = Poller(self._api, ctx, self.account, poll, self._state_for)
         await self._receiver.start()
         await ctx.set_state("mode", self.mode)
 
@@ -228,6 +258,61 @@ class TelegramAdapter:
                 original = aliases[original]
             aliases[new] = original
         return aliases
+
+    def _state_for(self, update: Mapping[str, Any]) -> dict[str, str | None]:
+        """The adapter state an update changes, to commit with it: a group upgrade, a
+        business connection turned on or off."""
+        if not isinstance(update, Mapping):
+            return {}
+        if update.get("business_connection") is not None:
+            return self._learn_business_connection(update["business_connection"])
+        return self._learn_migration(update)
+
+    def _learn_business_connection(self, raw: Any) -> dict[str, str | None]:
+        """Note what a business_connection update says; return the state to commit with it."""
+        connection = BusinessConnection.from_update(raw) if isinstance(raw, Mapping) else None
+        if connection is None:
+            return {}
+        known = self._business.get(connection.id)
+        if known != connection:
+            self._business[connection.id] = connection
+            self._log().info(
+                "Telegram Business connection %s of user %s: %s",
+                connection.id,
+                connection.user_id,
+                connection.refusal() or "enabled, the bot may reply",
+            )
+        return {state_key(connection.id): connection.to_state()}
+
+    async def _business_connection(self, connection_id: str) -> BusinessConnection | None:
+        """What this bot knows of a business connection (from memory, else the state)."""
+        if connection_id in self._business:
+            return self._business[connection_id]
+        connection: BusinessConnection | None = None
+        if self._ctx is not None:
+            saved = await self._ctx.get_state(state_key(connection_id))
+            if saved is not None:
+                connection = BusinessConnection.from_state(connection_id, saved)
+        self._business[connection_id] = connection
+        return connection
+
+    async def _business_target(self, address: Address) -> tuple[str, int] | None:
+        """(connection id, chat id) of a business chat address, None for any other
+        address; Rejected when it is malformed or its connection may not be used."""
+        if not address.chat.startswith(BUSINESS_CHAT):
+            return None
+        try:
+            target = parse_business_chat(address.chat)
+        except ValueError as error:
+            raise Rejected(str(error)) from None
+        assert target is not None
+        if address.thread is not None:
+            raise Rejected(f"a Telegram Business chat has no threads (got {address.thread!r})")
+        connection = await self._business_connection(target[0])
+        refusal = connection.refusal() if connection is not None else None
+        if refusal is not None:
+            raise Rejected(refusal)
+        return target
 
     def _learn_migration(self, update: Mapping[str, Any]) -> dict[str, str | None]:
         """Note a group upgrade announced by `update`; return the state to commit with it."""
@@ -322,6 +407,8 @@ class TelegramAdapter:
         When Telegram cannot be asked (429, 5xx, no connection) the address is
         taken as it is: the send says what became of it.
         """
+        if address.chat.startswith(BUSINESS_CHAT):
+            return await self._check_business_address(address)
         chat = self._chat(address)
         username = chat.startswith("@") and len(chat) > 1 and chat[1:].replace("_", "a").isalnum()
         if not username:
@@ -354,6 +441,39 @@ class TelegramAdapter:
         if thread is not None and not direct and not known.get("is_forum"):
             raise Rejected(f"chat {chat} is not a forum: it has no topics")
 
+    async def _check_business_address(self, address: Address) -> None:
+        """A business chat: well formed, and its connection known to Telegram and usable.
+
+        getBusinessConnection says whether the connection exists and is enabled (and
+        what it says is remembered); Telegram offers no way to ask about the chat.
+        """
+        target = await self._business_target(address)
+        assert target is not None
+        connection_id, chat_id = target
+        try:
+            info = await self._api.call(
+                "getBusinessConnection", {"business_connection_id": connection_id}
+            )
+        except TelegramError as error:
+            if isinstance(_delivery_error(error), Rejected):
+                raise Rejected(f"Telegram says: {error.description}") from None
+            return  # rate limited or down: the send will tell
+        connection = BusinessConnection.from_update(info) if isinstance(info, Mapping) else None
+        if connection is None:
+            return
+        state = self._learn_business_connection(info)
+        if self._ctx is not None:
+            for key, value in state.items():
+                await self._ctx.set_state(key, value)
+        refusal = connection.refusal()
+        if refusal is not None:
+            raise Rejected(refusal)
+        if connection.user_id == str(chat_id):
+            raise Rejected(
+                f"chat {chat_id} is the business owner's own: a business chat is one with a"
+                " customer"
+            )
+
     async def typing(self, address: Address) -> None:
         """Show "typing…" in the conversation (Telegram shows it for about 5 seconds).
 
@@ -363,7 +483,14 @@ class TelegramAdapter:
         """
         if address.thread and address.thread.startswith(DIRECT_MESSAGES_THREAD):
             return
-        params: dict[str, Any] = {"chat_id": self._chat(address), "action": "typing"}
+        params: dict[str, Any] = {"action": "typing"}
+        try:
+            business = await self._business_target(address)
+        except Rejected:
+            return  # a connection turned off: no one to show it to
+        if business is not None:
+            params["business_connection_id"] = business[0]
+        params["chat_id"] = self._chat(address)
         if address.thread and address.thread.isdigit():
             params["message_thread_id"] = int(address.thread)
         try:
@@ -373,7 +500,12 @@ class TelegramAdapter:
 
     async def _send_text(self, outbound: Outbound) -> Receipt:
         parts = split_text(outbound.text, MAX_TEXT, utf16_len)
-        where = _topic_params(outbound.address.thread)
+        business = await self._business_target(outbound.address)
+        where: dict[str, Any] = (
+            _topic_params(outbound.address.thread)
+            if business is None
+            else {"business_connection_id": business[0]}
+        )
         ids: list[str] = []
         for index, part in enumerate(parts):
             params: dict[str, Any] = {"text": part, **where}
@@ -409,10 +541,13 @@ class TelegramAdapter:
             raise Rejected("an edit needs the target message id")
         if utf16_len(outbound.text) > MAX_TEXT:
             raise Rejected(f"an edited text may hold at most {MAX_TEXT} UTF-16 units")
-        params = {
+        params: dict[str, Any] = {
             "message_id": _number(outbound.target, "target message id"),
             "text": outbound.text,
         }
+        business = await self._business_target(outbound.address)
+        if business is not None:
+            params["business_connection_id"] = business[0]
         try:
             await self._call_paced(outbound.address, "editMessageText", params)
         except TelegramError as error:
@@ -424,6 +559,11 @@ class TelegramAdapter:
     async def _react(self, outbound: Outbound) -> Receipt:
         if not outbound.target:
             raise Rejected("a reaction needs the target message id")
+        if outbound.address.chat.startswith(BUSINESS_CHAT):
+            raise Rejected(
+                "a bot cannot react in a Telegram Business chat (setMessageReaction takes no"
+                " business_connection_id)"
+            )
         # Telegram's reaction set spells ❤ without the emoji variation selector
         emoji = outbound.text.strip().replace("\ufe0f", "")
         params = {
@@ -471,7 +611,17 @@ class TelegramAdapter:
             return await self._api.call(method, {**params, "chat_id": new_chat})
 
     def _chat(self, address: Address) -> str:
-        return self._migrated.get(address.chat, address.chat)
+        """The chat_id to call the Bot API with: a group's supergroup, a business chat's
+        own chat id."""
+        chat = address.chat
+        if chat.startswith(BUSINESS_CHAT):
+            try:
+                target = parse_business_chat(chat)
+            except ValueError as error:
+                raise Rejected(str(error)) from None
+            assert target is not None
+            return str(target[1])
+        return self._migrated.get(chat, chat)
 
     def _log(self) -> Any:
         return self._ctx.log if self._ctx is not None else _fallback_log

@@ -26,9 +26,20 @@ What becomes what:
   under the chat it would join every user's messages in one conversation,
   where Telegram refuses any answer. Reactions do not name the topic (see the
   adapter and the store's one-holder rule).
+- Telegram Business (a bot connected to a business account, answering its
+  customers): ``business_message`` -> kind "message", ``edited_business_message``
+  -> "edit", ``deleted_business_messages`` -> "delete" (one update per deleted
+  message: `split_update` makes them before ingest), in the conversation
+  ``"biz:{connection id}:{chat id}"`` (see business.py), kind "direct". The
+  customer writes with ``from.id`` equal to the chat's id; anything else in
+  that chat is the business side: the owner writing themselves is marked
+  ``meta["business_owner"]`` (stored, never starting a run: see the owner
+  router in business.py), and what this bot sent on the business's behalf
+  (``sender_business_bot`` is us) is our own echo, None. ``business_connection``
+  updates give None here; the adapter keeps their state.
 - Service messages (members joining, pins, topic created, migration notices,
-  ...) and updates of kinds we do not handle (callback queries, polls,
-  business messages, ...) give None, as do messages the bot itself sent.
+  ...) and updates of kinds we do not handle (callback queries, polls, ...)
+  give None, as do messages the bot itself sent.
 - A group upgraded to a supergroup keeps its conversation: the adapter learns
   ``migrate_to_chat_id`` / ``migrate_from_chat_id`` from Telegram's service
   messages and passes `chat_aliases` (supergroup id -> original group id), so
@@ -70,7 +81,10 @@ from backchannel.model import (
     Event,
     EventKind,
     Sender,
+    evolve,
 )
+
+from .business import BUSINESS_OWNER, business_chat, valid_connection_id
 
 __all__ = [
     "DIRECT_MESSAGES_THREAD",
@@ -78,6 +92,7 @@ __all__ = [
     "int_field",
     "migration_of",
     "normalize_update",
+    "split_update",
     "utf16_slice",
 ]
 
@@ -149,6 +164,14 @@ _MESSAGE_KINDS: dict[str, EventKind] = {
     "edited_message": "edit",
     "edited_channel_post": "edit",
 }
+#: Telegram Business updates (Bot API 7.2): looked for only when no other kind matched
+_BUSINESS_MESSAGE_KINDS: dict[str, EventKind] = {
+    "business_message": "message",
+    "edited_business_message": "edit",
+}
+_BUSINESS_UPDATES = frozenset(
+    {"business_message", "edited_business_message", "deleted_business_messages"}
+)
 
 
 @frozen
@@ -199,7 +222,25 @@ def normalize_update(
     if update.get("message_reaction") is not None:
         reaction = _mapping(update["message_reaction"], "message_reaction")
         return _reaction_event(update_id, update, reaction, account, bot, chat_aliases or {})
+    if not _BUSINESS_UPDATES.isdisjoint(update):
+        return _business_event(update, update_id, account, bot)
     return None
+
+
+def split_update(update: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Return `update` as the updates normalize takes, one Event each: a
+    ``deleted_business_messages`` naming several messages becomes one update per
+    message id (same ``update_id``); any other update is itself."""
+    deleted = update.get("deleted_business_messages")
+    if deleted is None or not _is_mapping(deleted):
+        return [update]
+    ids = deleted.get("message_ids")
+    if not isinstance(ids, list) or len(ids) <= 1:
+        return [update]
+    return [
+        {**update, "deleted_business_messages": {**deleted, "message_ids": [message_id]}}
+        for message_id in ids
+    ]
 
 
 def migration_of(update: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -389,6 +430,122 @@ def _message_event(
         title,  # conversation_title
         meta,
         update,  # raw
+    )
+
+
+# Telegram Business ---------------------------------------------------------------
+
+
+def _business_event(
+    update: Mapping[str, Any], update_id: int, account: str, bot: BotIdentity
+) -> Event | None:
+    """A business account's chat: a message or edit (the customer's, or the business
+    side's), or one deleted message; None for our own echo and what is no Event."""
+    for field_name, kind in _BUSINESS_MESSAGE_KINDS.items():
+        message = update.get(field_name)
+        if message is not None:
+            return _business_message(update, update_id, message, field_name, kind, account, bot)
+    deleted = update.get("deleted_business_messages")
+    if deleted is not None:
+        return _business_delete(update, update_id, deleted, account)
+    return None
+
+
+def _connection_id(value: Mapping[str, Any], where: str) -> str:
+    connection_id = valid_connection_id(value.get("business_connection_id"))
+    if connection_id is None:
+        raise NormalizeError(
+            f"expected a business connection id, got {_show(value.get('business_connection_id'))}",
+            where=f"{where}.business_connection_id",
+        )
+    return connection_id
+
+
+def _business_message(
+    update: Mapping[str, Any],
+    update_id: int,
+    raw_message: Any,
+    where: str,
+    kind: EventKind,
+    account: str,
+    bot: BotIdentity,
+) -> Event | None:
+    message = _mapping(raw_message, where)
+    connection_id = _connection_id(message, where)
+    agent = message.get("sender_business_bot")
+    agent_id = _id_text(agent.get("id")) if _is_mapping(agent) else None
+    if agent_id is not None and bot.id is not None and agent_id == bot.id:
+        return None  # what this bot sent on the business's behalf, echoed back
+    event = _message_event(update, update_id, message, where, kind, account, bot, None)
+    if event is None:
+        return None  # a service message
+    chat_id = _int(message["chat"].get("id"), f"{where}.chat.id")
+    meta = dict(event.meta)
+    meta["business_connection_id"] = connection_id
+    meta["chat_id"] = chat_id
+    # the chat is the business account's private chat with the customer, whose user id
+    # is the chat's: whoever else writes there is the business side
+    owner = agent is not None or event.sender.id != str(chat_id)
+    sender = event.sender
+    if owner:
+        meta[BUSINESS_OWNER] = True
+        if _is_mapping(agent):
+            meta["sender_business_bot"] = _full_name(agent) or agent_id or ""
+        # the agent reads both people of the chat: say which one is the business
+        sender = evolve(
+            sender, name=f"{sender.name or sender.handle or sender.id} (business owner)"
+        )
+    customer = _title(message["chat"])
+    return evolve(
+        event,
+        sender=sender,
+        address=Address(account, business_chat(connection_id, chat_id)),
+        mentions_me=event.mentions_me and not owner,
+        conversation_kind="direct",
+        conversation_title=f"{customer} (Telegram Business)" if customer else "Telegram Business",
+        meta=meta,
+    )
+
+
+def _business_delete(
+    update: Mapping[str, Any], update_id: int, raw: Any, account: str
+) -> Event | None:
+    where = "deleted_business_messages"
+    deleted = _mapping(raw, where)
+    connection_id = _connection_id(deleted, where)
+    chat = _mapping(deleted.get("chat"), f"{where}.chat")
+    chat_id = _int(chat.get("id"), f"{where}.chat.id")
+    ids = deleted.get("message_ids")
+    if not isinstance(ids, list):
+        raise NormalizeError(
+            f"expected a list of message ids, got {_show(ids)}", where=f"{where}.message_ids"
+        )
+    if not ids:
+        return None  # nothing deleted
+    if len(ids) > 1:
+        raise NormalizeError(
+            f"{len(ids)} message ids in one update: split it with split_update first",
+            where=f"{where}.message_ids",
+        )
+    message_id = _int(ids[0], f"{where}.message_ids[0]")
+    chat_text = business_chat(connection_id, chat_id)
+    customer = _title(chat)
+    # no date on the wire: the chat and message make the id unique (a message is deleted
+    # once) and the update id keeps a redelivery the same
+    return Event(
+        address=Address(account, chat_text),
+        event_id=f"{update_id}:delete:{chat_text}:{message_id}",
+        sender=Sender.unknown(),  # Telegram does not say who deleted it
+        kind="delete",
+        platform_message_id=str(message_id),
+        conversation_kind="direct",
+        conversation_title=f"{customer} (Telegram Business)" if customer else "Telegram Business",
+        meta={
+            "update_id": update_id,
+            "business_connection_id": connection_id,
+            "chat_id": chat_id,
+        },
+        raw=update,
     )
 
 

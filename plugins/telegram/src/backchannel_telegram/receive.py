@@ -23,7 +23,7 @@ from backchannel.secrets import register_secret
 from backchannel.wire import BadPayload, parse_json
 
 from .api import BotApi, TelegramError, sleep_or_stop
-from .normalize import int_field
+from .normalize import int_field, split_update
 
 __all__ = ["SECRET_HEADER", "PollSettings", "Poller", "WebhookReceiver", "WebhookSettings"]
 
@@ -171,7 +171,7 @@ class Poller:
                 state.update(self._state_for(update))
         self._ingesting = True
         try:
-            await self._ctx.ingest_many(updates, state=state)
+            await self._ctx.ingest_many(_split(updates), state=state)
         finally:
             self._ingesting = False
         return next_offset
@@ -293,11 +293,29 @@ class WebhookReceiver:
             self._ctx.log.warning("refused a webhook update: %s", error)
             return web.json_response({"ok": False, "description": str(error)}, status=400)
         try:
-            await self._ctx.ingest(update, state=self._state_for(update) or None)
+            parts = split_update(update) if isinstance(update, Mapping) else [update]
+            if len(parts) == 1:
+                await self._ctx.ingest(update, state=self._state_for(update) or None)
+            else:  # several deleted business messages: one commit for all of them
+                await self._ctx.ingest_many(parts, state=self._state_for(update) or None)
         except Exception:
             self._ctx.log.exception("could not store a webhook update; Telegram will retry")
             return web.json_response({"ok": False}, status=500)
         return web.json_response({"ok": True})
+
+
+def _split(updates: list[Any]) -> list[Any]:
+    """The batch as normalize takes it: one update per deleted business message (see
+    split_update); the same list when nothing needs splitting, the usual case."""
+    if not any(
+        isinstance(update, Mapping) and "deleted_business_messages" in update for update in updates
+    ):
+        return updates
+    return [
+        part
+        for update in updates
+        for part in (split_update(update) if isinstance(update, Mapping) else [update])
+    ]
 
 
 def _secret_matches(given: str, secret: str) -> bool:

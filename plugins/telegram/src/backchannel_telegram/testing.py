@@ -34,6 +34,18 @@ connection is dropped, nothing done), "forbidden", "conflict"; `deliver_again`
 that enforce with 429s or only record violations); `restart_update_ids` (ids
 chosen anew, as Telegram does after a week without updates).
 
+Telegram Business (Bot API 7.2): `fake.business_connection(owner)` connects
+the bot to `owner`'s business account (a ``business_connection`` update);
+`fake.inject_business_message(connection, customer, text)` (or
+``from_owner=True``), `inject_business_edit`, `inject_business_delete` speak
+the ``business_message`` / ``edited_business_message`` /
+``deleted_business_messages`` updates. sendMessage, editMessageText and
+sendChatAction take ``business_connection_id`` (getBusinessConnection too),
+answering as the Bot API server does: ``business connection not found`` for
+an unknown id, and Telegram's ``BUSINESS_PEER_INVALID`` for a connection
+that is disabled or may not reply. What the bot sends through a connection
+comes back to it as a ``business_message`` with ``sender_business_bot``.
+
 `event_id_of(update)` is the event id backchannel stores an Update under, and
 `update_id_of(event_id)` the update id it was made from (the fake's acks and
 redeliveries are by update id).
@@ -42,7 +54,9 @@ redeliveries are by update id).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
 import itertools
 import json
 import re
@@ -56,7 +70,11 @@ from attrs import define, field
 from backchannel.testing.loopback import serve_loopback
 from backchannel.testing.watch import Watch
 
+from .business import business_chat
+
 __all__ = [
+    "BUSINESS_CONNECTION_NOT_FOUND",
+    "BUSINESS_PEER_INVALID",
     "DM_TOPIC_REQUIRED",
     "FakeTelegram",
     "RateWindow",
@@ -77,6 +95,13 @@ CONFLICT_WEBHOOK = (
 #: Telegram's answer to a send into a channel's direct messages chat that names no topic
 #: (TDLib's "Channel direct messages topic must be specified", as the Bot API server words it)
 DM_TOPIC_REQUIRED = "Bad Request: channel direct messages topic must be specified"
+#: the Bot API server's answer for a business_connection_id it does not know (or one the
+#: business account deleted): telegram-bot-api's check_business_connection
+BUSINESS_CONNECTION_NOT_FOUND = "Bad Request: business connection not found"
+#: Telegram's answer for a send through a connection that may not send there (turned off,
+#: or without the right to reply): the server's error, passed on by the Bot API server
+#: (TDLib leaves "can_reply" and "disabled" for the server to check)
+BUSINESS_PEER_INVALID = "Bad Request: BUSINESS_PEER_INVALID"
 NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup are "
     "exactly the same as a current content and reply markup of the message"
@@ -191,6 +216,8 @@ class SentMessage:
     edits: list[str] = field(factory=list)
     #: the user's topic, in a channel's direct messages chat (`direct_messages_topic_id`)
     direct_messages_topic_id: int | None = None
+    #: the business connection it was sent through (`business_connection_id`), if any
+    business_connection_id: str | None = None
 
 
 @define
@@ -217,13 +244,26 @@ def event_id_of(update: Mapping[str, Any]) -> str:
     Read from the payload here, not through `normalize_update`, so a test that
     compares the two checks the adapter rather than itself.
     """
-    for key in ("message", "channel_post", "edited_message", "edited_channel_post"):
+    for key in (
+        "message",
+        "channel_post",
+        "edited_message",
+        "edited_channel_post",
+        "business_message",
+        "edited_business_message",
+    ):
         message = update.get(key)
         if message is not None:
             date = message["date"]
             if key.startswith("edited_") and message.get("edit_date") is not None:
                 date = message["edit_date"]
             return f"{int(update['update_id'])}:{int(date)}"
+    deleted = update.get("deleted_business_messages")
+    if deleted is not None:
+        # no date on the wire: the business chat and the (one) message name the delete
+        chat = business_chat(deleted["business_connection_id"], int(deleted["chat"]["id"]))
+        (message_id,) = deleted["message_ids"]
+        return f"{int(update['update_id'])}:delete:{chat}:{int(message_id)}"
     reaction = update["message_reaction"]
     return f"{int(update['update_id'])}:{int(reaction['date'])}"
 
@@ -293,6 +333,16 @@ class FakeTelegram:
         #: channel id -> its direct messages chat id
         self._dm_chats: dict[int, int] = {}
         self._migrated: dict[int, int] = {}
+        #: business connection id -> its BusinessConnection object
+        self.business_connections: dict[str, dict[str, Any]] = {}
+        #: (business owner id, chat id) -> message id -> message, in the business's chats
+        self._business_messages: dict[tuple[int, int], dict[int, dict[str, Any]]] = {}
+        #: (business owner id, chat id) -> the business chat's Chat object
+        self._business_chats: dict[tuple[int, int], dict[str, Any]] = {}
+        self._business_serial = itertools.count(1)
+        self._business_last: dict[tuple[int, int], int] = {}
+        #: echo what the bot sends through a connection as a business_message, as Telegram does
+        self.echo_business_sends = True
         self._faults: dict[str, list[_Fault]] = {}
         self._limits: dict[str, tuple[int, float]] = {}
         self._windows: dict[str, RateWindow] = {}
@@ -434,6 +484,164 @@ class FakeTelegram:
         self._dm_chats[channel["id"]] = chat["id"]
         self._dm_topics[chat["id"]] = {}
         return self._register(chat)
+
+    def business_connection(
+        self,
+        owner: Mapping[str, Any],
+        *,
+        can_reply: bool = True,
+        enabled: bool = True,
+        deliver: bool = True,
+    ) -> dict[str, Any]:
+        """Connect the bot to `owner`'s business account; return the BusinessConnection.
+
+        A ``business_connection`` update is queued (unless `deliver` is false). The id
+        is 27 characters of URL-safe base64, as Telegram's look.
+        """
+        digest = hashlib.sha256(f"{owner['id']}:{next(self._business_serial)}".encode()).digest()
+        connection_id = base64.urlsafe_b64encode(digest[:20]).decode().rstrip("=")
+        connection: dict[str, Any] = {
+            "id": connection_id,
+            "user": dict(owner),
+            "user_chat_id": owner["id"],
+            "date": int(time.time()),
+        }
+        self.business_connections[connection_id] = connection
+        self._set_rights(connection, enabled=enabled, can_reply=can_reply)
+        if deliver:
+            self.inject({"business_connection": dict(connection)})
+        return connection
+
+    def set_business_connection(
+        self,
+        connection: Mapping[str, Any],
+        *,
+        enabled: bool | None = None,
+        can_reply: bool | None = None,
+    ) -> dict[str, Any]:
+        """Change a connection as its owner would (turn the bot off, take its right to
+        reply); queue the ``business_connection`` update saying so; return the Update."""
+        stored = self.business_connections[connection["id"]]
+        self._set_rights(
+            stored,
+            enabled=stored["is_enabled"] if enabled is None else enabled,
+            can_reply=stored["can_reply"] if can_reply is None else can_reply,
+        )
+        return self.inject({"business_connection": dict(stored)})
+
+    @staticmethod
+    def _set_rights(connection: dict[str, Any], *, enabled: bool, can_reply: bool) -> None:
+        # as the Bot API server writes it (Bot API 9.0): `rights`, and the older
+        # `can_reply` beside it
+        connection["is_enabled"] = enabled
+        connection["can_reply"] = can_reply
+        rights = {"can_read_messages": True}
+        if can_reply:
+            rights["can_reply"] = True
+        connection["rights"] = rights
+
+    def inject_business_message(
+        self,
+        connection: Mapping[str, Any],
+        customer: Mapping[str, Any],
+        text: str,
+        *,
+        from_owner: bool = False,
+        reply_to: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+        deliver: bool = True,
+    ) -> dict[str, Any]:
+        """Queue a `business_message` Update in the business account's chat with
+        `customer`: written by the customer, or with `from_owner` by the business
+        owner themselves; return the Update."""
+        owner = self.business_connections[connection["id"]]["user"]
+        message = self._new_business_message(
+            connection, customer, owner if from_owner else customer
+        )
+        message["text"] = text
+        entities = _mention_entities(text)
+        if entities:
+            message["entities"] = entities
+        if reply_to is not None:
+            message["reply_to_message"] = dict(self._business_chat(owner, customer)[reply_to])
+            message["reply_to_message"].pop("reply_to_message", None)
+        message.update(extra or {})
+        return self.inject({"business_message": message}, deliver=deliver)
+
+    def inject_business_edit(
+        self,
+        connection: Mapping[str, Any],
+        customer: Mapping[str, Any],
+        message_id: int,
+        text: str,
+    ) -> dict[str, Any]:
+        """Queue an `edited_business_message` Update changing a message's text."""
+        owner = self.business_connections[connection["id"]]["user"]
+        stored = self._business_chat(owner, customer)[message_id]
+        stored["text"] = text
+        stored["edit_date"] = int(time.time())
+        return self.inject({"edited_business_message": dict(stored)})
+
+    def inject_business_delete(
+        self,
+        connection: Mapping[str, Any],
+        customer: Mapping[str, Any],
+        message_ids: Iterable[int],
+    ) -> dict[str, Any]:
+        """Queue a `deleted_business_messages` Update: these messages of the chat with
+        `customer` were deleted (by either side)."""
+        owner = self.business_connections[connection["id"]]["user"]
+        chat = self._business_chat(owner, customer)
+        ids = list(message_ids)
+        for message_id in ids:
+            chat.pop(message_id, None)
+        return self.inject(
+            {
+                "deleted_business_messages": {
+                    "business_connection_id": connection["id"],
+                    "chat": _private_chat_of(customer),
+                    "message_ids": ids,
+                }
+            }
+        )
+
+    def business_sent_texts(
+        self, connection: Mapping[str, Any], customer: Mapping[str, Any] | None = None
+    ) -> list[str]:
+        """Texts the bot sent through `connection` (to one customer), oldest first."""
+        return [
+            m.text
+            for m in self.sent
+            if m.business_connection_id == connection["id"]
+            and (customer is None or m.chat_id == customer["id"])
+        ]
+
+    def _business_chat(
+        self, owner: Mapping[str, Any], customer: Mapping[str, Any] | int
+    ) -> dict[int, dict[str, Any]]:
+        chat_id = customer if isinstance(customer, int) else customer["id"]
+        return self._business_messages.setdefault((owner["id"], chat_id), {})
+
+    def _new_business_message(
+        self,
+        connection: Mapping[str, Any],
+        customer: Mapping[str, Any],
+        author: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        owner = self.business_connections[connection["id"]]["user"]
+        chat = self._business_chat(owner, customer)
+        self._business_chats.setdefault((owner["id"], customer["id"]), _private_chat_of(customer))
+        message: dict[str, Any] = {
+            "business_connection_id": connection["id"],
+            # one counter for the business account's chat, as Telegram numbers it
+            "message_id": self._business_last.get((owner["id"], customer["id"]), 0) + 1,
+            "from": dict(author),
+            "chat": dict(self._business_chats[(owner["id"], customer["id"])]),
+            "date": int(time.time()),
+        }
+        chat[message["message_id"]] = message
+        self._business_last[(owner["id"], customer["id"])] = message["message_id"]
+        return message
 
     def _register(self, chat: dict[str, Any]) -> dict[str, Any]:
         self.chats[chat["id"]] = chat
@@ -907,6 +1115,8 @@ class FakeTelegram:
         return _ok(info)
 
     async def _m_sendmessage(self, params: dict[str, Any]) -> web.Response:
+        if params.get("business_connection_id"):
+            return self._business_send(params)
         chat = self._chat(params)
         text = params.get("text")
         if not isinstance(text, str) or not text.strip():
@@ -971,6 +1181,8 @@ class FakeTelegram:
         return _ok(message)
 
     async def _m_editmessagetext(self, params: dict[str, Any]) -> web.Response:
+        if params.get("business_connection_id"):
+            return self._business_edit(params)
         chat = self._chat(params)
         message_id = _int(params.get("message_id"), 0)
         stored = self._messages.get((chat["id"], message_id))
@@ -1007,13 +1219,117 @@ class FakeTelegram:
         return _ok(True)
 
     async def _m_sendchataction(self, params: dict[str, Any]) -> web.Response:
-        chat = self._chat(params)
         action = params.get("action")
+        if params.get("business_connection_id"):
+            _, chat_id, _ = self._business_check(params)
+            if action not in CHAT_ACTIONS:
+                raise _BadRequest("Bad Request: wrong parameter action in request")
+            self.chat_actions.append((chat_id, str(action), None))
+            return _ok(True)
+        chat = self._chat(params)
         if action not in CHAT_ACTIONS:
             raise _BadRequest("Bad Request: wrong parameter action in request")
         thread = _int(params.get("message_thread_id"), 0) or None
         self.chat_actions.append((chat["id"], str(action), thread))
         return _ok(True)
+
+    async def _m_getbusinessconnection(self, params: dict[str, Any]) -> web.Response:
+        connection = self.business_connections.get(str(params.get("business_connection_id")))
+        if connection is None:
+            raise _BadRequest(BUSINESS_CONNECTION_NOT_FOUND)
+        return _ok(dict(connection))
+
+    def _business_check(
+        self, params: Mapping[str, Any], *, sending: bool = True
+    ) -> tuple[dict[str, Any], int, dict[int, dict[str, Any]]]:
+        """The connection, chat id and the business chat's messages a business call names,
+        checked in the Bot API server's order (chat id, connection, then Telegram's own)."""
+        raw = params.get("chat_id")
+        if raw is None or raw == "":
+            raise _BadRequest("Bad Request: chat identifier is empty")
+        try:
+            chat_id = int(str(raw))
+        except ValueError:
+            raise _BadRequest("Bad Request: chat identifier must be a valid Integer") from None
+        connection = self.business_connections.get(str(params["business_connection_id"]))
+        if connection is None:
+            raise _BadRequest(BUSINESS_CONNECTION_NOT_FOUND)
+        owner = connection["user"]
+        if chat_id == owner["id"]:
+            raise _BadRequest("Bad Request: Messages must not be sent to self")
+        if sending and not (connection["is_enabled"] and connection["can_reply"]):
+            raise _BadRequest(BUSINESS_PEER_INVALID)
+        if (owner["id"], chat_id) not in self._business_chats:
+            raise _BadRequest("Bad Request: chat not found")
+        return connection, chat_id, self._business_chat(owner, chat_id)
+
+    def _business_send(self, params: dict[str, Any]) -> web.Response:
+        connection, chat_id, chat = self._business_check(params)
+        text = params.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise _BadRequest("Bad Request: message text is empty")
+        if len(text.encode("utf-16-le")) // 2 > 4096:
+            raise _BadRequest("Bad Request: message is too long")
+        reply = _json_param(params.get("reply_parameters")) or {}
+        reply_to: int | None = None
+        if reply:
+            reply_to = _int(reply.get("message_id"), 0)
+            if reply_to not in chat:
+                if reply.get("allow_sending_without_reply") not in (True, "true"):
+                    raise _BadRequest("Bad Request: message to be replied not found")
+                reply_to = None
+        customer = self._business_chats[(connection["user"]["id"], chat_id)]
+        owner = connection["user"]
+        message = self._new_business_message(connection, customer, owner)
+        message["sender_business_bot"] = dict(self.bot)
+        message["text"] = text
+        if reply_to is not None:
+            message["reply_to_message"] = {
+                k: v for k, v in chat[reply_to].items() if k != "reply_to_message"
+            }
+        quiet = params.get("disable_notification") in (True, "true")
+        self.sent.append(
+            SentMessage(
+                chat_id,
+                message["message_id"],
+                text,
+                None,
+                reply_to,
+                quiet,
+                message["date"],
+                business_connection_id=connection["id"],
+            )
+        )
+        if self.echo_business_sends:
+            self.inject({"business_message": dict(message)})
+        return _ok(message)
+
+    def _business_edit(self, params: dict[str, Any]) -> web.Response:
+        connection, chat_id, chat = self._business_check(params)
+        message_id = _int(params.get("message_id"), 0)
+        stored = chat.get(message_id)
+        if stored is None:
+            raise _BadRequest("Bad Request: message to edit not found")
+        if stored.get("sender_business_bot", {}).get("id") != self.bot["id"]:
+            raise _BadRequest("Bad Request: message can't be edited")
+        text = params.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise _BadRequest("Bad Request: message text is empty")
+        if text == stored.get("text"):
+            raise _BadRequest(NOT_MODIFIED)
+        stored["text"] = text
+        stored["edit_date"] = int(time.time())
+        for sent in self.sent:
+            if (
+                sent.business_connection_id == connection["id"]
+                and sent.chat_id == chat_id
+                and sent.message_id == message_id
+            ):
+                sent.edits.append(sent.text)
+                sent.text = text
+        if self.echo_business_sends:
+            self.inject({"edited_business_message": dict(stored)})
+        return _ok(stored)
 
     def _chat(self, params: Mapping[str, Any]) -> dict[str, Any]:
         raw = params.get("chat_id")
@@ -1163,6 +1479,15 @@ def _int(value: Any, default: int) -> int:
         return int(value)
     except (TypeError, ValueError):
         raise _BadRequest(f"Bad Request: invalid integer value {value!r}") from None
+
+
+def _private_chat_of(user: Mapping[str, Any]) -> dict[str, Any]:
+    """The private Chat object with `user` (a business chat's ``chat``)."""
+    chat = {"id": user["id"], "first_name": user["first_name"], "type": "private"}
+    for key in ("last_name", "username"):
+        if key in user:
+            chat[key] = user[key]
+    return chat
 
 
 def _mention_entities(text: str) -> list[dict[str, Any]]:
