@@ -22,6 +22,7 @@ from backchannel.storable import storable_event
 from backchannel.store import Inbound, SQLiteStore
 from backchannel.testing import mutate_payload
 from backchannel_tinyplace.normalize import normalize_relay_message
+from backchannel_tinyplace.testing import v2_frame
 
 ME = "7xKXtg2CW87d97TXJSDpbD5jBkheTqA83TZRuJosgAsU"
 PEER = "9WzDXwBbmkg8ZTbNMqUxvQRAyrZzDsGYdLVL9zYtAWWM"
@@ -197,39 +198,10 @@ CODEX_PHASE: dict[str, Any] = {
 }
 
 
-def v2(kind: str, payload: dict[str, Any], **event: Any) -> dict[str, Any]:
-    """A v2 frame, after the harness conformance tests' v2_wire (tiny.place SDK)."""
-    return {
-        "envelope_version": "tinyplace.harness.session.v2",
-        "version": 2,
-        "bucket": {"unit": "minute", "start": "s", "end": "e"},
-        "scope": {
-            "type": "folder",
-            "key": "repo",
-            "cwd": "/w",
-            "wrapper_session_id": "w2",
-            "harness_session_id": "h2",
-        },
-        "harness": {"provider": "claude", "command": "claude", "argv": []},
-        "event": {
-            "id": "e1",
-            "seq": 4,
-            "ts": "2026-07-05T00:00:00Z",
-            "turn_id": "t1",
-            "model": "opus",
-            "role": "agent",
-            "kind": kind,
-            "payload": payload,
-            **event,
-        },
-        "source": {"path": "p", "record_type": "assistant"},
-    }
-
-
 # Claude plugin hooks (session_info emit): the daemon's intro to its owner, v2
 # kind "session_info", harness id may be empty, id a sha256 hex, seq 0.
 SESSION_INFO: dict[str, Any] = {
-    **v2(
+    **v2_frame(
         "session_info",
         {
             "agent_address": PEER,
@@ -348,7 +320,7 @@ def test_codex_phase_is_kept_as_data() -> None:
     ],
 )
 def test_v2_frames_with_words(kind: str, payload: dict[str, Any], text: str) -> None:
-    event = normalize(wrap(v2(kind, payload)))
+    event = normalize(wrap(v2_frame(kind, payload)))
     assert event is not None and event.text == text and event.address.thread == "w2"
 
 
@@ -366,7 +338,7 @@ def test_v2_frames_with_words(kind: str, payload: dict[str, Any], text: str) -> 
     ],
 )
 def test_v2_user_prompt_roles(role: str | None, source: str, human: bool) -> None:
-    frame = v2("user_prompt", {"text": "do it", "source": source}, role=role)
+    frame = v2_frame("user_prompt", {"text": "do it", "source": source}, role=role)
     if role is None:
         del frame["event"]["role"]
     event = normalize(wrap(frame))
@@ -386,7 +358,7 @@ def test_v2_agent_words_are_the_peer_agent() -> None:
         ("approval_request", {"tool_name": "rm", "display": "rm -rf x"}),
     ]
     for kind, payload in frames:
-        got = normalize(wrap(v2(kind, payload)))
+        got = normalize(wrap(v2_frame(kind, payload)))
         assert got is not None and got.sender.id == PEER and got.sender.is_bot
         assert "prompt_source" not in got.meta
 
@@ -394,13 +366,13 @@ def test_v2_agent_words_are_the_peer_agent() -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        v2("tool_call", {"call_id": "c1", "tool_name": "Bash", "input": {"cmd": "ls"}}),
-        v2("tool_result", {"call_id": "c1", "ok": True, "exit_code": 0, "output": "done"}),
-        v2("status", {"state": "running_tool", "detail": "compiling"}),
-        v2("lifecycle", {"phase": "session_end"}),
-        v2("agent_thinking", {"text": "hmm"}),
-        v2("quantum_teleport", {"flux": 42}),
-        v2("agent_message", {"text": ""}),
+        v2_frame("tool_call", {"call_id": "c1", "tool_name": "Bash", "input": {"cmd": "ls"}}),
+        v2_frame("tool_result", {"call_id": "c1", "ok": True, "exit_code": 0, "output": "done"}),
+        v2_frame("status", {"state": "running_tool", "detail": "compiling"}),
+        v2_frame("lifecycle", {"phase": "session_end"}),
+        v2_frame("agent_thinking", {"text": "hmm"}),
+        v2_frame("quantum_teleport", {"flux": 42}),
+        v2_frame("agent_message", {"text": ""}),
         SESSION_INFO,
     ],
 )
@@ -589,9 +561,9 @@ SEEDS: list[Any] = [
     CODEX_PHASE,
     SESSION_INFO,
     MINIMAL_V2,
-    v2("agent_message", {"text": "hi"}),
-    v2("approval_request", {"tool_name": "rm", "display": "rm -rf x", "reason": "r"}),
-    v2("error", {"message": "boom"}),
+    v2_frame("agent_message", {"text": "hi"}),
+    v2_frame("approval_request", {"tool_name": "rm", "display": "rm -rf x", "reason": "r"}),
+    v2_frame("error", {"message": "boom"}),
     LEGACY_AUTO_REPLY,
     REHANDSHAKE_PING,
     UNICODE_DM,

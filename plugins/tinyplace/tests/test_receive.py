@@ -13,7 +13,7 @@ from backchannel.testing import ContractContext
 from backchannel_tinyplace import TinyplaceAdapter
 from backchannel_tinyplace.cli import accept_contact
 from backchannel_tinyplace.normalize import event_id_of
-from backchannel_tinyplace.testing import FakeRelay, RelayPeer
+from backchannel_tinyplace.testing import FakeRelay, RelayPeer, v2_frame
 
 
 class DecryptCounter:
@@ -241,25 +241,8 @@ async def test_a_v2_owner_prompt_is_the_peers_human_and_agent_words_the_peer(
 
     def frame(seq: int, role: str, kind: str, text: str) -> bytes:
         """A v2 frame as the harness wrappers write it (TS SDK `SessionEnvelopeV2`)."""
-        event = {"id": f"e{seq}", "seq": seq, "ts": "2026-07-05T00:00:00Z", "role": role}
         payload = {"text": text, "source": "human"} if kind == "user_prompt" else {"text": text}
-        return json.dumps(
-            {
-                "envelope_version": "tinyplace.harness.session.v2",
-                "version": 2,
-                "bucket": {"unit": "minute", "start": "s", "end": "e"},
-                "scope": {
-                    "type": "folder",
-                    "key": "repo",
-                    "cwd": "/w",
-                    "wrapper_session_id": "w2",
-                    "harness_session_id": "h2",
-                },
-                "harness": {"provider": "claude", "command": "claude", "argv": []},
-                "event": {**event, "kind": kind, "payload": payload},
-                "source": {"path": "p", "record_type": "user"},
-            }
-        ).encode()
+        return json.dumps(v2_frame(kind, payload, id=f"e{seq}", seq=seq, role=role)).encode()
 
     for seq, (role, kind, text) in enumerate(
         [("owner", "user_prompt", "please deploy"), ("agent", "agent_message", "deploying")]

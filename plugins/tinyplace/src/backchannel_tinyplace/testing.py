@@ -62,7 +62,7 @@ from tinyplace.signal.keys import (
 from .contacts import ContactsApi
 from .envelope import build_v1_envelope, clean_text, new_message_id, parse_body
 
-__all__ = ["FakeRelay", "RelayPeer", "undecryptable_envelope"]
+__all__ = ["FakeRelay", "RelayPeer", "undecryptable_envelope", "v2_frame"]
 
 Tap = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -654,3 +654,34 @@ def _http(status: int, code: str, message: str) -> _Refused:
 
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def v2_frame(kind: str, payload: dict[str, Any], **event: Any) -> dict[str, Any]:
+    """A harness v2 frame (`tinyplace.harness.session.v2`), after the harness
+    conformance tests' v2_wire (tiny.place SDK); `event` overrides the event's fields
+    (``role``, ``id``, ``seq`` ...)."""
+    return {
+        "envelope_version": "tinyplace.harness.session.v2",
+        "version": 2,
+        "bucket": {"unit": "minute", "start": "s", "end": "e"},
+        "scope": {
+            "type": "folder",
+            "key": "repo",
+            "cwd": "/w",
+            "wrapper_session_id": "w2",
+            "harness_session_id": "h2",
+        },
+        "harness": {"provider": "claude", "command": "claude", "argv": []},
+        "event": {
+            "id": "e1",
+            "seq": 4,
+            "ts": "2026-07-05T00:00:00Z",
+            "turn_id": "t1",
+            "model": "opus",
+            "role": "agent",
+            "kind": kind,
+            "payload": payload,
+            **event,
+        },
+        "source": {"path": "p", "record_type": "assistant"},
+    }
