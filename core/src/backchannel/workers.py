@@ -423,15 +423,15 @@ class WorkerCoordinator:
                 quiet=quiet,
                 origin=entry.origin,
             )
-        except BaseException as error:
+        except (Exception, asyncio.CancelledError) as error:
             # nothing went out yet: not sent (a stop's cancel included)
-            if not isinstance(error, asyncio.CancelledError):
+            stopped = isinstance(error, asyncio.CancelledError)
+            if not stopped:
                 log.exception("worker %s: a handed-over send could not be prepared", self.name)
+            why = "the worker holding the account stopped first" if stopped else repr(error)
             with contextlib.suppress(Exception):
-                await asyncio.shield(
-                    self.store.mark_failed(entry.id, f"not sent: {type(error).__name__}")
-                )
-            if isinstance(error, asyncio.CancelledError):
+                await asyncio.shield(self.store.mark_failed(entry.id, f"not sent: {why}"))
+            if stopped:
                 raise
             return
         try:
