@@ -215,12 +215,10 @@ _INVISIBLE = dict.fromkeys(
 #: what an inbound message's words are, from its meta (adapters set these keys):
 #: (forwarded: None, or "" when forwarded from someone unnamed, or their name;
 #:  reply_from: who wrote the message it replies to; reply_quote: what it quotes of it)
+#: The meta keys: ``forwarded`` (True) or ``forwarded_from`` (a name) for a message that
+#: carries someone else's words; ``reply_from`` and ``reply_quote`` for a reply whose
+#: target the store may not hold (a bot in privacy mode never saw it).
 Context = tuple[str | None, str | None, str | None]
-
-#: the meta keys of Context: ``forwarded`` (True) or ``forwarded_from`` (a name) for a
-#: message that carries someone else's words; ``reply_from`` and ``reply_quote`` for a
-#: reply whose target the store may not hold (a bot in privacy mode never saw it)
-CONTEXT_KEYS = ("forwarded", "forwarded_from", "reply_from", "reply_quote")
 
 
 def context_of(meta: Mapping[str, Any] | None) -> Context | None:
@@ -246,7 +244,7 @@ def context_of_json(meta: str | None) -> Context | None:
         return None
     try:
         value = json.loads(meta)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return context_of(value) if isinstance(value, dict) else None
 
