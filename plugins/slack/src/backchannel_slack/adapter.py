@@ -58,7 +58,13 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from .delivery import call_slack, http_status
 from .directory import SLACK_ID, Directory
-from .normalize import ENRICHMENT_KEY, BotIdentity, message_subtype, normalize_payload
+from .normalize import (
+    ENRICHMENT_KEY,
+    USER_MENTION,
+    BotIdentity,
+    message_subtype,
+    normalize_payload,
+)
 from .settings import SlackSettings, resolve_proxy
 
 if TYPE_CHECKING:
@@ -114,6 +120,9 @@ EMOJI_NAMES = {
 
 #: how many unreadable events' envelope ids are remembered (Slack retries within minutes)
 UNREADABLE_REMEMBERED = 1024
+
+#: at most this many people mentioned in one message are looked up to name them
+MENTIONS_NAMED = 8
 
 #: a Slack message ts as Slack writes it
 SLACK_TS = re.compile(r"\A[0-9]{1,12}\.[0-9]{1,9}\Z")
@@ -493,10 +502,20 @@ class SlackAdapter:
         facts = await self._thread_facts(payload)
         names: dict[str, str] = {}
         sender = event.sender.id
-        if sender[:1] in ("U", "W"):
-            name = await self._directory.user_name(sender)
-            if name:
-                names[sender] = name
+        wanted = [sender] if sender[:1] in ("U", "W") else []
+        if "<@" in event.text:
+            # the people the text mentions, named for the agent (<@U123> -> <@U123|Bob>)
+            for match in USER_MENTION.finditer(event.text):
+                user = match[1]
+                if len(wanted) > MENTIONS_NAMED:
+                    break
+                if not match[2] and user != self.identity.user_id and user not in wanted:
+                    wanted.append(user)
+        if len(wanted) == 1:
+            found = [await self._directory.user_name(wanted[0])]
+        else:
+            found = list(await asyncio.gather(*map(self._directory.user_name, wanted)))
+        names.update((user, name) for user, name in zip(wanted, found, strict=True) if name)
         info = await self._directory.channel(event.address.chat)
         channel_name = None
         if info is not None:
@@ -607,7 +626,7 @@ class SlackAdapter:
         parts = split_text(outbound.text, self.settings.max_text_len)
         ids: list[str] = []
         for index, part in enumerate(parts):
-            arguments: dict[str, Any] = {"channel": address.chat, "text": part}
+            arguments: dict[str, Any] = {"channel": address.chat, "text": slack_escape(part)}
             if thread_ts:
                 arguments["thread_ts"] = thread_ts
 
@@ -639,7 +658,7 @@ class SlackAdapter:
                 f"edited text is {len(outbound.text)} characters; one Slack message "
                 f"takes {self.settings.max_text_len} here"
             )
-        channel, target, text = outbound.address.chat, outbound.target, outbound.text
+        channel, target, text = outbound.address.chat, outbound.target, slack_escape(outbound.text)
         await call_slack(
             "chat.update",
             lambda: writes.chat_update(channel=channel, ts=target, text=text),
@@ -677,6 +696,37 @@ class SlackAdapter:
                 await self._ctx.set_state(key, "1")
             except Exception as error:  # the post is done; losing this fact costs a mention
                 self._log.warning("could not record thread %s (%s)", key, type(error).__name__)
+
+
+#: what of an agent's text Slack must not see bare: ``&`` (unless it starts one of the
+#: three entities Slack uses), and ``<`` ... ``>`` (unless a control sequence the agent
+#: meant: a mention ``<@U…>``, ``<#C…>``, ``<!here>``, ``<!subteam^S…>``, ``<!date^…>``,
+#: or a link ``<https://…|label>``, ``<mailto:…>``, ``<tel:…>``, ``<slack://…>``)
+_ESCAPED = re.compile(
+    r"(?P<keep><(?:[@#!][^<>\s][^<>]*|(?:https?://|mailto:|tel:|slack://)[^<>\s|]+(?:\|[^<>]*)?)>"
+    r"|&(?:amp|lt|gt);)|(?P<char>[&<>])"
+)
+_ENTITY = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+#: a person's handle as the framing shows it, ``@U0123ABCD`` (a Slack user id: U or W,
+#: upper-case letters and digits, at least one digit), not already inside ``<…>`` or a word
+_BARE_HANDLE = re.compile(r"(?<![<\w@])@([UW](?=[A-Z]*[0-9])[A-Z0-9]{6,20})(?![\w|>])")
+
+
+def slack_escape(text: str) -> str:
+    """Escape `text` for Slack's mrkdwn the way its docs ask: ``&``, ``<`` and ``>`` as
+    ``&amp;``, ``&lt;``, ``&gt;`` where they are not a control sequence or an entity the
+    agent wrote on purpose (``<@U123>``, ``<https://x|label>``, ``&lt;`` copied from a
+    message). Unescaped, ``Vec<String>`` or ``a < b > c`` is parsed by Slack as a link.
+
+    A handle written the way the agent is shown people, ``@U0123ABCD``, becomes the
+    mention Slack reads, ``<@U0123ABCD>`` (bare, Slack shows it as that text)."""
+    if "&" in text or "<" in text or ">" in text:
+        text = _ESCAPED.sub(lambda m: m["keep"] or _ENTITY[m["char"]], text)
+    if "@" in text:
+        text = _BARE_HANDLE.sub(r"<@\1>", text)
+    return text
 
 
 def emoji_name(text: str) -> str:

@@ -46,6 +46,7 @@ from backchannel.model import Address, Attachment, ConversationKind, Event, Send
 
 __all__ = [
     "ENRICHMENT_KEY",
+    "USER_MENTION",
     "BotIdentity",
     "mention_pattern",
     "message_identity",
@@ -85,6 +86,11 @@ class BotIdentity:
 def mention_pattern(user_id: str) -> re.Pattern[str]:
     """Return a pattern matching ``<@USERID>`` and ``<@USERID|name>`` in mrkdwn text."""
     return re.compile(rf"<@{re.escape(user_id)}(?:\|[^>]*)?>")
+
+
+#: a mention of a person in mrkdwn text, ``<@U123>`` or ``<@W123|name>``: group 1 the id,
+#: group 2 the label when there is one
+USER_MENTION = re.compile(r"<@([UW][A-Z0-9]{1,31})(\|[^<>]*)?>")
 
 
 def message_identity(channel: str, ts: str) -> str:
@@ -234,6 +240,7 @@ class _Reader:
         if self.me.owns(message):
             return None
         text, own_text = _message_text(message, self.at("text"))
+        text = self.named(text)
         thread_ts = self.opt_ts(message, "thread_ts", self.at("thread_ts"))
         direct = self.is_direct(channel, message)
         mentions_me = (
@@ -287,6 +294,7 @@ class _Reader:
         if not changed.get("user") and not changed.get("bot_id"):
             return None
         text, own_text = _message_text(changed, f"{where}.text")
+        text = self.named(text)
         previous = event.get("previous_message")
         if (
             isinstance(previous, Mapping)
@@ -393,6 +401,25 @@ class _Reader:
             return channel_type in DIRECT_CHANNEL_TYPES
         return channel.startswith("D")  # app_mention carries no channel_type
 
+    def named(self, text: str) -> str:
+        """`text` with each mention of a person the adapter looked up labelled with their
+        name, ``<@U123>`` -> ``<@U123|Bob>`` (Slack's own form of a labelled mention, which
+        it still reads when the agent writes it back): the agent can tell who is meant
+        without the person having spoken in its window."""
+        if "<@" not in text:
+            return text
+        names = self.extra.get("user_names")
+        if not isinstance(names, Mapping) or not names:
+            return text
+
+        def label(match: re.Match[str]) -> str:
+            name = names.get(match[1])
+            if match[2] or not isinstance(name, str) or not name.strip():
+                return match[0]
+            return f"<@{match[1]}|{_UNSAFE_IN_LABEL.sub(' ', name).strip()}>"
+
+        return USER_MENTION.sub(label, text)
+
     def mentions(self, text: str) -> bool:
         return bool(self.mention and self.mention.search(text))
 
@@ -454,6 +481,10 @@ class _Reader:
 
     def raw_for_store(self) -> Mapping[str, Any]:
         return dict(self.event)
+
+
+#: what a name put into ``<@U…|name>`` must not hold (it would end the mention early)
+_UNSAFE_IN_LABEL = re.compile(r"[<>|\s]+")
 
 
 def previous_of(event: Mapping[str, Any]) -> Mapping[str, Any]:

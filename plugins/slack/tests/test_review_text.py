@@ -1,0 +1,81 @@
+"""Text both ways: people mentioned by id are named for the agent; what the agent
+writes is escaped the way Slack's mrkdwn wants (found in review)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backchannel.model import Address, Outbound
+from backchannel_slack.adapter import slack_escape
+from backchannel_slack.testing import FakeSlack
+
+GENERAL = Address("test", "C0GENERAL")
+
+
+async def test_a_mention_of_someone_who_never_spoke_is_named_for_the_agent(
+    slack: FakeSlack, contract_context: Any, start_adapter: Any
+) -> None:
+    """Slack writes a person's mention as ``<@U…>``, no name (a real capture's text:
+    ``"<#C06NRA6JLER|zulip-mirror> ... "``, users unlabelled): the agent saw only an id."""
+    await start_adapter("socket")
+    bot = slack.bot_user_id
+    said = slack.message(
+        "C0GENERAL", "U0ALICE", f"<@{bot}> ask <@U0BOB> and <@U0ALICE>, not <@U0BOB|bobby>"
+    )
+    delivery = await slack.deliver(said)
+    await slack.wait_acked(delivery.event_id)
+    (result,) = contract_context.results
+    assert result.event.text == (
+        f"<@{bot}> ask <@U0BOB|Bob Builder> and <@U0ALICE|Alice>, not <@U0BOB|bobby>"
+    )
+    assert result.event.mentions_me and result.event.sender.name == "Alice"
+
+
+async def test_a_mention_named_by_no_lookup_stays_an_id(
+    slack: FakeSlack, contract_context: Any, start_adapter: Any
+) -> None:
+    await start_adapter("socket")
+    slack.fail_next("users.info", "error", error="user_not_found", times=5)
+    said = slack.message("C0GENERAL", "U0ALICE", "ask <@U0NOBODY>")
+    delivery = await slack.deliver(said)
+    await slack.wait_acked(delivery.event_id)
+    (result,) = contract_context.results
+    assert result.event.text == "ask <@U0NOBODY>"
+
+
+async def test_what_the_agent_writes_is_escaped_but_its_mentions_and_links_are_kept(
+    slack: FakeSlack, start_adapter: Any
+) -> None:
+    """Slack parses ``<`` … ``>`` as a control sequence: unescaped, ``Vec<String>``
+    or ``a < b && c > d`` lose words or turn into links on Slack."""
+    adapter = await start_adapter("socket")
+    text = (
+        "if a < b && c > d: use `Vec<String>`, ask <@U0ALICE> or <!here>, see <https://x.io|docs>"
+    )
+    sent = await adapter.send(Outbound(GENERAL, text))
+    assert slack.posts[-1]["text"] == (
+        "if a &lt; b &amp;&amp; c &gt; d: use `Vec&lt;String&gt;`, ask <@U0ALICE> or <!here>,"
+        " see <https://x.io|docs>"
+    )
+    await adapter.send(Outbound(GENERAL, "AT&T <b>", kind="edit", target=sent.platform_message_id))
+    assert slack.updates[-1]["text"] == "AT&amp;T &lt;b&gt;"
+
+
+def test_escaping_keeps_slacks_own_forms_and_entities() -> None:
+    kept = (
+        "<@U0ALICE|Alice> <#C0GENERAL|general> <!subteam^S0OPS|@ops> <!date^1700000000^{date}|x>"
+        " <mailto:a@b.io|a@b.io> <tel:+15551234> &lt;already&gt; &amp; plain"
+    )
+    assert slack_escape(kept) == kept
+    assert slack_escape("> quoted\n1 < 2") == "&gt; quoted\n1 &lt; 2"
+    assert slack_escape("<https://x y> <@> <>") == "&lt;https://x y&gt; &lt;@&gt; &lt;&gt;"
+
+
+async def test_a_handle_written_as_the_agent_is_shown_it_becomes_a_slack_mention(
+    slack: FakeSlack, start_adapter: Any
+) -> None:
+    """The agent sees people as ``Alice (@U0ALICE)``; ``@U0ALICE`` sent as is shows on
+    Slack as that text, mentioning no one."""
+    adapter = await start_adapter("socket")
+    await adapter.send(Outbound(GENERAL, "@U0ALICE, over to you (cc <@U0BOB>, a@U0ALICE.io)"))
+    assert slack.posts[-1]["text"] == "<@U0ALICE>, over to you (cc <@U0BOB>, a@U0ALICE.io)"
