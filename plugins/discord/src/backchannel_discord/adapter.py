@@ -53,7 +53,13 @@ from .failures import (
     fatal_failure,
     one_line,
 )
-from .normalize import CONTEXT_KEY, MESSAGE_EVENTS, REACTION_EVENTS, normalize_payload
+from .normalize import (
+    CONTEXT_KEY,
+    MESSAGE_EVENTS,
+    REACTION_EVENTS,
+    as_snowflake,
+    normalize_payload,
+)
 from .settings import DiscordSettings
 
 __all__ = ["DiscordAdapter", "DiscordStartError"]
@@ -67,6 +73,8 @@ _LOOKUP_MAX_WAIT = 10.0
 _SOCKET_CLOSE_WAIT = 5.0
 #: channel mention markup in a message's text (<#id>)
 _CHANNEL_MENTION = re.compile(r"<#([0-9]{1,20})>")
+#: message flag LOADING: a deferred interaction response, "<app> is thinking..."
+_LOADING = 1 << 7
 #: the most role and channel mentions of one message named from the cache (each kind)
 _MENTIONS_NAMED = 50
 
@@ -336,6 +344,7 @@ class DiscordAdapter:
                 name = user.get("global_name") or user.get("username") or ""
                 self.me = Sender(str(user["id"]), name, user.get("username"), is_bot=True)
             if self.settings.catch_up:
+                await self._guilds_loaded(ready)
                 await self._catch_up()
         elif kind == "MESSAGE_REACTION_REMOVE_EMOJI" and isinstance(payload.get("d"), dict):
             # everyone's emoji, normal and super reactions alike: the store keeps a super
@@ -357,6 +366,45 @@ class DiscordAdapter:
                 await self._ingest(
                     {"op": 0, "t": "MESSAGE_DELETE", "d": {**single, "id": message_id}}
                 )
+
+    async def _guilds_loaded(self, ready: object) -> None:
+        """Wait until discord.py holds the servers the READY lists, or none came for
+        `guild_ready_timeout` seconds (at most `ready_timeout` in all), as discord.py waits.
+
+        READY lists every server unavailable, and discord.py empties its cache on it;
+        each GUILD_CREATE after it brings a server's channels, names and the bot's role.
+        Caught up before them, a missed message would have no server name in its title,
+        no role or channel names, and a mention of the bot's role would start no run.
+        Live dispatches wait meanwhile (the catch-up goes first).
+        """
+        client = self._client
+        listed = ready.get("guilds") if isinstance(ready, dict) else None
+        if client is None or not isinstance(listed, list):
+            return
+        waiting = {
+            int(found)
+            for guild in listed
+            if isinstance(guild, dict) and (found := as_snowflake(guild.get("id"))) is not None
+        }
+        loop = asyncio.get_running_loop()
+        start = last = loop.time()
+        while waiting and not self._stopping and client is self._client:
+            loaded = {
+                guild_id
+                for guild_id in waiting
+                if (guild := client.get_guild(guild_id)) is not None and not guild.unavailable
+            }
+            now = loop.time()
+            if loaded:
+                waiting -= loaded
+                last = now
+            elif (
+                now - last >= self.settings.guild_ready_timeout
+                or now - start >= self.settings.ready_timeout
+            ):
+                return
+            if waiting:
+                await asyncio.sleep(0.02)
 
     async def _catch_up(self) -> None:
         """Ingest what was posted after each channel's cursor while no session was listening."""
@@ -387,6 +435,9 @@ class DiscordAdapter:
         An edited message is ingested as the MESSAGE_UPDATE it would have been (its
         event id names the edit's time: one already stored changes nothing). A message
         stored here, within the page's span, that the page no longer holds was deleted.
+        A deferred interaction response (stored empty, "<app> is thinking...") that
+        the history shows answered is ingested as the update that completes it (an
+        answer carries no ``edited_timestamp``: no one edited it).
         Reactions made meanwhile are not recovered: REST gives counts, not who reacted.
         """
         assert self._ctx is not None
@@ -403,6 +454,14 @@ class DiscordAdapter:
             stored = await self._ctx.transcript(address, 2 * len(recent))
         except NotImplementedError:
             return
+        empty = {
+            kept.platform_message_id
+            for kept in stored
+            if not kept.text and not kept.attachments and kept.deleted_at is None
+        }
+        for message in recent:
+            if str(message.get("id")) in empty and _answered(message):
+                await self._ingest({"op": 0, "t": "MESSAGE_UPDATE", "d": dict(message)})
         present = {str(message.get("id")) for message in recent}
         # the page's span: from its oldest message, or from the start when it holds the
         # whole channel (a deleted message older than every one left is in it too)
@@ -500,12 +559,21 @@ class DiscordAdapter:
             if channel is None:
                 # thread or not, normalize cannot tell: it refuses rather than guess an address
                 return {"channel_unknown": True}
+        elif channel is None and "user_id" in data and "member" not in data:
+            # a reaction in a DM names only the user, and discord.py caches no DM channel
+            # (Discord sends bots no CHANNEL_CREATE for one): the channel names its recipient
+            channel = await self._fetch_channel(channel_id)
         context: dict[str, Any] = {}
         user_id = data.get("user_id")
         if client is not None and isinstance(user_id, str | int) and "member" not in data:
             # a reaction in a DM, or any removal, names only the user: say who, if known
             with contextlib.suppress(TypeError, ValueError, OverflowError):
                 user = client.get_user(int(user_id))
+                recipient = getattr(channel, "recipient", None)
+                if user is None and recipient is not None and recipient.id == int(user_id):
+                    # discord.py keeps users only while something holds them; a DM
+                    # channel holds the person the bot talks with
+                    user = recipient
                 if user is not None:
                     context["user_name"] = user.global_name or user.name
         if channel is None:
@@ -552,7 +620,8 @@ class DiscordAdapter:
                 if not transient or attempt == _LOOKUP_ATTEMPTS or self._client is not client:
                     if self._ctx is not None:
                         self._ctx.log.warning(
-                            "could not look up Discord channel %s (to learn a thread's parent): %s",
+                            "could not look up Discord channel %s (a thread's parent, "
+                            "a DM's recipient): %s",
                             channel_id,
                             error.reason,
                         )
@@ -819,6 +888,19 @@ def _mentioned_names(
             if isinstance(name, str) and name:
                 found.setdefault("channel_names", {})[channel_id] = name
     return found
+
+
+def _answered(message: Mapping[str, Any]) -> bool:
+    """Whether a history message is an interaction response no longer deferred (LOADING
+    cleared) and never edited: the answer to one that may be stored empty."""
+    flags = message.get("flags")
+    loading = isinstance(flags, int) and flags & _LOADING
+    interaction = (
+        message.get("interaction_metadata") is not None
+        or message.get("interaction") is not None
+        or message.get("type") in (20, 23)
+    )
+    return interaction and not loading and not message.get("edited_timestamp")
 
 
 def _nonce(outbound: Outbound, index: int, part: str) -> str | None:

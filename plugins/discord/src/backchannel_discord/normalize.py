@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from backchannel.errors import NormalizeError
@@ -65,6 +65,8 @@ THREAD_CHANNEL_TYPES = frozenset({10, 11, 12})
 #: CHAT_INPUT_COMMAND and CONTEXT_MENU_COMMAND replies. The rest are system
 #: notices (joins, pins, thread created, boosts, ...) and are not for the agent.
 _TALK_TYPES = frozenset({0, 19, 20, 23})
+#: THREAD_STARTER_MESSAGE: a thread's first message, standing for the one it was started from
+_THREAD_STARTER = 21
 #: message flag EPHEMERAL: an interaction response only one user sees (no author on the wire)
 _EPHEMERAL = 1 << 6
 #: message flag LOADING: a deferred interaction response, "<app> is thinking..." (no text yet)
@@ -76,6 +78,8 @@ _EMBED_CHARS = 6000
 SUPER = " (super)"
 #: user (<@id>, legacy <@!id>), role (<@&id>) and channel (<#id>) mention markup
 _MARKUP = re.compile(r"<(@[!&]?|#)([0-9]{1,20})>")
+#: how many characters of the message a reply answers its meta["reply_quote"] keeps
+_QUOTE = 300
 #: the longest name a mention is shown with
 _MENTION_NAME = 100
 _DISCORD_EPOCH_MS = 1420070400000
@@ -210,6 +214,13 @@ def _message(
     channel_id = reader.snowflake("channel_id")
     assert message_id is not None and channel_id is not None
     message_type = reader.number("type", 0)
+    opener: str | None = None
+    if message_type == _THREAD_STARTER:
+        starter = _thread_starter(reader, kind)
+        if starter is None:
+            return None
+        reader, opener = starter
+        message_type = 0
     if message_type not in _TALK_TYPES or reader.number("flags", 0) & _EPHEMERAL:
         return None
     author = reader.sub("author")
@@ -237,7 +248,7 @@ def _message(
             f"expected an ISO 8601 time, got {_show(edited)}",
             where=reader.prefix + "edited_timestamp",
         )
-    reply_to = _reply_to(reader, message_type)
+    reply_to = _reply_to(reader, message_type, channel_id)
     referenced = reader.sub("referenced_message")
     replied_author = referenced.sub("author") if referenced else None
     replied_to_me = bool(
@@ -246,6 +257,10 @@ def _message(
     conversation_kind, title, meta, parent_id = _conversation(reader, context)
     if webhook_id is not None:
         meta["webhook_id"] = webhook_id
+    if opener is not None:
+        meta["thread_starter"] = opener  # the parent channel's message, shown in the thread
+    if referenced is not None and message_type == 19:
+        _reply_context(referenced, context, meta)
     # a bot's or webhook's message often says everything (or the rest) in embeds or
     # components; a person's message has no rich embed of its own (only link previews,
     # some of type rich), so its text is all it says
@@ -288,9 +303,13 @@ def _message(
         text=text,
         platform_message_id=message_id,
         reply_to=reply_to,
-        mentions_me=replied_to_me
-        or _mentions(reader, content or "", bot_id)
-        or _mentions_role(reader, context.get("bot_role_id")),
+        # a thread's copy of its starter: the message in the parent mentioned the bot, if any
+        mentions_me=opener is None
+        and (
+            replied_to_me
+            or _mentions(reader, content or "", bot_id)
+            or _mentions_role(reader, context.get("bot_role_id"))
+        ),
         attachments=tuple(attachments),
         sent_at=(_timestamp(edited) or sent_at) if is_edit else sent_at,
         conversation_kind=conversation_kind,
@@ -502,13 +521,70 @@ def _completes(reader: _Reader) -> bool:
     return interaction and not reader.number("flags", 0) & _LOADING
 
 
-def _reply_to(reader: _Reader, message_type: object) -> str | None:
+def _thread_starter(reader: _Reader, kind: str) -> tuple[_Reader, str | None] | None:
+    """A THREAD_STARTER_MESSAGE (21) as the message it stands for, if Discord sent it.
+
+    A thread started from a message opens with one: no content or files of its own,
+    the parent channel's message in ``referenced_message`` (null once deleted). Read
+    as that message (its author, words, files), in the thread, under the starter's own
+    id and time: the thread's conversation then holds what it is about. Never edited
+    (the parent's message is: its row there takes the edit).
+    """
+    opener = reader.obj("referenced_message")
+    if kind != "MESSAGE_CREATE" or opener is None:
+        return None
+    data = {**opener, "type": opener.get("type", 0)}
+    for key in ("id", "channel_id", "guild_id", "timestamp", "position"):
+        if key in reader.data:
+            data[key] = reader.data[key]
+    data.pop("edited_timestamp", None)
+    if data.get("type") not in _TALK_TYPES:
+        return None  # a system message (a pin notice) says nothing the thread is about
+    data["type"] = 0  # a reply's target is in the parent channel: not this thread's
+    return _Reader(data, reader.prefix), as_snowflake(opener.get("id"))
+
+
+def _reply_to(reader: _Reader, message_type: object, channel_id: str) -> str | None:
     # only REPLY (19) messages reply: a DEFAULT message's reference is a crosspost's
     # source or a forward (reference type 1), not a message in this conversation
     reference = reader.sub("message_reference")
     if reference is None or message_type != 19 or reference.data.get("type", 0) != 0:
         return None
+    where = as_snowflake(reference.data.get("channel_id"))
+    if where is not None and where != channel_id:
+        # a message of another channel (a thread's starter, in its parent): no row of this
+        # conversation has that id; the reply's meta says what it quoted
+        return None
     return reference.snowflake("message_id", required=False)
+
+
+def _reply_context(referenced: _Reader, context: Mapping[str, Any], meta: dict[str, Any]) -> None:
+    """Put in `meta` who wrote the message a reply answers and its words (``reply_from``,
+    ``reply_quote``, cut to _QUOTE characters), from the ``referenced_message`` Discord
+    sends with the reply: shown when the store lacks the target (posted before the bot
+    joined or read the channel, or in another channel)."""
+    data = referenced.data
+    author = data.get("author")
+    author = author if isinstance(author, Mapping) else {}
+    member = data.get("member")
+    nick = member.get("nick") if isinstance(member, Mapping) else None
+    name = _str(nick) or _str(author.get("global_name")) or _str(author.get("username"))
+    if name and name.strip():
+        meta["reply_from"] = name
+    content = _str(data.get("content"))
+    embeds, components = _list(data.get("embeds")), _list(data.get("components"))
+    automated = author.get("bot") is True or data.get("webhook_id") is not None
+    words = _words(content, embeds if automated or not content else [], components)
+    if not words.strip():
+        files = [
+            name
+            for item in _list(data.get("attachments"))
+            if isinstance(item, Mapping) and (name := _str(item.get("filename")))
+        ]
+        words = ", ".join(files)
+    if words.strip():
+        words = _named(words, referenced, context, None, None)
+        meta["reply_quote"] = words if len(words) <= _QUOTE else words[: _QUOTE - 1] + "…"
 
 
 def _forwarded(
@@ -857,7 +933,10 @@ def _timestamp(value: str | None) -> float | None:
     if not value:
         return None
     try:
-        seconds = datetime.fromisoformat(value).timestamp()
+        moment = datetime.fromisoformat(value)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)  # Discord's times are UTC, not the host's
+        seconds = moment.timestamp()
     except (ValueError, OverflowError, OSError):
         return None
     # a time no message is sent at (before 1970, past what a store takes) is none: the
