@@ -39,3 +39,35 @@ async def test_bare_commands_in_a_group_count_only_when_they_are_the_bots_own(
         assert contract_context.events[-1].mentions_me
     finally:
         await adapter.stop()
+
+
+async def test_commands_set_for_groups_only_count_as_the_bots_own(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    """A menu set with setMyCommands for a scope (all_group_chats, admins) is not in the
+    default one: a bare /command from it, as a group's only bot's members send it, is ours."""
+    fake.commands = [{"command": "help", "description": "help"}]
+    fake.scoped_commands = {
+        "all_group_chats": [{"command": "standup", "description": "the daily standup"}],
+        "all_chat_administrators": [{"command": "purge", "description": "clean up"}],
+    }
+    adapter = TelegramAdapter("test", fake.settings())
+    await adapter.start(contract_context.bind(adapter))
+    try:
+        alice = fake.user("Alice")
+        group = fake.group("Ops")
+        said = {
+            text: fake.inject_message(group, alice, text)
+            for text in ("/standup", "/purge", "/help", "/other")
+        }
+        for update in said.values():
+            await contract_context.wait_ingested(event_id_of(update))
+        mentioned = {
+            text: next(
+                e.mentions_me for e in contract_context.events if e.event_id == event_id_of(u)
+            )
+            for text, u in said.items()
+        }
+        assert mentioned == {"/standup": True, "/purge": True, "/help": True, "/other": False}
+    finally:
+        await adapter.stop()

@@ -958,7 +958,7 @@ def test_an_external_reply_has_no_target_here_but_says_who_and_what() -> None:
         "Ben Ng",
         "password is hunter2",
     )
-    # a channel's post, no quote: only who
+    # a channel's photo, no words, no quote: who, and what it shared
     channel = {
         "origin": {
             "type": "channel",
@@ -973,7 +973,7 @@ def test_an_external_reply_has_no_target_here_but_says_who_and_what() -> None:
     }
     event = normalize_update(group_message("seen this?", external_reply=channel), "tg", BOT)
     assert event is not None and event.reply_to is None
-    assert event.meta["reply_from"] == "News (Ed)" and "reply_quote" not in event.meta
+    assert (event.meta["reply_from"], event.meta["reply_quote"]) == ("News (Ed)", "[photo]")
     # a message of another topic of this very chat is here: its id is the target
     here = {**external, "chat": FORUM, "message_id": 12}
     event = normalize_update(group_message("x", chat=FORUM, external_reply=here), "tg", BOT)

@@ -588,6 +588,39 @@ API_BUSINESS_DELETED = """
    "message_ids": [42]}}
 """
 
+# A customer answers the business account's story (Message.reply_to_story: a Story, its
+# poster chat and id; no reply_to_message).
+API_BUSINESS_STORY_REPLY = """
+{"update_id": 800000066,
+ "business_message": {"business_connection_id": "AQIDBAUGBwgJCgsMDQ4PEBES-_x",
+   "message_id": 44,
+   "from": {"id": 5550000002, "is_bot": false, "first_name": "Ana", "username": "ana_l"},
+   "chat": {"id": 5550000002, "first_name": "Ana", "username": "ana_l", "type": "private"},
+   "date": 1716907040,
+   "reply_to_story": {"chat": {"id": 5550000001, "first_name": "Marta", "last_name": "Shop",
+                               "type": "private"}, "id": 12},
+   "text": "is the blue one still in stock?"}}
+"""
+
+# A customer sends the business a gift with a note (Message.gift, a GiftInfo: the gift,
+# owned_gift_id for business accounts, the note in its `text`); no text of its own.
+API_BUSINESS_GIFT = """
+{"update_id": 800000067,
+ "business_message": {"business_connection_id": "AQIDBAUGBwgJCgsMDQ4PEBES-_x",
+   "message_id": 45,
+   "from": {"id": 5550000002, "is_bot": false, "first_name": "Ana", "username": "ana_l"},
+   "chat": {"id": 5550000002, "first_name": "Ana", "username": "ana_l", "type": "private"},
+   "date": 1716907050,
+   "gift": {"gift": {"id": "5170145012310081615",
+                     "sticker": {"file_id": "CAACAgIAAxUAAWbiGift", "file_unique_id": "AgADgift",
+                                 "type": "custom_emoji", "width": 512, "height": 512,
+                                 "is_animated": true, "is_video": false, "emoji": "💝"},
+                     "star_count": 15},
+            "owned_gift_id": "vU2ZxnCkEwIJgift",
+            "convert_star_count": 13,
+            "text": "thank you for the fast delivery!"}}}
+"""
+
 BUSINESS_PAYLOADS = [
     API_BUSINESS_CONNECTION,
     API_BUSINESS_MESSAGE,
@@ -595,6 +628,8 @@ BUSINESS_PAYLOADS = [
     API_BUSINESS_BOT_ECHO,
     API_BUSINESS_EDITED,
     API_BUSINESS_DELETED,
+    API_BUSINESS_STORY_REPLY,
+    API_BUSINESS_GIFT,
 ]
 
 
@@ -759,6 +794,19 @@ def test_video_note_replying_to_the_bot_mentions_it() -> None:
 )
 def test_newer_content_kinds_become_attachments(payload: str, kind: str, name: str) -> None:
     assert [(a.kind, a.name) for a in event(payload).attachments] == [(kind, name)]
+
+
+def test_a_customers_reply_to_the_business_story_says_it_answers_a_story() -> None:
+    got = event(API_BUSINESS_STORY_REPLY)
+    assert got.text == "is the blue one still in stock?" and got.reply_to is None
+    assert (got.meta["reply_from"], got.meta["reply_quote"]) == ("Marta Shop", "[story]")
+
+
+def test_a_customers_gift_keeps_the_words_sent_with_it() -> None:
+    got = event(API_BUSINESS_GIFT)
+    assert got.kind == "message" and got.text == "thank you for the fast delivery!"
+    assert [(a.kind, a.name) for a in got.attachments] == [("gift", "15 ⭐")]
+    assert got.meta.get("business_owner") is None  # the customer's: it starts a run
 
 
 def test_long_command_after_astral_emoji_is_addressed_to_the_bot() -> None:

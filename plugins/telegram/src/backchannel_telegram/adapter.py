@@ -45,7 +45,13 @@ from .business import (
     parse_business_chat,
     state_key,
 )
-from .normalize import DIRECT_MESSAGES_THREAD, BotIdentity, migration_of, normalize_update
+from .normalize import (
+    DIRECT_MESSAGES_THREAD,
+    BotIdentity,
+    int_field,
+    migration_of,
+    normalize_update,
+)
 from .pacing import Pacer, PacingLimits
 from .receive import SECRET_HEADER, Poller, PollSettings, WebhookReceiver, WebhookSettings
 
@@ -65,6 +71,8 @@ DEFAULT_ALLOWED_UPDATES = (
     "deleted_business_messages",
 )
 MAX_TEXT = 4096
+#: the command menus a group's members see (None: the default scope), read at start
+_GROUP_COMMAND_SCOPES = (None, "all_group_chats", "all_chat_administrators")
 _fallback_log = logging.getLogger("backchannel.telegram")
 #: the longest a later part of a split text waits out a 429 before giving up
 MAX_PART_RETRY_WAIT = 60.0
@@ -149,6 +157,10 @@ class TelegramAdapter:
         #: (chat, message id) -> forum topic or direct messages topic ("dm:..."), for
         #: reactions (which do not name the topic)
         self._topics = _RecentTopics(10_000)
+        #: (channel id, post id) of the last channel posts this bot made: their copies in
+        #: the discussion group are its own words, comments on them replies to it
+        self._posts = _RecentTopics(10_000)
+        self._posted = False  # (a flag: normalize looks only once the bot has posted)
         #: old group chat id -> supergroup chat id, learnt from Telegram
         self._migrated: dict[str, str] = {}
         #: business connection id -> what business_connection updates said of it (None:
@@ -225,6 +237,8 @@ class TelegramAdapter:
         A reaction update does not say which forum topic (or which user's topic of
         a channel's direct messages chat) its message is in; when this process has
         seen that message (received or sent), the reaction is placed in its topic.
+        The discussion group's copy of a channel post this process made is the
+        bot's own (None), and a comment on it replies to the bot.
         """
         identity = self._identity
         if identity.username != self._username or identity.commands is not self._commands:
@@ -235,6 +249,14 @@ class TelegramAdapter:
         event = normalize_update(raw, self.account, identity, aliases)
         if event is None or event.platform_message_id is None:
             return event
+        if self._posted and (event.reply_to is not None or "forwarded" in event.meta):
+            # this bot posts in a channel: its discussion group's copies are its own words
+            message = raw.get("message") or raw.get("edited_message")
+            if isinstance(message, Mapping):
+                if self._copies_own_post(message):
+                    return None  # (the post itself is stored, in the channel's conversation)
+                if not event.mentions_me and self._copies_own_post(message.get("reply_to_message")):
+                    return evolve(event, mentions_me=True)  # a comment on the bot's post
         chat, thread = event.address.chat, event.address.thread
         if event.kind == "reaction" and thread is None:
             thread = self._topics.get((chat, event.platform_message_id))
@@ -247,6 +269,21 @@ class TelegramAdapter:
         elif thread is not None:
             self._topics.remember((chat, event.platform_message_id), thread)
         return event
+
+    def _copies_own_post(self, message: Any) -> bool:
+        """Is `message` a discussion group's copy of a channel post this bot made
+        (``is_automatic_forward``, from a post whose id this process sent)?"""
+        if not isinstance(message, Mapping) or message.get("is_automatic_forward") is not True:
+            return False
+        origin = message.get("forward_origin")
+        if not isinstance(origin, Mapping) or origin.get("type") != "channel":
+            return False
+        channel = origin.get("chat")
+        channel_id = int_field(channel.get("id")) if isinstance(channel, Mapping) else None
+        post_id = int_field(origin.get("message_id"))
+        if channel_id is None or post_id is None:
+            return False
+        return self._posts.get((str(channel_id), str(post_id))) is not None
 
     @property
     def _aliases(self) -> dict[str, str]:
@@ -351,21 +388,29 @@ class TelegramAdapter:
         return True
 
     async def _learn_commands(self) -> None:
-        """Add the bot's command menu (getMyCommands) to the configured `commands`."""
-        try:
-            menu = await self._api.call("getMyCommands")
-        except TelegramError as error:
-            self._log().info(
-                "getMyCommands failed (%s); a bare /command in a group counts as addressed to"
-                " this bot only if it is in `commands`",
-                error.description or error.outcome,
+        """Add the bot's command menus (getMyCommands) to the configured `commands`: the
+        default one and those set for groups only (`setMyCommands` with a scope, which
+        the default menu does not list), as a group's members are shown them."""
+        names: set[str] = set()
+        for scope in _GROUP_COMMAND_SCOPES:
+            try:
+                menu = await self._api.call(
+                    "getMyCommands", None if scope is None else {"scope": {"type": scope}}
+                )
+            except TelegramError as error:
+                if scope is None:
+                    self._log().info(
+                        "getMyCommands failed (%s); a bare /command in a group counts as"
+                        " addressed to this bot only if it is in `commands`",
+                        error.description or error.outcome,
+                    )
+                    return
+                continue  # a scoped menu that cannot be read adds nothing
+            names.update(
+                str(item["command"]).lower()
+                for item in (menu if isinstance(menu, list) else ())
+                if isinstance(item, Mapping) and isinstance(item.get("command"), str)
             )
-            return
-        names = {
-            str(item["command"]).lower()
-            for item in menu or ()
-            if isinstance(item, Mapping) and isinstance(item.get("command"), str)
-        }
         self._commands = self._configured_commands | names
 
     async def _learn_identity_later(self) -> None:
@@ -400,7 +445,8 @@ class TelegramAdapter:
         """Raise Rejected unless Telegram knows the chat (asked before a first operator send).
 
         The chat must be a Telegram id (an integer) or a public @username, a
-        thread a forum topic's id in a forum or ``dm:{topic id}`` in a channel's
+        thread a topic's id in a forum or a private chat (Bot API 9.3's topics
+        with a bot), or ``dm:{topic id}`` in a channel's
         direct messages chat (where Telegram takes no send without a topic), and
         `getChat` must find the chat for this bot: Telegram answers "chat not
         found" for a mistyped id and for a person who never started the bot.
@@ -438,7 +484,13 @@ class TelegramAdapter:
                 f"chat {chat} is not a channel's direct messages chat: it has no"
                 f" {DIRECT_MESSAGES_THREAD} topics"
             )
-        if thread is not None and not direct and not known.get("is_forum"):
+        if (
+            thread is not None
+            and not direct
+            and not known.get("is_forum")
+            # a private chat's topics (Bot API 9.3): getChat says nothing of them
+            and known.get("type") != "private"
+        ):
             raise Rejected(f"chat {chat} is not a forum: it has no topics")
 
     async def _check_business_address(self, address: Address) -> None:
@@ -532,6 +584,10 @@ class TelegramAdapter:
                 # broken relay) leaves us not knowing what was delivered
                 raise Uncertain(f"sendMessage answered without a message id (part {index + 1})")
             ids.append(str(message["message_id"]))
+            chat = message.get("chat")
+            if isinstance(chat, Mapping) and chat.get("type") == "channel":
+                self._posts.remember((str(chat.get("id")), ids[-1]), "")
+                self._posted = True
             if outbound.address.thread:
                 self._topics.remember((outbound.address.chat, ids[-1]), outbound.address.thread)
         return Receipt(ids[0], part_ids=tuple(ids))

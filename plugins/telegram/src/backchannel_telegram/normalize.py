@@ -50,7 +50,11 @@ What becomes what:
   ``meta["forwarded"]`` and names its origin in ``meta["forwarded_from"]``; a
   mention of the bot in forwarded words does not count. A reply puts its
   target's author and words (or the part quoted) in ``meta["reply_from"]`` and
-  ``meta["reply_quote"]``, an ``external_reply`` (another chat's message) too.
+  ``meta["reply_quote"]``, an ``external_reply`` (another chat's message) too; a
+  target without words is quoted as what it shared (``[photo]``), and a reply to
+  a story (``reply_to_story``) names the story's poster and quotes ``[story]``.
+- A ``gift`` (a regular gift, as a business account's customers send them) is a
+  message: the note sent with it is its text, the gift an attachment.
 - A ``text_link`` shows its URL after its words, a ``text_mention`` its user's
   ``tg://user?id=`` link.
 
@@ -125,6 +129,7 @@ _CONTENT_FIELDS = (
     "giveaway",
     "giveaway_winners",
     "web_app_data",
+    "gift",
 )
 _CONTENT_FIELD_SET = frozenset(_CONTENT_FIELDS)
 
@@ -141,6 +146,7 @@ _META_FIELDS = frozenset(
         "reply_to_message",
         "external_reply",
         "quote",
+        "reply_to_story",
     }
 )
 #: the message fields that say it is a forward (Bot API 7.0's, then the older ones)
@@ -320,9 +326,7 @@ def _message_event(
     else:
         text, entities_key = get("caption"), "caption_entities"
         if text is None:
-            # what a user sent the bot from a Web App (a keyboard button's) is their words
-            web_app = get("web_app_data")
-            text = (_opt_str(web_app.get("data")) if _is_mapping(web_app) else None) or ""
+            text = _words_without_text(message)
         elif type(text) is not str and not isinstance(text, str):
             raise NormalizeError(
                 f"expected a string, got {type(text).__name__}", where=f"{where}.caption"
@@ -380,6 +384,8 @@ def _message_event(
             or get("quote") is not None
         ):
             reply_to = _reply_context(message, chat_id, meta)
+        elif get("reply_to_story") is not None:
+            _story_reply(get("reply_to_story"), meta)
     sent_at = float(date)
     if kind == "edit":
         edited_at = _opt_int(get("edit_date"))
@@ -556,6 +562,27 @@ def _has_content(message: Mapping[str, Any]) -> bool:
     return any(message.get(name) is not None for name in _CONTENT_FIELDS)
 
 
+def _words_without_text(message: Mapping[str, Any]) -> str:
+    """The words of a message with neither text nor caption: what a user sent the bot
+    from a Web App (a keyboard button's), the note added to a gift; else ""."""
+    for field_name, key in (("web_app_data", "data"), ("gift", "text")):
+        thing = message.get(field_name)
+        words = _opt_str(thing.get(key)) if _is_mapping(thing) else None
+        if words:
+            return words
+    return ""
+
+
+def _story_reply(story: Any, meta: dict[str, Any]) -> None:
+    """Put in `meta` what a reply to a story answers (``reply_to_story``: a story has no
+    message id here, only its poster)."""
+    poster = story.get("chat") if _is_mapping(story) else None
+    name = _title(poster) if _is_mapping(poster) else None
+    if name:
+        meta["reply_from"] = name
+    meta["reply_quote"] = "[story]"
+
+
 def _direct_messages_topic(
     topic: Any, chat: Mapping[str, Any], where: str
 ) -> tuple[int, str | None]:
@@ -709,7 +736,22 @@ def _words_of(message: Mapping[str, Any]) -> str | None:
         if text:
             entities = message.get(entities_key)
             return _with_links(text, entities) if isinstance(entities, list) else text
-    return None
+    return _content_of(message)
+
+
+def _content_of(message: Mapping[str, Any]) -> str | None:
+    """What a replied-to message without words shared, as the agent would read it in a
+    quote: ``[photo]``, ``[poll: Lunch? (Pizza / Sushi)]``; None when it names nothing."""
+    if _ATTACHMENT_FIELDS.isdisjoint(message):
+        return None
+    try:
+        found = _attachments(message, "reply_to_message")
+    except NormalizeError:
+        return None  # a target's broken file does not break the reply
+    if not found:
+        return None
+    first = found[0]
+    return f"[{first.kind}: {first.name}]" if first.name else f"[{first.kind}]"
 
 
 def _author_name(message: Mapping[str, Any]) -> str | None:
@@ -939,6 +981,7 @@ _ATTACHMENT_ORDER = (
     "giveaway",
     "giveaway_winners",
     "web_app_data",
+    "gift",
 )
 _ATTACHMENT_FIELDS = frozenset(_ATTACHMENT_ORDER)
 _ATTACHMENT_RANK = {kind: rank for rank, kind in enumerate(_ATTACHMENT_ORDER)}
@@ -968,6 +1011,11 @@ def _shared_thing(kind: str, thing: Mapping[str, Any]) -> Attachment:
     if kind == "story":
         poster = thing.get("chat")
         return Attachment(kind="story", name=_title(poster) if _is_mapping(poster) else None)
+    if kind == "gift":
+        # a regular gift sent with a note (its words are the message text): its price
+        gift = thing.get("gift")
+        stars = _opt_int(gift.get("star_count")) if _is_mapping(gift) else None
+        return Attachment(kind="gift", name=None if stars is None else f"{stars} ⭐")
     if kind == "paid_media":
         stars = _opt_int(thing.get("star_count"))
         return Attachment(kind="paid_media", name=None if stars is None else f"{stars} ⭐")

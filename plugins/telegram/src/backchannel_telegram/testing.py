@@ -306,6 +306,8 @@ class FakeTelegram:
         self.max_hang = max_hang
         #: the bot's command menu, as setMyCommands would have left it (getMyCommands)
         self.commands: list[dict[str, str]] = []
+        #: the menus set for a scope ("all_group_chats", ...): getMyCommands with that scope
+        self.scoped_commands: dict[str, list[dict[str, str]]] = {}
         #: every call the fake answered: (method, params), in arrival order
         self.calls: list[tuple[str, dict[str, Any]]] = []
         #: time.monotonic() of each entry in `calls`
@@ -1015,6 +1017,11 @@ class FakeTelegram:
         return _ok(full)
 
     async def _m_getmycommands(self, params: dict[str, Any]) -> web.Response:
+        scope = _json_param(params.get("scope"))
+        kind = scope.get("type") if isinstance(scope, Mapping) else None
+        if kind not in (None, "default"):
+            # as Telegram answers: exactly the menu set for that scope, [] when none is
+            return _ok([dict(command) for command in self.scoped_commands.get(kind, [])])
         return _ok([dict(command) for command in self.commands])
 
     async def _m_getupdates(self, params: dict[str, Any]) -> web.Response:
