@@ -6,7 +6,7 @@ from typing import Literal
 
 from attrs import field, frozen
 
-from .model import Event
+from .model import FOR_ANOTHER_BOT, Event
 
 __all__ = ["Access", "Policy", "Respond"]
 
@@ -54,6 +54,8 @@ class Policy:
         """Return True when this event should start (or extend) a run."""
         if event.kind != "message" or self.respond == "never":
             return False
+        if event.meta and event.meta.get(FOR_ANOTHER_BOT) is True:
+            return False  # /start@other_bot in a group: someone else's command
         if event.conversation_kind == "direct" or self.respond == "always":
             return True
         return event.mentions_me

@@ -1039,6 +1039,32 @@ def test_group_commands_address_the_bot_only_when_named_or_its_own(
     assert event(_group_command(text, length, offset), BotIdentity()).mentions_me is False
 
 
+@pytest.mark.parametrize(
+    ("text", "length", "offset", "other"),
+    [
+        ("/help@other_bot", 15, 0, True),  # someone else's, by name
+        ("/start@Other_Bot now", 15, 0, True),
+        ("/help@helper_bot", 16, 0, False),  # ours
+        ("/help", 5, 0, False),  # bare: for whichever bot has it
+        ("try /help@other_bot", 15, 4, False),  # quoted, not given
+    ],
+)
+def test_a_command_named_for_another_bot_starts_no_run_even_where_every_message_does(
+    text: str, length: int, offset: int, other: bool
+) -> None:
+    """In a group whose binding answers every message (respond = always), /cmd@other_bot
+    is still someone else's: stored and shown, but for no run of ours. A bot that does
+    not know its own name cannot tell, and marks nothing."""
+    from backchannel.model import FOR_ANOTHER_BOT
+    from backchannel.policy import Policy
+
+    got = event(_group_command(text, length, offset), BOT)
+    assert (got.meta.get(FOR_ANOTHER_BOT) is True) is other
+    assert Policy(respond="always").triggers(got) is not other
+    nameless = event(_group_command(text, length, offset), BotIdentity())
+    assert FOR_ANOTHER_BOT not in nameless.meta
+
+
 def test_a_bare_command_in_a_private_chat_is_for_the_bot() -> None:
     private = json.loads(_group_command("/start", 6))
     private["message"]["chat"] = {"id": 5550000002, "first_name": "Zoë", "type": "private"}

@@ -79,6 +79,7 @@ from attrs import frozen
 from backchannel.errors import NormalizeError
 from backchannel.model import (
     ATTACHMENTS_COMPLETE,
+    FOR_ANOTHER_BOT,
     Address,
     Attachment,
     ConversationKind,
@@ -409,6 +410,8 @@ def _message_event(
         and _mentions_bot(text, entities, bot, private=conversation_kind == "direct")
     )
     if entities is not None:
+        if not mentions_me and text[:1] == "/" and _command_for_another_bot(text, entities, bot):
+            meta[FOR_ANOTHER_BOT] = True  # /cmd@other_bot: stored, but for no run of ours
         # after the mentions, whose offsets count in the text as sent
         text = _with_links(text, entities)
     if not mentions_me and reply_to is not None and bot.id is not None:
@@ -895,6 +898,26 @@ def _mentions_bot(
                 continue
             if handle and (word == handle or (kind == "bot_command" and word.endswith(handle))):
                 return True
+    return False
+
+
+def _command_for_another_bot(text: str, entities: Sequence[Any], bot: BotIdentity) -> bool:
+    """Say whether the message opens with a command addressed to another bot by name
+    (``/start@other_bot``): in a group that answers everything, still not ours."""
+    if not bot.username:
+        return False  # not knowing our own name, we cannot tell it is someone else's
+    handle = f"@{bot.username}".lower()
+    for entity in entities:
+        if not _is_mapping(entity) or entity.get("type") != "bot_command":
+            continue
+        if _opt_int(entity.get("offset")) != 0:
+            continue
+        length = _opt_int(entity.get("length"))
+        if length is None or length <= 0:
+            return False
+        word = utf16_slice(text, 0, length).lower()
+        _, at, name = word.partition("@")
+        return bool(at and name) and f"@{name}" != handle
     return False
 
 
