@@ -7,6 +7,21 @@ from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.testing import FakeTelegram, event_id_of
 
 
+async def said_in_a_group(
+    fake: FakeTelegram, contract_context: ContractContext, texts: tuple[str, ...]
+) -> dict[str, bool]:
+    """Each of `texts` said by Alice in a group, and whether it was taken as a mention."""
+    alice = fake.user("Alice")
+    group = fake.group("Ops")
+    said = {text: fake.inject_message(group, alice, text) for text in texts}
+    for update in said.values():
+        await contract_context.wait_ingested(event_id_of(update))
+    return {
+        text: next(e.mentions_me for e in contract_context.events if e.event_id == event_id_of(u))
+        for text, u in said.items()
+    }
+
+
 async def test_bare_commands_in_a_group_count_only_when_they_are_the_bots_own(
     fake: FakeTelegram, contract_context: ContractContext
 ) -> None:
@@ -14,26 +29,15 @@ async def test_bare_commands_in_a_group_count_only_when_they_are_the_bots_own(
     adapter = TelegramAdapter("test", fake.settings(commands=["deploy"]))
     await adapter.start(contract_context.bind(adapter))
     try:
-        alice = fake.user("Alice")
-        group = fake.group("Ops")
-        said = {
-            text: fake.inject_message(group, alice, text)
-            for text in ("/report", "/deploy now", "/start", "/start@backchannel_test_bot")
-        }
-        for update in said.values():
-            await contract_context.wait_ingested(event_id_of(update))
-        mentioned = {
-            text: next(
-                e.mentions_me for e in contract_context.events if e.event_id == event_id_of(u)
-            )
-            for text, u in said.items()
-        }
+        texts = ("/report", "/deploy now", "/start", "/start@backchannel_test_bot")
+        mentioned = await said_in_a_group(fake, contract_context, texts)
         assert mentioned == {
             "/report": True,  # from getMyCommands
             "/deploy now": True,  # from `commands`
             "/start": False,  # another bot's, as far as we know
             "/start@backchannel_test_bot": True,  # named: always ours
         }
+        alice = fake.user("Alice")
         direct = fake.inject_message(fake.private_chat(alice), alice, "/start")
         await contract_context.wait_ingested(event_id_of(direct))
         assert contract_context.events[-1].mentions_me
@@ -54,20 +58,9 @@ async def test_commands_set_for_groups_only_count_as_the_bots_own(
     adapter = TelegramAdapter("test", fake.settings())
     await adapter.start(contract_context.bind(adapter))
     try:
-        alice = fake.user("Alice")
-        group = fake.group("Ops")
-        said = {
-            text: fake.inject_message(group, alice, text)
-            for text in ("/standup", "/purge", "/help", "/other")
-        }
-        for update in said.values():
-            await contract_context.wait_ingested(event_id_of(update))
-        mentioned = {
-            text: next(
-                e.mentions_me for e in contract_context.events if e.event_id == event_id_of(u)
-            )
-            for text, u in said.items()
-        }
+        mentioned = await said_in_a_group(
+            fake, contract_context, ("/standup", "/purge", "/help", "/other")
+        )
         assert mentioned == {"/standup": True, "/purge": True, "/help": True, "/other": False}
     finally:
         await adapter.stop()
