@@ -16,6 +16,7 @@ otherwise quiet, about 100 s under load); BACKCHANNEL_KILL_EVENTS sets another c
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import os
 import random
@@ -285,7 +286,8 @@ async def settle_and_check(setup: Setup, store: PostgresStore) -> None:
     sent = (
         [m.text for m in setup.poll.sent]
         + [m.text for m in setup.hook.sent]
-        + [post["text"] for post in setup.slack.posts]
+        # Slack is sent the text escaped (&lt; for <), as its formatting rules ask
+        + [html.unescape(post["text"]) for post in setup.slack.posts]
     )
     doubled = [text for text, times in Counter(sent).items() if times > 1]
     assert doubled == [], f"answers sent twice: {doubled[:5]}"
