@@ -219,13 +219,13 @@ async def test_recovery_fails_a_dead_askers_untaken_send_and_doubts_a_dead_taker
     session = await asker.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
     me = Sender("bot", "bot", is_bot=True)
     taken = await asker.record_outbound(session.id, Outbound(session.address, "taken"), me)
-    await asker.hand_off(taken.id, "tp")
+    await asker.hand_off(taken.id, "tp", within=60)
     [(entry, quiet)] = await taker.take_handoffs(["tp"])
     assert (entry.id, entry.text, quiet) == (taken.id, "taken", False)
     untaken = await asker.record_outbound(
         session.id, Outbound(session.address, "untaken", quiet=True), me
     )
-    await asker.hand_off(untaken.id, "tp", quiet=True)
+    await asker.hand_off(untaken.id, "tp", quiet=True, within=60)
 
     judge = PostgresStore(postgres_url, worker="wj")
     await judge.recover_worker("wa")

@@ -212,12 +212,11 @@ _INVISIBLE = dict.fromkeys(
 )
 
 
-#: what an inbound message's words are, from its meta (adapters set these keys):
-#: (forwarded: None, or "" when forwarded from someone unnamed, or their name;
-#:  reply_from: who wrote the message it replies to; reply_quote: what it quotes of it)
-#: The meta keys: ``forwarded`` (True) or ``forwarded_from`` (a name) for a message that
-#: carries someone else's words; ``reply_from`` and ``reply_quote`` for a reply whose
-#: target the store may not hold (a bot in privacy mode never saw it).
+#: what an inbound message's meta says of its words (`context_of`): (forwarded: None, ""
+#: when from someone unnamed, or their name; reply_from: who wrote the message it replies
+#: to; reply_quote: what it quotes of it). Adapters set the meta keys ``forwarded`` (True)
+#: or ``forwarded_from`` (a name) for someone else's words, and ``reply_from`` and
+#: ``reply_quote`` for a reply whose target the store may not hold.
 Context = tuple[str | None, str | None, str | None]
 
 
@@ -322,19 +321,6 @@ def _reactor(who: str) -> str:
     return _quote(name) if "," in name or any(mark in name for mark in _LINE_MARKS) else name
 
 
-def _text_lines(text: str) -> str:
-    """A sender's text as its transcript line holds it: its further lines indented.
-
-    So nothing a sender writes can start a line of the message that reads as a
-    marker backchannel adds (``[attached ...]``, ``[reactions: ...]``), nor as
-    another message's ``[#12] Olga: ...``, in any format: a model reading one
-    message's content sees the same as one reading many joined (`flattened`).
-    """
-    if "\n" not in text and text.isprintable():
-        return text  # the common message: one line, nothing to do
-    return "\n    ".join(text.splitlines())
-
-
 def flattened(line: str) -> str:
     """A message's transcript line fit to sit among others in one text.
 
@@ -366,7 +352,9 @@ def inbound_line(
     """
     # a run formats its whole window each time: the common message (no markers, no
     # attachment, no reaction) is one f-string
-    text = _text_lines(text)
+    # its further lines indented: no words of a sender start a line that reads as a marker
+    # backchannel adds ([attached ...], [reactions: ...]) or as another message's head
+    text = flattened(text)
     if (
         reply_to_seq is None
         and reply_to is None
@@ -377,7 +365,7 @@ def inbound_line(
         line = f"[#{seq}] {name}: {text}"
     else:
         markers = _markers(reply_to_seq, reply_to, edited_at, deleted_at, context)
-        head = f"[#{seq}] {name} ({', '.join(markers)})" if markers else f"[#{seq}] {name}"
+        head = f"[#{seq}] {name} ({', '.join(markers)})"
         body = text if deleted_at is None else f"(deleted; it said: {text})"
         line = f"{head}: {body}"
     if not attachments and not reactions:

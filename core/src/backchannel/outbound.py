@@ -86,7 +86,6 @@ class Deliverer:
         `recorded` is awaited after the pending row is written and before the
         send (an ask writes its pending-ask row there, naming the outbox row).
         """
-        outbound = _storable(outbound)
         entry = await self.record(conversation, outbound, run_id, seen_seq, recorded)
         if isinstance(entry, DeliveryResult):
             return entry
@@ -114,14 +113,9 @@ class Deliverer:
             or Sender("me", "me", is_bot=True)
         )
         sender = kept if isinstance(kept := storable_sender(me), Sender) else me
-        if hand_to is None:
-            entry = await self.store.record_outbound(
-                conversation.id, outbound, sender, run_id, seen_seq
-            )
-        else:
-            entry = await self.store.record_outbound(
-                conversation.id, outbound, sender, run_id, seen_seq, hand_to=hand_to
-            )
+        entry = await self.store.record_outbound(
+            conversation.id, outbound, sender, run_id, seen_seq, hand_to=hand_to
+        )
         if recorded is not None:
             try:
                 await recorded(entry)
@@ -202,10 +196,12 @@ def _storable(outbound: Outbound) -> Outbound:
 
 
 def _with_outbox_id(outbound: Outbound, entry: OutboxEntry) -> Outbound:
+    """`outbound` as recorded in `entry`: its id, its seq, and its text as stored (made
+    storable once, by `Deliverer.record`)."""
     meta = dict(outbound.meta)
     if entry.message_seq is not None:
         meta["seq"] = entry.message_seq  # channels that render the transcript key it by seq
-    return evolve(outbound, outbox_id=entry.id, meta=meta)
+    return evolve(outbound, text=entry.text, outbox_id=entry.id, meta=meta)
 
 
 #: one send becomes at most this many platform messages: a runaway text (a model that

@@ -470,10 +470,7 @@ class _RowWindow:
                 row[16],
                 attachments_of(row[13]) if row[13] else (),
                 reactions_of(row[21]) if row[21] else (),
-                # the usual meta says nothing of the words (looked for inline: every row)
-                context_of_json(meta)
-                if (meta := row[22]) and ('"forward' in meta or '"reply_' in meta)
-                else None,
+                context_of_json(row[22]),
             )
             return "user", content, sender
         meta = json_value(row[22]) if row[22] else None

@@ -622,9 +622,7 @@ class Switchboard:
         conversation = await self.store.find_conversation(address)
         if conversation is not None:
             return conversation
-        if account.name in self.handed_over or (
-            self.workers is not None and not self.workers.may_run(account.name)
-        ):
+        if self.held_elsewhere(account.name):
             # the adapter is not started here: it could not check the address, and a
             # refused one would stay listed as a conversation
             raise Rejected(
@@ -680,6 +678,14 @@ class Switchboard:
         )
         return _outcome(conversation, result)
 
+    def held_elsewhere(self, account: str) -> bool:
+        """True when `account`'s connection is another worker's: its sends are handed over
+        (`deliver_through`), and what only its adapter can do (check an address, read a
+        contact list) cannot be done here."""
+        if account in self.handed_over:
+            return True
+        return self.workers is not None and not self.workers.may_run(account)
+
     async def deliver_through(
         self,
         account: _Account,
@@ -696,10 +702,7 @@ class Switchboard:
         not sent through here: the send is recorded here and handed to that worker
         (`backchannel.workers.send_elsewhere`), and its outcome returned.
         """
-        held_elsewhere = account.name in self.handed_over or (
-            self.workers is not None and not self.workers.may_run(account.name)
-        )
-        if held_elsewhere:
+        if self.held_elsewhere(account.name):
             from .workers import DEFAULT_TAKE_WITHIN, send_elsewhere
 
             await self._recall_me(account)  # recorded as sent by the agent, not "me"

@@ -71,9 +71,13 @@ def served_by_every_worker(adapter: Any) -> bool:
     return bool(getattr(adapter, "served_by_every_worker", False))
 
 
-#: how long a handed-over send waits for the account's holder to take it: a takeover
-#: (a dead holder's lease lapsing, a live worker taking it) fits within it
-DEFAULT_TAKE_WITHIN = DEFAULT_LEASE_TTL + DEFAULT_HEARTBEAT + 5.0
+def handover_bound(lease_ttl: float, heartbeat: float) -> float:
+    """How long a handed-over send waits for the account's holder to take it: a takeover
+    (a dead holder's lease lapsing, a live worker taking it) fits within it."""
+    return lease_ttl + heartbeat + 5.0
+
+
+DEFAULT_TAKE_WITHIN = handover_bound(DEFAULT_LEASE_TTL, DEFAULT_HEARTBEAT)
 #: how many handed-over sends a worker has taken and not finished at once: a holder that
 #: dies leaves no more than these uncertain (the rest wait for the next holder)
 SENDS_IN_FLIGHT = 8
@@ -173,7 +177,7 @@ class WorkerCoordinator:
         self.lease_ttl = lease_ttl
         self.heartbeat = heartbeat
         #: how long a send handed from here waits for an account's holder to take it
-        self.take_within = lease_ttl + heartbeat + 5.0
+        self.take_within = handover_bound(lease_ttl, heartbeat)
         #: exclusive accounts whose adapter runs here now
         self.owned: set[str] = set()
         self._wake = asyncio.Event()

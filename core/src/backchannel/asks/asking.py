@@ -118,9 +118,7 @@ async def ask_peer(
         )
     # an account whose connection another worker holds: the question is handed to that
     # worker to send (Switchboard.deliver_through); only its contact list is out of reach
-    elsewhere = account in board.handed_over or (
-        board.workers is not None and not board.workers.may_run(account)
-    )
+    elsewhere = board.held_elsewhere(account)
     limit = wired.adapter.capabilities.max_text_len
     size = utf16_len(question)
     if limit and size > limit:

@@ -1193,7 +1193,7 @@ class PostgresStore(PostgresAsks, Store):
 
     # sends handed to the worker holding an account (pg015) ----------------------
     async def hand_off(
-        self, outbox_id: int, account: str, *, quiet: bool = False, within: float = 18.0
+        self, outbox_id: int, account: str, *, within: float, quiet: bool = False
     ) -> None:
         """Hand the recorded pending send `outbox_id` to the worker holding `account`.
 
