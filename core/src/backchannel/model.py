@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTACHMENTS_COMPLETE",
-    "FOR_ANOTHER_BOT",
+    "NO_RUN",
     "Address",
     "Attachment",
     "Conversation",
@@ -151,9 +151,11 @@ def _attachments(value: Any) -> tuple[Attachment, ...]:
 #: has an ``attachments`` field). Without it an edit with no files leaves the stored ones:
 #: its platform does not say (a text-only edit event).
 ATTACHMENTS_COMPLETE = "attachments_complete"
-#: a message's `meta` key: True when it is addressed to another bot (Telegram's
-#: ``/start@other_bot``): stored and shown, but it starts no run, whatever `respond` says
-FOR_ANOTHER_BOT = "for_another_bot"
+#: a message's `meta` key: True when it is stored and shown but starts no run, whatever
+#: the binding's `respond` says: it is addressed to another bot (Telegram's
+#: ``/start@other_bot``), or the person the bot answers for wrote it themselves (a
+#: Telegram Business owner in their own chat)
+NO_RUN = "no_run"
 
 
 @frozen(init=False)

@@ -6,7 +6,7 @@ from typing import Literal
 
 from attrs import field, frozen
 
-from .model import FOR_ANOTHER_BOT, Event
+from .model import NO_RUN, Event
 
 __all__ = ["Access", "Policy", "Respond"]
 
@@ -54,8 +54,8 @@ class Policy:
         """Return True when this event should start (or extend) a run."""
         if event.kind != "message" or self.respond == "never":
             return False
-        if event.meta and event.meta.get(FOR_ANOTHER_BOT) is True:
-            return False  # /start@other_bot in a group: someone else's command
+        if event.meta and event.meta.get(NO_RUN) is True:
+            return False  # /start@other_bot, a business owner's own words: not for a run
         if event.conversation_kind == "direct" or self.respond == "always":
             return True
         return event.mentions_me

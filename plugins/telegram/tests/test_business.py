@@ -15,16 +15,14 @@ from typing import Any
 import pytest
 from backchannel.errors import NormalizeError, Rejected
 from backchannel.model import Address, Outbound, Sender
-from backchannel.plugins import get_plugin_manager
 from backchannel.runs import Run
 from backchannel.store import SQLiteStore
 from backchannel.switchboard import Binding, Switchboard
 from backchannel.testing import RecordingAgent
-from backchannel_telegram import TelegramAdapter, configure_switchboard, route_business_owners
+from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.business import (
     BusinessConnection,
     business_chat,
-    owner_router,
     parse_business_chat,
 )
 from backchannel_telegram.normalize import BotIdentity, normalize_update, split_update
@@ -239,12 +237,19 @@ def test_malformed_business_updates_name_their_field(update: dict[str, Any], whe
     assert caught.value.where == where
 
 
-async def test_the_owner_router_takes_only_the_owners_messages() -> None:
+def test_only_the_owners_own_messages_start_no_run() -> None:
+    """The owner's own words are marked NO_RUN, which the policy reads: stored and shown,
+    no run, whatever `respond` says; the access rules still decide who is held."""
+    from backchannel.model import NO_RUN
+    from backchannel.policy import Policy
+
     customer = normalize_update(business_message(), ACCOUNT, BOT)
     owner = normalize_update(business_message(**{"from": dict(OWNER)}), ACCOUNT, BOT)
-    assert await owner_router(lambda event: True)(customer) is None
-    assert await owner_router(lambda event: True)(owner) == "routed"
-    assert await owner_router(lambda event: False)(owner) == "held"  # access rules still apply
+    assert customer is not None and owner is not None
+    assert NO_RUN not in customer.meta and owner.meta[NO_RUN] is True
+    assert Policy(respond="always").triggers(customer)
+    assert not Policy(respond="always").triggers(owner)
+    assert not Policy(access="allowlist", allow=["nobody"]).may_reach(owner)  # still held
 
 
 # --- end to end: FakeTelegram <-> adapter <-> switchboard <-> SQLite store ---------------
@@ -264,7 +269,6 @@ async def business_board(store: SQLiteStore) -> AsyncIterator[Callable[..., Any]
         adapter = TelegramAdapter("tg", fake.settings(mode=mode, **settings))
         board = Switchboard(reopened or store, port=0 if mode == "webhook" else None)
         board.add_account(adapter, Binding(agent, respond="mention"), secrets=[fake.token])
-        route_business_owners(board)  # what `serve` does through configure_switchboard
         await board.start()
         boards.append(board)
         return board
@@ -420,20 +424,6 @@ async def test_the_owner_may_be_set_to_start_runs(fake: FakeTelegram, business_b
     fake.inject_business_message(connection, customer, "I'll take it from here", from_owner=True)
     await agent.wait_runs(2)
     await board.wait_idle()
-
-
-async def test_serve_installs_the_owner_router_through_its_hook(
-    fake: FakeTelegram, store: SQLiteStore
-) -> None:
-    board = Switchboard(store)
-    board.add_account(TelegramAdapter("tg", fake.settings()), Binding(RecordingAgent()))
-    quiet = TelegramAdapter("quiet", fake.settings(allowed_updates=["message"]))
-    board.add_account(quiet, Binding(RecordingAgent()))
-    configure_switchboard(board, config=None)
-    assert list(board._routers) == ["tg"]  # an account not reading business chats has none
-    # the entry point registers the hook, so build_switchboard (serve) calls it
-    hooks = get_plugin_manager().hook.configure_switchboard.get_hookimpls()
-    assert any(impl.function is configure_switchboard for impl in hooks)
 
 
 async def test_sending_through_a_connection_names_it_and_the_real_chat(

@@ -1055,14 +1055,14 @@ def test_a_command_named_for_another_bot_starts_no_run_even_where_every_message_
     """In a group whose binding answers every message (respond = always), /cmd@other_bot
     is still someone else's: stored and shown, but for no run of ours. A bot that does
     not know its own name cannot tell, and marks nothing."""
-    from backchannel.model import FOR_ANOTHER_BOT
+    from backchannel.model import NO_RUN
     from backchannel.policy import Policy
 
     got = event(_group_command(text, length, offset), BOT)
-    assert (got.meta.get(FOR_ANOTHER_BOT) is True) is other
+    assert (got.meta.get(NO_RUN) is True) is other
     assert Policy(respond="always").triggers(got) is not other
     nameless = event(_group_command(text, length, offset), BotIdentity())
-    assert FOR_ANOTHER_BOT not in nameless.meta
+    assert NO_RUN not in nameless.meta
 
 
 def test_a_bare_command_in_a_private_chat_is_for_the_bot() -> None:

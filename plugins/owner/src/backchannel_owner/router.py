@@ -56,10 +56,9 @@ def parse_permission_answer(text: str) -> tuple[bool, str] | None:
 
 
 def _forwarded(event: Event) -> bool:
-    """Whether the channel marked the message as passed on from someone else: Telegram's and
-    Slack's ``forwarded``, Discord's ``forwarded_from``."""
-    meta = event.meta
-    return bool(meta.get("forwarded")) or meta.get("forwarded_from") is not None
+    """Whether the channel marked the message as passed on from someone else (every channel
+    sets ``meta["forwarded"]``; docs/writing-an-adapter.md)."""
+    return event.meta.get("forwarded") is True
 
 
 class OwnerDuplex:

@@ -28,6 +28,7 @@ from backchannel.errors import (
     Uncertain,
 )
 from backchannel.model import (
+    NO_RUN,
     Address,
     ConversationKind,
     Event,
@@ -41,6 +42,7 @@ from backchannel.secrets import register_secret
 from .api import BotApi, TelegramError, Token
 from .business import (
     BUSINESS_CHAT,
+    BUSINESS_OWNER,
     BusinessConnection,
     parse_business_chat,
     state_key,
@@ -171,15 +173,6 @@ class TelegramAdapter:
         return f"TelegramAdapter(account={self.account!r}, mode={self.mode!r})"
 
     @property
-    def routes_business_owners(self) -> bool:
-        """Should the owner router (business.owner_router) see this account's messages?
-
-        True when business messages are received and the owner's own messages must not
-        start runs (`business_owner_triggers` off, the default).
-        """
-        return "business_message" in self.allowed_updates and not self.business_owner_triggers
-
-    @property
     def served_by_every_worker(self) -> bool:
         """Webhook updates may reach any `serve --worker` behind a load balancer; polling may not."""
         return self.mode == "webhook"
@@ -249,6 +242,10 @@ class TelegramAdapter:
         event = normalize_update(raw, self.account, identity, aliases)
         if event is None or event.platform_message_id is None:
             return event
+        message_id = event.platform_message_id
+        if self.business_owner_triggers and event.meta.get(BUSINESS_OWNER) is True:
+            # this account lets the business owner's own words start runs too
+            event = evolve(event, meta={k: v for k, v in event.meta.items() if k != NO_RUN})
         if self._posted and (event.reply_to is not None or "forwarded" in event.meta):
             # this bot posts in a channel: its discussion group's copies are its own words
             message = raw.get("message") or raw.get("edited_message")
@@ -259,7 +256,7 @@ class TelegramAdapter:
                     return evolve(event, mentions_me=True)  # a comment on the bot's post
         chat, thread = event.address.chat, event.address.thread
         if event.kind == "reaction" and thread is None:
-            thread = self._topics.get((chat, event.platform_message_id))
+            thread = self._topics.get((chat, message_id))
             if thread is not None:
                 address = Address(self.account, chat, thread)
                 kind: ConversationKind = (
@@ -267,7 +264,7 @@ class TelegramAdapter:
                 )
                 return evolve(event, address=address, conversation_kind=kind)
         elif thread is not None:
-            self._topics.remember((chat, event.platform_message_id), thread)
+            self._topics.remember((chat, message_id), thread)
         return event
 
     def _copies_own_post(self, message: Any) -> bool:

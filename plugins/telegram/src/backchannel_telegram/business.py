@@ -1,4 +1,4 @@
-"""Telegram Business: the address of a business chat, a connection's state, the owner router.
+"""Telegram Business: the address of a business chat, and a connection's state.
 
 A bot connected to a Telegram Business account answers the business's
 customers in the business account's private chats. Such a chat's ``chat.id``
@@ -13,14 +13,14 @@ safe characters): the ids Telegram gives are letters, digits, ``-`` and
 address key, a ``:`` the address itself) is escaped, so every address parses
 back to exactly the id and chat it was made from.
 
-This module imports no HTTP client: the entry point's ``configure_switchboard``
-hook uses `owner_router` without loading aiohttp.
+The business owner's own messages in such a chat are marked ``NO_RUN`` by
+normalize: shown to the agent, starting no run (the person is answering).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -31,7 +31,6 @@ __all__ = [
     "BUSINESS_OWNER",
     "BusinessConnection",
     "business_chat",
-    "owner_router",
     "parse_business_chat",
     "state_key",
     "valid_connection_id",
@@ -168,22 +167,3 @@ class BusinessConnection:
 def state_key(connection_id: str) -> str:
     """The adapter state key holding one connection (`BusinessConnection.to_state`)."""
     return f"business:{connection_id}"
-
-
-Router = Callable[[Any], Awaitable[str | None]]
-
-
-def owner_router(may_reach: Callable[[Any], bool]) -> Router:
-    """An inbound router (`Switchboard.add_inbound_router`) that takes the business
-    owner's own messages: stored and shown to the agent, but never starting a run
-    (the person is answering the customer themselves). `may_reach` is the binding's
-    policy check: an owner its access rules keep out is held, as anyone would be.
-    Every other message is left to the bindings (None).
-    """
-
-    async def route(event: Any) -> str | None:
-        if event.meta.get(BUSINESS_OWNER) is not True:
-            return None  # the usual case: one dict lookup
-        return "routed" if may_reach(event) else "held"
-
-    return route

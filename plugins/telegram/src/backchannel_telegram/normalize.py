@@ -79,7 +79,7 @@ from attrs import frozen
 from backchannel.errors import NormalizeError
 from backchannel.model import (
     ATTACHMENTS_COMPLETE,
-    FOR_ANOTHER_BOT,
+    NO_RUN,
     Address,
     Attachment,
     ConversationKind,
@@ -411,7 +411,7 @@ def _message_event(
     )
     if entities is not None:
         if not mentions_me and text[:1] == "/" and _command_for_another_bot(text, entities, bot):
-            meta[FOR_ANOTHER_BOT] = True  # /cmd@other_bot: stored, but for no run of ours
+            meta[NO_RUN] = True  # /cmd@other_bot: stored, but for no run of ours
         # after the mentions, whose offsets count in the text as sent
         text = _with_links(text, entities)
     if not mentions_me and reply_to is not None and bot.id is not None:
@@ -498,6 +498,9 @@ def _business_message(
     sender = event.sender
     if owner:
         meta[BUSINESS_OWNER] = True
+        # the person is answering the customer: shown to the agent, no run of its own
+        # (the adapter's business_owner_triggers takes the mark off)
+        meta[NO_RUN] = True
         if _is_mapping(agent):
             meta["sender_business_bot"] = _full_name(agent) or agent_id or ""
         # the agent reads both people of the chat: say which one is the business

@@ -133,10 +133,9 @@ class MailboxReader:
         # what stays in the mailbox: held senders' messages (group traffic makes room, below).
         # The relay lists oldest first with no cursor, so a listing full of them hides newer
         # messages
+        kinds = [(m, _group_traffic(m)) for m in envelopes]  # what each is, looked at once
         held = [
-            m
-            for m in envelopes
-            if _text(m.get("from")) not in self._accepted and _group_traffic(m) is None
+            m for m, group in kinds if group is None and _text(m.get("from")) not in self._accepted
         ]
         if envelopes and len(held) == len(envelopes) >= self._limit:
             if not self._warned_full:
@@ -152,7 +151,7 @@ class MailboxReader:
         # a full listing with group traffic in it: nothing here ever reads that traffic, and
         # left there it would hide newer 1:1 messages for good (no cursor), so it goes
         crowded = len(envelopes) >= self._limit
-        for envelope in envelopes:
+        for envelope, group in kinds:
             # one spelling of the id for dedupe, the event id and the ack: half a surrogate
             # pair becomes U+FFFD, as the relay (and the store) keep it
             relay_id = clean_text(_text(envelope.get("id")))
@@ -160,7 +159,6 @@ class MailboxReader:
             if not relay_id or relay_id in seen:
                 continue
             seen.add(relay_id)
-            group = _group_traffic(envelope)
             if group is not None:
                 # before the sender gate: a group member need not be a contact, and its
                 # group messages are no request to be one
