@@ -43,6 +43,28 @@ async def test_a_mention_named_by_no_lookup_stays_an_id(
     assert result.event.text == "ask <@U0NOBODY>"
 
 
+async def test_at_most_eight_people_a_message_mentions_are_looked_up(
+    slack: FakeSlack, contract_context: Any, start_adapter: Any
+) -> None:
+    """Naming mentions costs a lookup each: at most MENTIONS_NAMED (8) a message, besides
+    its sender, whoever the sender is."""
+    from backchannel_slack.adapter import MENTIONS_NAMED
+
+    await start_adapter("socket")
+    text = " ".join(f"<@U0P{n:03d}>" for n in range(12))
+    said = slack.message("C0GENERAL", "U0ALICE", text)
+    delivery = await slack.deliver(said)
+    await slack.wait_acked(delivery.event_id)
+    looked_up = {call["user"] for call in slack.calls_of("users.info")}
+    assert looked_up == {"U0ALICE"} | {f"U0P{n:03d}" for n in range(MENTIONS_NAMED)}
+    # an integration's post (its sender no user to look up): eight, not nine
+    posted = slack.bot_message("C0GENERAL", " ".join(f"<@U0Q{n:03d}>" for n in range(12)))
+    delivery = await slack.deliver(posted)
+    await slack.wait_acked(delivery.event_id)
+    looked_up = {c["user"] for c in slack.calls_of("users.info") if c["user"].startswith("U0Q")}
+    assert looked_up == {f"U0Q{n:03d}" for n in range(MENTIONS_NAMED)}
+
+
 async def test_what_the_agent_writes_is_escaped_but_its_mentions_and_links_are_kept(
     slack: FakeSlack, start_adapter: Any
 ) -> None:

@@ -504,10 +504,12 @@ class SlackAdapter:
         sender = event.sender.id
         wanted = [sender] if sender[:1] in ("U", "W") else []
         if "<@" in event.text:
-            # the people the text mentions, named for the agent (<@U123> -> <@U123|Bob>)
+            # the people the text mentions (at most MENTIONS_NAMED), named for the agent
+            # (<@U123> -> <@U123|Bob>)
+            room = len(wanted) + MENTIONS_NAMED
             for match in USER_MENTION.finditer(event.text):
                 user = match[1]
-                if len(wanted) > MENTIONS_NAMED:
+                if len(wanted) == room:
                     break
                 if not match[2] and user != self.identity.user_id and user not in wanted:
                     wanted.append(user)

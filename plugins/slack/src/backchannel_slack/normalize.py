@@ -499,6 +499,17 @@ def _opt_str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _typed_by_a_person(message: Mapping[str, Any], blocks: Any) -> bool:
+    """A person's message with a text: Slack's client adds rich_text blocks saying what
+    the text says (the usual message: its blocks are not drawn only to be compared)."""
+    return (
+        "user" in message
+        and "bot_id" not in message
+        and isinstance(blocks, list)
+        and all(isinstance(b, Mapping) and b.get("type") == "rich_text" for b in blocks)
+    )
+
+
 def _message_text(message: Mapping[str, Any], where: str) -> tuple[str, str]:
     """The words a message shows: its mrkdwn ``text`` (or its blocks), then its legacy
     attachments'.
@@ -520,7 +531,7 @@ def _message_text(message: Mapping[str, Any], where: str) -> tuple[str, str]:
         raise NormalizeError("'text' is not a string", where=where)
     body = text if text.strip() else ""
     blocks = message.get("blocks")
-    if blocks:
+    if blocks and not (body and _typed_by_a_person(message, blocks)):
         drawn = _blocks_text(blocks)
         if drawn.strip() and not _covered(drawn, _words(body), body):
             body = _cut(drawn, _BLOCKS_LIMIT)
