@@ -58,6 +58,7 @@ from .normalize import (
     MESSAGE_EVENTS,
     REACTION_EVENTS,
     as_snowflake,
+    completes_deferred,
     normalize_payload,
 )
 from .settings import DiscordSettings
@@ -73,8 +74,6 @@ _LOOKUP_MAX_WAIT = 10.0
 _SOCKET_CLOSE_WAIT = 5.0
 #: channel mention markup in a message's text (<#id>)
 _CHANNEL_MENTION = re.compile(r"<#([0-9]{1,20})>")
-#: message flag LOADING: a deferred interaction response, "<app> is thinking..."
-_LOADING = 1 << 7
 #: the most role and channel mentions of one message named from the cache (each kind)
 _MENTIONS_NAMED = 50
 
@@ -460,7 +459,12 @@ class DiscordAdapter:
             if not kept.text and not kept.attachments and kept.deleted_at is None
         }
         for message in recent:
-            if str(message.get("id")) in empty and _answered(message):
+            # answered, never edited: the answer to one that may be stored empty
+            if (
+                str(message.get("id")) in empty
+                and completes_deferred(message)
+                and not message.get("edited_timestamp")
+            ):
                 await self._ingest({"op": 0, "t": "MESSAGE_UPDATE", "d": dict(message)})
         present = {str(message.get("id")) for message in recent}
         # the page's span: from its oldest message, or from the start when it holds the
@@ -888,19 +892,6 @@ def _mentioned_names(
             if isinstance(name, str) and name:
                 found.setdefault("channel_names", {})[channel_id] = name
     return found
-
-
-def _answered(message: Mapping[str, Any]) -> bool:
-    """Whether a history message is an interaction response no longer deferred (LOADING
-    cleared) and never edited: the answer to one that may be stored empty."""
-    flags = message.get("flags")
-    loading = isinstance(flags, int) and flags & _LOADING
-    interaction = (
-        message.get("interaction_metadata") is not None
-        or message.get("interaction") is not None
-        or message.get("type") in (20, 23)
-    )
-    return interaction and not loading and not message.get("edited_timestamp")
 
 
 def _nonce(outbound: Outbound, index: int, part: str) -> str | None:

@@ -53,6 +53,7 @@ __all__ = [
     "SUPER",
     "THREAD_CHANNEL_TYPES",
     "as_snowflake",
+    "completes_deferred",
     "normalize_payload",
     "snowflake_time",
 ]
@@ -215,7 +216,8 @@ def _message(
     assert message_id is not None and channel_id is not None
     message_type = reader.number("type", 0)
     opener: str | None = None
-    if message_type == _THREAD_STARTER:
+    is_starter = message_type == _THREAD_STARTER
+    if is_starter:
         starter = _thread_starter(reader, kind)
         if starter is None:
             return None
@@ -304,7 +306,7 @@ def _message(
         platform_message_id=message_id,
         reply_to=reply_to,
         # a thread's copy of its starter: the message in the parent mentioned the bot, if any
-        mentions_me=opener is None
+        mentions_me=not is_starter
         and (
             replied_to_me
             or _mentions(reader, content or "", bot_id)
@@ -513,12 +515,21 @@ def _completes(reader: _Reader) -> bool:
     Only an interaction response is ever deferred; any other update with no edit time is
     an embed unfurl or a flags change, and changes no text.
     """
-    interaction = (
-        reader.data.get("interaction_metadata") is not None
-        or reader.data.get("interaction") is not None
-        or reader.data.get("type") in (20, 23)
+    reader.number("flags", 0)  # a flags field that is no number is a malformed payload
+    return completes_deferred(reader.data)
+
+
+def completes_deferred(message: Mapping[str, Any]) -> bool:
+    """Whether `message` is an interaction response no longer deferred: an interaction's
+    (``interaction_metadata``, ``interaction``, type 20 or 23) with LOADING cleared."""
+    flags = message.get("flags")
+    if isinstance(flags, int) and flags & _LOADING:
+        return False
+    return (
+        message.get("interaction_metadata") is not None
+        or message.get("interaction") is not None
+        or message.get("type") in (20, 23)
     )
-    return interaction and not reader.number("flags", 0) & _LOADING
 
 
 def _thread_starter(reader: _Reader, kind: str) -> tuple[_Reader, str | None] | None:
