@@ -561,7 +561,8 @@ async def test_a_runaway_text_is_refused_whole_not_sent_as_hundreds_of_messages(
 ) -> None:
     """One send becomes at most MAX_PARTS platform messages (the channel's own limit each):
     a longer text, from a model that loops or a pasted log, is one error and nothing is
-    recorded or sent; an operator's send likewise (one line, Rejected)."""
+    recorded or sent; an operator's send likewise (one line, Rejected), and a send from
+    another conversation (not sent, nothing recorded)."""
     import pytest
     from backchannel.errors import Rejected
     from backchannel.outbound import MAX_PARTS
@@ -588,6 +589,11 @@ async def test_a_runaway_text_is_refused_whole_not_sent_as_hundreds_of_messages(
     conversation = await store.conversation(1)
     with pytest.raises(Rejected, match="the text is too long"):
         await board.send_outcome(conversation, "z" * (limit + 1))
+    # the bound is the deliverer's: a send from another conversation's run is held to it
+    from backchannel.orchestration.tools import deliver_cross
+
+    crossed = await deliver_cross(board, conversation, "w" * (limit + 1), origin_key="fake/x")
+    assert crossed.state == "failed" and "the text is too long" in (crossed.reason or "")
     assert await store.outbox() == []
     # at the bound it goes, in MAX_PARTS messages
     assert (await run.call("send_message", {"text": "x" * limit})).startswith("sent as #")

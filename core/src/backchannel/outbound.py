@@ -104,8 +104,15 @@ class Deliverer:
         """Record `outbound` as pending (the first half of `deliver`); return its entry.
 
         A DeliveryResult instead when `recorded` said it is done already elsewhere
-        (nothing is to be sent). `hand_to`: see Store.record_outbound.
+        (nothing is to be sent). `hand_to`: see Store.record_outbound. A message longer
+        than one send holds (`too_long`) raises Rejected, and nothing is recorded: every
+        sender (a run's tools, an operator, another conversation's run, a plugin) is
+        held to the same bound.
         """
+        if outbound.kind == "message" and (
+            problem := too_long(outbound.text, self.adapter.capabilities)
+        ):
+            raise Rejected(problem)
         outbound = _storable(outbound)
         me = (
             self.adapter.me
@@ -256,15 +263,16 @@ def channel_tools(
         text = strip_id_prefix(text)
         if not text.strip():
             return "error: text is empty"
-        if problem := too_long(text, capabilities):
-            return f"error: {problem}"
-        result = await deliverer.deliver(
-            conversation,
-            Outbound(address, text),
-            run_id=session.run_id,
-            seen_seq=session.seen_seq,
-            recorded=session.on_recorded,
-        )
+        try:
+            result = await deliverer.deliver(
+                conversation,
+                Outbound(address, text),
+                run_id=session.run_id,
+                seen_seq=session.seen_seq,
+                recorded=session.on_recorded,
+            )
+        except Rejected as error:  # too long for one send: nothing recorded
+            return f"error: {error.reason}"
         return result.describe()
 
     async def reply(message_id: int, text: str) -> str:
@@ -277,18 +285,19 @@ def channel_tools(
         text = strip_id_prefix(text)
         if not text.strip():
             return "error: text is empty"
-        if problem := too_long(text, capabilities):
-            return f"error: {problem}"
         message, problem = await target(message_id)
         if problem:
             return problem
-        result = await deliverer.deliver(
-            conversation,
-            Outbound(address, text, reply_to=message.platform_message_id),
-            run_id=session.run_id,
-            seen_seq=session.seen_seq,
-            recorded=session.on_recorded,
-        )
+        try:
+            result = await deliverer.deliver(
+                conversation,
+                Outbound(address, text, reply_to=message.platform_message_id),
+                run_id=session.run_id,
+                seen_seq=session.seen_seq,
+                recorded=session.on_recorded,
+            )
+        except Rejected as error:  # too long for one send: nothing recorded
+            return f"error: {error.reason}"
         return result.describe()
 
     async def edit_message(message_id: int, text: str) -> str:

@@ -23,7 +23,7 @@ from .config import KEPT_WINDOWS
 from .errors import ConfigError, NormalizeError, Rejected, StoreError
 from .ingest import GroupCommit, RefusedData
 from .model import Address, Conversation, Event, Message, Sender, from_json, to_json
-from .outbound import Deliverer, DeliveryResult, channel_tools, too_long
+from .outbound import Deliverer, DeliveryResult, channel_tools
 from .plugins import get_plugin_manager
 from .policy import Policy
 from .runs import RESTART_NOTE, Agent, Run, RunBuilder, RunSession, WindowSettings
@@ -665,8 +665,6 @@ class Switchboard:
         from .model import Outbound
 
         account = self._account_of(conversation)
-        if problem := too_long(text, account.adapter.capabilities):
-            raise Rejected(problem)
         reply_to = None
         if reply_to_seq is not None:
             reply_to = await self._platform_id(conversation, reply_to_seq)

@@ -16,6 +16,7 @@ from attrs import evolve, frozen
 
 from ..adapter import utf16_len
 from ..config import Config
+from ..errors import Rejected
 from ..framing import strip_id_prefix
 from ..model import Conversation, Outbound
 from ..runs import RunSession
@@ -102,16 +103,19 @@ async def deliver_cross(
             f"refused: account {target.address.account!r} of {key} is not served by this process."
             " Nothing was sent.",
         )
-    # an account whose connection another worker holds: handed to that worker to send
-    result = await via.deliver_through(
-        account,
-        target,
-        Outbound(target.address, text, origin=origin_key),
-        run_id=run_id,
-        # what the run had seen: a send about a message it took mid-run counts for that one
-        # (Store.sent_elsewhere_after)
-        seen_seq=seen_seq,
-    )
+    try:
+        # an account whose connection another worker holds: handed to that worker to send
+        result = await via.deliver_through(
+            account,
+            target,
+            Outbound(target.address, text, origin=origin_key),
+            run_id=run_id,
+            # what the run had seen: a send about a message it took mid-run counts for that
+            # one (Store.sent_elsewhere_after)
+            seen_seq=seen_seq,
+        )
+    except Rejected as error:  # longer than one send holds there: nothing recorded
+        return SendOutcome("failed", key, None, error.reason)
     entry = result.entry
     return SendOutcome(entry.status, key, entry.message_seq, entry.reason)
 

@@ -21,9 +21,9 @@ from typing import Any
 from attrs import frozen
 from backchannel.app import build_adapter, open_config_store
 from backchannel.config import Config
-from backchannel.errors import BackchannelError, ConfigError
+from backchannel.errors import BackchannelError, ConfigError, Rejected
 from backchannel.model import Address, Outbound
-from backchannel.outbound import Deliverer, too_long
+from backchannel.outbound import Deliverer
 from backchannel.secrets import register_secret
 from backchannel.store import SQLiteStore
 
@@ -422,10 +422,11 @@ async def deliver_in_serve(board: Any, args: Mapping[str, Any]) -> Mapping[str, 
         target=_optional(args.get("edit_target")),
         quiet=bool(args.get("quiet")),
     )
-    if kind == "message" and (problem := too_long(outbound.text, account.adapter.capabilities)):
-        return {"status": "failed", "platform_message_id": None, "reason": problem}
     conversation = await board.store.ensure_conversation(address)
-    result = await account.deliverer.deliver(conversation, outbound)
+    try:
+        result = await account.deliverer.deliver(conversation, outbound)
+    except Rejected as error:  # longer than one send holds: nothing recorded
+        return {"status": "failed", "platform_message_id": None, "reason": error.reason}
     receipt = result.receipt
     return {
         "status": result.status,
@@ -453,11 +454,11 @@ async def _deliver_directly(
             f" {settings.account!r} cannot send from here: {error}"
             " (start `backchannel serve`, or export the account's secrets)"
         ) from None
-    if outbound.kind == "message" and (problem := too_long(outbound.text, adapter.capabilities)):
-        return Delivery("failed", None, problem, "direct")  # as every send: at most 10 parts
     try:
         conversation = await store.ensure_conversation(outbound.address)
         result = await Deliverer(store, adapter).deliver(conversation, outbound)
+    except Rejected as error:  # longer than one send holds: nothing recorded
+        return Delivery("failed", None, error.reason, "direct")
     finally:
         await adapter.stop()
     receipt = result.receipt
