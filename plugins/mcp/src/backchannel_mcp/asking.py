@@ -4,7 +4,8 @@ The `serve` that owns the agent accounts (tiny.place) sends the question and
 its ask coordinator matches the answer to it, so an ask goes through the
 control socket (`ask` operation). On a PostgreSQL store its workers (which
 open no control socket) do: the ask is recorded here and its question handed
-to the worker holding the account. With neither running, nothing is sent. The ask is made outside any conversation (`NO_ORIGIN`): its answer is
+to the worker holding the account. With neither running, nothing is sent.
+The ask is made outside any conversation (`NO_ORIGIN`): its answer is
 reported nowhere, and the `asks` tool reads it from the store.
 """
 
@@ -117,8 +118,7 @@ async def _ask_through_workers(
                 "peer": peer,
                 "question": question,
                 "session": session,
-                "account": account,
-                "accounts": names,
+                "account": account,  # the board holds only `names`: asked through those
             },
         )
     return str(answer.get("description") or answer)

@@ -162,7 +162,6 @@ class TelegramAdapter:
         #: (channel id, post id) of the last channel posts this bot made: their copies in
         #: the discussion group are its own words, comments on them replies to it
         self._posts = _RecentTopics(10_000)
-        self._posted = False  # (a flag: normalize looks only once the bot has posted)
         #: old group chat id -> supergroup chat id, learnt from Telegram
         self._migrated: dict[str, str] = {}
         #: business connection id -> what business_connection updates said of it (None:
@@ -246,7 +245,7 @@ class TelegramAdapter:
         if self.business_owner_triggers and event.meta.get(BUSINESS_OWNER) is True:
             # this account lets the business owner's own words start runs too
             event = evolve(event, meta={k: v for k, v in event.meta.items() if k != NO_RUN})
-        if self._posted and (event.reply_to is not None or "forwarded" in event.meta):
+        if self._posts and (event.reply_to is not None or "forwarded" in event.meta):
             # this bot posts in a channel: its discussion group's copies are its own words
             message = raw.get("message") or raw.get("edited_message")
             if isinstance(message, Mapping):
@@ -584,7 +583,6 @@ class TelegramAdapter:
             chat = message.get("chat")
             if isinstance(chat, Mapping) and chat.get("type") == "channel":
                 self._posts.remember((str(chat.get("id")), ids[-1]), "")
-                self._posted = True
             if outbound.address.thread:
                 self._topics.remember((outbound.address.chat, ids[-1]), outbound.address.thread)
         return Receipt(ids[0], part_ids=tuple(ids))
@@ -760,7 +758,8 @@ class _NumberReader:
 
 
 class _RecentTopics:
-    """The forum topic of the last `size` topic messages seen, oldest forgotten first."""
+    """The last `size` keys remembered, each with its value, oldest forgotten first: the
+    forum topic of topic messages seen, or the channel posts this bot made ("")."""
 
     def __init__(self, size: int):
         self._size = size
@@ -774,3 +773,6 @@ class _RecentTopics:
 
     def get(self, key: tuple[str, str]) -> str | None:
         return self._topics.get(key)
+
+    def __len__(self) -> int:
+        return len(self._topics)
