@@ -431,6 +431,10 @@ class ChatPolicy(Policy):
         policy = self.policy_for(event.address.chat)
         return False if policy is None else policy.triggers(event)
 
+    def bot_turns_in(self, chat: str) -> int:
+        policy = self.policy_for(chat)
+        return 0 if policy is None else policy.bot_turns
+
 
 class ChatRouter:
     """An agent that hands each run to the agent bound to the run's chat."""
@@ -460,6 +464,7 @@ def _policy(binding: BindingConfig) -> Policy:
         allow=binding.allow,
         owner=binding.owner,
         respond=binding.respond,
+        bot_turns=binding.bot_turns,
     )
 
 

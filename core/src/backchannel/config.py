@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 from attrs import evolve, field, fields, frozen
 
 from .errors import ConfigError, PluginError, combine, unknown_key
-from .policy import Access, Respond
+from .policy import BOT_TURNS, Access, Respond
 from .secrets import register_secret
 
 if TYPE_CHECKING:
@@ -176,6 +176,8 @@ class BindingConfig:
     debounce: float = 0.0
     max_wait: float = 3.0
     run_timeout: float = 300.0
+    #: answers to bots in a row, with no person writing in between (0: no limit)
+    bot_turns: int = BOT_TURNS
     #: runs of this binding get the cross-conversation tools (docs/orchestration.md)
     orchestrate: bool = False
     #: its one chat is the account's master conversation: runs there get the read and
@@ -271,6 +273,7 @@ class Config:
                     "debounce": b.debounce,
                     "max_wait": b.max_wait,
                     "run_timeout": b.run_timeout,
+                    "bot_turns": b.bot_turns,
                     "orchestrate": b.orchestrate,
                     "master": b.master,
                 }
@@ -689,6 +692,11 @@ class _Parser:
         if binding.run_timeout <= 0:
             raise self.error(
                 f"{key}.run_timeout", f"expected seconds > 0, got {binding.run_timeout}"
+            )
+        if binding.bot_turns < 0:
+            raise self.error(
+                f"{key}.bot_turns",
+                f"expected a whole number >= 0 (0: no limit), got {binding.bot_turns}",
             )
         if binding.access == "owner" and binding.owner is None:
             raise self.error(

@@ -8,7 +8,11 @@ from attrs import field, frozen
 
 from .model import NO_RUN, Event
 
-__all__ = ["Access", "Policy", "Respond"]
+__all__ = ["BOT_TURNS", "Access", "Policy", "Respond"]
+
+#: answers to bots in a row, with no person writing in between, before a bot's message
+#: no longer starts a run: two bots that answer each other would otherwise go on for ever
+BOT_TURNS = 10
 
 Access = Literal["anyone", "allowlist", "owner"]
 Respond = Literal["always", "mention", "never"]
@@ -26,12 +30,20 @@ class Policy:
     respond (in group conversations and threads; direct conversations always
     respond unless "never"): "always"; "mention" (mentioned or replied to);
     "never" (store only).
+    bot_turns: how many times in a row the agent may answer bots in one conversation,
+    with no person writing there in between (0: no limit); past it, a bot's message is
+    stored and shown but starts no run (the scheduler records a "stopped" run).
     """
 
     access: Access = "anyone"
     allow: tuple[str, ...] = field(default=(), converter=_ids)
     owner: str | None = None
     respond: Respond = "mention"
+    bot_turns: int = BOT_TURNS
+
+    def bot_turns_in(self, chat: str) -> int:
+        """The `bot_turns` limit for a conversation in `chat` (0: none)."""
+        return self.bot_turns
 
     def may_reach(self, event: Event) -> bool:
         """Return True when the sender may reach the agent (else the message is held).

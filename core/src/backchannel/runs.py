@@ -32,7 +32,7 @@ from .tools import Tool, ToolArgumentError
 if TYPE_CHECKING:
     from .store import OutboxEntry
 
-__all__ = ["Agent", "Run", "RunBuilder", "RunSession", "WindowSettings"]
+__all__ = ["Agent", "BotTurnsSpent", "Run", "RunBuilder", "RunSession", "WindowSettings"]
 
 log = logging.getLogger("backchannel.runs")
 
@@ -163,6 +163,22 @@ class Run:
         }
 
 
+class BotTurnsSpent(Exception):
+    """The run would answer a bot after the agent already answered bots `bot_turns` times
+    in a row in this conversation, with no person writing in between (Policy.bot_turns):
+    two bots that answer each other would otherwise go on for ever."""
+
+    def __init__(self, answers: int, limit: int, bot: Sender):
+        self.answers = answers
+        self.limit = limit
+        self.bot = bot
+        super().__init__(
+            f"not answering bot {bot.id!r}: the agent has answered bots {answers} times"
+            f" here since a person last wrote (bot_turns = {limit}); a bot's message starts"
+            " a run again once a person writes"
+        )
+
+
 class RunBuilder:
     """Builds Runs from the store: the window, the framing, the tools."""
 
@@ -204,8 +220,13 @@ class RunBuilder:
         upto_seq: int | None = None,
         notes: Sequence[str] = (),
         conversation: Conversation | None = None,
+        bot_turns: int = 0,
     ) -> Run:
-        """Return the Run an agent would receive now for this conversation."""
+        """Return the Run an agent would receive now for this conversation.
+
+        With `bot_turns`, a run owed to a bot's message raises `BotTurnsSpent` when the
+        window shows that many answers of ours to bots since a person last wrote.
+        """
         if conversation is None or conversation.id != conversation_id:
             conversation = await self.store.conversation(conversation_id)
         upto = upto_seq if upto_seq is not None else conversation.last_seq
@@ -251,6 +272,10 @@ class RunBuilder:
                 # into another conversation: offering the trigger again would do it twice
                 notes = (*notes, asked)
                 trigger = None
+        if bot_turns and trigger is not None and owed and trigger.sender.is_bot:
+            answers = window.answers_to_bots()
+            if answers >= bot_turns:
+                raise BotTurnsSpent(answers, bot_turns, trigger.sender)
         participants = window.participants()
         hidden = max(
             conversation.visible_count - window.count - _visible_after(conversation, upto), 0
@@ -364,6 +389,13 @@ class _Window(Protocol):
 
     def participants(self) -> list[Sender]: ...
 
+    def answers_to_bots(self) -> int:
+        """How many times we answered a bot since a person last wrote: the stretches of our
+        messages (that may have arrived) right after a bot's message. What runs elsewhere
+        sent here (an ask's question) is no answer; a notice that names no one
+        (Sender.unknown) is neither a bot nor a person."""
+        ...
+
 
 class _MessageWindow:
     """A window the store handed over as Messages (`Store.window`)."""
@@ -391,6 +423,18 @@ class _MessageWindow:
 
     def participants(self) -> list[Sender]:
         return _participants_in(self.messages)
+
+    def answers_to_bots(self) -> int:
+        answers, ours = 0, False
+        for m in reversed(self.messages):
+            if m.direction == "out":
+                if m.status in _MAY_HAVE_ARRIVED and not (m.meta and m.meta.get("origin")):
+                    ours = True
+            elif m.sender.is_bot:
+                answers, ours = answers + ours, False
+            elif m.sender.id != "":
+                break  # a person wrote
+        return answers
 
 
 #: a line made from a row: (the row, role, content, its Sender or None for ours)
@@ -517,6 +561,26 @@ class _RowWindow:
             self.lines(None)  # they are met while making the lines
         assert self._seen is not None
         return list(self._seen.values())
+
+    def answers_to_bots(self) -> int:
+        answers, ours = 0, False
+        for row in reversed(self.rows):
+            if row[2] == "out":
+                if row[19] in _MAY_HAVE_ARRIVED and not _sent_from_elsewhere(row[22]):
+                    ours = True
+            elif row[7]:
+                answers, ours = answers + ours, False
+            elif row[4] != "":
+                break  # a person wrote
+        return answers
+
+
+def _sent_from_elsewhere(meta: str | None) -> bool:
+    """True for an outbound row a run of another conversation sent (meta["origin"])."""
+    if not meta or '"origin"' not in meta:
+        return False
+    value = json_value(meta)
+    return isinstance(value, dict) and bool(value.get("origin"))
 
 
 #: the statuses of our messages that may have reached the platform (a failed one did not)

@@ -19,6 +19,7 @@ from attrs import define, field
 
 from .errors import log_failure
 from .model import Address, Conversation
+from .runs import BotTurnsSpent
 from .store import Store
 
 __all__ = ["Busy", "RunClaims", "Scheduler"]
@@ -277,7 +278,17 @@ class Scheduler:
                 upto_seq=upto,
                 notes=notes,
                 conversation=conversation,
+                bot_turns=account.binding.policy.bot_turns_in(conversation.address.chat),
             )
+        except BotTurnsSpent as spent:
+            # two bots answering each other: recorded as a stopped run (shown by `runs` and
+            # `show`), its messages count as handled, and the notes wait for the next run
+            slot.notes[:0] = notes
+            log.warning("conversation %s: %s", conversation.address.key, spent)
+            self.counters["bot_turns_spent"] += 1
+            run_id = await self.store.begin_run(conversation_id, conversation.trigger_seq, upto)
+            await self.store.finish_run(run_id, "stopped", str(spent), upto, handled_seq=upto)
+            return
         except Exception as failure:
             # e.g. a plugin's framing or register_tools hook raised: record it and count the
             # messages as handled, or the follow-up check would retry the same failure forever

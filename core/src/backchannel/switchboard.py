@@ -25,7 +25,7 @@ from .ingest import GroupCommit, RefusedData
 from .model import Address, Conversation, Event, Message, Sender, from_json, to_json
 from .outbound import Deliverer, DeliveryResult, channel_tools
 from .plugins import get_plugin_manager
-from .policy import Policy
+from .policy import BOT_TURNS, Policy
 from .runs import RESTART_NOTE, Agent, Run, RunBuilder, RunSession, WindowSettings
 from .scheduler import Busy, Scheduler
 from .secrets import register_secret
@@ -94,6 +94,7 @@ class Binding:
         access: str | None = None,
         allow: Iterable[str] = (),
         owner: str | None = None,
+        bot_turns: int = BOT_TURNS,
         debounce: float = 0.0,
         max_wait: float = 3.0,
         run_timeout: float = 300.0,
@@ -105,6 +106,7 @@ class Binding:
                 allow=tuple(allow),
                 owner=owner,
                 respond=respond or "mention",  # type: ignore[arg-type]
+                bot_turns=bot_turns,
             )
         self.__attrs_init__(
             agent, policy, window or WindowSettings(), debounce, max_wait, run_timeout, name
@@ -155,6 +157,8 @@ class Switchboard:
             "malformed": 0,
             "runs": 0,
             "run_errors": 0,
+            #: runs not started because the agent had answered bots bot_turns times in a row
+            "bot_turns_spent": 0,
         }
         self._stop_timeout = stop_timeout
         self._group_commit = GroupCommit(store, max_batch=max_batch, on_commit=self._committed)

@@ -411,7 +411,7 @@ class Store(ABC):
         *,
         handled_seq: int | None = None,
     ) -> None:
-        """Record how a run ended ("ok", "error", "timeout", "cancelled").
+        """Record how a run ended ("ok", "error", "timeout", "cancelled", "stopped").
 
         With `handled_seq`, the conversation's handled_seq advances to it in the
         same transaction, so the cursor and the run record never disagree.

@@ -1,0 +1,242 @@
+"""Two bots that answer each other stop: `bot_turns` (Policy, binding setting).
+
+Once the agent has answered bots `bot_turns` times in a conversation since a
+person last wrote there, a bot's message is stored and shown but starts no run:
+a stopped run is recorded instead. A person writing starts the count again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+
+import pytest
+from backchannel.app import ChatPolicy
+from backchannel.config import load_config
+from backchannel.errors import ConfigError
+from backchannel.model import Outbound, Receipt, Sender
+from backchannel.policy import BOT_TURNS, Policy
+from backchannel.runlog import failure_line, run_reports
+from backchannel.runs import _MessageWindow, _RowWindow
+from backchannel.store import Inbound, SQLiteStore
+from backchannel.switchboard import Binding, Switchboard
+from backchannel.testing import FakeChannel, RecordingAgent
+from backchannel.testing.store_contract import make_event
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+ME = Sender("me", "Agent", "agent", True)
+PERSON = Sender("alice", "Alice")
+BOT = Sender("otherbot", "Other Bot", "otherbot", True)
+NOTICE = Sender.unknown()
+
+
+async def _board(store: SQLiteStore, binding: Binding) -> tuple[Switchboard, FakeChannel]:
+    channel = FakeChannel()
+    board = Switchboard(store)
+    board.add_account(channel.adapter("fake"), binding)
+    await board.start()
+    return board, channel
+
+
+async def _says(board: Switchboard, channel: FakeChannel, text: str, *, bot: bool) -> None:
+    """A message in the group (committed), then everything it started has finished."""
+    raw = channel.platform.make_message(
+        text,
+        chat="g1",
+        chat_type="group",
+        sender="otherbot" if bot else "alice",
+        is_bot=bot,
+    )
+    result = await board.ingest("fake", raw)
+    assert result.status == "stored"
+    await board.wait_idle()
+
+
+async def test_a_bot_answering_every_answer_is_answered_bot_turns_times_then_stops(
+    store: SQLiteStore,
+) -> None:
+    agent = RecordingAgent(lambda run: f"re: {run.trigger.text if run.trigger else '?'}")
+    board, channel = await _board(store, Binding(agent, respond="always", bot_turns=3))
+    for n in range(6):  # the other bot answers whatever we say
+        await _says(board, channel, f"bot {n}", bot=True)
+    assert channel.platform.texts("g1") == ["re: bot 0", "re: bot 1", "re: bot 2"]
+    assert len(agent.runs) == 3
+    assert board.counters["bot_turns_spent"] == 3
+    conversation = (await store.conversations())[0]
+    assert conversation.handled_seq == conversation.last_seq  # nothing owed, nothing retried
+    # what the bot said is kept, and shown to the next run
+    window = await store.window(conversation.id, 50)
+    assert [m.text for m in window if m.direction == "in"][-1] == "bot 5"
+
+    # a stopped run is on record: `runs` and `show` say why
+    reports = await run_reports(store, conversation)
+    stopped = [r for r in reports if r.run.status == "stopped"]
+    assert len(stopped) == 3
+    assert "bot_turns = 3" in stopped[0].error_line
+    assert "'otherbot'" in stopped[0].error_line
+    assert "run " in failure_line(stopped[0]) and "stopped, nothing sent" in failure_line(
+        stopped[0]
+    )
+
+    # a person writes: runs start again, and so does the count
+    await _says(board, channel, "hello both", bot=False)
+    for n in range(6, 10):
+        await _says(board, channel, f"bot {n}", bot=True)
+    assert channel.platform.texts("g1")[3:] == [
+        "re: hello both",
+        "re: bot 6",
+        "re: bot 7",
+        "re: bot 8",
+    ]
+    assert board.counters["bot_turns_spent"] == 4
+    last = agent.runs[-1]
+    assert last.trigger is not None and last.trigger.text == "bot 8"
+    await board.stop()
+
+
+async def test_the_default_stops_a_loop_and_zero_lets_it_run(store: SQLiteStore) -> None:
+    agent = RecordingAgent(lambda run: "ok")
+    board, channel = await _board(store, Binding(agent, respond="always"))
+    for n in range(BOT_TURNS + 2):
+        await _says(board, channel, f"bot {n}", bot=True)
+    assert len(agent.runs) == BOT_TURNS
+    await board.stop()
+
+
+async def test_with_bot_turns_zero_a_bot_is_always_answered(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    agent = RecordingAgent(lambda run: "ok")
+    board, channel = await _board(store, Binding(agent, respond="always", bot_turns=0))
+    for n in range(BOT_TURNS + 3):
+        await _says(board, channel, f"bot {n}", bot=True)
+    assert len(agent.runs) == BOT_TURNS + 3
+    assert board.counters["bot_turns_spent"] == 0
+    await board.stop()
+    await store.close()
+
+
+async def test_a_person_is_answered_whatever_the_bots_did(store: SQLiteStore) -> None:
+    agent = RecordingAgent(lambda run: "ok")
+    board, channel = await _board(store, Binding(agent, respond="always", bot_turns=1))
+    await _says(board, channel, "bot 0", bot=True)
+    await _says(board, channel, "bot 1", bot=True)  # stopped
+    await _says(board, channel, "me now", bot=False)
+    await _says(board, channel, "and again", bot=False)
+    assert [run.trigger.text for run in agent.runs if run.trigger] == [
+        "bot 0",
+        "me now",
+        "and again",
+    ]
+    await board.stop()
+
+
+async def test_a_stopped_run_keeps_the_notes_for_the_next_run(store: SQLiteStore) -> None:
+    agent = RecordingAgent(lambda run: "ok")
+    board, channel = await _board(store, Binding(agent, respond="always", bot_turns=1))
+    await _says(board, channel, "bot 0", bot=True)
+    conversation = (await store.conversations())[0]
+    board.scheduler.add_note(conversation.id, "a note for the next run")
+    await _says(board, channel, "bot 1", bot=True)  # stopped: the note waits
+    await _says(board, channel, "a person", bot=False)
+    assert "a note for the next run" in agent.runs[-1].instruction
+    assert "a note for the next run" not in agent.runs[0].instruction
+    await board.stop()
+
+
+def test_bot_turns_is_a_binding_setting_checked_per_chat(tmp_path: Path) -> None:
+    text = """
+[agents.a]
+kind = "demo"
+[accounts.web]
+channel = "webchat"
+[[bindings]]
+agent = "a"
+chats = ["loud"]
+bot_turns = 0
+[[bindings]]
+agent = "a"
+"""
+    path = tmp_path / "b.toml"
+    path.write_text(text)
+    config = load_config(path)
+    assert [b.bot_turns for b in config.bindings] == [0, BOT_TURNS]
+    assert config.summary()["bindings"][0]["bot_turns"] == 0
+    policy = ChatPolicy(by_chat={"loud": Policy(bot_turns=0)}, fallback=Policy(bot_turns=4))
+    assert (policy.bot_turns_in("loud"), policy.bot_turns_in("other")) == (0, 4)
+    assert ChatPolicy(by_chat={"x": Policy()}).bot_turns_in("unbound") == 0
+    for bad, said in (("-1", "expected a whole number >= 0"), ('"many"', "bot_turns")):
+        path.write_text(text.replace("bot_turns = 0", f"bot_turns = {bad}"))
+        with pytest.raises(ConfigError) as caught:
+            load_config(path)
+        assert "bindings[0].bot_turns" in str(caught.value) and said in str(caught.value)
+
+
+# the count, on both shapes of window, against a model of what it means ------------------
+
+STEPS = ("person", "bot", "notice", "sent", "failed", "uncertain", "pending", "elsewhere")
+
+
+def _model(steps: list[str]) -> int:
+    """Answers to bots since a person last wrote, counted forwards: a stretch of our
+    messages right after a bot's message is one answer; failed sends and what other
+    conversations sent here are no answer; a notice that names no one is skipped."""
+    answers, last = 0, None
+    for step in steps:
+        if step == "person":
+            answers, last = 0, "person"
+        elif step == "bot":
+            last = "bot"
+        elif step in ("sent", "uncertain", "pending"):
+            if last == "bot":
+                answers += 1
+            last = "ours"
+    return answers
+
+
+async def _stored(store: SQLiteStore, steps: list[str]) -> int:
+    senders = {"person": PERSON, "bot": BOT, "notice": NOTICE}
+    conversation_id = 0
+    for n, step in enumerate(steps):
+        if step in senders or not conversation_id:
+            sender = senders.get(step, PERSON)
+            (appended,) = await store.append_inbound(
+                [Inbound(make_event(f"e{n}", f"says {n}", sender=sender, chat="g"))]
+            )
+            conversation_id = appended.conversation_id
+            if step in senders:
+                continue
+        conversation = await store.conversation(conversation_id)
+        origin = "acct:elsewhere" if step == "elsewhere" else None
+        entry = await store.record_outbound(
+            conversation_id, Outbound(conversation.address, f"ours {n}", origin=origin), ME
+        )
+        if step in ("sent", "elsewhere"):
+            await store.mark_sent(entry.id, Receipt(f"p{n}"))
+        elif step == "failed":
+            await store.mark_failed(entry.id, "refused")
+        elif step == "uncertain":
+            await store.mark_uncertain(entry.id, "timeout")
+    return conversation_id
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(STEPS), min_size=1, max_size=30))
+def test_the_count_of_answers_to_bots_follows_its_definition(steps: list[str]) -> None:
+    async def check() -> None:
+        with tempfile.TemporaryDirectory() as directory:
+            store = SQLiteStore(Path(directory) / "s.db")
+            try:
+                if steps[0] not in ("person", "bot", "notice"):
+                    steps.insert(0, "person")  # the conversation starts with someone writing
+                conversation_id = await _stored(store, steps)
+                rows = await store.window_rows(conversation_id, 100, 10_000)
+                messages = await store.window(conversation_id, 100)
+                expected = _model(steps)
+                assert _RowWindow(list(rows)).answers_to_bots() == expected
+                assert _MessageWindow(messages).answers_to_bots() == expected
+            finally:
+                await store.close()
+
+    asyncio.run(check())
