@@ -19,7 +19,7 @@ from backchannel.runs import Run
 from backchannel.store.postgres import PostgresStore
 from backchannel.testing import RecordingAgent
 from backchannel.testing.fake_channel import FakeChannelAdapter, FakePlatform
-from backchannel.workers import WorkerCoordinator
+from backchannel.workers import WorkerCoordinator, send_elsewhere
 
 TTL = 2.0
 BEAT = 0.5
@@ -537,7 +537,7 @@ async def test_a_send_is_recorded_and_handed_over_in_one_transaction(
     session = await store.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
     me = Sender("bot", "bot", is_bot=True)
     entry = await store.record_outbound(
-        session.id, Outbound(session.address, "one"), me, hand_to=("tp", True, 60.0)
+        session.id, Outbound(session.address, "one"), me, hand_to=("tp", True, 60.0, True)
     )
     rows = await store._fetchall("SELECT outbox_id, account, quiet FROM handoffs")
     assert rows == [(entry.id, "tp", 1)]
@@ -546,7 +546,7 @@ async def test_a_send_is_recorded_and_handed_over_in_one_transaction(
             session.id,
             Outbound(session.address, "two"),
             me,
-            hand_to=(None, False, 60.0),  # type: ignore[arg-type]
+            hand_to=(None, False, 60.0, True),  # type: ignore[arg-type]
         )
     # ... and takes the record with it: no pending row no holder would ever take
     assert [e.text for e in await store.outbox(conversation_id=session.id)] == ["one"]
@@ -556,6 +556,75 @@ async def test_a_send_is_recorded_and_handed_over_in_one_transaction(
     local = await lite.ensure_conversation(Address("tp", "peer"))
     with pytest.raises(StoreError, match="hands no send"):
         await lite.record_outbound(
-            local.id, Outbound(local.address, "x"), me, hand_to=("tp", False, 1.0)
+            local.id, Outbound(local.address, "x"), me, hand_to=("tp", False, 1.0, True)
         )
     await lite.close()
+
+
+async def test_an_ask_killed_before_its_question_is_released_is_never_sent_and_fails(
+    postgres_url: str,
+) -> None:
+    """An ask's question is handed over with its record but not ready: the holder takes
+    it only once the ask's row is written too (`release_handoff`). An asker killed
+    between (an MCP client has no worker name, so no recovery of workers finds it)
+    leaves a hand-over that is never taken and that its deadline fails; a worker's own
+    recovery fails it sooner."""
+    from backchannel.model import Outbound, Sender
+
+    asker = PostgresStore(postgres_url)  # an MCP client's process: no worker name
+    holder = PostgresStore(postgres_url, worker="w2")
+    session = await asker.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+    me = Sender("bot", "bot", is_bot=True)
+
+    def question(text: str) -> Outbound:
+        return Outbound(session.address, text)
+
+    killed = await asker.record_outbound(
+        session.id, question("killed"), me, hand_to=("tp", False, 0.3, False)
+    )
+    released = await asker.record_outbound(
+        session.id, question("released"), me, hand_to=("tp", False, 60.0, False)
+    )
+    assert await holder.take_handoffs(["tp"]) == []  # neither is ready
+    await asker.release_handoff(released.id)
+    [(entry, _)] = await holder.take_handoffs(["tp"])
+    assert entry.id == released.id
+    await asyncio.sleep(0.4)  # past the killed one's deadline
+    assert await holder.take_handoffs(["tp"]) == []
+    gone = await holder._outbox_entry_now(killed.id)
+    assert gone.status == "failed" and "before its asker stopped waiting" in (gone.reason or "")
+
+    worker = PostgresStore(postgres_url, worker="wa")  # the same, asked by a worker
+    await worker.register_worker("host", 3)
+    stranded = await worker.record_outbound(
+        session.id, question("stranded"), me, hand_to=("tp", False, 60.0, False)
+    )
+    judge = PostgresStore(postgres_url, worker="wj")
+    await judge.recover_worker("wa")
+    failed = await holder._outbox_entry_now(stranded.id)
+    assert failed.status == "failed" and "before the worker holding the account took it" in (
+        failed.reason or ""
+    )
+    await worker.release_handoff(stranded.id)  # too late: a failed send is never taken
+    assert await holder.take_handoffs(["tp"]) == []
+
+    # send_elsewhere writes the hand-over with the record, before the ask's row: a kill
+    # while that row is written leaves the hand-over above, not a bare pending row
+    board = Switchboard(asker)
+    board.add_account(Recorded("tp", FakePlatform(), "mcp", []), Binding(RecordingAgent()))
+    seen: list[Any] = []
+
+    async def ask_row(entry: Any) -> None:
+        seen.append(
+            await asker._fetchall(f"SELECT ready FROM handoffs WHERE outbox_id = {entry.id}")
+        )
+        seen.append(await holder.take_handoffs(["tp"]))
+        raise RuntimeError("killed while writing the ask")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        await send_elsewhere(
+            asker, board.accounts["tp"].deliverer, session, question("asked"), recorded=ask_row
+        )
+    assert seen == [[(0,)], []]
+    for store in (asker, holder, worker, judge):
+        await store.close()

@@ -99,7 +99,7 @@ class Deliverer:
         seen_seq: int | None = None,
         recorded: Callable[[OutboxEntry], Awaitable[None]] | None = None,
         *,
-        hand_to: tuple[str, bool, float] | None = None,
+        hand_to: tuple[str, bool, float, bool] | None = None,
     ) -> OutboxEntry | DeliveryResult:
         """Record `outbound` as pending (the first half of `deliver`); return its entry.
 

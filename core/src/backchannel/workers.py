@@ -115,15 +115,25 @@ async def send_elsewhere(
             outbound,
             run_id,
             seen_seq,
-            hand_to=(account, outbound.quiet, take_within),
+            hand_to=(account, outbound.quiet, take_within, True),
         )
     else:
-        # what `recorded` writes (an ask's row) must be there before the holder can send
-        entry = await deliverer.record(conversation, outbound, run_id, seen_seq, recorded)
+        # what `recorded` writes (an ask's row) must be there before the holder can send:
+        # handed over with the record but not ready, and released once it is written. A
+        # crash between leaves a hand-over no holder takes, failed at its deadline (or
+        # by this worker's recovery), never a pending row no one would ever settle
+        entry = await deliverer.record(
+            conversation,
+            outbound,
+            run_id,
+            seen_seq,
+            recorded,
+            hand_to=(account, outbound.quiet, take_within, False),
+        )
     if isinstance(entry, DeliveryResult):
         return entry
     if recorded is not None:
-        await store.hand_off(entry.id, account, quiet=outbound.quiet, within=take_within)
+        await store.release_handoff(entry.id)
     started = time.monotonic()
     delay = 0.02
     try:

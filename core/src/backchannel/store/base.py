@@ -311,14 +311,17 @@ class Store(ABC):
         run_id: int | None = None,
         seen_seq: int | None = None,
         *,
-        hand_to: tuple[str, bool, float] | None = None,
+        hand_to: tuple[str, bool, float, bool] | None = None,
     ) -> OutboxEntry:
         """Write an outbound request as `pending` before it is sent.
 
         `run_id` and `seen_seq`: the run that asked for it, and the newest seq that
         run had seen when it did (see `answers_after`). `hand_to` (account, quiet,
-        seconds), on a store shared by several workers only: hand it in the same
-        transaction to the worker holding that account (see PostgresStore.hand_off).
+        seconds, ready), on a store shared by several workers only: hand it in the
+        same transaction to the worker holding that account (see
+        PostgresStore.hand_off); not `ready`, no worker takes it until
+        `release_handoff` (what must be written first, an ask's row, is written
+        between), and if that never comes its deadline fails it.
 
         For kind "message" this also appends the transcript row (seq assigned).
         `outbound.origin` is kept on the outbox row and, for a message, in the

@@ -523,7 +523,7 @@ class PostgresStore(PostgresAsks, Store):
         run_id: int | None = None,
         seen_seq: int | None = None,
         *,
-        hand_to: tuple[str, bool, float] | None = None,
+        hand_to: tuple[str, bool, float, bool] | None = None,
     ) -> OutboxEntry:
         stamp = now()
 
@@ -1209,14 +1209,34 @@ class PostgresStore(PostgresAsks, Store):
         await self._write(work)
 
     async def _hand_off_in(
-        self, connection: Any, outbox_id: int, account: str, quiet: bool, within: float
+        self,
+        connection: Any,
+        outbox_id: int,
+        account: str,
+        quiet: bool,
+        within: float,
+        ready: bool = True,
     ) -> None:
         await connection.execute(
             "INSERT INTO handoffs (outbox_id, account, quiet, asked_by, created_at,"
-            f" deadline) VALUES (%s, %s, %s, %s, %s, {DB_NOW} + %s)",
-            (outbox_id, account, int(quiet), self.worker, now(), within),
+            f" deadline, ready) VALUES (%s, %s, %s, %s, %s, {DB_NOW} + %s, %s)",
+            (outbox_id, account, int(quiet), self.worker, now(), within, int(ready)),
         )
-        await connection.execute("SELECT pg_notify(%s, 'sends')", (WAKE_CHANNEL,))
+        if ready:
+            await connection.execute("SELECT pg_notify(%s, 'sends')", (WAKE_CHANNEL,))
+
+    async def release_handoff(self, outbox_id: int) -> None:
+        """Let the holder take a send handed over not ready (`record_outbound`'s
+        `hand_to`), now that what had to be written first is."""
+
+        async def work(connection: Any) -> None:
+            await connection.execute(
+                "UPDATE handoffs SET ready = 1 WHERE outbox_id = %s AND taken_by IS NULL",
+                (outbox_id,),
+            )
+            await connection.execute("SELECT pg_notify(%s, 'sends')", (WAKE_CHANNEL,))
+
+        await self._write(work)
 
     async def take_handoffs(
         self, accounts: Collection[str], limit: int = 50
@@ -1250,7 +1270,7 @@ class PostgresStore(PostgresAsks, Store):
             cursor = await connection.execute(
                 "SELECT h.outbox_id, h.quiet FROM handoffs h JOIN outbox o ON o.id = h.outbox_id"
                 " WHERE h.taken_by IS NULL AND h.account = ANY(%s) AND o.status = 'pending'"
-                f" AND h.deadline > {DB_NOW}"
+                f" AND h.ready = 1 AND h.deadline > {DB_NOW}"
                 " ORDER BY h.outbox_id LIMIT %s FOR UPDATE OF h, o SKIP LOCKED",
                 (sorted(accounts), limit),
             )

@@ -502,6 +502,13 @@ async def pg015_handoffs(connection: Any) -> None:
     )
 
 
+async def pg016_handoff_ready(connection: Any) -> None:
+    """A send handed over with the record of an ask (or of a report) is not taken until
+    the ask's row is written too (`ready`): both in their own transactions, and a crash
+    between must leave a hand-over its deadline fails, not a pending row no one settles."""
+    await connection.execute("ALTER TABLE handoffs ADD COLUMN ready INTEGER NOT NULL DEFAULT 1")
+
+
 PG_MIGRATIONS: list[Migration] = [
     pg001_initial,
     pg002_orchestration,
@@ -516,6 +523,7 @@ PG_MIGRATIONS: list[Migration] = [
     pg013_outbox_run_index,
     pg014_message_parts,
     pg015_handoffs,
+    pg016_handoff_ready,
 ]
 
 

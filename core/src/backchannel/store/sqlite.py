@@ -924,7 +924,7 @@ class SQLiteStore(SQLiteAsks, Store):
         run_id: int | None = None,
         seen_seq: int | None = None,
         *,
-        hand_to: tuple[str, bool, float] | None = None,
+        hand_to: tuple[str, bool, float, bool] | None = None,
     ) -> OutboxEntry:
         if hand_to is not None:
             raise StoreError("an SQLite store has one process: it hands no send to a worker")
