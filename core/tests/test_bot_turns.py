@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from attrs import evolve
 from backchannel.app import ChatPolicy
 from backchannel.config import load_config
 from backchannel.errors import ConfigError
@@ -32,10 +33,15 @@ BOT = Sender("otherbot", "Other Bot", "otherbot", True)
 NOTICE = Sender.unknown()
 
 
-async def _board(store: SQLiteStore, binding: Binding) -> tuple[Switchboard, FakeChannel]:
+async def _board(
+    store: SQLiteStore, binding: Binding, *, agent_peers: bool = False
+) -> tuple[Switchboard, FakeChannel]:
     channel = FakeChannel()
     board = Switchboard(store)
-    board.add_account(channel.adapter("fake"), binding)
+    adapter = channel.adapter("fake")
+    if agent_peers:  # a channel whose peers are all agents, as tiny.place
+        adapter.capabilities = evolve(adapter.capabilities, agent_peers=True)
+    board.add_account(adapter, binding)
     await board.start()
     return board, channel
 
@@ -117,6 +123,22 @@ async def test_with_bot_turns_zero_a_bot_is_always_answered(tmp_path: Path) -> N
     await store.close()
 
 
+@pytest.mark.parametrize("bot_turns", [None, 2])
+async def test_where_every_peer_is_an_agent_there_is_no_limit_unless_one_is_set(
+    store: SQLiteStore, bot_turns: int | None
+) -> None:
+    """On tiny.place every peer is an agent and no person writing is the norm (an agent
+    asked many questions in one session answers each): no default limit there."""
+    agent = RecordingAgent(lambda run: "ok")
+    board, channel = await _board(
+        store, Binding(agent, respond="always", bot_turns=bot_turns), agent_peers=True
+    )
+    for n in range(BOT_TURNS + 2):
+        await _says(board, channel, f"question {n}", bot=True)
+    assert len(agent.runs) == (BOT_TURNS + 2 if bot_turns is None else bot_turns)
+    await board.stop()
+
+
 async def test_a_person_is_answered_whatever_the_bots_did(store: SQLiteStore) -> None:
     agent = RecordingAgent(lambda run: "ok")
     board, channel = await _board(store, Binding(agent, respond="always", bot_turns=1))
@@ -161,7 +183,7 @@ agent = "a"
     path = tmp_path / "b.toml"
     path.write_text(text)
     config = load_config(path)
-    assert [b.bot_turns for b in config.bindings] == [0, BOT_TURNS]
+    assert [b.bot_turns for b in config.bindings] == [0, None]  # None: the channel's default
     assert config.summary()["bindings"][0]["bot_turns"] == 0
     policy = ChatPolicy(by_chat={"loud": Policy(bot_turns=0)}, fallback=Policy(bot_turns=4))
     assert (policy.bot_turns_in("loud"), policy.bot_turns_in("other")) == (0, 4)

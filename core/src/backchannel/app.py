@@ -431,7 +431,7 @@ class ChatPolicy(Policy):
         policy = self.policy_for(event.address.chat)
         return False if policy is None else policy.triggers(event)
 
-    def bot_turns_in(self, chat: str) -> int:
+    def bot_turns_in(self, chat: str) -> int | None:
         policy = self.policy_for(chat)
         return 0 if policy is None else policy.bot_turns
 

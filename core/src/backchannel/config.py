@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 from attrs import evolve, field, fields, frozen
 
 from .errors import ConfigError, PluginError, combine, unknown_key
-from .policy import BOT_TURNS, Access, Respond
+from .policy import Access, Respond
 from .secrets import register_secret
 
 if TYPE_CHECKING:
@@ -176,8 +176,9 @@ class BindingConfig:
     debounce: float = 0.0
     max_wait: float = 3.0
     run_timeout: float = 300.0
-    #: answers to bots in a row, with no person writing in between (0: no limit)
-    bot_turns: int = BOT_TURNS
+    #: answers to bots with no person writing in between (0: no limit; unset: 10, or none
+    #: on a channel whose peers are all agents)
+    bot_turns: int | None = None
     #: runs of this binding get the cross-conversation tools (docs/orchestration.md)
     orchestrate: bool = False
     #: its one chat is the account's master conversation: runs there get the read and
@@ -693,7 +694,7 @@ class _Parser:
             raise self.error(
                 f"{key}.run_timeout", f"expected seconds > 0, got {binding.run_timeout}"
             )
-        if binding.bot_turns < 0:
+        if binding.bot_turns is not None and binding.bot_turns < 0:
             raise self.error(
                 f"{key}.bot_turns",
                 f"expected a whole number >= 0 (0: no limit), got {binding.bot_turns}",

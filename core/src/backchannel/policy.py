@@ -10,8 +10,9 @@ from .model import NO_RUN, Event
 
 __all__ = ["BOT_TURNS", "Access", "Policy", "Respond"]
 
-#: answers to bots in a row, with no person writing in between, before a bot's message
-#: no longer starts a run: two bots that answer each other would otherwise go on for ever
+#: answers to bots with no person writing in between before a bot's message no longer
+#: starts a run: two bots that answer each other would otherwise go on for ever. The
+#: default where people talk; where every peer is an agent (tiny.place) there is none
 BOT_TURNS = 10
 
 Access = Literal["anyone", "allowlist", "owner"]
@@ -30,19 +31,21 @@ class Policy:
     respond (in group conversations and threads; direct conversations always
     respond unless "never"): "always"; "mention" (mentioned or replied to);
     "never" (store only).
-    bot_turns: how many times in a row the agent may answer bots in one conversation,
-    with no person writing there in between (0: no limit); past it, a bot's message is
-    stored and shown but starts no run (the scheduler records a "stopped" run).
+    bot_turns: how many times the agent may answer bots in one conversation with no
+    person writing there in between (0: no limit; None: the channel's default, BOT_TURNS
+    or, where every peer is an agent, no limit); past it, a bot's message is stored and
+    shown but starts no run (the scheduler records a "stopped" run).
     """
 
     access: Access = "anyone"
     allow: tuple[str, ...] = field(default=(), converter=_ids)
     owner: str | None = None
     respond: Respond = "mention"
-    bot_turns: int = BOT_TURNS
+    bot_turns: int | None = None
 
-    def bot_turns_in(self, chat: str) -> int:
-        """The `bot_turns` limit for a conversation in `chat` (0: none)."""
+    def bot_turns_in(self, chat: str) -> int | None:
+        """The `bot_turns` limit for a conversation in `chat` (0: none; None: the
+        channel's default)."""
         return self.bot_turns
 
     def may_reach(self, event: Event) -> bool:

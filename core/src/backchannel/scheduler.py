@@ -19,6 +19,7 @@ from attrs import define, field
 
 from .errors import log_failure
 from .model import Address, Conversation
+from .policy import BOT_TURNS
 from .runs import BotTurnsSpent
 from .store import Store
 
@@ -79,6 +80,15 @@ class _Slot:
     notes: list[str] = field(factory=list)
     #: poked with `again` during a run: run once more afterwards, triggers or not
     again: bool = False
+
+
+def _bot_turns(account: Any, chat: str) -> int:
+    """The bot_turns limit of a conversation in `chat` (0: none): the binding's, else the
+    channel's default (none where every peer is an agent: there no person is the norm)."""
+    limit: int | None = account.binding.policy.bot_turns_in(chat)
+    if limit is not None:
+        return limit
+    return 0 if account.adapter.capabilities.agent_peers else BOT_TURNS
 
 
 def _backoff(failures: int) -> float:
@@ -278,7 +288,7 @@ class Scheduler:
                 upto_seq=upto,
                 notes=notes,
                 conversation=conversation,
-                bot_turns=account.binding.policy.bot_turns_in(conversation.address.chat),
+                bot_turns=_bot_turns(account, conversation.address.chat),
             )
         except BotTurnsSpent as spent:
             # two bots answering each other: recorded as a stopped run (shown by `runs` and

@@ -25,7 +25,7 @@ from .ingest import GroupCommit, RefusedData
 from .model import Address, Conversation, Event, Message, Sender, from_json, to_json
 from .outbound import Deliverer, DeliveryResult, channel_tools
 from .plugins import get_plugin_manager
-from .policy import BOT_TURNS, Policy
+from .policy import Policy
 from .runs import RESTART_NOTE, Agent, Run, RunBuilder, RunSession, WindowSettings
 from .scheduler import Busy, Scheduler
 from .secrets import register_secret
@@ -94,7 +94,7 @@ class Binding:
         access: str | None = None,
         allow: Iterable[str] = (),
         owner: str | None = None,
-        bot_turns: int = BOT_TURNS,
+        bot_turns: int | None = None,
         debounce: float = 0.0,
         max_wait: float = 3.0,
         run_timeout: float = 300.0,
