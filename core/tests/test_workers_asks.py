@@ -628,3 +628,45 @@ async def test_an_ask_killed_before_its_question_is_released_is_never_sent_and_f
     assert seen == [[(0,)], []]
     for store in (asker, holder, worker, judge):
         await store.close()
+
+
+async def test_a_holder_has_one_send_out_per_conversation_in_the_order_handed_over(
+    postgres_url: str,
+) -> None:
+    """Three sends handed over into one conversation, one into another: the holder takes
+    the oldest of each, and the next of a conversation only once its send out finished.
+    Killed with them out, it leaves one uncertain per conversation; the sends it never
+    took are the next holder's, in order."""
+    from backchannel.model import Outbound, Receipt, Sender
+
+    asker = PostgresStore(postgres_url)
+    holder = PostgresStore(postgres_url, worker="w2")
+    await holder.register_worker("host", 2)
+    a = await asker.ensure_conversation(Address("tp", "peer-a", "s1"), kind="thread")
+    b = await asker.ensure_conversation(Address("tp", "peer-b", "s1"), kind="thread")
+    me = Sender("bot", "bot", is_bot=True)
+    ids = {}
+    for conversation, text in ((a, "a1"), (a, "a2"), (b, "b1"), (a, "a3")):
+        entry = await asker.record_outbound(
+            conversation.id,
+            Outbound(conversation.address, text),
+            me,
+            hand_to=("tp", False, 60.0, True),
+        )
+        ids[text] = entry.id
+
+    async def taken(store: PostgresStore) -> list[str]:
+        return [entry.text for entry, _ in await store.take_handoffs(["tp"])]
+
+    assert await taken(holder) == ["a1", "b1"]
+    assert await taken(holder) == []  # a2 waits for a1
+    await holder.mark_sent(ids["a1"], Receipt("p1"))
+    assert await taken(holder) == ["a2"]
+    judge = PostgresStore(postgres_url, worker="wj")
+    await judge.recover_worker("w2")  # killed with a2 and b1 out
+    states = {text: (await judge._outbox_entry_now(i)).status for text, i in ids.items()}
+    assert states == {"a1": "sent", "a2": "uncertain", "b1": "uncertain", "a3": "pending"}
+    successor = PostgresStore(postgres_url, worker="w3")
+    assert await taken(successor) == ["a3"]
+    for store in (asker, holder, judge, successor):
+        await store.close()

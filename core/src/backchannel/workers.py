@@ -78,8 +78,9 @@ def handover_bound(lease_ttl: float, heartbeat: float) -> float:
 
 
 DEFAULT_TAKE_WITHIN = handover_bound(DEFAULT_LEASE_TTL, DEFAULT_HEARTBEAT)
-#: how many handed-over sends a worker has taken and not finished at once: a holder that
-#: dies leaves no more than these uncertain (the rest wait for the next holder)
+#: how many handed-over sends a worker has taken and not finished at once (one per
+#: conversation): a holder that dies leaves no more than these uncertain, one per
+#: conversation at most (the rest wait for the next holder)
 SENDS_IN_FLIGHT = 8
 #: how long the asker waits for the outcome of a send its holder took (its retries and
 #: rate-limit waits are bounded well within this; a dead holder's is recovered sooner)

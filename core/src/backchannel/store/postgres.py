@@ -1245,7 +1245,10 @@ class PostgresStore(PostgresAsks, Store):
 
         A taken send is this worker's: its outbox row names it, so if this worker dies
         before it is sent, recovery makes it uncertain. Only pending rows are taken; a
-        row its asker withdrew, or that was recovered, is not.
+        row its asker withdrew, or that was recovered, is not. At most one send per
+        conversation is out at a time, the oldest first: a conversation's sends go out
+        in the order they were handed over, and a death leaves no more of them
+        uncertain than one (the rest, never tried, wait for the next holder).
         """
         if not accounts:
             return []
@@ -1267,14 +1270,28 @@ class PostgresStore(PostgresAsks, Store):
                     "not sent: no worker holding the account took it before its asker"
                     " stopped waiting",
                 )
+            # conversations with a taken send still out (pending rows are few: the index)
             cursor = await connection.execute(
-                "SELECT h.outbox_id, h.quiet FROM handoffs h JOIN outbox o ON o.id = h.outbox_id"
+                "SELECT o.conversation_id FROM outbox o JOIN handoffs h ON h.outbox_id = o.id"
+                " WHERE o.status = 'pending' AND h.taken_by IS NOT NULL"
+            )
+            busy = {row[0] for row in await cursor.fetchall()}
+            cursor = await connection.execute(
+                "SELECT h.outbox_id, h.quiet, o.conversation_id"
+                " FROM handoffs h JOIN outbox o ON o.id = h.outbox_id"
                 " WHERE h.taken_by IS NULL AND h.account = ANY(%s) AND o.status = 'pending'"
                 f" AND h.ready = 1 AND h.deadline > {DB_NOW}"
                 " ORDER BY h.outbox_id LIMIT %s FOR UPDATE OF h, o SKIP LOCKED",
-                (sorted(accounts), limit),
+                (sorted(accounts), limit * 4),
             )
-            rows = [(row[0], bool(row[1])) for row in await cursor.fetchall()]
+            rows = []
+            for outbox_id, quiet, conversation_id in await cursor.fetchall():
+                if conversation_id in busy:
+                    continue  # the next waits for this conversation's send out to finish
+                busy.add(conversation_id)
+                rows.append((outbox_id, bool(quiet)))
+                if len(rows) == limit:
+                    break
             if rows:
                 ids = [outbox_id for outbox_id, _ in rows]
                 await connection.execute(
