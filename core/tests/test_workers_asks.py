@@ -567,9 +567,9 @@ async def test_an_ask_killed_before_its_question_is_released_is_never_sent_and_f
     """An ask's question is handed over with its record but not ready: the holder takes
     it only once the ask's row is written too (`release_handoff`). An asker killed
     between (an MCP client has no worker name, so no recovery of workers finds it)
-    leaves a hand-over that is never taken and that its deadline fails; a worker's own
-    recovery fails it sooner."""
-    from backchannel.model import Outbound, Sender
+    leaves a hand-over that is never taken and that its deadline fails (the sends after
+    it in its conversation wait for that); a worker's own recovery fails it sooner."""
+    from backchannel.model import Outbound, Receipt, Sender
 
     asker = PostgresStore(postgres_url)  # an MCP client's process: no worker name
     holder = PostgresStore(postgres_url, worker="w2")
@@ -587,12 +587,14 @@ async def test_an_ask_killed_before_its_question_is_released_is_never_sent_and_f
     )
     assert await holder.take_handoffs(["tp"]) == []  # neither is ready
     await asker.release_handoff(released.id)
+    # ready, but its conversation's older hand-over comes first: it waits for that one
+    assert await holder.take_handoffs(["tp"]) == []
+    await asyncio.sleep(0.4)  # past the killed one's deadline: failed, and the next goes
     [(entry, _)] = await holder.take_handoffs(["tp"])
     assert entry.id == released.id
-    await asyncio.sleep(0.4)  # past the killed one's deadline
-    assert await holder.take_handoffs(["tp"]) == []
     gone = await holder._outbox_entry_now(killed.id)
     assert gone.status == "failed" and "before its asker stopped waiting" in (gone.reason or "")
+    await holder.mark_sent(released.id, Receipt("p1"))
 
     worker = PostgresStore(postgres_url, worker="wa")  # the same, asked by a worker
     await worker.register_worker("host", 3)
@@ -668,5 +670,68 @@ async def test_a_holder_has_one_send_out_per_conversation_in_the_order_handed_ov
     assert states == {"a1": "sent", "a2": "uncertain", "b1": "uncertain", "a3": "pending"}
     successor = PostgresStore(postgres_url, worker="w3")
     assert await taken(successor) == ["a3"]
+
+    # conversations with a send out never hide one with none: the free one is taken
+    for n in range(4):
+        busy = await asker.ensure_conversation(Address("tp", f"busy-{n}", "s1"), kind="thread")
+        for part in (1, 2):
+            await asker.record_outbound(
+                busy.id,
+                Outbound(busy.address, f"busy-{n}/{part}"),
+                me,
+                hand_to=("tp", False, 60.0, True),
+            )
+    assert await taken(successor) == [f"busy-{n}/1" for n in range(4)]
+    free = await asker.ensure_conversation(Address("tp", "free", "s1"), kind="thread")
+    await asker.record_outbound(
+        free.id, Outbound(free.address, "free"), me, hand_to=("tp", False, 60.0, True)
+    )
+    assert [entry.text for entry, _ in await successor.take_handoffs(["tp"], 1)] == ["free"]
     for store in (asker, holder, judge, successor):
         await store.close()
+
+
+async def test_a_taken_send_whose_outcome_cannot_be_recorded_does_not_hold_its_conversation(
+    postgres_url: str, stopped_at_end: list[Switchboard]
+) -> None:
+    """The store fails while the holder records a taken send's outcome: left pending, it
+    would hold back its conversation's next hand-overs (one out at a time) until the
+    holder restarted. It is made uncertain (it may have gone out) and the next goes."""
+    from backchannel.model import Outbound, Sender
+
+    tp = FakePlatform()
+    store = PostgresStore(postgres_url, worker="w2")
+    board = Switchboard(store)
+    board.add_account(FakeChannelAdapter("tp", {}, tp), Binding(RecordingAgent()), name="tp")
+    board.workers = WorkerCoordinator(board, store, lease_ttl=TTL, heartbeat=BEAT)
+    await board.start()
+    stopped_at_end.append(board)
+    real_mark_sent = store.mark_sent
+    hiccups = [RuntimeError("connection reset while recording the outcome")]
+
+    async def mark_sent(*args: Any, **kwargs: Any) -> Any:
+        if hiccups:
+            raise hiccups.pop()
+        return await real_mark_sent(*args, **kwargs)
+
+    store.mark_sent = mark_sent  # type: ignore[method-assign]
+    asker = PostgresStore(postgres_url)
+    session = await asker.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+    me = Sender("bot", "bot", is_bot=True)
+    entries = [
+        await asker.record_outbound(
+            session.id, Outbound(session.address, text), me, hand_to=("tp", False, 60.0, True)
+        )
+        for text in ("first", "second")
+    ]
+
+    async def settled() -> bool:
+        states = [(await asker._outbox_entry_now(e.id)).status for e in entries]
+        return "pending" not in states
+
+    await until(settled, 20, "both hand-overs settled")
+    first, second = [await asker._outbox_entry_now(e.id) for e in entries]
+    assert (first.status, second.status) == ("uncertain", "sent")
+    assert "could not be recorded" in (first.reason or "")
+    assert [m.text for m in tp.sent] == ["first", "second"]
+    await asker.close()

@@ -452,9 +452,16 @@ class WorkerCoordinator:
         try:
             result = await account.deliverer.attempt(conversation, outbound, entry)
         except Exception:
-            # the store failed while recording the outcome: the asker sees it pending, and
-            # this worker's recovery (a restart) makes it uncertain
+            # the store failed while recording the outcome. Left pending, it would hold back
+            # its conversation's next hand-overs (one out at a time) until this worker's
+            # recovery: once more, as uncertain (it may have gone out)
             log.exception("worker %s: a handed-over send failed to record", self.name)
+            with contextlib.suppress(Exception):
+                now, _taker = await self.store.handoff_state(entry.id)
+                if now.status == "pending":  # an outcome recorded after all stays
+                    await self.store.mark_uncertain(
+                        entry.id, "the outcome could not be recorded: it may have been sent"
+                    )
             return
         log.info(
             "worker %s sent #%s handed over for %s: %s",

@@ -1270,28 +1270,19 @@ class PostgresStore(PostgresAsks, Store):
                     "not sent: no worker holding the account took it before its asker"
                     " stopped waiting",
                 )
-            # conversations with a taken send still out (pending rows are few: the index)
+            # the oldest waiting send of each conversation with none out: a send out, or an
+            # older one waiting (not ready yet, or locked by another taker), holds it back
             cursor = await connection.execute(
-                "SELECT o.conversation_id FROM outbox o JOIN handoffs h ON h.outbox_id = o.id"
-                " WHERE o.status = 'pending' AND h.taken_by IS NOT NULL"
-            )
-            busy = {row[0] for row in await cursor.fetchall()}
-            cursor = await connection.execute(
-                "SELECT h.outbox_id, h.quiet, o.conversation_id"
-                " FROM handoffs h JOIN outbox o ON o.id = h.outbox_id"
+                "SELECT h.outbox_id, h.quiet FROM handoffs h JOIN outbox o ON o.id = h.outbox_id"
                 " WHERE h.taken_by IS NULL AND h.account = ANY(%s) AND o.status = 'pending'"
-                f" AND h.ready = 1 AND h.deadline > {DB_NOW}"
+                f" AND h.ready = 1 AND h.deadline > {DB_NOW} AND NOT EXISTS ("
+                " SELECT 1 FROM outbox o2 JOIN handoffs h2 ON h2.outbox_id = o2.id"
+                " WHERE o2.conversation_id = o.conversation_id AND o2.status = 'pending'"
+                " AND (h2.taken_by IS NOT NULL OR o2.id < o.id))"
                 " ORDER BY h.outbox_id LIMIT %s FOR UPDATE OF h, o SKIP LOCKED",
-                (sorted(accounts), limit * 4),
+                (sorted(accounts), limit),
             )
-            rows = []
-            for outbox_id, quiet, conversation_id in await cursor.fetchall():
-                if conversation_id in busy:
-                    continue  # the next waits for this conversation's send out to finish
-                busy.add(conversation_id)
-                rows.append((outbox_id, bool(quiet)))
-                if len(rows) == limit:
-                    break
+            rows = [(row[0], bool(row[1])) for row in await cursor.fetchall()]
             if rows:
                 ids = [outbox_id for outbox_id, _ in rows]
                 await connection.execute(
