@@ -101,3 +101,48 @@ async def test_a_handle_written_as_the_agent_is_shown_it_becomes_a_slack_mention
     adapter = await start_adapter("socket")
     await adapter.send(Outbound(GENERAL, "@U0ALICE, over to you (cc <@U0BOB>, a@U0ALICE.io)"))
     assert slack.posts[-1]["text"] == "<@U0ALICE>, over to you (cc <@U0BOB>, a@U0ALICE.io)"
+
+
+async def test_a_person_posting_through_an_app_is_a_person_and_an_app_user_a_bot(
+    slack: FakeSlack, contract_context: Any, start_adapter: Any
+) -> None:
+    """Slack adds the posting app's ``bot_id``, ``app_id`` and ``bot_profile`` to a message
+    a person posts with their own token through an app (IRCCloud, a script): the author's
+    account, which ``users.info`` says, decides. An app's own bot user stays a bot, and so
+    does anything ``users.info`` could not be asked about (bot_turns counts bots)."""
+    await start_adapter("socket")
+    slack.add_user("U0IRC", "ira", real_name="Ira Client")
+    slack.add_user("U0APPBOT", "deploy", is_bot=True)
+    app = {"bot_id": "B0IRCCLOUD", "app_id": "A0IRC", "bot_profile": {"name": "IRCCloud"}}
+    senders = []
+    for user in ("U0IRC", "U0APPBOT", "U0GONE"):
+        said = slack.message("C0GENERAL", user, f"hello from {user}")
+        said["event"].update(app)
+        delivery = await slack.deliver(said)
+        await slack.wait_acked(delivery.event_id)
+        sender = contract_context.results[-1].event.sender
+        senders.append((sender.id, sender.name, sender.is_bot))
+    assert senders == [
+        ("U0IRC", "ira", False),
+        ("U0APPBOT", "deploy", True),
+        ("U0GONE", "IRCCloud", True),  # users.info has no such user: the bot_id says
+    ]
+
+
+def test_an_old_bot_message_naming_a_user_is_a_bot() -> None:
+    """hubot-slack#589: ``bot_message`` events that carry a ``user`` and no ``bot_id``."""
+    from backchannel_slack.normalize import BotIdentity, normalize_payload
+
+    event = {
+        "type": "message",
+        "subtype": "bot_message",
+        "user": "U0HUBOT",
+        "text": "deployed",
+        "ts": "1700000000.000100",
+        "channel": "C0GENERAL",
+        "channel_type": "channel",
+    }
+    normalized = normalize_payload(event, account="work", me=BotIdentity("U0ME", "B0ME"))
+    assert normalized is not None
+    sender = normalized.sender
+    assert (sender.id, sender.is_bot) == ("U0HUBOT", True)

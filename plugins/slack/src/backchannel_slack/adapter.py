@@ -514,10 +514,18 @@ class SlackAdapter:
                 if not match[2] and user != self.identity.user_id and user not in wanted:
                     wanted.append(user)
         if len(wanted) == 1:
-            found = [await self._directory.user_name(wanted[0])]
+            found = [await self._directory.user(wanted[0])]
         else:
-            found = list(await asyncio.gather(*map(self._directory.user_name, wanted)))
-        names.update((user, name) for user, name in zip(wanted, found, strict=True) if name)
+            found = list(await asyncio.gather(*map(self._directory.user, wanted)))
+        names.update(
+            (user, info.name)
+            for user, info in zip(wanted, found, strict=True)
+            if info and info.name
+        )
+        if wanted and wanted[0] == sender and found[0] is not None and found[0].is_bot is not None:
+            # whether the author's account is a bot: a person posting through an app (a
+            # client such as IRCCloud, a user token) carries the app's bot_id all the same
+            facts["user_bots"] = {sender: found[0].is_bot}
         info = await self._directory.channel(event.address.chat)
         channel_name = None
         if info is not None:

@@ -17,7 +17,7 @@ from attrs import define, field
 
 from .delivery import http_status
 
-__all__ = ["ChannelInfo", "Directory"]
+__all__ = ["ChannelInfo", "Directory", "UserInfo"]
 
 Fetch = Callable[[str], Awaitable[Mapping[str, Any]]]
 
@@ -34,6 +34,15 @@ class ChannelInfo:
     name: str | None = None
     is_im: bool = False
     user: str | None = None
+
+
+@define
+class UserInfo:
+    """What the transcript needs of a member: a name, and whether the account is a bot
+    (``users.info``'s ``is_bot``; None when Slack did not say)."""
+
+    name: str | None = None
+    is_bot: bool | None = None
 
 
 @define
@@ -59,7 +68,13 @@ class Directory:
 
     async def user_name(self, user_id: str) -> str | None:
         """Return the user's display name, refreshing it when older than `ttl`."""
-        return await self._get(self._users, user_id, self._load_user)
+        info = await self.user(user_id)
+        return None if info is None else info.name
+
+    async def user(self, user_id: str) -> UserInfo | None:
+        """Return the user's name and kind, refreshing them when older than `ttl`."""
+        info: UserInfo | None = await self._get(self._users, user_id, self._load_user)
+        return info
 
     async def channel(self, channel_id: str) -> ChannelInfo | None:
         """Return the conversation's name and kind, refreshing it when older than `ttl`."""
@@ -92,10 +107,12 @@ class Directory:
         cache[key] = _Entry(value, self.clock())
         return value
 
-    async def _load_user(self, user_id: str) -> str | None:
+    async def _load_user(self, user_id: str) -> UserInfo:
         data = await self.fetch_user(user_id)
         user = data.get("user") or {}
         profile = user.get("profile") or {}
+        is_bot = user.get("is_bot")
+        kind = is_bot if isinstance(is_bot, bool) else None
         for candidate in (
             profile.get("display_name"),
             profile.get("real_name"),
@@ -103,8 +120,8 @@ class Directory:
             user.get("name"),
         ):
             if isinstance(candidate, str) and candidate.strip():
-                return candidate.strip()
-        return None
+                return UserInfo(candidate.strip(), kind)
+        return UserInfo(None, kind)
 
     async def _load_channel(self, channel_id: str) -> ChannelInfo:
         data = await self.fetch_channel(channel_id)

@@ -468,7 +468,16 @@ class _Reader:
         # the handle is the user id: it is what a mention looks like in Slack text
         # (<@U123>), so the agent can recognise mentions and write its own
         handle = user if user else None
-        is_bot = user is None or bot_id is not None or user == SLACKBOT
+        bots = self.extra.get("user_bots")
+        known = bots.get(user) if isinstance(bots, Mapping) and user else None
+        if user is None or user == SLACKBOT:
+            is_bot = True
+        elif isinstance(known, bool):
+            # users.info said what the author's account is: a person posting through an
+            # app still carries the app's bot_id (IRCCloud, a user token)
+            is_bot = known
+        else:  # not looked up: an app's bot_id, or an old integration's bot_message
+            is_bot = bot_id is not None or message.get("subtype") == "bot_message"
         return Sender(id=sender_id, name=name, handle=handle, is_bot=is_bot)
 
     def title(self, kind: ConversationKind) -> str | None:
