@@ -19,7 +19,7 @@ from backchannel.errors import ConfigError
 from backchannel.model import Outbound, Receipt, Sender
 from backchannel.policy import BOT_TURNS, Policy
 from backchannel.runlog import failure_line, run_reports
-from backchannel.runs import _MessageWindow, _RowWindow
+from backchannel.runs import WindowSettings, _BotAnswers, _MessageWindow, _RowWindow
 from backchannel.store import Inbound, SQLiteStore
 from backchannel.switchboard import Binding, Switchboard
 from backchannel.testing import FakeChannel, RecordingAgent
@@ -256,9 +256,76 @@ def test_the_count_of_answers_to_bots_follows_its_definition(steps: list[str]) -
                 rows = await store.window_rows(conversation_id, 100, 10_000)
                 messages = await store.window(conversation_id, 100)
                 expected = _model(steps)
-                assert _RowWindow(list(rows)).answers_to_bots() == expected
-                assert _MessageWindow(messages).answers_to_bots() == expected
+                for window in (_RowWindow(list(rows)), _MessageWindow(messages)):
+                    tally = _BotAnswers(100, set())
+                    window.tally(tally)
+                    assert tally.answers == expected
             finally:
                 await store.close()
 
     asyncio.run(check())
+
+
+async def test_the_count_reads_past_a_window_too_short_to_hold_it(store: SQLiteStore) -> None:
+    """Long messages (or a small window) leave fewer answers in the window than the limit:
+    the count reads on through the store, so the loop stops all the same, and stays
+    stopped however many more messages the bot writes until a person does."""
+    agent = RecordingAgent(lambda run: "a long answer " * 20)
+    window = WindowSettings(messages=4, chars=24_000)
+    binding = Binding(agent, window=window, respond="always", bot_turns=3)
+    board, channel = await _board(store, binding)
+    for n in range(8):
+        await _says(board, channel, f"bot {n}", bot=True)
+    assert len(agent.runs) == 3
+    for n in range(8, 40):  # unanswered, they push the answers far out of the window
+        await _says(board, channel, f"bot {n}", bot=True)
+    assert len(agent.runs) == 3
+    assert board.counters["bot_turns_spent"] == 37
+    await _says(board, channel, "a person", bot=False)
+    await _says(board, channel, "bot 40", bot=True)
+    assert len(agent.runs) == 5
+    await board.stop()
+
+
+async def test_an_asks_question_is_no_answer_to_the_bot_before_it(store: SQLiteStore) -> None:
+    """The agent asks a peer agent three questions in one session, each answered: the
+    questions come right after the peer's answers but answer nothing, so the peer's own
+    first request is answered even with bot_turns = 2."""
+    from backchannel.asks import AskCoordinator, AskSettings
+    from backchannel.asks.asking import ask_peer
+    from backchannel.model import Address
+
+    agent = RecordingAgent(lambda run: "sure")
+    board, channel = await _board(
+        store, Binding(agent, respond="always", bot_turns=2), agent_peers=True
+    )
+    AskCoordinator(board, AskSettings()).attach()
+    await store.ensure_conversation(Address("fake", "peer", "s1"), kind="thread")
+
+    async def peer_says(text: str) -> None:
+        raw = channel.platform.make_message(
+            text, chat="peer", thread="s1", sender="peer", is_bot=True
+        )
+        assert (await board.ingest("fake", raw)).status == "stored"
+        await board.wait_idle()
+
+    for n in range(3):
+        outcome = await ask_peer(
+            board,
+            AskSettings(),
+            origin=None,
+            origin_seq=None,
+            account="fake",
+            peer="peer",
+            session="s1",
+            question=f"q{n}?",
+        )
+        assert outcome.state == "pending", outcome
+        await peer_says(f"answer {n}")
+    assert agent.runs == []  # the answers were the asks'
+    await peer_says("could you review my PR?")
+    assert [run.trigger.text for run in agent.runs if run.trigger] == ["could you review my PR?"]
+    session = await store.find_conversation(Address("fake", "peer", "s1"))
+    assert session is not None
+    assert [m.text for m in await store.window(session.id, 20)][:2] == ["q0?", "answer 0"]
+    await board.stop()

@@ -273,7 +273,7 @@ class RunBuilder:
                 notes = (*notes, asked)
                 trigger = None
         if bot_turns and trigger is not None and owed and trigger.sender.is_bot:
-            answers = window.answers_to_bots()
+            answers = await self._answers_to_bots(conversation_id, window, bot_turns)
             if answers >= bot_turns:
                 raise BotTurnsSpent(answers, bot_turns, trigger.sender)
         participants = window.participants()
@@ -326,6 +326,24 @@ class RunBuilder:
         else:
             answered = await self.store.answers_after(conversation_id, trigger.seq)
         return window.answer_after(trigger, answered)
+
+    async def _answers_to_bots(self, conversation_id: int, window: _Window, limit: int) -> int:
+        """How many times we answered a bot here since a person last wrote, counted up to
+        `limit`: through the window, then, if it reached back to neither, through up to
+        BOT_SCAN older messages (a window holds few long messages)."""
+        asks = await self.store.asks(
+            peer_conversation_id=conversation_id, limit=1_000, newest_first=True
+        )
+        tally = _BotAnswers(limit, {a.message_seq for a in asks if a.message_seq is not None})
+        window.tally(tally)
+        scanned = 0
+        while not tally.done and tally.oldest > 1 and scanned < BOT_SCAN:
+            older = await self.store.window(conversation_id, 200, tally.oldest - 1)
+            if not older:
+                break
+            scanned += len(older)
+            _MessageWindow(older).tally(tally)
+        return tally.answers
 
     async def _sent_elsewhere_about(self, conversation_id: int, trigger: Message) -> str | None:
         """The note for a message a cut-short run sent into another conversation after
@@ -389,11 +407,8 @@ class _Window(Protocol):
 
     def participants(self) -> list[Sender]: ...
 
-    def answers_to_bots(self) -> int:
-        """How many times we answered a bot since a person last wrote: the stretches of our
-        messages (that may have arrived) right after a bot's message. What runs elsewhere
-        sent here (an ask's question) is no answer; a notice that names no one
-        (Sender.unknown) is neither a bot nor a person."""
+    def tally(self, tally: _BotAnswers) -> None:
+        """Feed the window's messages to `tally`, newest first, until it is done."""
         ...
 
 
@@ -424,17 +439,14 @@ class _MessageWindow:
     def participants(self) -> list[Sender]:
         return _participants_in(self.messages)
 
-    def answers_to_bots(self) -> int:
-        answers, ours = 0, False
+    def tally(self, tally: _BotAnswers) -> None:
         for m in reversed(self.messages):
             if m.direction == "out":
-                if m.status in _MAY_HAVE_ARRIVED and not (m.meta and m.meta.get("origin")):
-                    ours = True
-            elif m.sender.is_bot:
-                answers, ours = answers + ours, False
-            elif m.sender.id != "":
-                break  # a person wrote
-        return answers
+                tally.ours(m.seq, m.status, bool(m.meta and m.meta.get("origin")))
+            else:
+                tally.theirs(m.seq, m.sender.id, m.sender.is_bot)
+            if tally.done:
+                return
 
 
 #: a line made from a row: (the row, role, content, its Sender or None for ours)
@@ -562,17 +574,56 @@ class _RowWindow:
         assert self._seen is not None
         return list(self._seen.values())
 
-    def answers_to_bots(self) -> int:
-        answers, ours = 0, False
+    def tally(self, tally: _BotAnswers) -> None:
         for row in reversed(self.rows):
             if row[2] == "out":
-                if row[19] in _MAY_HAVE_ARRIVED and not _sent_from_elsewhere(row[22]):
-                    ours = True
-            elif row[7]:
-                answers, ours = answers + ours, False
-            elif row[4] != "":
-                break  # a person wrote
-        return answers
+                tally.ours(row[1], row[19], _sent_from_elsewhere(row[22]))
+            else:
+                tally.theirs(row[1], row[4], bool(row[7]))
+            if tally.done:
+                return
+
+
+#: how many messages before a run's window the bot_turns count reads at most: a bot that
+#: keeps writing is answered again only after this many of its messages with none of ours
+BOT_SCAN = 1_000
+
+
+class _BotAnswers:
+    """The times we answered a bot since a person last wrote, fed newest message first.
+
+    Each stretch of our messages right after a bot's message is one answer. Ours count
+    when they may have arrived and a run of this conversation wrote them: not a
+    question an ask put here (`questions`, seqs) nor what another conversation's run
+    sent (meta origin). A notice that names no one (Sender.unknown) is neither a bot
+    nor a person. Done at `limit` answers, or at a person's message.
+    """
+
+    __slots__ = ("_ours", "answers", "done", "limit", "oldest", "questions")
+
+    def __init__(self, limit: int, questions: set[int]):
+        self.limit = limit
+        self.questions = questions
+        self.answers = 0
+        self.done = False
+        #: the seq of the oldest message fed so far (where a further read goes on from)
+        self.oldest = 0
+        self._ours = False
+
+    def ours(self, seq: int, status: str, elsewhere: bool) -> None:
+        self.oldest = seq
+        if status in _MAY_HAVE_ARRIVED and not elsewhere and seq not in self.questions:
+            self._ours = True
+
+    def theirs(self, seq: int, sender_id: str, is_bot: bool) -> None:
+        self.oldest = seq
+        if is_bot:
+            if self._ours:
+                self.answers += 1
+                self._ours = False
+                self.done = self.answers >= self.limit
+        elif sender_id != "":
+            self.done = True  # a person wrote
 
 
 def _sent_from_elsewhere(meta: str | None) -> bool:
