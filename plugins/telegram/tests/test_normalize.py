@@ -1000,3 +1000,31 @@ def test_a_forum_topics_mark_on_every_message_says_nothing_of_a_reply() -> None:
     event = normalize_update(update, "tg", BOT)
     assert event is not None and event.reply_to is None
     assert "reply_from" not in event.meta and "reply_quote" not in event.meta
+
+
+def test_another_bots_message_is_a_bots_in_a_group_and_in_a_private_chat() -> None:
+    """Bot-to-Bot Communication Mode: another bot's messages reach this one, marked
+    by ``from.is_bot`` (what the core's bot_turns counts); a person's never are."""
+    for chat in (
+        {"id": -1001234567890, "type": "supergroup", "title": "Ops"},
+        {"id": 987654321, "type": "private", "first_name": "Helper"},
+    ):
+        for is_bot in (True, False):
+            update = {
+                "update_id": 20001,
+                "message": {
+                    "message_id": 7,
+                    "date": 1700000000,
+                    "chat": chat,
+                    "from": {
+                        "id": 987654321,
+                        "is_bot": is_bot,
+                        "first_name": "Helper",
+                        "username": "helper_bot" if is_bot else "helper",
+                    },
+                    "text": "done: the build is green",
+                },
+            }
+            event = normalize_update(update, "tg", BOT)
+            assert event is not None
+            assert (event.sender.id, event.sender.is_bot) == ("987654321", is_bot)
