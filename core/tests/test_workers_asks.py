@@ -516,6 +516,9 @@ async def test_a_send_past_its_deadline_is_never_taken_and_is_failed_by_the_hold
     assert entry.id == fresh.id
     gone = await holder._outbox_entry_now(late.id)
     assert gone.status == "failed" and "before its asker stopped waiting" in (gone.reason or "")
+    # settled with no taker, it waits no more: out of the table every take reads
+    rows = await holder._fetchall("SELECT outbox_id FROM handoffs ORDER BY outbox_id")
+    assert rows == [(fresh.id,)]
     window = await holder.window(session.id, 5)
     assert [(m.text, m.status) for m in window] == [("late", "failed"), ("fresh", "pending")]
     for store in (asker, holder):
@@ -707,14 +710,23 @@ async def test_a_taken_send_whose_outcome_cannot_be_recorded_does_not_hold_its_c
     await board.start()
     stopped_at_end.append(board)
     real_mark_sent = store.mark_sent
+    real_state = store.handoff_state
     hiccups = [RuntimeError("connection reset while recording the outcome")]
+    # the database stays away a little longer: the first tries to record it fail too
+    outage = [RuntimeError("the database is away")] * 2
 
     async def mark_sent(*args: Any, **kwargs: Any) -> Any:
         if hiccups:
             raise hiccups.pop()
         return await real_mark_sent(*args, **kwargs)
 
+    async def handoff_state(*args: Any, **kwargs: Any) -> Any:
+        if outage:
+            raise outage.pop()
+        return await real_state(*args, **kwargs)
+
     store.mark_sent = mark_sent  # type: ignore[method-assign]
+    store.handoff_state = handoff_state  # type: ignore[method-assign]
     asker = PostgresStore(postgres_url)
     session = await asker.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
     me = Sender("bot", "bot", is_bot=True)
@@ -733,5 +745,69 @@ async def test_a_taken_send_whose_outcome_cannot_be_recorded_does_not_hold_its_c
     first, second = [await asker._outbox_entry_now(e.id) for e in entries]
     assert (first.status, second.status) == ("uncertain", "sent")
     assert "could not be recorded" in (first.reason or "")
+    assert [m.text for m in tp.sent] == ["first", "second"]
+    await asker.close()
+
+
+async def test_a_send_waiting_behind_its_conversations_send_out_waits_while_the_holder_lives(
+    postgres_url: str, stopped_at_end: list[Switchboard]
+) -> None:
+    """One send of a conversation is out at a time, and one may be out for minutes (rate
+    limits): a send queued behind it is kept waiting by the live holder's heartbeats,
+    not failed at its deadline as if no worker held the account. It goes out next."""
+    from backchannel.model import Outbound, Sender
+
+    tp = FakePlatform()
+    gate = asyncio.Event()
+
+    class Slow(FakeChannelAdapter):
+        async def send(self, outbound: Any) -> Any:
+            if outbound.text == "first":
+                await gate.wait()  # out, waiting on the platform
+            return await super().send(outbound)
+
+    store = PostgresStore(postgres_url, worker="w2")
+    board = Switchboard(store)
+    board.add_account(Slow("tp", {}, tp), Binding(RecordingAgent()), name="tp")
+    board.workers = WorkerCoordinator(board, store, lease_ttl=TTL, heartbeat=BEAT)
+    await board.start()
+    stopped_at_end.append(board)
+    asker = PostgresStore(postgres_url)
+    session = await asker.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+    me = Sender("bot", "bot", is_bot=True)
+
+    async def hand(text: str, within: float) -> Any:
+        return await asker.record_outbound(
+            session.id, Outbound(session.address, text), me, hand_to=("tp", False, within, True)
+        )
+
+    first = await hand("first", 60.0)
+
+    async def out() -> bool:
+        return (await asker.handoff_state(first.id))[1] == "w2"
+
+    await until(out, 10, "the first send taken")
+    second = await hand("second", 2.0)
+    handed = await asker._fetchone(f"SELECT deadline FROM handoffs WHERE outbox_id = {second.id}")
+    assert handed is not None
+    deadline = handed[0]
+
+    async def kept() -> bool:
+        row = await asker._fetchone(f"SELECT deadline FROM handoffs WHERE outbox_id = {second.id}")
+        return row is not None and row[0] > deadline + 1.0
+
+    await until(kept, 10, "the holder moving the second's deadline")
+    await asyncio.sleep(2.5)  # past the deadline it was handed over with
+    entry, taker = await asker.handoff_state(second.id)
+    assert (entry.status, taker) == ("pending", None)
+    gate.set()
+
+    async def both_sent() -> bool:
+        return [(await asker._outbox_entry_now(e.id)).status for e in (first, second)] == [
+            "sent",
+            "sent",
+        ]
+
+    await until(both_sent, 20, "both sent")
     assert [m.text for m in tp.sent] == ["first", "second"]
     await asker.close()

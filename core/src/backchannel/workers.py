@@ -102,8 +102,9 @@ async def send_elsewhere(
 
     Recorded here as any send is (the run's claim fences it, `recorded` runs),
     then handed to the account's lease holder, which sends it and records the
-    outcome; this returns that outcome. Not taken within `take_within` seconds,
-    it is withdrawn and reported not sent. Cancelled while waiting, it is
+    outcome; this returns that outcome. Not taken within `take_within` seconds
+    while no live holder keeps it waiting (`keep_handoffs_waiting`), it is
+    withdrawn and reported not sent. Cancelled while waiting, it is
     withdrawn if no one has taken it yet.
     """
     from .outbound import DeliveryResult
@@ -144,14 +145,20 @@ async def send_elsewhere(
                 return DeliveryResult(entry)
             waited = time.monotonic() - started
             if taken_by is None and waited > take_within:
+                # past its deadline: no live holder kept it waiting (one that is busy with a
+                # send of this conversation, or with all its places, moves the deadline)
                 withdrawn = await store.withdraw_handoff(
                     entry.id,
                     f"not sent: no worker holding account {account!r} took the send within"
                     f" {take_within:g}s (is a worker serving it running?)",
+                    only_late=waited <= OUTCOME_WITHIN,
                 )
                 if withdrawn is not None:
                     return DeliveryResult(withdrawn)
-                continue  # taken just now: its outcome is the taker's
+                if waited <= OUTCOME_WITHIN:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 1.5, 0.5)
+                continue  # taken just now, or kept waiting: its outcome is still to come
             if waited > OUTCOME_WITHIN:
                 reason = f"worker {taken_by} took it and has not said how it went"
                 return DeliveryResult(attrs.evolve(entry, status="uncertain", reason=reason))
@@ -317,6 +324,10 @@ class WorkerCoordinator:
             if previous:
                 log.warning("worker %s took over account %s from %s", self.name, account, previous)
             await self._start_account(account)
+        # hand-overs waiting for a place here, or behind a send of their conversation, wait
+        # as long as this holder lives: their deadline is for a holder that is gone
+        started = [name for name in self.owned if self.board.accounts[name].started]
+        await self.store.keep_handoffs_waiting(started, self.take_within)
         await self._poke_unanswered()
         self.take_sends()  # the fallback for a wake-up that was lost
 
@@ -454,14 +465,10 @@ class WorkerCoordinator:
         except Exception:
             # the store failed while recording the outcome. Left pending, it would hold back
             # its conversation's next hand-overs (one out at a time) until this worker's
-            # recovery: once more, as uncertain (it may have gone out)
+            # recovery: recorded as uncertain (it may have gone out), retried while the
+            # database is away (a failover takes seconds)
             log.exception("worker %s: a handed-over send failed to record", self.name)
-            with contextlib.suppress(Exception):
-                now, _taker = await self.store.handoff_state(entry.id)
-                if now.status == "pending":  # an outcome recorded after all stays
-                    await self.store.mark_uncertain(
-                        entry.id, "the outcome could not be recorded: it may have been sent"
-                    )
+            await self._doubt(entry.id)
             return
         log.info(
             "worker %s sent #%s handed over for %s: %s",
@@ -470,6 +477,27 @@ class WorkerCoordinator:
             conversation.address.key,
             result.status,
         )
+
+    async def _doubt(self, outbox_id: int) -> None:
+        """Record a taken send whose outcome could not be recorded as uncertain, unless an
+        outcome was recorded after all; retried for about four minutes."""
+        for pause in (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0):
+            await asyncio.sleep(pause)
+            try:
+                now, _taker = await self.store.handoff_state(outbox_id)
+                if now.status == "pending":
+                    await self.store.mark_uncertain(
+                        outbox_id, "the outcome could not be recorded: it may have been sent"
+                    )
+                return
+            except Exception as error:
+                log.warning(
+                    "worker %s: send #%s still cannot be recorded (%s); trying again",
+                    self.name,
+                    outbox_id,
+                    error,
+                )
+        log.error("worker %s: gave up recording send #%s (a restart does)", self.name, outbox_id)
 
     def _on_notification(self, payload: str) -> None:
         if payload == "lease":  # a worker let leases go: take them now, not at the next beat

@@ -1270,6 +1270,13 @@ class PostgresStore(PostgresAsks, Store):
                     "not sent: no worker holding the account took it before its asker"
                     " stopped waiting",
                 )
+            # hand-overs settled without a taker (withdrawn, late, recovered) are no longer
+            # waiting: out of the table, and of the index every take walks
+            await connection.execute(
+                "DELETE FROM handoffs h USING outbox o WHERE h.taken_by IS NULL"
+                " AND h.account = ANY(%s) AND o.id = h.outbox_id AND o.status <> 'pending'",
+                (sorted(accounts),),
+            )
             # the oldest waiting send of each conversation with none out: a send out, or an
             # older one waiting (not ready yet, or locked by another taker), holds it back
             cursor = await connection.execute(
@@ -1297,6 +1304,24 @@ class PostgresStore(PostgresAsks, Store):
         taken: list[tuple[int, bool]] = await self._write(work)
         return [(await self._outbox_entry_now(outbox_id), quiet) for outbox_id, quiet in taken]
 
+    async def keep_handoffs_waiting(self, accounts: Collection[str], within: float) -> None:
+        """Move the deadline of the ready hand-overs waiting for `accounts` (held here, and
+        alive: called at each heartbeat) to `within` seconds from now: they wait for a
+        send of their conversation still out, or for a free place, not for a holder.
+        One already past its deadline stays late (it is failed, never sent)."""
+        if not accounts:
+            return
+
+        async def work(connection: Any) -> None:
+            await connection.execute(
+                f"UPDATE handoffs SET deadline = GREATEST(deadline, {DB_NOW} + %s)"
+                " WHERE taken_by IS NULL AND ready = 1 AND account = ANY(%s)"
+                f" AND deadline > {DB_NOW}",
+                (within, sorted(accounts)),
+            )
+
+        await self._write(work)
+
     async def handoff_state(self, outbox_id: int) -> tuple[OutboxEntry, str | None]:
         """The handed-over send's outbox entry now, and the worker that took it (None: not yet)."""
         row = await self._fetchone(
@@ -1304,21 +1329,27 @@ class PostgresStore(PostgresAsks, Store):
         )
         return await self._outbox_entry_now(outbox_id), (row[0] if row else None)
 
-    async def withdraw_handoff(self, outbox_id: int, reason: str) -> OutboxEntry | None:
+    async def withdraw_handoff(
+        self, outbox_id: int, reason: str, *, only_late: bool = False
+    ) -> OutboxEntry | None:
         """Mark a handed-over send no worker has taken yet failed with `reason`; return it.
 
         None when it was taken meanwhile (or is no longer pending): then it is the
-        taker's to finish, and nothing is changed.
+        taker's to finish, and nothing is changed. With `only_late`, also None while its
+        deadline has not passed (a live holder keeps moving it: `keep_handoffs_waiting`).
         """
 
         async def work(connection: Any) -> bool:
             cursor = await connection.execute(
-                "SELECT h.taken_by, o.status FROM handoffs h JOIN outbox o ON o.id = h.outbox_id"
+                f"SELECT h.taken_by, o.status, h.deadline <= {DB_NOW}"
+                " FROM handoffs h JOIN outbox o ON o.id = h.outbox_id"
                 " WHERE h.outbox_id = %s FOR UPDATE OF h, o",
                 (outbox_id,),
             )
             row = await cursor.fetchone()
             if row is None or row[0] is not None or row[1] != "pending":
+                return False
+            if only_late and not row[2]:
                 return False
             await self._set_outbox_status(connection, outbox_id, "failed", reason)
             return True
