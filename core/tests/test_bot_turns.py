@@ -188,7 +188,11 @@ agent = "a"
     policy = ChatPolicy(by_chat={"loud": Policy(bot_turns=0)}, fallback=Policy(bot_turns=4))
     assert (policy.bot_turns_in("loud"), policy.bot_turns_in("other")) == (0, 4)
     assert ChatPolicy(by_chat={"x": Policy()}).bot_turns_in("unbound") == 0
-    for bad, said in (("-1", "expected a whole number >= 0"), ('"many"', "bot_turns")):
+    for bad, said in (
+        ("-1", "expected a whole number from 0 (no limit) to 500"),
+        ("501", "got 501"),
+        ('"many"', "bot_turns"),
+    ):
         path.write_text(text.replace("bot_turns = 0", f"bot_turns = {bad}"))
         with pytest.raises(ConfigError) as caught:
             load_config(path)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 from attrs import evolve, field, fields, frozen
 
 from .errors import ConfigError, PluginError, combine, unknown_key
-from .policy import Access, Respond
+from .policy import MAX_BOT_TURNS, Access, Respond
 from .secrets import register_secret
 
 if TYPE_CHECKING:
@@ -694,10 +694,11 @@ class _Parser:
             raise self.error(
                 f"{key}.run_timeout", f"expected seconds > 0, got {binding.run_timeout}"
             )
-        if binding.bot_turns is not None and binding.bot_turns < 0:
+        if binding.bot_turns is not None and not 0 <= binding.bot_turns <= MAX_BOT_TURNS:
             raise self.error(
                 f"{key}.bot_turns",
-                f"expected a whole number >= 0 (0: no limit), got {binding.bot_turns}",
+                f"expected a whole number from 0 (no limit) to {MAX_BOT_TURNS}, got"
+                f" {binding.bot_turns}",
             )
         if binding.access == "owner" and binding.owner is None:
             raise self.error(

@@ -8,12 +8,15 @@ from attrs import field, frozen
 
 from .model import NO_RUN, Event
 
-__all__ = ["BOT_TURNS", "Access", "Policy", "Respond"]
+__all__ = ["BOT_TURNS", "MAX_BOT_TURNS", "Access", "Policy", "Respond"]
 
 #: answers to bots with no person writing in between before a bot's message no longer
 #: starts a run: two bots that answer each other would otherwise go on for ever. The
 #: default where people talk; where every peer is an agent (tiny.place) there is none
 BOT_TURNS = 10
+#: the highest limit a config may set: the count reads the window and 1,000 messages more
+#: (runs.BOT_SCAN), and each answer takes two, so a higher one would never be reached
+MAX_BOT_TURNS = 500
 
 Access = Literal["anyone", "allowlist", "owner"]
 Respond = Literal["always", "mention", "never"]

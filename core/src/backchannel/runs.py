@@ -194,6 +194,7 @@ class RunBuilder:
         framing_hook: Callable[[Conversation, str, str], str | None] | None = None,
         kept_lines: LRUCache[int, dict[int, _KeptLine]] | None = None,
         asking: Callable[[], bool] | None = None,
+        agent_peers: bool = False,
     ):
         self.store = store
         self.channel = channel
@@ -211,6 +212,8 @@ class RunBuilder:
         #: orchestration tools are attached): only then is an owed trigger looked up among
         #: the asks and the sends elsewhere a cut-short run made (queries a run otherwise)
         self.asking = asking
+        #: the channel's peers are agents: only there can a conversation hold asks' questions
+        self.agent_peers = agent_peers
 
     async def build(
         self,
@@ -331,10 +334,13 @@ class RunBuilder:
         """How many times we answered a bot here since a person last wrote, counted up to
         `limit`: through the window, then, if it reached back to neither, through up to
         BOT_SCAN older messages (a window holds few long messages)."""
-        asks = await self.store.asks(
-            peer_conversation_id=conversation_id, limit=1_000, newest_first=True
-        )
-        tally = _BotAnswers(limit, {a.message_seq for a in asks if a.message_seq is not None})
+        questions: set[int] = set()
+        if self.agent_peers:  # asks go only to agent peers (asking.py refuses the others)
+            asks = await self.store.asks(
+                peer_conversation_id=conversation_id, limit=1_000, newest_first=True
+            )
+            questions = {a.message_seq for a in asks if a.message_seq is not None}
+        tally = _BotAnswers(limit, questions)
         window.tally(tally)
         scanned = 0
         while not tally.done and tally.oldest > 1 and scanned < BOT_SCAN:
