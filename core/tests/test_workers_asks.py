@@ -151,6 +151,20 @@ async def test_sends_through_an_account_another_worker_holds_are_handed_to_it(
     assert len(sends) == 4
 
 
+async def _holding_tp(
+    postgres_url: str, adapter: FakeChannelAdapter, boards: list[Switchboard]
+) -> PostgresStore:
+    """Worker w2, started with account tp's adapter (it takes tp's lease); its store."""
+    store = PostgresStore(postgres_url, worker="w2")
+    board = Switchboard(store)
+    board.add_account(adapter, Binding(RecordingAgent()), name="tp")
+    board.workers = WorkerCoordinator(board, store, lease_ttl=TTL, heartbeat=BEAT)
+    await board.start()
+    boards.append(board)
+    assert board.workers.owned == {"tp"}
+    return store
+
+
 async def test_a_handed_over_send_no_worker_takes_is_withdrawn_and_never_sent(
     postgres_url: str, stopped_at_end: list[Switchboard]
 ) -> None:
@@ -703,12 +717,7 @@ async def test_a_taken_send_whose_outcome_cannot_be_recorded_does_not_hold_its_c
     from backchannel.model import Outbound, Sender
 
     tp = FakePlatform()
-    store = PostgresStore(postgres_url, worker="w2")
-    board = Switchboard(store)
-    board.add_account(FakeChannelAdapter("tp", {}, tp), Binding(RecordingAgent()), name="tp")
-    board.workers = WorkerCoordinator(board, store, lease_ttl=TTL, heartbeat=BEAT)
-    await board.start()
-    stopped_at_end.append(board)
+    store = await _holding_tp(postgres_url, FakeChannelAdapter("tp", {}, tp), stopped_at_end)
     real_mark_sent = store.mark_sent
     real_state = store.handoff_state
     hiccups = [RuntimeError("connection reset while recording the outcome")]
@@ -766,12 +775,7 @@ async def test_a_send_waiting_behind_its_conversations_send_out_waits_while_the_
                 await gate.wait()  # out, waiting on the platform
             return await super().send(outbound)
 
-    store = PostgresStore(postgres_url, worker="w2")
-    board = Switchboard(store)
-    board.add_account(Slow("tp", {}, tp), Binding(RecordingAgent()), name="tp")
-    board.workers = WorkerCoordinator(board, store, lease_ttl=TTL, heartbeat=BEAT)
-    await board.start()
-    stopped_at_end.append(board)
+    await _holding_tp(postgres_url, Slow("tp", {}, tp), stopped_at_end)
     asker = PostgresStore(postgres_url)
     session = await asker.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
     me = Sender("bot", "bot", is_bot=True)
