@@ -270,7 +270,9 @@ def test_the_count_of_answers_to_bots_follows_its_definition(steps: list[str]) -
     asyncio.run(check())
 
 
-async def test_the_count_reads_past_a_window_too_short_to_hold_it(store: SQLiteStore) -> None:
+async def test_the_count_reads_past_a_window_too_short_to_hold_it(
+    store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
     """Long messages (or a small window) leave fewer answers in the window than the limit:
     the count reads on through the store, so the loop stops all the same, and stays
     stopped however many more messages the bot writes until a person does."""
@@ -285,6 +287,9 @@ async def test_the_count_reads_past_a_window_too_short_to_hold_it(store: SQLiteS
         await _says(board, channel, f"bot {n}", bot=True)
     assert len(agent.runs) == 3
     assert board.counters["bot_turns_spent"] == 37
+    # a runaway bot is stopped at each message: one warning, the rest counted
+    stops = [r for r in caplog.records if r.levelname == "WARNING" and "bot_turns" in r.message]
+    assert len(stops) == 1
     await _says(board, channel, "a person", bot=False)
     await _says(board, channel, "bot 40", bot=True)
     assert len(agent.runs) == 5

@@ -165,8 +165,8 @@ class Run:
 
 class BotTurnsSpent(Exception):
     """The run would answer a bot after the agent already answered bots `bot_turns` times
-    in a row in this conversation, with no person writing in between (Policy.bot_turns):
-    two bots that answer each other would otherwise go on for ever."""
+    in this conversation since a person last wrote there (Policy.bot_turns): two bots
+    that answer each other would otherwise go on for ever."""
 
     def __init__(self, answers: int, limit: int, bot: Sender):
         self.answers = answers
@@ -228,7 +228,7 @@ class RunBuilder:
         """Return the Run an agent would receive now for this conversation.
 
         With `bot_turns`, a run owed to a bot's message raises `BotTurnsSpent` when the
-        window shows that many answers of ours to bots since a person last wrote.
+        conversation shows that many answers of ours to bots since a person last wrote.
         """
         if conversation is None or conversation.id != conversation_id:
             conversation = await self.store.conversation(conversation_id)

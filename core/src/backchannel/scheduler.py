@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from attrs import define, field
 
 from .errors import log_failure
+from .logcount import CountedLog
 from .model import Address, Conversation
 from .policy import BOT_TURNS
 from .runs import BotTurnsSpent
@@ -129,6 +130,8 @@ class Scheduler:
         self.gates: list[Callable[[Conversation], Awaitable[bool]]] = []
         #: with several workers on one store: a conversation runs where it is claimed
         self.claims: RunClaims | None = None
+        #: a runaway bot is stopped at each of its messages: the first line, then counted
+        self._bot_turns_log = CountedLog(log)
 
     def add_note(self, conversation_id: int, note: str) -> None:
         """Add a line to the framing of this conversation's next run."""
@@ -294,7 +297,7 @@ class Scheduler:
             # two bots answering each other: recorded as a stopped run (shown by `runs` and
             # `show`), its messages count as handled, and the notes wait for the next run
             slot.notes[:0] = notes
-            log.warning("conversation %s: %s", conversation.address.key, spent)
+            self._bot_turns_log.note("conversation %s: %s", conversation.address.key, spent)
             self.counters["bot_turns_spent"] += 1
             run_id = await self.store.begin_run(conversation_id, conversation.trigger_seq, upto)
             await self.store.finish_run(run_id, "stopped", str(spent), upto, handled_seq=upto)
