@@ -16,11 +16,11 @@ from attrs import evolve
 from backchannel.app import ChatPolicy
 from backchannel.config import load_config
 from backchannel.errors import ConfigError
-from backchannel.model import Outbound, Receipt, Sender
+from backchannel.model import Address, Outbound, Receipt, Sender
 from backchannel.policy import BOT_TURNS, Policy
 from backchannel.runlog import failure_line, run_reports
 from backchannel.runs import WindowSettings, _BotAnswers, _MessageWindow, _RowWindow
-from backchannel.store import Inbound, SQLiteStore
+from backchannel.store import Inbound, SQLiteStore, Store
 from backchannel.switchboard import Binding, Switchboard
 from backchannel.testing import FakeChannel, RecordingAgent
 from backchannel.testing.store_contract import make_event
@@ -201,13 +201,28 @@ agent = "a"
 
 # the count, on both shapes of window, against a model of what it means ------------------
 
-STEPS = ("person", "bot", "notice", "sent", "failed", "uncertain", "pending", "elsewhere")
+#: our messages: sent, failed, uncertain and pending by a run of the conversation;
+#: "elsewhere" by a run of another conversation (a cross send, an ask's question);
+#: "operator" by no run (an operator's or an MCP client's send); "report" by a reporter run
+STEPS = (
+    "person",
+    "bot",
+    "notice",
+    "sent",
+    "failed",
+    "uncertain",
+    "pending",
+    "elsewhere",
+    "operator",
+    "report",
+)
 
 
 def _model(steps: list[str]) -> int:
     """Answers to bots since a person last wrote, counted forwards: a stretch of our
-    messages right after a bot's message is one answer; failed sends and what other
-    conversations sent here are no answer; a notice that names no one is skipped."""
+    messages right after a bot's message is one answer; failed sends, and what no run of
+    this conversation answering a message sent, are no answer; a notice that names no
+    one is skipped."""
     answers, last = 0, None
     for step in steps:
         if step == "person":
@@ -221,9 +236,10 @@ def _model(steps: list[str]) -> int:
     return answers
 
 
-async def _stored(store: SQLiteStore, steps: list[str]) -> int:
+async def _stored(store: Store, steps: list[str]) -> int:
     senders = {"person": PERSON, "bot": BOT, "notice": NOTICE}
     conversation_id = 0
+    other = (await store.ensure_conversation(Address("acct", "other"))).id
     for n, step in enumerate(steps):
         if step in senders or not conversation_id:
             sender = senders.get(step, PERSON)
@@ -234,11 +250,19 @@ async def _stored(store: SQLiteStore, steps: list[str]) -> int:
             if step in senders:
                 continue
         conversation = await store.conversation(conversation_id)
-        origin = "acct:elsewhere" if step == "elsewhere" else None
+        run_id = None
+        if step != "operator":
+            by = other if step == "elsewhere" else conversation_id
+            trigger = 0 if step == "report" else max(conversation.last_seq, 1)
+            run_id = await store.begin_run(by, trigger, conversation.last_seq)
+        origin = "acct/other" if step == "elsewhere" else None
         entry = await store.record_outbound(
-            conversation_id, Outbound(conversation.address, f"ours {n}", origin=origin), ME
+            conversation_id,
+            Outbound(conversation.address, f"ours {n}", origin=origin),
+            ME,
+            run_id,
         )
-        if step in ("sent", "elsewhere"):
+        if step in ("sent", "elsewhere", "operator", "report"):
             await store.mark_sent(entry.id, Receipt(f"p{n}"))
         elif step == "failed":
             await store.mark_failed(entry.id, "refused")
@@ -260,8 +284,9 @@ def test_the_count_of_answers_to_bots_follows_its_definition(steps: list[str]) -
                 rows = await store.window_rows(conversation_id, 100, 10_000)
                 messages = await store.window(conversation_id, 100)
                 expected = _model(steps)
+                by_runs = await store.run_answers(conversation_id, 0, 10_000)
                 for window in (_RowWindow(list(rows)), _MessageWindow(messages)):
-                    tally = _BotAnswers(100, set())
+                    tally = _BotAnswers(100, by_runs)
                     window.tally(tally)
                     assert tally.answers == expected
             finally:
@@ -338,3 +363,33 @@ async def test_an_asks_question_is_no_answer_to_the_bot_before_it(store: SQLiteS
     assert session is not None
     assert [m.text for m in await store.window(session.id, 20)][:2] == ["q0?", "answer 0"]
     await board.stop()
+
+
+async def _run_answers_are_this_conversations_runs(store: Store) -> None:
+    conversation_id = await _stored(
+        store, ["bot", "sent", "elsewhere", "operator", "report", "failed", "bot", "pending"]
+    )
+    answers = await store.run_answers(conversation_id, 0, 100)
+    window = await store.window(conversation_id, 20)
+    assert sorted(m.text for m in window if m.seq in answers) == [
+        "ours 1",
+        "ours 5",
+        "ours 7",
+    ]
+    assert await store.run_answers(conversation_id, 2, 6) == {
+        m.seq for m in window if m.text == "ours 5"
+    }
+
+
+async def test_run_answers_on_sqlite(store: SQLiteStore) -> None:
+    await _run_answers_are_this_conversations_runs(store)
+
+
+async def test_run_answers_on_postgresql(postgres_url: str) -> None:
+    from backchannel.store.postgres import PostgresStore
+
+    store = PostgresStore(postgres_url)
+    try:
+        await _run_answers_are_this_conversations_runs(store)
+    finally:
+        await store.close()

@@ -194,7 +194,6 @@ class RunBuilder:
         framing_hook: Callable[[Conversation, str, str], str | None] | None = None,
         kept_lines: LRUCache[int, dict[int, _KeptLine]] | None = None,
         asking: Callable[[], bool] | None = None,
-        agent_peers: bool = False,
     ):
         self.store = store
         self.channel = channel
@@ -212,8 +211,6 @@ class RunBuilder:
         #: orchestration tools are attached): only then is an owed trigger looked up among
         #: the asks and the sends elsewhere a cut-short run made (queries a run otherwise)
         self.asking = asking
-        #: the channel's peers are agents: only there can a conversation hold asks' questions
-        self.agent_peers = agent_peers
 
     async def build(
         self,
@@ -276,7 +273,7 @@ class RunBuilder:
                 notes = (*notes, asked)
                 trigger = None
         if bot_turns and trigger is not None and owed and trigger.sender.is_bot:
-            answers = await self._answers_to_bots(conversation_id, window, bot_turns)
+            answers = await self._answers_to_bots(conversation_id, window, upto, bot_turns)
             if answers >= bot_turns:
                 raise BotTurnsSpent(answers, bot_turns, trigger.sender)
         participants = window.participants()
@@ -330,17 +327,15 @@ class RunBuilder:
             answered = await self.store.answers_after(conversation_id, trigger.seq)
         return window.answer_after(trigger, answered)
 
-    async def _answers_to_bots(self, conversation_id: int, window: _Window, limit: int) -> int:
-        """How many times we answered a bot here since a person last wrote, counted up to
-        `limit`: through the window, then, if it reached back to neither, through up to
-        BOT_SCAN older messages (a window holds few long messages)."""
-        questions: set[int] = set()
-        if self.agent_peers:  # asks go only to agent peers (asking.py refuses the others)
-            asks = await self.store.asks(
-                peer_conversation_id=conversation_id, limit=1_000, newest_first=True
-            )
-            questions = {a.message_seq for a in asks if a.message_seq is not None}
-        tally = _BotAnswers(limit, questions)
+    async def _answers_to_bots(
+        self, conversation_id: int, window: _Window, upto: int, limit: int
+    ) -> int:
+        """How many times a run here answered a bot since a person last wrote, counted up
+        to `limit`: through the window, then, if it reached back to neither, through up
+        to BOT_SCAN older messages (a window holds few long messages)."""
+        tally = _BotAnswers(limit)
+        first = window.first_seq()
+        tally.by_runs = await self.store.run_answers(conversation_id, first - 1, upto)
         window.tally(tally)
         scanned = 0
         while not tally.done and tally.oldest > 1 and scanned < BOT_SCAN:
@@ -348,6 +343,9 @@ class RunBuilder:
             if not older:
                 break
             scanned += len(older)
+            tally.by_runs |= await self.store.run_answers(
+                conversation_id, older[0].seq - 1, tally.oldest - 1
+            )
             _MessageWindow(older).tally(tally)
         return tally.answers
 
@@ -417,6 +415,10 @@ class _Window(Protocol):
         """Feed the window's messages to `tally`, newest first, until it is done."""
         ...
 
+    def first_seq(self) -> int:
+        """The seq of the window's oldest message (0 when it is empty)."""
+        ...
+
 
 class _MessageWindow:
     """A window the store handed over as Messages (`Store.window`)."""
@@ -448,11 +450,14 @@ class _MessageWindow:
     def tally(self, tally: _BotAnswers) -> None:
         for m in reversed(self.messages):
             if m.direction == "out":
-                tally.ours(m.seq, m.status, bool(m.meta and m.meta.get("origin")))
+                tally.ours(m.seq, m.status)
             else:
                 tally.theirs(m.seq, m.sender.id, m.sender.is_bot)
             if tally.done:
                 return
+
+    def first_seq(self) -> int:
+        return self.messages[0].seq if self.messages else 0
 
 
 #: a line made from a row: (the row, role, content, its Sender or None for ours)
@@ -583,11 +588,14 @@ class _RowWindow:
     def tally(self, tally: _BotAnswers) -> None:
         for row in reversed(self.rows):
             if row[2] == "out":
-                tally.ours(row[1], row[19], _sent_from_elsewhere(row[22]))
+                tally.ours(row[1], row[19])
             else:
                 tally.theirs(row[1], row[4], bool(row[7]))
             if tally.done:
                 return
+
+    def first_seq(self) -> int:
+        return int(self.rows[0][1]) if self.rows else 0
 
 
 #: how many messages before a run's window the bot_turns count reads at most: a bot that
@@ -596,29 +604,30 @@ BOT_SCAN = 1_000
 
 
 class _BotAnswers:
-    """The times we answered a bot since a person last wrote, fed newest message first.
+    """The times a run here answered a bot since a person last wrote, fed newest first.
 
     Each stretch of our messages right after a bot's message is one answer. Ours count
-    when they may have arrived and a run of this conversation wrote them: not a
-    question an ask put here (`questions`, seqs) nor what another conversation's run
-    sent (meta origin). A notice that names no one (Sender.unknown) is neither a bot
-    nor a person. Done at `limit` answers, or at a person's message.
+    when they may have arrived and a run of this conversation answering a message wrote
+    them (`by_runs`, seqs: Store.run_answers): not an operator's send, an MCP client's,
+    nor what a run of another conversation put here (an ask's question, a cross send).
+    A notice that names no one (Sender.unknown) is neither a bot nor a person. Done at
+    `limit` answers, or at a person's message.
     """
 
-    __slots__ = ("_ours", "answers", "done", "limit", "oldest", "questions")
+    __slots__ = ("_ours", "answers", "by_runs", "done", "limit", "oldest")
 
-    def __init__(self, limit: int, questions: set[int]):
+    def __init__(self, limit: int, by_runs: set[int] | None = None):
         self.limit = limit
-        self.questions = questions
+        self.by_runs: set[int] = by_runs if by_runs is not None else set()
         self.answers = 0
         self.done = False
         #: the seq of the oldest message fed so far (where a further read goes on from)
         self.oldest = 0
         self._ours = False
 
-    def ours(self, seq: int, status: str, elsewhere: bool) -> None:
+    def ours(self, seq: int, status: str) -> None:
         self.oldest = seq
-        if status in _MAY_HAVE_ARRIVED and not elsewhere and seq not in self.questions:
+        if status in _MAY_HAVE_ARRIVED and seq in self.by_runs:
             self._ours = True
 
     def theirs(self, seq: int, sender_id: str, is_bot: bool) -> None:
@@ -630,14 +639,6 @@ class _BotAnswers:
                 self.done = self.answers >= self.limit
         elif sender_id != "":
             self.done = True  # a person wrote
-
-
-def _sent_from_elsewhere(meta: str | None) -> bool:
-    """True for an outbound row a run of another conversation sent (meta["origin"])."""
-    if not meta or '"origin"' not in meta:
-        return False
-    value = json_value(meta)
-    return isinstance(value, dict) and bool(value.get("origin"))
 
 
 #: the statuses of our messages that may have reached the platform (a failed one did not)

@@ -259,7 +259,6 @@ class Switchboard:
             framing_hook=framing,
             kept_lines=self._kept_lines,
             asking=lambda: self.asking,
-            agent_peers=adapter.capabilities.agent_peers,
         )
         self.accounts[account] = _Account(account, adapter, binding, context, deliverer, builder)
 

@@ -393,6 +393,13 @@ class Store(ABC):
         """
 
     @abstractmethod
+    async def run_answers(self, conversation_id: int, after_seq: int, upto_seq: int) -> set[int]:
+        """Return the seqs in (`after_seq`, `upto_seq`] of our messages that a run of this
+        conversation answering a message (trigger > 0) sent: not an operator's send, an
+        MCP client's, a reporter run's, nor what a run of another conversation put here
+        (a cross send, an ask's question). What bot_turns counts as answers."""
+
+    @abstractmethod
     async def sent_elsewhere_after(
         self, conversation_id: int, trigger_seq: int
     ) -> OutboxEntry | None:

@@ -384,6 +384,20 @@ def m012_held_rename_not_searchable(db: apsw.Connection) -> None:
     )
 
 
+def m014_outbox_by_message_seq(db: apsw.Connection) -> None:
+    """Index a conversation's message sends by their transcript seq.
+
+    A run owed to a bot's message asks which of the last messages its conversation's
+    runs sent (Store.run_answers, for bot_turns): by the conversation alone, that read
+    every outbox row the conversation ever had. The index by conversation stays: its
+    rows in id order serve the outbox listings.
+    """
+    db.execute(
+        "CREATE INDEX outbox_message_seq ON outbox (conversation_id, message_seq)"
+        " WHERE message_seq IS NOT NULL"
+    )
+
+
 def m013_message_parts(db: apsw.Connection) -> None:
     """Every part of a message of ours the platform got split, so a reply or a reaction to a
     later part finds the message.
@@ -423,6 +437,7 @@ MIGRATIONS: list[Migration] = [
     m011_outbox_run_index,
     m012_held_rename_not_searchable,
     m013_message_parts,
+    m014_outbox_by_message_seq,
 ]
 
 

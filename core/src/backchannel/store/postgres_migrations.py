@@ -509,6 +509,15 @@ async def pg016_handoff_ready(connection: Any) -> None:
     await connection.execute("ALTER TABLE handoffs ADD COLUMN ready INTEGER NOT NULL DEFAULT 1")
 
 
+async def pg017_outbox_by_message_seq(connection: Any) -> None:
+    """A conversation's message sends by their transcript seq (see the SQLite store's
+    m014: Store.run_answers, for bot_turns)."""
+    await connection.execute(
+        "CREATE INDEX outbox_message_seq ON outbox (conversation_id, message_seq)"
+        " WHERE message_seq IS NOT NULL"
+    )
+
+
 PG_MIGRATIONS: list[Migration] = [
     pg001_initial,
     pg002_orchestration,
@@ -524,6 +533,7 @@ PG_MIGRATIONS: list[Migration] = [
     pg014_message_parts,
     pg015_handoffs,
     pg016_handoff_ready,
+    pg017_outbox_by_message_seq,
 ]
 
 
