@@ -19,7 +19,7 @@ from backchannel.errors import ConfigError
 from backchannel.model import Address, Outbound, Receipt, Sender
 from backchannel.policy import BOT_TURNS, Policy
 from backchannel.runlog import failure_line, run_reports
-from backchannel.runs import WindowSettings, _BotAnswers, _MessageWindow, _RowWindow
+from backchannel.runs import Run, WindowSettings, _BotAnswers, _MessageWindow, _RowWindow
 from backchannel.store import Inbound, SQLiteStore, Store
 from backchannel.switchboard import Binding, Switchboard
 from backchannel.testing import FakeChannel, RecordingAgent
@@ -203,7 +203,8 @@ agent = "a"
 
 #: our messages: sent, failed, uncertain and pending by a run of the conversation;
 #: "elsewhere" by a run of another conversation (a cross send, an ask's question);
-#: "operator" by no run (an operator's or an MCP client's send); "report" by a reporter run
+#: "operator" by no run (an operator's, an MCP client's, a verbatim report); "report" by
+#: a reporter run
 STEPS = (
     "person",
     "bot",
@@ -220,16 +221,15 @@ STEPS = (
 
 def _model(steps: list[str]) -> int:
     """Answers to bots since a person last wrote, counted forwards: a stretch of our
-    messages right after a bot's message is one answer; failed sends, and what no run of
-    this conversation answering a message sent, are no answer; a notice that names no
-    one is skipped."""
+    messages right after a bot's message is one answer; failed sends, and what a run of
+    another conversation sent, are no answer; a notice that names no one is skipped."""
     answers, last = 0, None
     for step in steps:
         if step == "person":
             answers, last = 0, "person"
         elif step == "bot":
             last = "bot"
-        elif step in ("sent", "uncertain", "pending"):
+        elif step in ("sent", "uncertain", "pending", "operator", "report"):
             if last == "bot":
                 answers += 1
             last = "ours"
@@ -284,9 +284,9 @@ def test_the_count_of_answers_to_bots_follows_its_definition(steps: list[str]) -
                 rows = await store.window_rows(conversation_id, 100, 10_000)
                 messages = await store.window(conversation_id, 100)
                 expected = _model(steps)
-                by_runs = await store.run_answers(conversation_id, 0, 10_000)
+                for_others = await store.sent_for_others(conversation_id, 0, 10_000)
                 for window in (_RowWindow(list(rows)), _MessageWindow(messages)):
-                    tally = _BotAnswers(100, by_runs)
+                    tally = _BotAnswers(100, for_others)
                     window.tally(tally)
                     assert tally.answers == expected
             finally:
@@ -365,31 +365,91 @@ async def test_an_asks_question_is_no_answer_to_the_bot_before_it(store: SQLiteS
     await board.stop()
 
 
-async def _run_answers_are_this_conversations_runs(store: Store) -> None:
+async def _what_spoke_for_others(store: Store) -> None:
+    """A run of another conversation's send, and an ask's question whoever asked."""
     conversation_id = await _stored(
-        store, ["bot", "sent", "elsewhere", "operator", "report", "failed", "bot", "pending"]
+        store, ["bot", "sent", "elsewhere", "operator", "report", "elsewhere", "pending"]
     )
-    answers = await store.run_answers(conversation_id, 0, 100)
+    conversation = await store.conversation(conversation_id)
+    question = await store.record_outbound(
+        conversation_id, Outbound(conversation.address, "an mcp question"), ME
+    )
+    await store.record_ask(
+        origin_conversation_id=0,
+        origin_seq=None,
+        peer_conversation_id=conversation_id,
+        question="an mcp question",
+        deadline=4e9,
+        message_seq=question.message_seq,
+        outbox_id=question.id,
+    )
+    others = await store.sent_for_others(conversation_id, 0, 100)
     window = await store.window(conversation_id, 20)
-    assert sorted(m.text for m in window if m.seq in answers) == [
-        "ours 1",
+    assert sorted(m.text for m in window if m.seq in others) == [
+        "an mcp question",
+        "ours 2",
         "ours 5",
-        "ours 7",
     ]
-    assert await store.run_answers(conversation_id, 2, 6) == {
+    assert await store.sent_for_others(conversation_id, 3, 6) == {
         m.seq for m in window if m.text == "ours 5"
     }
 
 
-async def test_run_answers_on_sqlite(store: SQLiteStore) -> None:
-    await _run_answers_are_this_conversations_runs(store)
+async def test_what_spoke_for_others_on_sqlite(store: SQLiteStore) -> None:
+    await _what_spoke_for_others(store)
 
 
-async def test_run_answers_on_postgresql(postgres_url: str) -> None:
+async def test_what_spoke_for_others_on_postgresql(postgres_url: str) -> None:
     from backchannel.store.postgres import PostgresStore
 
     store = PostgresStore(postgres_url)
     try:
-        await _run_answers_are_this_conversations_runs(store)
+        await _what_spoke_for_others(store)
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("report", ["run", "verbatim"])
+async def test_a_bot_answered_by_asking_another_agent_stops_too(
+    store: SQLiteStore, report: str
+) -> None:
+    """A bot's message makes the agent ask a peer agent, and the peer's answer is reported
+    to the bot's conversation (by a reporter run, or posted as is): the report is the
+    agent answering the bot there, and the bot answering reports would loop for ever."""
+    from backchannel.asks import AskCoordinator, AskSettings
+    from backchannel.asks.asking import ask_peer
+
+    settings = AskSettings(report=report)
+    boards: list[Switchboard] = []
+
+    async def ask(run: Run) -> None:
+        if run.trigger is not None and run.trigger.text.startswith("bot"):
+            await ask_peer(
+                boards[0],
+                settings,
+                origin=run.conversation,
+                origin_seq=run.trigger.seq,
+                account="fake",
+                peer="peer",
+                session="s1",
+                question=f"what about {run.trigger.text}?",
+                run_id=run.session.run_id,
+            )
+
+    agent = RecordingAgent(lambda run: "reported" if run.trigger is None else None, action=ask)
+    board, channel = await _board(
+        store, Binding(agent, respond="always", bot_turns=2), agent_peers=True
+    )
+    boards.append(board)
+    AskCoordinator(board, settings).attach()
+    await store.ensure_conversation(Address("fake", "peer", "s1"), kind="thread")
+    for n in range(6):
+        await _says(board, channel, f"bot {n}", bot=True)
+        raw = channel.platform.make_message(
+            f"answer {n}", chat="peer", thread="s1", sender="peer", is_bot=True
+        )
+        assert (await board.ingest("fake", raw)).status == "stored"
+        await board.wait_idle()
+    assert len(channel.platform.texts("g1")) == 2  # two answers reported, then stopped
+    assert board.counters["bot_turns_spent"] == 4
+    await board.stop()

@@ -330,12 +330,12 @@ class RunBuilder:
     async def _answers_to_bots(
         self, conversation_id: int, window: _Window, upto: int, limit: int
     ) -> int:
-        """How many times a run here answered a bot since a person last wrote, counted up
-        to `limit`: through the window, then, if it reached back to neither, through up
-        to BOT_SCAN older messages (a window holds few long messages)."""
+        """How many times we answered a bot here since a person last wrote, counted up to
+        `limit`: through the window, then, if it reached back to neither, through up to
+        BOT_SCAN older messages (a window holds few long messages)."""
         tally = _BotAnswers(limit)
         first = window.first_seq()
-        tally.by_runs = await self.store.run_answers(conversation_id, first - 1, upto)
+        tally.for_others = await self.store.sent_for_others(conversation_id, first - 1, upto)
         window.tally(tally)
         scanned = 0
         while not tally.done and tally.oldest > 1 and scanned < BOT_SCAN:
@@ -343,7 +343,7 @@ class RunBuilder:
             if not older:
                 break
             scanned += len(older)
-            tally.by_runs |= await self.store.run_answers(
+            tally.for_others |= await self.store.sent_for_others(
                 conversation_id, older[0].seq - 1, tally.oldest - 1
             )
             _MessageWindow(older).tally(tally)
@@ -604,21 +604,21 @@ BOT_SCAN = 1_000
 
 
 class _BotAnswers:
-    """The times a run here answered a bot since a person last wrote, fed newest first.
+    """The times we answered a bot since a person last wrote, fed newest message first.
 
     Each stretch of our messages right after a bot's message is one answer. Ours count
-    when they may have arrived and a run of this conversation answering a message wrote
-    them (`by_runs`, seqs: Store.run_answers): not an operator's send, an MCP client's,
-    nor what a run of another conversation put here (an ask's question, a cross send).
-    A notice that names no one (Sender.unknown) is neither a bot nor a person. Done at
+    when they may have arrived and did not speak for another conversation
+    (`for_others`, seqs: Store.sent_for_others: an ask's question, a cross send); a
+    report of an ask's answer counts (a bot answering reports would loop as well). A
+    notice that names no one (Sender.unknown) is neither a bot nor a person. Done at
     `limit` answers, or at a person's message.
     """
 
-    __slots__ = ("_ours", "answers", "by_runs", "done", "limit", "oldest")
+    __slots__ = ("_ours", "answers", "done", "for_others", "limit", "oldest")
 
-    def __init__(self, limit: int, by_runs: set[int] | None = None):
+    def __init__(self, limit: int, for_others: set[int] | None = None):
         self.limit = limit
-        self.by_runs: set[int] = by_runs if by_runs is not None else set()
+        self.for_others: set[int] = for_others if for_others is not None else set()
         self.answers = 0
         self.done = False
         #: the seq of the oldest message fed so far (where a further read goes on from)
@@ -627,7 +627,7 @@ class _BotAnswers:
 
     def ours(self, seq: int, status: str) -> None:
         self.oldest = seq
-        if status in _MAY_HAVE_ARRIVED and seq in self.by_runs:
+        if status in _MAY_HAVE_ARRIVED and seq not in self.for_others:
             self._ours = True
 
     def theirs(self, seq: int, sender_id: str, is_bot: bool) -> None:

@@ -393,11 +393,14 @@ class Store(ABC):
         """
 
     @abstractmethod
-    async def run_answers(self, conversation_id: int, after_seq: int, upto_seq: int) -> set[int]:
-        """Return the seqs in (`after_seq`, `upto_seq`] of our messages that a run of this
-        conversation answering a message (trigger > 0) sent: not an operator's send, an
-        MCP client's, a reporter run's, nor what a run of another conversation put here
-        (a cross send, an ask's question). What bot_turns counts as answers."""
+    async def sent_for_others(
+        self, conversation_id: int, after_seq: int, upto_seq: int
+    ) -> set[int]:
+        """Return the seqs in (`after_seq`, `upto_seq`] of our messages here that spoke for
+        another conversation: sent by a run of another conversation (a cross send, an
+        ask's question) or an ask's question whoever asked (an MCP client). bot_turns
+        counts every other message of ours as the agent answering here (a report of an
+        answer, an operator's send included)."""
 
     @abstractmethod
     async def sent_elsewhere_after(

@@ -387,10 +387,10 @@ def m012_held_rename_not_searchable(db: apsw.Connection) -> None:
 def m014_outbox_by_message_seq(db: apsw.Connection) -> None:
     """Index a conversation's message sends by their transcript seq.
 
-    A run owed to a bot's message asks which of the last messages its conversation's
-    runs sent (Store.run_answers, for bot_turns): by the conversation alone, that read
-    every outbox row the conversation ever had. The index by conversation stays: its
-    rows in id order serve the outbox listings.
+    A run owed to a bot's message asks which of the last messages of ours spoke for
+    another conversation (Store.sent_for_others, for bot_turns): by the conversation
+    alone, that read every outbox row the conversation ever had. The index by
+    conversation stays: its rows in id order serve the outbox listings.
     """
     db.execute(
         "CREATE INDEX outbox_message_seq ON outbox (conversation_id, message_seq)"

@@ -847,12 +847,15 @@ class PostgresStore(PostgresAsks, Store):
         )
         return {int(seq) for (seq,) in rows}
 
-    async def run_answers(self, conversation_id: int, after_seq: int, upto_seq: int) -> set[int]:
+    async def sent_for_others(
+        self, conversation_id: int, after_seq: int, upto_seq: int
+    ) -> set[int]:
         rows = await self._fetchall(
-            "SELECT o.message_seq FROM outbox o JOIN runs r ON r.id = o.run_id"
+            "SELECT o.message_seq FROM outbox o LEFT JOIN runs r ON r.id = o.run_id"
             " WHERE o.conversation_id = %s AND o.message_seq > %s AND o.message_seq <= %s"
-            " AND r.conversation_id = %s AND r.trigger_seq > 0",
-            (conversation_id, after_seq, upto_seq, conversation_id),
+            " AND (r.conversation_id <> %s OR o.id IN"
+            " (SELECT a.outbox_id FROM asks a WHERE a.peer_conversation_id = %s))",
+            (conversation_id, after_seq, upto_seq, conversation_id, conversation_id),
         )
         return {int(seq) for (seq,) in rows}
 

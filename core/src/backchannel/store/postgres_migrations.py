@@ -511,7 +511,7 @@ async def pg016_handoff_ready(connection: Any) -> None:
 
 async def pg017_outbox_by_message_seq(connection: Any) -> None:
     """A conversation's message sends by their transcript seq (see the SQLite store's
-    m014: Store.run_answers, for bot_turns)."""
+    m014: Store.sent_for_others, for bot_turns)."""
     await connection.execute(
         "CREATE INDEX outbox_message_seq ON outbox (conversation_id, message_seq)"
         " WHERE message_seq IS NOT NULL"

@@ -1181,12 +1181,21 @@ class SQLiteStore(SQLiteAsks, Store):
         )
         return {seq for (seq,) in rows}
 
-    async def run_answers(self, conversation_id: int, after_seq: int, upto_seq: int) -> set[int]:
+    async def sent_for_others(
+        self, conversation_id: int, after_seq: int, upto_seq: int
+    ) -> set[int]:
         rows = self.db.execute(
-            "SELECT o.message_seq FROM outbox o JOIN runs r ON r.id = o.run_id"
+            "SELECT o.message_seq FROM outbox o LEFT JOIN runs r ON r.id = o.run_id"
             " WHERE o.conversation_id = ? AND o.message_seq > ? AND o.message_seq <= ?"
-            " AND r.conversation_id = ? AND r.trigger_seq > 0",
-            (conversation_id, clamp_seq(after_seq), clamp_seq(upto_seq), conversation_id),
+            " AND (r.conversation_id != ? OR o.id IN"
+            " (SELECT a.outbox_id FROM asks a WHERE a.peer_conversation_id = ?))",
+            (
+                conversation_id,
+                clamp_seq(after_seq),
+                clamp_seq(upto_seq),
+                conversation_id,
+                conversation_id,
+            ),
         )
         return {seq for (seq,) in rows}
 
