@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from attrs import evolve
@@ -411,7 +412,7 @@ async def test_what_spoke_for_others_on_postgresql(postgres_url: str) -> None:
 
 @pytest.mark.parametrize("report", ["run", "verbatim"])
 async def test_a_bot_answered_by_asking_another_agent_stops_too(
-    store: SQLiteStore, report: str
+    store: SQLiteStore, report: Literal["run", "verbatim"]
 ) -> None:
     """A bot's message makes the agent ask a peer agent, and the peer's answer is reported
     to the bot's conversation (by a reporter run, or posted as is): the report is the
