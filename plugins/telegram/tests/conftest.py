@@ -42,10 +42,15 @@ async def board_for(store: SQLiteStore) -> AsyncIterator[Any]:
     boards: list[Switchboard] = []
 
     async def make(
-        fake: FakeTelegram, agent: Any, mode: str = "polling", **settings: Any
+        fake: FakeTelegram,
+        agent: Any,
+        mode: str = "polling",
+        reopened: SQLiteStore | None = None,
+        **settings: Any,
     ) -> Switchboard:
+        """A started board on `store` (or `reopened`, the same file after a restart)."""
         adapter = TelegramAdapter("tg", fake.settings(mode=mode, **settings))
-        board = Switchboard(store, port=0 if mode == "webhook" else None)
+        board = Switchboard(reopened or store, port=0 if mode == "webhook" else None)
         board.add_account(adapter, Binding(agent, respond="mention"), secrets=[fake.token])
         await board.start()
         boards.append(board)

@@ -8,7 +8,6 @@ JsonBusinessMessagesDeleted has no date); ids, names and texts are our own.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from backchannel.errors import NormalizeError, Rejected
 from backchannel.model import Address, Outbound, Sender
 from backchannel.runs import Run
 from backchannel.store import SQLiteStore
-from backchannel.switchboard import Binding, Switchboard
 from backchannel.testing import RecordingAgent
 from backchannel_telegram import TelegramAdapter
 from backchannel_telegram.business import (
@@ -255,29 +253,6 @@ def test_only_the_owners_own_messages_start_no_run() -> None:
 # --- end to end: FakeTelegram <-> adapter <-> switchboard <-> SQLite store ---------------
 
 
-@pytest.fixture
-async def business_board(store: SQLiteStore) -> AsyncIterator[Callable[..., Any]]:
-    boards: list[Switchboard] = []
-
-    async def make(
-        fake: FakeTelegram,
-        agent: Any,
-        mode: str = "polling",
-        reopened: SQLiteStore | None = None,
-        **settings: Any,
-    ) -> Switchboard:
-        adapter = TelegramAdapter("tg", fake.settings(mode=mode, **settings))
-        board = Switchboard(reopened or store, port=0 if mode == "webhook" else None)
-        board.add_account(adapter, Binding(agent, respond="mention"), secrets=[fake.token])
-        await board.start()
-        boards.append(board)
-        return board
-
-    yield make
-    for board in boards:
-        await board.stop()
-
-
 def reply_to_trigger(run: Run) -> str:
     assert run.trigger is not None
     return f"answer to {run.trigger.text}"
@@ -285,13 +260,13 @@ def reply_to_trigger(run: Run) -> str:
 
 @pytest.mark.parametrize("mode", ["polling", "webhook"])
 async def test_a_customer_is_answered_in_the_business_chat_and_the_owner_is_not(
-    fake: FakeTelegram, store: SQLiteStore, business_board: Any, mode: str
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any, mode: str
 ) -> None:
     owner = fake.user("Marta", "Shop", username="marta_shop")
     customer = fake.user("Ana", username="ana_l")
     connection = fake.business_connection(owner)
     agent = RecordingAgent(reply_to_trigger)
-    board = await business_board(fake, agent, mode)
+    board = await board_for(fake, agent, mode)
 
     asked = fake.inject_business_message(connection, customer, "do you ship to Porto?")
     await agent.wait_runs(1)
@@ -348,13 +323,13 @@ async def test_a_customer_is_answered_in_the_business_chat_and_the_owner_is_not(
 
 
 async def test_the_customer_writing_to_the_bot_directly_is_another_conversation(
-    fake: FakeTelegram, store: SQLiteStore, business_board: Any
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any
 ) -> None:
     owner = fake.user("Marta", "Shop")
     customer = fake.user("Ana", username="ana_l")
     connection = fake.business_connection(owner)
     agent = RecordingAgent(reply_to_trigger)
-    board = await business_board(fake, agent)
+    board = await board_for(fake, agent)
     fake.inject_business_message(connection, customer, "to the shop")
     await agent.wait_runs(1)
     fake.inject_message(fake.private_chat(customer), customer, "to the bot")
@@ -377,13 +352,13 @@ async def test_the_customer_writing_to_the_bot_directly_is_another_conversation(
 
 
 async def test_a_disabled_connection_refuses_sends_in_one_line_even_after_a_restart(
-    fake: FakeTelegram, store: SQLiteStore, business_board: Any, tmp_path: Path
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any, tmp_path: Path
 ) -> None:
     owner = fake.user("Marta", "Shop")
     customer = fake.user("Ana")
     connection = fake.business_connection(owner)
     agent = RecordingAgent(reply_to_trigger)
-    board = await business_board(fake, agent)
+    board = await board_for(fake, agent)
     fake.inject_business_message(connection, customer, "hello?")
     await agent.wait_runs(1)
     await board.wait_idle()
@@ -400,7 +375,7 @@ async def test_a_disabled_connection_refuses_sends_in_one_line_even_after_a_rest
     # a new process knows it from the store, before any update says so again
     agent2 = RecordingAgent(reply_to_trigger)
     reopened = SQLiteStore(tmp_path / "state" / "backchannel.db")
-    board2 = await business_board(fake, agent2, reopened=reopened)
+    board2 = await board_for(fake, agent2, reopened=reopened)
     outcome = await board2.send(address, "still there?")
     assert "disabled" in outcome
     assert len(fake.calls_to("sendMessage")) == 1
@@ -413,12 +388,12 @@ async def test_a_disabled_connection_refuses_sends_in_one_line_even_after_a_rest
     assert fake.business_sent_texts(connection, customer)[-1] == "back now"
 
 
-async def test_the_owner_may_be_set_to_start_runs(fake: FakeTelegram, business_board: Any) -> None:
+async def test_the_owner_may_be_set_to_start_runs(fake: FakeTelegram, board_for: Any) -> None:
     owner = fake.user("Marta", "Shop")
     customer = fake.user("Ana")
     connection = fake.business_connection(owner)
     agent = RecordingAgent()
-    board = await business_board(fake, agent, business_owner_triggers=True)
+    board = await board_for(fake, agent, business_owner_triggers=True)
     fake.inject_business_message(connection, customer, "hi")
     await agent.wait_runs(1)
     fake.inject_business_message(connection, customer, "I'll take it from here", from_owner=True)
