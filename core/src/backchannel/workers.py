@@ -145,8 +145,9 @@ async def send_elsewhere(
                 return DeliveryResult(entry)
             waited = time.monotonic() - started
             if taken_by is None and waited > take_within:
-                # past its deadline: no live holder kept it waiting (one that is busy with a
-                # send of this conversation, or with all its places, moves the deadline)
+                # withdrawn once past its deadline, which a live holder busy with a send of
+                # this conversation (or with all its places) keeps moving, or, whatever the
+                # deadline, after OUTCOME_WITHIN; None: taken just now, or kept waiting
                 withdrawn = await store.withdraw_handoff(
                     entry.id,
                     f"not sent: no worker holding account {account!r} took the send within"
@@ -155,11 +156,7 @@ async def send_elsewhere(
                 )
                 if withdrawn is not None:
                     return DeliveryResult(withdrawn)
-                if waited <= OUTCOME_WITHIN:
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 1.5, 0.5)
-                continue  # taken just now, or kept waiting: its outcome is still to come
-            if waited > OUTCOME_WITHIN:
+            elif waited > OUTCOME_WITHIN:
                 reason = f"worker {taken_by} took it and has not said how it went"
                 return DeliveryResult(attrs.evolve(entry, status="uncertain", reason=reason))
             await asyncio.sleep(delay)
