@@ -577,9 +577,7 @@ def _reply_context(referenced: _Reader, context: Mapping[str, Any], meta: dict[s
     data = referenced.data
     author = data.get("author")
     author = author if isinstance(author, Mapping) else {}
-    member = data.get("member")
-    nick = member.get("nick") if isinstance(member, Mapping) else None
-    name = _str(nick) or _str(author.get("global_name")) or _str(author.get("username"))
+    name = _shown_name(author, data.get("member"))
     if name and name.strip():
         meta["reply_from"] = name
     content = _str(data.get("content"))
@@ -792,9 +790,7 @@ def _named(
     users: dict[str, str] = {}
     for user in _list(reader.data.get("mentions")):
         if isinstance(user, Mapping) and (user_id := as_snowflake(user.get("id"))) is not None:
-            member = user.get("member")
-            nick = member.get("nick") if isinstance(member, Mapping) else None
-            name = _str(nick) or _str(user.get("global_name")) or _str(user.get("username"))
+            name = _shown_name(user, user.get("member"))
             if name:
                 users[user_id] = name
     roles = _names(context.get("role_names"))
@@ -938,6 +934,13 @@ def _shown_json(value: Mapping[str, Any] | list[Any]) -> str | None:
 
 def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _shown_name(user: Mapping[str, Any], member: object) -> str | None:
+    """The name Discord shows for `user` (a payload's user object, read leniently): the
+    server nickname of `member`, else the display name, else the username."""
+    nick = member.get("nick") if isinstance(member, Mapping) else None
+    return _str(nick) or _str(user.get("global_name")) or _str(user.get("username"))
 
 
 def _timestamp(value: str | None) -> float | None:
