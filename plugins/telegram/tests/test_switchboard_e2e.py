@@ -161,6 +161,37 @@ async def test_webhook_request_with_a_wrong_secret_is_refused_and_stores_nothing
     assert [m.text for m in await store.window(conversation.id, 10)] == ["real", "hi"]
 
 
+async def test_a_message_whose_edit_is_delivered_first_is_still_answered_once(
+    fake: FakeTelegram, store: SQLiteStore, board_for: Any
+) -> None:
+    # Telegram delivers to a webhook over up to 40 connections at once: a message edited
+    # right away can have its edit stored first, and an edit starts no run of its own
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    agent = RecordingAgent(answer_trigger)
+    board = await board_for(fake, agent, mode="webhook")
+    assert fake.webhook is not None
+    original = fake.inject_message(chat, alice, "do you ship to Porto?", deliver=False)
+    sent = original["message"]
+    edit = {
+        "update_id": original["update_id"] + 1,
+        "edited_message": {**sent, "text": "do you ship to Lisbon?", "edit_date": sent["date"] + 5},
+    }
+    headers = {SECRET_HEADER: fake.webhook["secret_token"]}
+    async with aiohttp.ClientSession() as session:
+        for update in (edit, original, original):  # the last: Telegram's retry of it
+            async with session.post(fake.webhook["url"], json=update, headers=headers) as answer:
+                assert answer.status == 200
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert [m.text for m in fake.sent] == ["answer to do you ship to Lisbon?"]
+    (conversation,) = await store.conversations("tg")
+    assert [m.text for m in await store.window(conversation.id, 10)] == [
+        "do you ship to Lisbon?",
+        "answer to do you ship to Lisbon?",
+    ]
+
+
 async def test_the_docs_example_works(store: SQLiteStore) -> None:
     """The example in docs/channels/telegram.md, verbatim."""
     async with FakeTelegram() as fake:

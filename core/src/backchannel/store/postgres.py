@@ -1602,11 +1602,15 @@ class _Append:
             return AppendResult("duplicate", known_at[0], known_at[1])
         if event.kind == "message":
             conversation_id = self._conversation_id(item)
-            orphan = await self._orphan_edit_row(conversation_id, event.platform_message_id)
+            triggers = item.triggers and not item.held
+            orphan = await self._orphan_edit_row(
+                conversation_id, event.platform_message_id, triggers
+            )
             if orphan is not None:
+                # its edit came first and made the row; the message triggers as it would have
                 batch.event_rows.append((*key, conversation_id, orphan, "message"))
                 batch.claimed[key] = (conversation_id, orphan)
-                return AppendResult("applied", conversation_id, orphan)
+                return AppendResult("applied", conversation_id, orphan, triggers)
             result = await self._append_message(conversation_id, item)
             batch.event_rows.append((*key, conversation_id, result.seq, "message"))
             batch.claimed[key] = (conversation_id, result.seq or 0)
@@ -1620,8 +1624,10 @@ class _Append:
         return result
 
     async def _orphan_edit_row(
-        self, conversation_id: int, platform_message_id: str | None
+        self, conversation_id: int, platform_message_id: str | None, triggers: bool
     ) -> int | None:
+        """Return the seq of a row an early edit made for this message, if there is one; the
+        row now triggers a run when the message does (``trigger_seq`` moves up to it)."""
         counters = self.batch.conversations[conversation_id]
         if not counters.orphan_edits or platform_message_id is None:
             return None
@@ -1634,13 +1640,16 @@ class _Append:
         row = await cursor.fetchone()
         if row is None:
             return None
+        seq = int(row[0])
         counters.orphan_edits -= 1
+        if triggers and seq > counters.trigger_seq:
+            counters.trigger_seq = seq
         await self.connection.execute(
-            "UPDATE messages SET meta = (meta::jsonb - 'orphan_edit')::text"
-            " WHERE conversation_id = %s AND seq = %s",
-            (conversation_id, row[0]),
+            "UPDATE messages SET meta = (meta::jsonb - 'orphan_edit')::text,"
+            " triggers = GREATEST(triggers, %s) WHERE conversation_id = %s AND seq = %s",
+            (1 if triggers else 0, conversation_id, seq),
         )
-        return int(row[0])
+        return seq
 
     async def _append_message(self, conversation_id: int, item: Inbound) -> AppendResult:
         event = item.event

@@ -398,14 +398,18 @@ class SQLiteStore(SQLiteAsks, Store):
                 event.address, event.conversation_kind, event.conversation_title, event.sent_at
             )
             counters = self._counters(conversation_id)
-            orphan = self._orphan_edit_row(conversation_id, counters, event.platform_message_id)
+            triggers = item.triggers and not item.held
+            orphan = self._orphan_edit_row(
+                conversation_id, counters, event.platform_message_id, triggers
+            )
             if orphan is not None:
-                # its edit came first and already made the row (with the newer text)
+                # its edit came first and already made the row (with the newer text); the
+                # edit started no run, the message does: unless a run already read that row
                 batch.event_rows.append(
                     (event.account, event.event_id, conversation_id, orphan, "message")
                 )
                 batch.claimed[key] = (conversation_id, orphan)
-                return AppendResult("applied", conversation_id, orphan)
+                return AppendResult("applied", conversation_id, orphan, triggers)
             result = self._append_message(conversation_id, item, counters)
             batch.event_rows.append(
                 (event.account, event.event_id, conversation_id, result.seq, "message")
@@ -448,8 +452,10 @@ class SQLiteStore(SQLiteAsks, Store):
         conversation_id: int,
         counters: ConversationCounters,
         platform_message_id: str | None,
+        triggers: bool,
     ) -> int | None:
-        """Return the seq of a row an early edit made for this message, if there is one."""
+        """Return the seq of a row an early edit made for this message, if there is one; the
+        row now triggers a run when the message does (``trigger_seq`` moves up to it)."""
         if not counters.orphan_edits or platform_message_id is None:
             return None
         batch = self._batch
@@ -462,13 +468,16 @@ class SQLiteStore(SQLiteAsks, Store):
         ).fetchone()
         if row is None:
             return None
+        seq = int(row[0])
         counters.orphan_edits -= 1
+        if triggers and seq > counters.trigger_seq:
+            counters.trigger_seq = seq
         self.db.execute(
-            "UPDATE messages SET meta = json_remove(meta, '$.orphan_edit')"
-            " WHERE conversation_id = ? AND seq = ?",
-            (conversation_id, row[0]),
+            "UPDATE messages SET meta = json_remove(meta, '$.orphan_edit'),"
+            " triggers = MAX(triggers, ?) WHERE conversation_id = ? AND seq = ?",
+            (1 if triggers else 0, conversation_id, seq),
         )
-        return int(row[0])
+        return seq
 
     def _append_message(
         self,

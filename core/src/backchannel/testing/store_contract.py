@@ -686,6 +686,48 @@ class StoreContract(AskStoreContract):
         (next_one,) = await store.append_inbound([Inbound(make_event("e2", "next"))])
         assert next_one.seq == 2
 
+    async def test_an_original_arriving_after_its_edit_still_triggers_its_run(
+        self, store: Store
+    ) -> None:
+        # webhooks deliver concurrently: the edit can land first, and an edit never triggers
+        (early,) = await store.append_inbound(
+            [Inbound(make_event("e1-edit", "fixed", kind="edit", message_id="m1"))]
+        )
+        conversation = await store.conversation(early.conversation_id)
+        assert (early.triggers, conversation.trigger_seq) == (False, 0)
+        (late,) = await store.append_inbound(
+            [Inbound(make_event("e1", "fixd", message_id="m1"), triggers=True)]
+        )
+        assert (late.status, late.seq, late.triggers) == ("applied", 1, True)
+        conversation = await store.conversation(early.conversation_id)
+        assert conversation.trigger_seq == 1 > conversation.handled_seq
+        (message,) = await store.window(early.conversation_id, 10)
+        assert message.text == "fixed"
+        # a message that would not have triggered (not for the agent) still does not
+        await store.append_inbound(
+            [Inbound(make_event("e3-edit", "x", kind="edit", message_id="m3"))]
+        )
+        (quiet,) = await store.append_inbound(
+            [Inbound(make_event("e3", "x", message_id="m3"), triggers=False)]
+        )
+        assert (quiet.status, quiet.seq, quiet.triggers) == ("applied", 2, False)
+        assert (await store.conversation(early.conversation_id)).trigger_seq == 1
+
+    async def test_an_original_after_its_edit_does_not_trigger_what_a_run_already_read(
+        self, store: Store
+    ) -> None:
+        (early,) = await store.append_inbound(
+            [Inbound(make_event("e1-edit", "fixed", kind="edit", message_id="m1"))]
+        )
+        (later,) = await store.append_inbound([Inbound(make_event("e2", "next"), triggers=True)])
+        await store.mark_handled(early.conversation_id, later.seq or 0)  # a run read both
+        (late,) = await store.append_inbound(
+            [Inbound(make_event("e1", "fixd", message_id="m1"), triggers=True)]
+        )
+        assert late.status == "applied"
+        conversation = await store.conversation(early.conversation_id)
+        assert conversation.trigger_seq == 2 == conversation.handled_seq
+
     async def test_inbound_outbound_inbound_numbers_one_two_three(self, store: Store) -> None:
         (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
         conversation = await store.conversation(first.conversation_id)
