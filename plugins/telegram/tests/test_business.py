@@ -93,8 +93,12 @@ def test_what_this_bot_sent_for_the_business_is_its_own_echo() -> None:
     bot_user = {"id": 7000000001, "is_bot": True, "first_name": "Helper", "username": "helper_bot"}
     echo = business_message(**{"from": dict(OWNER), "sender_business_bot": bot_user})
     assert normalize_update(echo, ACCOUNT, BOT) is None
+    # its edit is kept: the owner correcting the bot's words in their app (the echo of the
+    # bot's own edit lands on the row with the words it already has)
     edited = {"update_id": 800000103, "edited_business_message": echo["business_message"]}
-    assert normalize_update(edited, ACCOUNT, BOT) is None
+    correction = normalize_update(edited, ACCOUNT, BOT)
+    assert correction is not None and correction.kind == "edit"
+    assert correction.platform_message_id == "41" and correction.meta["business_owner"] is True
     # another bot answering for the business (an earlier connection) is the business side
     other = {**bot_user, "id": 7000000009, "first_name": "Other"}
     got = normalize_update(
@@ -173,6 +177,23 @@ def test_a_business_connection_update_is_no_event_and_says_what_the_bot_may_do()
     off = BusinessConnection.from_update({**old, "is_enabled": False})
     assert off is not None and "is disabled" in (off.refusal() or "")
     assert BusinessConnection.from_state(CONNECTION, off.to_state()) == off
+    # a Boolean on the wire: anything else there does not say the connection is on
+    unclear: Any
+    for unclear in ("false", "true", 0, 1, None, []):
+        seen = BusinessConnection.from_update({**old, "is_enabled": unclear})
+        assert seen is not None and seen.enabled is False, unclear
+    unsaid = {k: v for k, v in old.items() if k != "is_enabled"}
+    assert BusinessConnection.from_update(unsaid).enabled is True  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("connection", [{"id": "bad id", "is_enabled": False}, {"id": 5}, {}, "x"])
+def test_a_business_connection_the_bot_cannot_read_is_dead_lettered_not_dropped(
+    connection: Any,
+) -> None:
+    # the owner connected, or cut off, the bot: dropping that in silence hides why sends fail
+    with pytest.raises(NormalizeError) as caught:
+        normalize_update({"update_id": 7, "business_connection": connection}, ACCOUNT, BOT)
+    assert caught.value.where == "business_connection.id"
 
 
 @pytest.mark.parametrize("connection_id", [CONNECTION, "a:b", "x/y", "100%", "ünï"])
@@ -209,6 +230,20 @@ def test_a_malformed_business_address_is_refused(chat: str) -> None:
         (business_message(business_connection_id=""), "business_message.business_connection_id"),
         (business_message(business_connection_id=7), "business_message.business_connection_id"),
         (business_message(chat={"type": "private"}), "business_message.chat.id"),
+        # a business chat is a private chat: its id is the customer's, a positive number
+        (business_message(chat={**CHAT, "id": -100000002}), "business_message.chat.id"),
+        (business_message(chat={**CHAT, "id": 0}), "business_message.chat.id"),
+        (
+            {
+                "update_id": 1,
+                "deleted_business_messages": {
+                    "business_connection_id": CONNECTION,
+                    "chat": {**CHAT, "id": -5},
+                    "message_ids": [41],
+                },
+            },
+            "deleted_business_messages.chat.id",
+        ),
         (
             {
                 "update_id": 1,
@@ -233,6 +268,29 @@ def test_malformed_business_updates_name_their_field(update: dict[str, Any], whe
     with pytest.raises(NormalizeError) as caught:
         normalize_update(update, ACCOUNT, BOT)
     assert caught.value.where == where
+
+
+@pytest.mark.parametrize("agent", [False, "x", 7, [], {}, {"id": None}, {"id": True}])
+def test_a_sender_business_bot_that_names_no_bot_leaves_the_customer_a_customer(
+    agent: Any,
+) -> None:
+    got = normalize_update(business_message(sender_business_bot=agent), ACCOUNT, BOT)
+    assert got is not None
+    assert "business_owner" not in got.meta and "sender_business_bot" not in got.meta
+    assert got.sender == Sender("5550000002", "Ana", "ana_l", False)
+
+
+def test_an_edit_date_no_clock_reads_keeps_the_messages_date() -> None:
+    for edit_date in (2**62, 10**11, 0, -5):
+        update = {
+            "update_id": 800000110,
+            "edited_business_message": {
+                **business_message(text="to Lisbon?")["business_message"],
+                "edit_date": edit_date,
+            },
+        }
+        got = normalize_update(update, ACCOUNT, BOT)
+        assert got is not None and got.sent_at == 1716907000, edit_date
 
 
 def test_only_the_owners_own_messages_start_no_run() -> None:
@@ -320,6 +378,16 @@ async def test_a_customer_is_answered_in_the_business_chat_and_the_owner_is_not(
     assert rows[0].text == "do you ship to Braga?" and rows[0].edited_at is not None
     assert [m.deleted_at is not None for m in rows] == [True, False, False, False, True]
     assert len(agent.runs) == 2
+
+    # the owner corrects the bot's answer in their own app: Telegram sends the edit with the
+    # bot still named as its sender, and the transcript takes the owner's words
+    corrected = fake.inject_business_edit(connection, customer, reply.message_id, "3 days, sorry")
+    assert corrected["edited_business_message"]["sender_business_bot"]["id"] == fake.bot["id"]
+    await fake.wait_for(lambda: fake.is_acked(corrected["update_id"]), what="the edit's ack")
+    await board.wait_idle()
+    rows = await store.transcript(conversation.id, 20)
+    assert (rows[1].direction, rows[1].text) == ("out", "3 days, sorry")
+    assert len(rows) == 5 and len(agent.runs) == 2
 
 
 async def test_the_customer_writing_to_the_bot_directly_is_another_conversation(

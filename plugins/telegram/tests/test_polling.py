@@ -246,6 +246,26 @@ async def test_a_reaction_in_a_forum_topic_lands_on_the_topic_message(
     assert [(m.text, m.reactions) for m in rows] == [("ship it", (("Alice", "👍"),))]
 
 
+async def test_a_reaction_in_a_private_chats_topic_keeps_the_chat_direct(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    # a bot's threaded mode: topics in a private chat; the chat is still one person's, and
+    # its kind decides the run's framing and who may steer the agent
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    adapter = await start_adapter(fake, contract_context)
+    threaded = {"message_thread_id": 9, "is_topic_message": True}
+    update = fake.inject_message(chat, alice, "in a topic", extra=threaded)
+    await contract_context.wait_ingested(event_id_of(update))
+    reaction = fake.inject_reaction(chat, alice, update["message"]["message_id"], ["👍"])
+    await contract_context.wait_ingested(event_id_of(reaction))
+    await adapter.stop()
+    message, reacted = contract_context.events[-2:]
+    assert reacted.kind == "reaction" and reacted.address == message.address
+    assert message.address.thread == "9"
+    assert (message.conversation_kind, reacted.conversation_kind) == ("direct", "direct")
+
+
 async def test_a_getupdates_answer_larger_than_an_inbound_body_is_read_whole(
     fake: FakeTelegram, contract_context: ContractContext
 ) -> None:
@@ -292,3 +312,28 @@ async def test_update_ids_numbered_anew_below_the_offset_are_read_and_confirmed(
     assert len(fake.calls_to("getUpdates")) - polls <= 3  # no hot loop
     await adapter.stop()
     assert [contract_context.calls(event_id_of(u)) for u in (old, *new, later)] == [1] * 5
+
+
+async def test_a_batch_whose_update_ids_cannot_move_the_offset_is_asked_for_with_backoff(
+    fake: FakeTelegram, contract_context: ContractContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    # only a broken relay sends it: an update whose id is no 64-bit number is dead-lettered,
+    # but nothing confirms it, so the same batch comes back; asking at once would spin
+    caplog.set_level(logging.WARNING)
+    alice = fake.user("Alice")
+    chat = fake.private_chat(alice)
+    fake.inject({"update_id": 2**63, "message": {"message_id": 1, "chat": chat}})
+    adapter = await start_adapter(fake, contract_context, retry_initial=0.05, retry_max=0.4)
+    await fake.wait_for(lambda: len(fake.calls_to("getUpdates")) >= 6, what="six polls")
+    times = [
+        t for (name, _), t in zip(fake.calls, fake.call_times, strict=True) if name == "getUpdates"
+    ][:6]
+    # 0.05 + 0.1 + 0.2 + 0.4 + 0.4 s of backoff, where there were thousands of polls a second
+    assert times[-1] - times[0] >= 1.15 * 0.95
+    stuck = [r for r in caplog.records if "does not move the offset" in r.getMessage()]
+    assert len(stuck) == 1
+    # what comes after it is still read, once the relay sends it
+    later = fake.inject_message(chat, alice, "after the broken update")
+    await contract_context.wait_ingested(event_id_of(later))
+    await adapter.stop()
+    assert contract_context.calls(event_id_of(later)) == 1

@@ -258,9 +258,11 @@ class TelegramAdapter:
             thread = self._topics.get((chat, message_id))
             if thread is not None:
                 address = Address(self.account, chat, thread)
-                kind: ConversationKind = (
-                    "direct" if thread.startswith(DIRECT_MESSAGES_THREAD) else "thread"
+                # a topic of a private chat (a bot's threaded mode) is still a direct chat
+                direct = event.conversation_kind == "direct" or thread.startswith(
+                    DIRECT_MESSAGES_THREAD
                 )
+                kind: ConversationKind = "direct" if direct else "thread"
                 return evolve(event, address=address, conversation_kind=kind)
         elif thread is not None:
             self._topics.remember((chat, message_id), thread)

@@ -120,10 +120,12 @@ class BusinessConnection:
         else:
             # before 9.0 (and still sent beside `rights`): the bare flag
             can_reply = connection.get("can_reply") is True
+        # a Boolean on the wire; anything else there does not say it is on (absent: it is)
+        enabled = connection.get("is_enabled", True)
         return cls(
             connection_id,
             None if user_id is None else str(user_id),
-            enabled=connection.get("is_enabled") is not False,
+            enabled=enabled is True,
             can_reply=can_reply,
         )
 

@@ -88,8 +88,9 @@ from backchannel.model import (
     Sender,
     evolve,
 )
+from backchannel.storable import LATEST_SENT_AT
 
-from .business import BUSINESS_OWNER, business_chat, valid_connection_id
+from .business import BUSINESS_OWNER, BusinessConnection, business_chat, valid_connection_id
 
 __all__ = [
     "DIRECT_MESSAGES_THREAD",
@@ -177,7 +178,12 @@ _BUSINESS_MESSAGE_KINDS: dict[str, EventKind] = {
     "edited_business_message": "edit",
 }
 _BUSINESS_UPDATES = frozenset(
-    {"business_message", "edited_business_message", "deleted_business_messages"}
+    {
+        "business_message",
+        "edited_business_message",
+        "deleted_business_messages",
+        "business_connection",
+    }
 )
 
 
@@ -390,8 +396,8 @@ def _message_event(
     sent_at = float(date)
     if kind == "edit":
         edited_at = _opt_int(get("edit_date"))
-        if edited_at is not None:
-            sent_at = float(edited_at)
+        if edited_at is not None and 0 < edited_at < LATEST_SENT_AT:
+            sent_at = float(edited_at)  # else the message's date: the edit is still news
         # an edited message comes whole: no files in it means none (edited away)
         meta[ATTACHMENTS_COMPLETE] = True
     if author_id is not None and get("sender_chat") is None:
@@ -457,7 +463,32 @@ def _business_event(
     deleted = update.get("deleted_business_messages")
     if deleted is not None:
         return _business_delete(update, update_id, deleted, account)
+    connection = update.get("business_connection")
+    if connection is not None and (
+        not _is_mapping(connection) or BusinessConnection.from_update(connection) is None
+    ):
+        # no Event either way, but one the adapter cannot read is dead-lettered, not lost
+        # in silence: the owner connected, or cut off, a bot that never heard it
+        raise NormalizeError(
+            f"expected a business connection id, got {_show(_get(connection, 'id'))}",
+            where="business_connection.id",
+        )
     return None
+
+
+def _get(value: Any, key: str) -> Any:
+    return value.get(key) if _is_mapping(value) else value
+
+
+def _customer_chat_id(value: Any, where: str) -> int:
+    """A business chat is a private chat with a customer: its id is the customer's user
+    id, a positive number (the adapter refuses to send anywhere else)."""
+    chat_id = _int(value, where)
+    if chat_id <= 0:
+        raise NormalizeError(
+            f"expected a private chat's positive id, got {_show(value)}", where=where
+        )
+    return chat_id
 
 
 def _connection_id(value: Mapping[str, Any], where: str) -> str:
@@ -482,26 +513,31 @@ def _business_message(
     message = _mapping(raw_message, where)
     connection_id = _connection_id(message, where)
     agent = message.get("sender_business_bot")
+    # a User object or nothing: anything else (no object, no id) says no bot sent it
     agent_id = _id_text(agent.get("id")) if _is_mapping(agent) else None
-    if agent_id is not None and bot.id is not None and agent_id == bot.id:
-        return None  # what this bot sent on the business's behalf, echoed back
+    if agent_id is None:
+        agent = None
+    if agent_id is not None and bot.id is not None and agent_id == bot.id and kind == "message":
+        # what this bot sent on the business's behalf, echoed back; an edit of it is kept:
+        # the owner correcting the bot's words (the echo of the bot's own edit changes none)
+        return None
     event = _message_event(update, update_id, message, where, kind, account, bot, None)
     if event is None:
         return None  # a service message
-    chat_id = _int(message["chat"].get("id"), f"{where}.chat.id")
+    chat_id = _customer_chat_id(message["chat"].get("id"), f"{where}.chat.id")
     meta = dict(event.meta)
     meta["business_connection_id"] = connection_id
     meta["chat_id"] = chat_id
     # the chat is the business account's private chat with the customer, whose user id
     # is the chat's: whoever else writes there is the business side
-    owner = agent is not None or event.sender.id != str(chat_id)
+    owner = agent_id is not None or event.sender.id != str(chat_id)
     sender = event.sender
     if owner:
         meta[BUSINESS_OWNER] = True
         # the person is answering the customer: shown to the agent, no run of its own
         # (the adapter's business_owner_triggers takes the mark off)
         meta[NO_RUN] = True
-        if _is_mapping(agent):
+        if agent is not None:
             meta["sender_business_bot"] = _full_name(agent) or agent_id or ""
         # the agent reads both people of the chat: say which one is the business
         sender = evolve(
@@ -526,7 +562,7 @@ def _business_delete(
     deleted = _mapping(raw, where)
     connection_id = _connection_id(deleted, where)
     chat = _mapping(deleted.get("chat"), f"{where}.chat")
-    chat_id = _int(chat.get("id"), f"{where}.chat.id")
+    chat_id = _customer_chat_id(chat.get("id"), f"{where}.chat.id")
     ids = deleted.get("message_ids")
     if not isinstance(ids, list):
         raise NormalizeError(

@@ -99,6 +99,7 @@ class Poller:
         offset = int(saved) if saved else None
         backoff = settings.retry_initial
         failing: str | None = None
+        stuck = False  # the last batch did not move the offset
         while not self._stopping.is_set():
             params: dict[str, Any] = {
                 "timeout": settings.timeout,
@@ -135,9 +136,25 @@ class Poller:
             if failing is not None:
                 self._ctx.log.info("getUpdates works again; polling resumed")
                 failing = None
-            backoff = settings.retry_initial
+            if not stuck:
+                backoff = settings.retry_initial
             try:
-                offset = await self._ingest_batch(updates, offset)
+                asked, offset = offset, await self._ingest_batch(updates, offset)
+                if updates and offset == asked:
+                    # stored (or dead-lettered), yet nothing moves the offset past them (no
+                    # readable update id: only a broken relay sends that): the same batch
+                    # comes back, so ask again after a growing pause, not at once
+                    if not stuck:
+                        self._ctx.log.warning(
+                            "getUpdates answered updates whose update_id does not move the"
+                            " offset past them; asking again with backoff"
+                        )
+                    stuck = True
+                    if await sleep_or_stop(self._stopping, backoff):
+                        return
+                    backoff = min(backoff * 2, settings.retry_max)
+                    continue
+                stuck = False
             except Exception:
                 self._ctx.log.exception("could not store updates; will read them again")
                 if await sleep_or_stop(self._stopping, backoff):
