@@ -425,6 +425,27 @@ def m013_message_parts(db: apsw.Connection) -> None:
     )
 
 
+def m015_early_deletes(db: apsw.Connection) -> None:
+    """Deletes that came before their message, so that the message arrives deleted.
+
+    Deliveries race (a webhook's come over many connections at once): a message
+    deleted at once could have its delete stored first, found nothing, and the
+    message then stayed in the transcript and was answered. A message arriving
+    looks here only while its conversation has early changes waiting (the
+    ``orphan_edits`` count, which now counts these too).
+    """
+    db.execute(
+        """
+        CREATE TABLE early_deletes (
+            conversation_id INTEGER NOT NULL,
+            platform_message_id TEXT NOT NULL,
+            at REAL NOT NULL,
+            PRIMARY KEY (conversation_id, platform_message_id)
+        ) WITHOUT ROWID
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_visible_index_and_orphan_edits,
@@ -438,6 +459,7 @@ MIGRATIONS: list[Migration] = [
     m012_held_rename_not_searchable,
     m013_message_parts,
     m014_outbox_by_message_seq,
+    m015_early_deletes,
 ]
 
 

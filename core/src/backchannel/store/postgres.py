@@ -1611,9 +1611,16 @@ class _Append:
                 batch.event_rows.append((*key, conversation_id, orphan, "message"))
                 batch.claimed[key] = (conversation_id, orphan)
                 return AppendResult("applied", conversation_id, orphan, triggers)
+            deleted_at = await self._early_delete(conversation_id, event.platform_message_id)
+            if deleted_at is not None:
+                # deleted before it arrived: its sender took it back, there is nothing to answer
+                item = Inbound(event, item.held, False, item.state)
             result = await self._append_message(conversation_id, item)
             batch.event_rows.append((*key, conversation_id, result.seq, "message"))
             batch.claimed[key] = (conversation_id, result.seq or 0)
+            if deleted_at is not None:
+                await self._flush_rows()
+                await self._delete_row(conversation_id, result.seq or 0, event.text, deleted_at)
             return result
         # edits, deletes and reactions look rows up: write what is gathered first
         await self._flush_rows()
@@ -1650,6 +1657,34 @@ class _Append:
             (1 if triggers else 0, conversation_id, seq),
         )
         return seq
+
+    async def _early_delete(
+        self, conversation_id: int, platform_message_id: str | None
+    ) -> float | None:
+        """Return when this message was deleted, if its delete came before it (and forget it)."""
+        counters = self.batch.conversations[conversation_id]
+        if not counters.orphan_edits or platform_message_id is None:
+            return None
+        cursor = await self.connection.execute(
+            "DELETE FROM early_deletes WHERE conversation_id = %s AND platform_message_id = %s"
+            " RETURNING at",
+            (conversation_id, platform_message_id),
+        )
+        row = await cursor.fetchone()
+        if row is None:
+            return None
+        counters.orphan_edits -= 1
+        return float(row[0])
+
+    async def _delete_row(self, conversation_id: int, seq: int, text: str, at: float) -> None:
+        await self.connection.execute(
+            "INSERT INTO revisions (conversation_id, seq, kind, text, at) VALUES (%s,%s,%s,%s,%s)",
+            (conversation_id, seq, "delete", text, at),
+        )
+        await self.connection.execute(
+            "UPDATE messages SET deleted_at = %s WHERE conversation_id = %s AND seq = %s",
+            (at, conversation_id, seq),
+        )
 
     async def _append_message(self, conversation_id: int, item: Inbound) -> AppendResult:
         event = item.event
@@ -1723,6 +1758,15 @@ class _Append:
                 result = await self._append_message(conversation_id, marked)
                 await self._flush_rows()
                 return result
+            if event.kind == "delete" and target is not None:
+                # a delete of a message we have not seen (yet): it arrives deleted, if it does
+                cursor = await connection.execute(
+                    "INSERT INTO early_deletes (conversation_id, platform_message_id, at)"
+                    " VALUES (%s,%s,%s) ON CONFLICT DO NOTHING",
+                    (conversation_id, target, event.sent_at),
+                )
+                if cursor.rowcount:
+                    self.batch.conversations[conversation_id].orphan_edits += 1
             return AppendResult("recorded", conversation_id, None)
         seq, old_text, reactions_json = row
         at = event.sent_at
@@ -1748,15 +1792,7 @@ class _Append:
                     (event.text, at, attachments, conversation_id, seq),
                 )
         elif event.kind == "delete":
-            await connection.execute(
-                "INSERT INTO revisions (conversation_id, seq, kind, text, at)"
-                " VALUES (%s,%s,%s,%s,%s)",
-                (conversation_id, seq, "delete", old_text, at),
-            )
-            await connection.execute(
-                "UPDATE messages SET deleted_at = %s WHERE conversation_id = %s AND seq = %s",
-                (at, conversation_id, seq),
-            )
+            await self._delete_row(conversation_id, seq, old_text, at)
         elif event.kind == "reaction":
             await connection.execute(
                 "UPDATE messages SET reactions = %s WHERE conversation_id = %s AND seq = %s",

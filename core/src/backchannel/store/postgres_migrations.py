@@ -518,6 +518,21 @@ async def pg017_outbox_by_message_seq(connection: Any) -> None:
     )
 
 
+async def pg018_early_deletes(connection: Any) -> None:
+    """Deletes that came before their message, so that it arrives deleted (see the
+    SQLite store's m015; the ``orphan_edits`` count now counts these too)."""
+    await connection.execute(
+        """
+        CREATE TABLE early_deletes (
+            conversation_id BIGINT NOT NULL,
+            platform_message_id TEXT NOT NULL,
+            at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (conversation_id, platform_message_id)
+        )
+        """
+    )
+
+
 PG_MIGRATIONS: list[Migration] = [
     pg001_initial,
     pg002_orchestration,
@@ -534,6 +549,7 @@ PG_MIGRATIONS: list[Migration] = [
     pg015_handoffs,
     pg016_handoff_ready,
     pg017_outbox_by_message_seq,
+    pg018_early_deletes,
 ]
 
 

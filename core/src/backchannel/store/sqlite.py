@@ -410,11 +410,18 @@ class SQLiteStore(SQLiteAsks, Store):
                 )
                 batch.claimed[key] = (conversation_id, orphan)
                 return AppendResult("applied", conversation_id, orphan, triggers)
+            deleted_at = self._early_delete(conversation_id, counters, event.platform_message_id)
+            if deleted_at is not None:
+                # deleted before it arrived: its sender took it back, there is nothing to answer
+                item = Inbound(event, item.held, False, item.state)
             result = self._append_message(conversation_id, item, counters)
             batch.event_rows.append(
                 (event.account, event.event_id, conversation_id, result.seq, "message")
             )
             batch.claimed[key] = (conversation_id, result.seq or 0)
+            if deleted_at is not None:
+                self._flush_rows(batch)
+                self._delete_row(conversation_id, result.seq or 0, event.text, deleted_at)
             return result
         # edits, deletes and reactions look rows up: write what is gathered first
         self._flush_rows(batch)
@@ -478,6 +485,35 @@ class SQLiteStore(SQLiteAsks, Store):
             (1 if triggers else 0, conversation_id, seq),
         )
         return seq
+
+    def _early_delete(
+        self,
+        conversation_id: int,
+        counters: ConversationCounters,
+        platform_message_id: str | None,
+    ) -> float | None:
+        """Return when this message was deleted, if its delete came before it (and forget it)."""
+        if not counters.orphan_edits or platform_message_id is None:
+            return None
+        row = self.db.execute(
+            "DELETE FROM early_deletes WHERE conversation_id = ? AND platform_message_id = ?"
+            " RETURNING at",
+            (conversation_id, platform_message_id),
+        ).fetchone()
+        if row is None:
+            return None
+        counters.orphan_edits -= 1
+        return float(row[0])
+
+    def _delete_row(self, conversation_id: int, seq: int, text: str, at: float) -> None:
+        self.db.execute(
+            "INSERT INTO revisions (conversation_id, seq, kind, text, at) VALUES (?,?,?,?,?)",
+            (conversation_id, seq, "delete", text, at),
+        )
+        self.db.execute(
+            "UPDATE messages SET deleted_at = ? WHERE conversation_id = ? AND seq = ?",
+            (at, conversation_id, seq),
+        )
 
     def _append_message(
         self,
@@ -557,6 +593,16 @@ class SQLiteStore(SQLiteAsks, Store):
                     item.state,
                 )
                 return self._append_message(conversation_id, marked)
+            if event.kind == "delete" and target is not None:
+                # a delete of a message we have not seen (yet): if it arrives, it arrives
+                # deleted (deliveries race: a webhook's come over many connections at once)
+                db.execute(
+                    "INSERT OR IGNORE INTO early_deletes (conversation_id, platform_message_id,"
+                    " at) VALUES (?,?,?)",
+                    (conversation_id, target, event.sent_at),
+                )
+                if db.changes():
+                    self._counters(conversation_id).orphan_edits += 1
             return AppendResult("recorded", conversation_id, None)
         seq, old_text, reactions_json = row
         at = event.sent_at
@@ -581,14 +627,7 @@ class SQLiteStore(SQLiteAsks, Store):
                     (event.text, at, attachments, conversation_id, seq),
                 )
         elif event.kind == "delete":
-            db.execute(
-                "INSERT INTO revisions (conversation_id, seq, kind, text, at) VALUES (?,?,?,?,?)",
-                (conversation_id, seq, "delete", old_text, at),
-            )
-            db.execute(
-                "UPDATE messages SET deleted_at = ? WHERE conversation_id = ? AND seq = ?",
-                (at, conversation_id, seq),
-            )
+            self._delete_row(conversation_id, seq, old_text, at)
         elif event.kind == "reaction":
             db.execute(
                 "UPDATE messages SET reactions = ? WHERE conversation_id = ? AND seq = ?",

@@ -728,6 +728,44 @@ class StoreContract(AskStoreContract):
         conversation = await store.conversation(early.conversation_id)
         assert conversation.trigger_seq == 2 == conversation.handled_seq
 
+    async def test_a_message_whose_delete_came_first_arrives_deleted_and_unanswered(
+        self, store: Store
+    ) -> None:
+        (early,) = await store.append_inbound(
+            [Inbound(make_event("e1-del", "", kind="delete", message_id="m1", sent_at=1000.5))]
+        )
+        assert early.status == "recorded"
+        (late,) = await store.append_inbound(
+            [Inbound(make_event("e1", "sorry, wrong chat", message_id="m1"), triggers=True)]
+        )
+        assert (late.status, late.seq, late.triggers) == ("stored", 1, False)
+        conversation = await store.conversation(late.conversation_id)
+        assert conversation.trigger_seq == 0
+        (message,) = await store.window(late.conversation_id, 10)
+        assert (message.text, message.deleted_at) == ("sorry, wrong chat", 1000.5)
+        # the delete is used once: the same id again (a platform reusing it) is a new message
+        await store.append_inbound([Inbound(make_event("e2", "later", message_id="m2"))])
+        (again,) = await store.append_inbound(
+            [Inbound(make_event("e3", "again", message_id="m1"), triggers=True)]
+        )
+        assert (again.status, again.triggers) == ("stored", True)
+        window = await store.window(late.conversation_id, 10)
+        assert [m.deleted_at is None for m in window] == [False, True, True]
+        # a delete redelivered before the message makes no second early delete
+        for _ in range(2):
+            await store.append_inbound(
+                [Inbound(make_event("e4-del", "", kind="delete", message_id="m4"))]
+            )
+        (fourth,) = await store.append_inbound(
+            [Inbound(make_event("e4", "gone", message_id="m4"), triggers=True)]
+        )
+        (fifth,) = await store.append_inbound(
+            [Inbound(make_event("e5", "here", message_id="m5"), triggers=True)]
+        )
+        assert (fourth.triggers, fifth.triggers) == (False, True)
+        window = await store.window(late.conversation_id, 10)
+        assert [m.deleted_at is None for m in window] == [False, True, True, False, True]
+
     async def test_inbound_outbound_inbound_numbers_one_two_three(self, store: Store) -> None:
         (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
         conversation = await store.conversation(first.conversation_id)
