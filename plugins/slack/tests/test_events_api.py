@@ -304,6 +304,47 @@ async def test_an_unsigned_or_stale_request_is_refused_before_its_body_is_read(
         writer.close()
 
 
+async def test_a_forged_big_form_is_refused_without_being_parsed(
+    slack: FakeSlack, start_adapter: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fresh forged headers pass the header check, so the body is read; a form of 4 MiB of
+    %-escapes took a second of the loop to parse. Only ssl_check's size is parsed before
+    the signature is checked; a signed big form still is, after it."""
+    import time
+
+    from backchannel_slack import adapter as slack_adapter
+
+    parsed: list[int] = []
+    real_form = slack_adapter._form
+
+    def counting_form(content_type: str, body: bytes) -> dict[str, str] | None:
+        parsed.append(len(body))
+        return real_form(content_type, body)
+
+    monkeypatch.setattr(slack_adapter, "_form", counting_form)
+    adapter = await start_adapter("events")
+    body = b"a=" + b"%41" * 100_000
+    headers = {
+        "X-Slack-Request-Timestamp": str(int(time.time())),
+        "X-Slack-Signature": "v0=" + "0" * 64,
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+    async with aiohttp.ClientSession() as session:
+        async with session.post(adapter.events_url, data=body, headers=headers) as answer:
+            assert answer.status == 401
+        assert parsed == []
+        # Slack's unsigned ssl_check is still answered, and a signed big form still acked
+        ssl_check = {"Content-Type": "application/x-www-form-urlencoded"}
+        async with session.post(
+            adapter.events_url, data=b"ssl_check=1&token=x", headers=ssl_check
+        ) as answer:
+            assert answer.status == 200
+        signed = {**slack.sign(body), "Content-Type": "application/x-www-form-urlencoded"}
+        async with session.post(adapter.events_url, data=body, headers=signed) as answer:
+            assert answer.status == 200
+    assert parsed == [len(b"ssl_check=1&token=x"), len(body)]
+
+
 @pytest.mark.parametrize("mode", ["events", "socket"])
 @pytest.mark.parametrize("field", ["ts", "thread_ts", "event_ts"])
 async def test_a_ts_past_what_a_float_holds_is_one_dead_letter_and_acked(
