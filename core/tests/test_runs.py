@@ -592,8 +592,11 @@ async def test_a_runaway_text_is_refused_whole_not_sent_as_hundreds_of_messages(
     # the bound is the deliverer's: a send from another conversation's run is held to it
     from backchannel.orchestration.tools import deliver_cross
 
+    assert board.asking is False  # no binding orchestrates
     crossed = await deliver_cross(board, conversation, "w" * (limit + 1), origin_key="fake/x")
     assert crossed.state == "failed" and "the text is too long" in (crossed.reason or "")
+    # a run of this board sends elsewhere now: runs cut short are looked at for what they sent
+    assert board.asking is True
     assert await store.outbox() == []
     # at the bound it goes, in MAX_PARTS messages
     assert (await run.call("send_message", {"text": "x" * limit})).startswith("sent as #")

@@ -96,6 +96,10 @@ async def deliver_cross(
             # serve took the send and gave no answer: it may have gone out, never resent
             return SendOutcome("uncertain", key, None, str(error))
         return SendOutcome(str(answer.get("state")), key, answer.get("seq"), answer.get("reason"))
+    # a run that sends elsewhere: from now on, a run cut short is looked at for what it
+    # sent, so its trigger is not offered again (set at start by orchestration.attach when a
+    # binding orchestrates; an agent calling this from a plain binding turns it on here)
+    via.asking = True
     account = via.accounts.get(target.address.account)
     if account is None:
         raise Refused(
