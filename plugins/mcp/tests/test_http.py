@@ -253,3 +253,148 @@ async def test_the_token_may_come_from_the_environment_alone(world: World, tmp_p
         wrong = {**MCP_HEADERS, "Authorization": "Bearer not-the-token"}
         assert (await client.post(url, headers=wrong, json=INITIALIZE)).status_code == 401
     assert TOKEN not in "".join(seen)
+
+
+async def test_a_request_id_sent_again_while_in_flight_waits_and_both_posts_are_answered(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK keeps one response stream per request id: a second POST with the id of a
+    request still running (a retry after a dropped connection) replaced the first's, and
+    the first POST was never answered (open until the server stopped). Now the second
+    waits for the first; both are answered."""
+    import json
+    import logging
+
+    import attrs
+
+    caplog.set_level(logging.INFO, logger="backchannel.mcp.http")
+    await world.seed()
+    config = world.config()
+    store = open_store(config)
+    app = BackchannelMcp(ToolBox(config, store))
+    release, entered = asyncio.Event(), asyncio.Event()
+    calls = 0
+    listing = app.tools["list_conversations"]
+
+    async def slow(**arguments: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        entered.set()
+        await release.wait()
+        return await listing.function(**arguments)
+
+    app.tools["list_conversations"] = attrs.evolve(listing, function=slow)
+    ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        mcp_http.serve_http(app, "127.0.0.1", 0, TOKEN, on_ready=ready.set_result, stop=stop)
+    )
+    try:
+        url = await asyncio.wait_for(ready, WAIT)
+        async with httpx.AsyncClient(timeout=WAIT) as client:
+            opened = await client.post(url, headers=MCP_HEADERS, json=INITIALIZE)
+            session = {**MCP_HEADERS, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
+            done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert (await client.post(url, headers=session, json=done)).status_code == 202
+            call = {
+                "jsonrpc": "2.0",
+                "id": 5,
+                "method": "tools/call",
+                "params": {"name": "list_conversations", "arguments": {}},
+            }
+            first = asyncio.create_task(client.post(url, headers=session, json=call))
+            await asyncio.wait_for(entered.wait(), WAIT)
+            second = asyncio.create_task(client.post(url, headers=session, json=call))
+
+            def waiting() -> bool:
+                return any("came again while in flight" in r.getMessage() for r in caplog.records)
+
+            while not waiting():  # the second has reached the server, behind the first
+                await asyncio.sleep(0.01)
+            assert calls == 1
+            release.set()
+            answers = await asyncio.wait_for(asyncio.gather(first, second), WAIT)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, WAIT)
+        await store.close()
+    for answer in answers:
+        assert answer.status_code == 200
+        data = [line for line in answer.text.splitlines() if line.startswith("data: {")]
+        (message,) = (json.loads(line[6:]) for line in data)
+        assert message["id"] == 5 and "Ops" in message["result"]["content"][0]["text"]
+    assert calls == 2  # a read is simply read again, in its turn
+
+
+async def test_a_token_holders_kept_alive_connection_is_not_closed_for_strangers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Strangers reopening connections at an address's cap closed the connection idle
+    longest: the token holder's kept-alive one, just as it was reused (httpx does not
+    retry a POST). A connection that has shown the token goes last."""
+    monkeypatch.setattr(mcp_http, "HEADER_TIMEOUT", 300.0)
+    monkeypatch.setattr(mcp_http, "MAX_PER_ADDRESS", 4)
+    async with serving(Stub()) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(get("/mcp"))
+        await writer.drain()
+        assert (await asyncio.wait_for(reader.readuntil(b"ok"), WAIT)).startswith(b"HTTP/1.1 200")
+        await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), WAIT)  # the chunked body's end
+        crowd = [await idle(port) for _ in range(6)]  # the cap is 4, the holder's included
+        assert all([await closed(crowd[n][0]) for n in range(3)])
+        writer.write(get("/mcp"))  # the holder's connection, idle longest, is still open
+        await writer.drain()
+        assert (await asyncio.wait_for(reader.readuntil(b"ok"), WAIT)).startswith(b"HTTP/1.1 200")
+        for _reader, idle_writer in (*crowd, (reader, writer)):
+            idle_writer.close()
+
+
+async def test_a_body_that_does_not_arrive_in_time_is_a_408(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """uvicorn waits for a body for ever: a token holder's client trickling one held a
+    connection (counted busy, so never closed to make room) for good."""
+    monkeypatch.setattr(mcp_http, "BODY_TIMEOUT", 0.5)
+    async with serving(Stub()) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            f"POST /mcp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{".encode()
+        )
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), WAIT)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        writer.close()
+
+
+def test_uvicorns_line_per_refused_request_is_counted_and_a_client_gone_is_one_debug_line(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uvicorn logs a WARNING per request it answers 503 at its limit, before any token is
+    seen (strangers made 380 lines in 10 s); the SDK logs a traceback for a client gone
+    mid-request."""
+    import logging
+
+    from backchannel.logcount import Tally
+    from starlette.requests import ClientDisconnect
+
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="backchannel.mcp.http")
+    monkeypatch.setattr(mcp_http._QUIETER, "tally", Tally())  # no count from another test
+    mcp_http._quieten_logs()
+    mcp_http._quieten_logs()  # once is enough: a second serve adds no second filter
+    for _ in range(50):
+        logging.getLogger("uvicorn.error").warning("Exceeded concurrency limit.")
+    logging.getLogger("uvicorn.error").warning("something else")
+    try:
+        raise ClientDisconnect()
+    except ClientDisconnect:
+        logging.getLogger("mcp.server.streamable_http").exception("Error handling POST request")
+    lines = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
+    assert ("uvicorn.error", logging.WARNING, "something else") in lines
+    assert not any(r.exc_info for r in caplog.records)
+    assert not any(message == "Exceeded concurrency limit." for _, _, message in lines)
+    assert [level for name, level, _ in lines if name == "backchannel.mcp.http"] == [
+        logging.WARNING,  # the first refusal says how many; the next within a minute do not
+        logging.DEBUG,  # the client gone
+    ]

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from backchannel.errors import BackchannelError, ConfigError
-from backchannel.logcount import CountedLog
+from backchannel.logcount import CountedLog, Tally
 
 from .server import BackchannelMcp
 
@@ -41,7 +41,7 @@ MAX_PER_ADDRESS = MAX_CONNECTIONS // 4
 HEADER_TIMEOUT = 10.0
 
 
-def _timely_protocol() -> type:
+def _timely_protocol(expected_authorization: bytes = b"") -> type:
     """uvicorn's h11 protocol, with a deadline for headers and room kept for real requests.
 
     uvicorn counts a connection against `limit_concurrency` from the moment it opens,
@@ -57,7 +57,12 @@ def _timely_protocol() -> type:
     connection of the address is serving a request is the newcomer refused. (Refusing
     newcomers let anyone who can reach the port, on loopback every local user, lock the
     token holder out by holding the cap with connections that never finish their
-    headers.)
+    headers.) A connection that has shown the token (`expected_authorization`) is closed
+    only when no idle one has not: strangers churning connections closed the token
+    holder's kept-alive one just as it was reused. The global limit makes room down to
+    one under `MAX_CONNECTIONS`, and uvicorn's own limit sits above it (it counts a
+    connection we closed until its close is done): a newcomer arriving while strangers
+    hold the count at the limit is served, not answered 503.
     """
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -69,6 +74,8 @@ def _timely_protocol() -> type:
         _deadline: asyncio.TimerHandle | None = None
         _address = ""
         _idle_since = 0.0
+        #: a request on it carried the token: the token holder's connection
+        _trusted = False
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -81,10 +88,17 @@ def _timely_protocol() -> type:
                 _refused_crowd(self._address)
                 self._close()
                 return
-            # uvicorn answers 503 to a request while it holds the limit (this one included)
+            # uvicorn answers 503 to a request while it holds its limit (this one included):
+            # room is made down to one under ours, which is under uvicorn's
             if len(everyone) >= MAX_CONNECTIONS:
                 _make_room(everyone, self)
             self._arm()
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if not self._trusted and expected_authorization and self.cycle is not None:
+                given = next((v for k, v in self.headers if k == b"authorization"), b"")
+                self._trusted = hmac.compare_digest(given, expected_authorization)
 
         def on_response_complete(self) -> None:
             # armed on the cycle that just ended, before a pipelined request behind it
@@ -132,7 +146,8 @@ def _timely_protocol() -> type:
         idle = [c for c in among if c is not newcomer and not c._busy()]
         if not idle:
             return False
-        oldest = min(idle, key=lambda c: c._idle_since)
+        # strangers' first, then the token holder's: each the one idle longest
+        oldest = min(idle, key=lambda c: (c._trusted, c._idle_since))
         _crowded_out(oldest._address)
         oldest._close()
         return True
@@ -143,6 +158,7 @@ def _timely_protocol() -> type:
 #: connections refused or closed for their address's crowd: one WARNING, then one a minute
 _crowds = CountedLog(log)
 _idle_closed = CountedLog(log)
+_slow_bodies = CountedLog(log)
 
 
 def _refused_crowd(address: str) -> None:
@@ -196,6 +212,11 @@ class BearerGate:
         self.app = app
         self._expected = f"Bearer {token}".encode()
 
+    @property
+    def expected(self) -> bytes:
+        """The Authorization header value that passes."""
+        return self._expected
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             given = b""
@@ -207,6 +228,176 @@ class BearerGate:
                 await _unauthorized(send, "missing" if not given else "wrong")
                 return
         await self.app(scope, receive, send)
+
+
+class _RefusedAtTheLimit(logging.Filter):
+    """uvicorn logs a WARNING for each request it answers 503 at its limit (before any
+    token is seen: strangers made 380 lines in 10 s); here they are counted, one line a
+    minute. A client gone mid-request makes the SDK log a traceback (ClientDisconnect):
+    one DEBUG line instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tally = Tally()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "uvicorn.error":
+            if record.getMessage() != "Exceeded concurrency limit.":
+                return True
+            since = self.tally.tick()
+            if since is not None:
+                log.warning(
+                    "answered %d request(s) 503 at the limit of %d connections since the last"
+                    " report",
+                    since,
+                    MAX_CONNECTIONS + MAX_PER_ADDRESS,
+                )
+            return False
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None:
+            gone = type(error).__name__ == "ClientDisconnect"
+        else:  # with secrets registered the traceback is folded into the message
+            # (backchannel.secrets): its last line names the exception
+            gone = str(record.msg).rsplit("\n", 1)[-1].startswith(_CLIENT_GONE)
+        if gone:
+            log.debug("a client went away mid-request (%s)", str(record.msg).split("\n", 1)[0])
+            return False
+        return True
+
+
+_QUIETER = _RefusedAtTheLimit()
+#: how a folded traceback's last line names a client gone mid-request
+_CLIENT_GONE = "starlette.requests.ClientDisconnect"
+
+
+def _quieten_logs() -> None:
+    for name in ("uvicorn.error", "mcp.server.streamable_http"):
+        logger = logging.getLogger(name)
+        if _QUIETER not in logger.filters:
+            logger.addFilter(_QUIETER)
+
+
+#: the longest request body read to find its JSON-RPC id (the SDK answers 413 past it)
+MAX_BODY = 4 * 1024 * 1024
+#: seconds a request's body may take to arrive once its headers have (then a 408)
+BODY_TIMEOUT = 30.0
+
+
+class OneRequestPerId:
+    """ASGI middleware: a POST whose JSON-RPC request id is in flight in its session waits
+    for the first to be answered, and a body must arrive within `BODY_TIMEOUT`.
+
+    The SDK keeps one response stream per request id: a second POST with the id of a
+    request still running (a client's retry after a dropped connection, or a client
+    reusing ids) replaced the first's stream, and the first POST was never answered; it
+    stayed open, holding a connection, until the server stopped. Here the second waits
+    its turn: the first gets its answer, and the second then gets what the server gives
+    a repeated id (a write tool's first result: nothing is done twice). A POST is read
+    whole before it is passed on (the SDK reads it whole too), within `BODY_TIMEOUT`:
+    a client trickling its body no longer holds a connection for ever.
+    """
+
+    def __init__(self, app: Asgi):
+        self.app = app
+        #: (session id, request id) -> the lock its POSTs take in turn, and how many hold
+        #: or wait for it (the entry goes with the last)
+        self._in_flight: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT):
+                while more and size <= MAX_BODY:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        # the client went away mid-body: the SDK sees that as it would have
+                        read = {"type": "http.request", "body": b"".join(chunks), "more_body": True}
+                        await self.app(scope, _replay([read, message], receive), send)
+                        return
+                    chunks.append(message.get("body", b""))
+                    size += len(chunks[-1])
+                    more = message.get("more_body", False)
+        except TimeoutError:
+            _slow_bodies.note("a request body took longer than %.0f s: answered 408", BODY_TIMEOUT)
+            await _plain_response(send, 408, b"request body too slow\n")
+            return
+        body = b"".join(chunks)
+        # past MAX_BODY the rest is left to the SDK, which answers 413
+        replayed = _replay([{"type": "http.request", "body": body, "more_body": more}], receive)
+        key = None if more else _request_key(scope, body)
+        if key is None:
+            await self.app(scope, replayed, send)
+            return
+        entry = self._in_flight.get(key)
+        if entry is None:
+            entry = self._in_flight[key] = (asyncio.Lock(), [0])
+        elif entry[0].locked():
+            log.info(
+                "request id %s came again while in flight: it waits for the first", key[1][:40]
+            )
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                await self.app(scope, replayed, send)
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._in_flight[key]
+
+
+def _request_key(scope: Any, body: bytes) -> tuple[str, str] | None:
+    """(session id, request id) of a POST carrying one JSON-RPC request, else None."""
+    if body.lstrip()[:1] != b"{":
+        return None  # a batch, or not JSON: the SDK answers it
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or "method" not in message:
+        return None
+    request_id = message.get("id")
+    if request_id is None or isinstance(request_id, bool | dict | list):
+        return None
+    session = ""
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"mcp-session-id":
+            session = value.decode("latin-1")
+            break
+    # the SDK keys its streams by str(id): 6 and "6" share one, so they take turns too
+    return session, str(request_id)
+
+
+def _replay(messages: list[Any], receive: Any) -> Any:
+    """A receive that gives `messages` first, then what `receive` gives."""
+    pending = list(messages)
+
+    async def replayed() -> Any:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed
+
+
+async def _plain_response(send: Any, status: int, body: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 async def serve_http(
@@ -232,8 +423,9 @@ async def serve_http(
         starlette_app = app.server.streamable_http_app(
             host=host, transport_security=_transport_security(host, sockets)
         )
-        gated = BearerGate(starlette_app, token)
+        gated = BearerGate(OneRequestPerId(starlette_app), token)
         raise_open_file_limit()  # a connection is a file (see backchannel.runtime)
+        _quieten_logs()
         config = uvicorn.Config(
             gated,
             host=host,
@@ -245,8 +437,9 @@ async def serve_http(
             # connections cannot take every file the process may open; the protocol closes
             # those slow to send their headers, and makes room for newcomers by closing
             # idle ones
-            limit_concurrency=MAX_CONNECTIONS,
-            http=_timely_protocol(),
+            # (above our own limit: see _timely_protocol)
+            limit_concurrency=MAX_CONNECTIONS + MAX_PER_ADDRESS,
+            http=_timely_protocol(gated.expected),
             # MCP speaks no websockets: an upgrade (were websockets installed) would leave
             # the h11 protocol without its connection_lost, and pass a scope BearerGate
             # never sees
