@@ -431,6 +431,13 @@ async def test_strangers_and_crowds_cannot_make_the_server_buffer_without_bound(
         answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
         assert answer.startswith(b"HTTP/1.1 400") and server.buffered == 4 * 590_000
         writer.close()
+        # /healthz too, though it is no route of a plugin's
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 900000\r\n\r\nab")
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        assert answer.startswith(b"HTTP/1.1 400") and server.buffered == 4 * 590_000
+        writer.close()
         # the slow one finishes: handled, its room given back; the others leave, theirs too
         slow_writer.write(b"x" * 10_000)
         await slow_writer.drain()

@@ -75,6 +75,17 @@ async def test_null_hostile_and_huge_arguments_get_one_clear_answer() -> None:
     with pytest.raises(ToolArgumentError) as refused:
         await tool({"query": "x", "limit": "n" * 10_000})
     assert len(str(refused.value)) < 120
+    # unknown names are the caller's: a call of 100,000 long ones is not echoed back whole
+    many = {f"{n:06d}" + "x" * 100: 1 for n in range(100_000)}
+    with pytest.raises(ToolArgumentError) as refused:
+        await tool({"query": "x", **many})
+    assert str(refused.value) == (
+        "unknown argument(s): "
+        + ", ".join(f"{n:06d}" + "x" * 34 + "..." for n in range(8))
+        + " and 99992 more"
+    )
+    with pytest.raises(ToolArgumentError, match=r"^unknown argument\(s\): a, b$"):
+        await tool({"query": "x", "b": 1, "a": 2})
 
 
 async def test_sync_functions_become_awaitable() -> None:

@@ -299,6 +299,10 @@ class HttpServer:
             self._disconnects_reported_at = moment
 
     async def _healthz(self, request: web.Request) -> web.Response:
+        if request.can_read_body:  # as for any route: its body is not read, nor served
+            refused = web.Response(status=400, text="a GET or HEAD carries no body\n")
+            refused.force_close()
+            return refused
         figures = await self.health() if self.health else {}
         return web.json_response({"ok": True, **figures})
 

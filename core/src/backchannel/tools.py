@@ -70,7 +70,7 @@ class Tool:
         properties = self.parameters.get("properties", {})
         unknown = sorted(set(data) - set(properties))
         if unknown:
-            raise ToolArgumentError(f"unknown argument(s): {', '.join(unknown)}")
+            raise ToolArgumentError(f"unknown argument(s): {_some_names(unknown)}")
         required = self.parameters.get("required", [])
         # null for an optional argument means "left out" (models in strict mode, MCP
         # clients): it takes its default; a required one stays an error below
@@ -205,6 +205,19 @@ def _schema_for(annotation: Any) -> dict[str, Any]:
 
 #: integers a store holds (SQLite's INTEGER, PostgreSQL's bigint) run from -_INT64 to _INT64 - 1
 _INT64 = 2**63
+
+
+#: unknown argument names quoted in an error, and characters of each: the names are the
+#: caller's, and a call of a million names must not get a million back
+_NAMES_SHOWN = 8
+_NAME_CHARS = 40
+
+
+def _some_names(names: list[str]) -> str:
+    shown = [name if len(name) <= _NAME_CHARS else name[:_NAME_CHARS] + "..." for name in names]
+    if len(shown) > _NAMES_SHOWN:
+        return ", ".join(shown[:_NAMES_SHOWN]) + f" and {len(shown) - _NAMES_SHOWN} more"
+    return ", ".join(shown)
 
 
 def _coerce_value(name: str, value: Any, schema: Mapping[str, Any]) -> Any:
