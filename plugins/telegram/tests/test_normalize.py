@@ -495,7 +495,7 @@ def test_reply_to_the_bot_is_a_mention() -> None:
 
 
 def test_forum_topic_message_lives_in_the_topic_and_does_not_reply_to_its_creation() -> None:
-    created = {
+    created: dict[str, Any] = {
         "message_id": 7,
         "from": ALICE,
         "chat": FORUM,
@@ -504,7 +504,7 @@ def test_forum_topic_message_lives_in_the_topic_and_does_not_reply_to_its_creati
         "is_topic_message": True,
         "forum_topic_created": {"name": "Deploys", "icon_color": 7322096},
     }
-    update = {
+    update: dict[str, Any] = {
         "update_id": 600,
         "message": {
             "message_id": 9,
@@ -521,9 +521,29 @@ def test_forum_topic_message_lives_in_the_topic_and_does_not_reply_to_its_creati
     assert event is not None
     assert (event.address.chat, event.address.thread) == ("-1001987654321", "7")
     assert event.conversation_kind == "thread"
-    assert event.conversation_title == "Engineering"
+    # the creation message it carries names the topic: the conversation's title says it
+    assert event.conversation_title == "Engineering / Deploys"
+    assert event.meta["topic_name"] == "Deploys"
     assert event.reply_to is None
     assert normalize_update({"update_id": 599, "message": created}, "tg", BOT) is None
+    # a name no title should hold (lines, a thousand characters) is one line, cut; no name
+    # or not a string: the forum's title alone
+    for name, title in (
+        ("Deploys\n\tand  rollbacks", "Engineering / Deploys and rollbacks"),
+        ("x" * 1000, "Engineering / " + "x" * 128),
+        ("", "Engineering"),
+        (None, "Engineering"),
+        (7, "Engineering"),
+    ):
+        named = {**created, "forum_topic_created": {"name": name, "icon_color": 1}}
+        odd = {"update_id": 601, "message": {**update["message"], "reply_to_message": named}}
+        got = normalize_update(odd, "tg", BOT)
+        assert got is not None and got.conversation_title == title, name
+    # the creation message of another topic (a stray reply) does not name this one
+    other = {**created, "message_id": 8, "message_thread_id": 8}
+    stray = {"update_id": 602, "message": {**update["message"], "reply_to_message": other}}
+    got = normalize_update(stray, "tg", BOT)
+    assert got is not None and got.conversation_title == "Engineering"
 
 
 def test_reply_inside_a_forum_topic_keeps_its_target() -> None:

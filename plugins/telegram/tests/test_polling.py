@@ -266,6 +266,57 @@ async def test_a_reaction_in_a_private_chats_topic_keeps_the_chat_direct(
     assert (message.conversation_kind, reacted.conversation_kind) == ("direct", "direct")
 
 
+async def test_a_forum_topics_messages_are_titled_with_its_name_replies_and_renames_too(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    alice = fake.user("Alice")
+    forum = fake.supergroup("Eng", forum=True)
+    topic = fake.create_topic(forum, "Deploys", alice)
+    adapter = await start_adapter(fake, contract_context)
+    first = fake.inject_message(forum, alice, "ship it", topic=topic)
+    # a reply carries its target, not the topic's creation: the name seen before is used
+    reply = fake.inject_message(
+        forum, alice, "shipped", topic=topic, reply_to=first["message"]["message_id"]
+    )
+    renamed = fake.inject(
+        {
+            "message": {
+                "message_id": 900,
+                "from": alice,
+                "chat": forum,
+                "date": 1760000000,
+                "message_thread_id": topic,
+                "is_topic_message": True,
+                "forum_topic_edited": {"name": "Releases"},
+            }
+        }
+    )
+    after = fake.inject_message(
+        forum, alice, "and now?", topic=topic, reply_to=reply["message"]["message_id"]
+    )
+    await contract_context.wait_ingested(event_id_of(after))
+    await adapter.stop()
+    assert fake.is_acked(renamed["update_id"])
+    titles = {e.event_id: e.conversation_title for e in contract_context.events}
+    assert [titles[event_id_of(u)] for u in (first, reply, after)] == [
+        "Eng / Deploys",
+        "Eng / Deploys",
+        "Eng / Releases",
+    ]
+    # a restarted adapter has not seen the name: a reply leaves the stored title as it is
+    again = await start_adapter(fake, contract_context)
+    late = fake.inject_message(
+        forum, alice, "late", topic=topic, reply_to=after["message"]["message_id"]
+    )
+    await contract_context.wait_ingested(event_id_of(late))
+    await again.stop()
+    assert contract_context.events[-1].conversation_title is None
+    conversation = await contract_context.store.find_conversation(
+        contract_context.events[-1].address
+    )
+    assert conversation is not None and conversation.title == "Eng / Releases"
+
+
 async def test_a_getupdates_answer_larger_than_an_inbound_body_is_read_whole(
     fake: FakeTelegram, contract_context: ContractContext
 ) -> None:

@@ -56,7 +56,7 @@ async def test_topic_mention_gets_the_demo_reply_in_that_topic_as_a_reply(
     assert "demo agent" in reply.text and "Alice Liddell" in reply.text
     assert (forum["id"], "typing", deploys) in fake.chat_actions
     topic = await store.find_conversation(Address("tg", str(forum["id"]), str(deploys)))
-    assert topic is not None and topic.kind == "thread" and topic.title == "Engineering"
+    assert topic is not None and topic.kind == "thread" and topic.title == "Engineering / Deploys"
     rows = await store.window(topic.id, 10)
     assert [(m.direction, m.text) for m in rows] == [
         ("in", "deploy 41 went out"),

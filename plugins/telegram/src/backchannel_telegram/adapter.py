@@ -49,10 +49,12 @@ from .business import (
 )
 from .normalize import (
     DIRECT_MESSAGES_THREAD,
+    TOPIC_NAME,
     BotIdentity,
     int_field,
     migration_of,
     normalize_update,
+    topic_name_of,
 )
 from .pacing import Pacer, PacingLimits
 from .receive import SECRET_HEADER, Poller, PollSettings, WebhookReceiver, WebhookSettings
@@ -159,6 +161,8 @@ class TelegramAdapter:
         #: (chat, message id) -> forum topic or direct messages topic ("dm:..."), for
         #: reactions (which do not name the topic)
         self._topics = _RecentTopics(10_000)
+        #: (chat, thread) -> the forum topic's name, as last seen (see _with_topic_name)
+        self._topic_names = _RecentTopics(10_000)
         #: (channel id, post id) of the last channel posts this bot made: their copies in
         #: the discussion group are its own words, comments on them replies to it
         self._posts = _RecentTopics(10_000)
@@ -240,8 +244,12 @@ class TelegramAdapter:
         aliases = self._aliases if self._migrated else None
         event = normalize_update(raw, self.account, identity, aliases)
         if event is None or event.platform_message_id is None:
+            if event is None:
+                self._learn_topic_rename(raw)
             return event
         message_id = event.platform_message_id
+        if event.conversation_kind == "thread" and event.address.thread is not None:
+            event = self._with_topic_name(event)
         if self.business_owner_triggers and event.meta.get(BUSINESS_OWNER) is True:
             # this account lets the business owner's own words start runs too
             event = evolve(event, meta={k: v for k, v in event.meta.items() if k != NO_RUN})
@@ -267,6 +275,39 @@ class TelegramAdapter:
         elif thread is not None:
             self._topics.remember((chat, message_id), thread)
         return event
+
+    def _with_topic_name(self, event: Event) -> Event:
+        """A forum topic's message titled with its topic: normalize names it from the
+        creation message most messages carry; a reply carries its target instead, and
+        takes the name this adapter last saw for the topic."""
+        key = (event.address.chat, event.address.thread or "")
+        name = event.meta.get(TOPIC_NAME)
+        if isinstance(name, str):
+            self._topic_names.remember(key, name)
+            return event
+        known = self._topic_names.get(key)
+        if known is None:
+            # unknown since a restart: the title stays as the store has it, until a message
+            # names the topic (the forum's title alone would undo the name each time)
+            return evolve(event, conversation_title=None)
+        forum = event.conversation_title
+        return evolve(event, conversation_title=f"{forum} / {known}" if forum else known)
+
+    def _learn_topic_rename(self, raw: Mapping[str, Any]) -> None:
+        """A ``forum_topic_edited`` service message: the topic's new name, for its next
+        messages (the conversation's title changes with the first of them)."""
+        message = raw.get("message")
+        if not isinstance(message, Mapping) or message.get("forum_topic_edited") is None:
+            return
+        name = topic_name_of(message.get("forum_topic_edited"))
+        chat = message.get("chat")
+        thread = int_field(message.get("message_thread_id"))
+        if name is not None and isinstance(chat, Mapping) and thread is not None and thread > 0:
+            chat_id = int_field(chat.get("id"))
+            if chat_id is not None:
+                chat_text = str(chat_id)
+                chat_text = self._aliases.get(chat_text, chat_text) if self._migrated else chat_text
+                self._topic_names.remember((chat_text, str(thread)), name)
 
     def _copies_own_post(self, message: Any) -> bool:
         """Is `message` a discussion group's copy of a channel post this bot made

@@ -94,14 +94,18 @@ from .business import BUSINESS_OWNER, BusinessConnection, business_chat, valid_c
 
 __all__ = [
     "DIRECT_MESSAGES_THREAD",
+    "TOPIC_NAME",
     "BotIdentity",
     "int_field",
     "migration_of",
     "normalize_update",
     "split_update",
+    "topic_name_of",
     "utf16_slice",
 ]
 
+#: meta key: the forum topic's name, when the message carries it (see _topic_name)
+TOPIC_NAME = "topic_name"
 #: the prefix of an Address thread naming a topic of a channel's direct messages
 #: chat (``"dm:{topic_id}"``), as opposed to a forum topic (its bare id)
 DIRECT_MESSAGES_THREAD = "dm:"
@@ -429,6 +433,13 @@ def _message_event(
     title = chat.get("title") if dm_title is None else dm_title
     if type(title) is not str or not title:
         title = _title(chat)
+    if conversation_kind == "thread" and thread is not None:
+        # a forum topic's messages (all but replies) carry the topic's creation message,
+        # which names it: the conversation is titled "Forum / Topic"
+        topic = _topic_name(message, thread)
+        if topic is not None:
+            meta[TOPIC_NAME] = topic
+            title = f"{title} / {topic}" if title else topic
     # positional (in Event's field order): fourteen keywords cost more than the check itself
     return Event(
         address,
@@ -714,6 +725,24 @@ def _full_name(person: Mapping[str, Any]) -> str:
             return f"{first} {last}" if first else last
     parts = (_opt_str(first), _opt_str(last))
     return " ".join(part for part in parts if part)
+
+
+def _topic_name(message: Mapping[str, Any], thread: int) -> str | None:
+    """The name of the forum topic `thread`, when `message` carries its creation message."""
+    root = message.get("reply_to_message")
+    if not _is_mapping(root) or _opt_int(root.get("message_id")) != thread:
+        return None
+    created = root.get("forum_topic_created")
+    return topic_name_of(created)
+
+
+def topic_name_of(service: Any) -> str | None:
+    """The name a ``forum_topic_created`` or ``forum_topic_edited`` object gives, if any."""
+    name = service.get("name") if _is_mapping(service) else None
+    if type(name) is not str:
+        return None
+    name = " ".join(name.split())  # one line, whatever the topic's name holds
+    return name[:128] or None
 
 
 def _reply_target(message: Mapping[str, Any]) -> str | None:
