@@ -68,6 +68,7 @@ from .postgres_migrations import (
 from .rows import (
     CHAT_TARGET_SQL,
     CONVERSATION_COLUMNS,
+    EARLY_DELETE_KEPT,
     MESSAGE_COLUMNS,
     OUTBOX_COLUMNS,
     Batch,
@@ -695,7 +696,8 @@ class PostgresStore(PostgresAsks, Store):
                     (entry.conversation_id, entry.target),
                 )
                 row = await cursor.fetchone()
-                if row is not None:
+                # the platform's echo of the edit may have landed first: no second revision
+                if row is not None and row[1] != entry.text:
                     stamp = now()
                     await connection.execute(
                         "INSERT INTO revisions (conversation_id, seq, kind, text, at)"
@@ -1603,14 +1605,15 @@ class _Append:
         if event.kind == "message":
             conversation_id = self._conversation_id(item)
             triggers = item.triggers and not item.held
-            orphan = await self._orphan_edit_row(
+            found = await self._orphan_edit_row(
                 conversation_id, event.platform_message_id, triggers
             )
-            if orphan is not None:
+            if found is not None:
                 # its edit came first and made the row; the message triggers as it would have
+                orphan, triggered = found
                 batch.event_rows.append((*key, conversation_id, orphan, "message"))
                 batch.claimed[key] = (conversation_id, orphan)
-                return AppendResult("applied", conversation_id, orphan, triggers)
+                return AppendResult("applied", conversation_id, orphan, triggered)
             deleted_at = await self._early_delete(conversation_id, event.platform_message_id)
             if deleted_at is not None:
                 # deleted before it arrived: its sender took it back, there is nothing to answer
@@ -1632,16 +1635,18 @@ class _Append:
 
     async def _orphan_edit_row(
         self, conversation_id: int, platform_message_id: str | None, triggers: bool
-    ) -> int | None:
-        """Return the seq of a row an early edit made for this message, if there is one; the
-        row now triggers a run when the message does (``trigger_seq`` moves up to it)."""
+    ) -> tuple[int, bool] | None:
+        """Return the seq of a row an early edit made for this message, if there is one, and
+        whether it triggers: it does when the message does (``trigger_seq`` moves up to it),
+        unless it was deleted meanwhile."""
         counters = self.batch.conversations[conversation_id]
         if not counters.orphan_edits or platform_message_id is None:
             return None
         await self._flush_rows()
         cursor = await self.connection.execute(
-            "SELECT seq FROM messages WHERE conversation_id = %s AND platform_message_id = %s"
-            " AND meta IS NOT NULL AND (meta::jsonb ->> 'orphan_edit') = '1' LIMIT 1",
+            "SELECT seq, deleted_at FROM messages WHERE conversation_id = %s"
+            " AND platform_message_id = %s AND meta IS NOT NULL"
+            " AND (meta::jsonb ->> 'orphan_edit') = '1' LIMIT 1",
             (conversation_id, platform_message_id),
         )
         row = await cursor.fetchone()
@@ -1649,6 +1654,7 @@ class _Append:
             return None
         seq = int(row[0])
         counters.orphan_edits -= 1
+        triggers = triggers and row[1] is None  # deleted meanwhile: nothing to answer
         if triggers and seq > counters.trigger_seq:
             counters.trigger_seq = seq
         await self.connection.execute(
@@ -1656,7 +1662,7 @@ class _Append:
             " triggers = GREATEST(triggers, %s) WHERE conversation_id = %s AND seq = %s",
             (1 if triggers else 0, conversation_id, seq),
         )
-        return seq
+        return seq, triggers
 
     async def _early_delete(
         self, conversation_id: int, platform_message_id: str | None
@@ -1745,10 +1751,29 @@ class _Append:
             # a sender the policy keeps out may not change what the agent sees
             return AppendResult("recorded", conversation_id, None)
         if row is None:
+            if target is not None and event.kind != "reaction":
+                cursor = await connection.execute(
+                    "SELECT 1 FROM message_parts WHERE conversation_id = %s"
+                    " AND platform_message_id = %s",
+                    (conversation_id, target),
+                )
+                if await cursor.fetchone() is not None:
+                    # a later part of a message of ours (see the SQLite store): recorded
+                    return AppendResult("recorded", conversation_id, None)
+            counters = self.batch.conversations[conversation_id]
+            if event.kind == "edit" and counters.orphan_edits and target is not None:
+                cursor = await connection.execute(
+                    "SELECT 1 FROM early_deletes WHERE conversation_id = %s"
+                    " AND platform_message_id = %s",
+                    (conversation_id, target),
+                )
+                if await cursor.fetchone() is not None:
+                    # deleted before it arrived: it will arrive deleted, edited or not
+                    return AppendResult("recorded", conversation_id, None)
             if event.kind == "edit":
                 # an edit of a message we have not seen (yet): keep its text as the message,
                 # marked so that the original, if it arrives later, lands on this row
-                self.batch.conversations[conversation_id].orphan_edits += 1
+                counters.orphan_edits += 1
                 marked = Inbound(
                     attrs.evolve(event, meta={**event.meta, "orphan_edit": 1}),
                     item.held,
@@ -1760,13 +1785,19 @@ class _Append:
                 return result
             if event.kind == "delete" and target is not None:
                 # a delete of a message we have not seen (yet): it arrives deleted, if it does
+                # (those a day older than this one are let go, see the SQLite store)
+                cursor = await connection.execute(
+                    "DELETE FROM early_deletes WHERE conversation_id = %s AND at < %s",
+                    (conversation_id, event.sent_at - EARLY_DELETE_KEPT),
+                )
+                counters.orphan_edits = max(counters.orphan_edits - max(cursor.rowcount, 0), 0)
                 cursor = await connection.execute(
                     "INSERT INTO early_deletes (conversation_id, platform_message_id, at)"
                     " VALUES (%s,%s,%s) ON CONFLICT DO NOTHING",
                     (conversation_id, target, event.sent_at),
                 )
                 if cursor.rowcount:
-                    self.batch.conversations[conversation_id].orphan_edits += 1
+                    counters.orphan_edits += 1
             return AppendResult("recorded", conversation_id, None)
         seq, old_text, reactions_json = row
         at = event.sent_at

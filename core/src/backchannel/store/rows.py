@@ -13,6 +13,10 @@ from ..errors import StoreError
 from ..model import Address, Attachment, Conversation, Event, Message, Sender
 from .base import OutboxEntry
 
+#: seconds an early delete (one that came before its message) waits for the message: a
+#: delete a day older than a newer early delete of its conversation is let go (most are of
+#: messages from before the bot, which never come)
+EARLY_DELETE_KEPT = 86_400.0
 MESSAGE_COLUMNS = (
     "conversation_id, seq, direction, event_id, sender_id, sender_name, sender_handle,"
     " sender_is_bot, text, platform_message_id, reply_to, reply_to_seq, mentions_me,"

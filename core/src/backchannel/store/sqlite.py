@@ -50,6 +50,7 @@ from .migrations import migrate
 from .rows import (
     CHAT_TARGET_SQL,
     CONVERSATION_COLUMNS,
+    EARLY_DELETE_KEPT,
     MESSAGE_COLUMNS,
     OUTBOX_COLUMNS,
     Batch,
@@ -399,17 +400,18 @@ class SQLiteStore(SQLiteAsks, Store):
             )
             counters = self._counters(conversation_id)
             triggers = item.triggers and not item.held
-            orphan = self._orphan_edit_row(
+            found = self._orphan_edit_row(
                 conversation_id, counters, event.platform_message_id, triggers
             )
-            if orphan is not None:
+            if found is not None:
                 # its edit came first and already made the row (with the newer text); the
                 # edit started no run, the message does: unless a run already read that row
+                orphan, triggered = found
                 batch.event_rows.append(
                     (event.account, event.event_id, conversation_id, orphan, "message")
                 )
                 batch.claimed[key] = (conversation_id, orphan)
-                return AppendResult("applied", conversation_id, orphan, triggers)
+                return AppendResult("applied", conversation_id, orphan, triggered)
             deleted_at = self._early_delete(conversation_id, counters, event.platform_message_id)
             if deleted_at is not None:
                 # deleted before it arrived: its sender took it back, there is nothing to answer
@@ -460,23 +462,25 @@ class SQLiteStore(SQLiteAsks, Store):
         counters: ConversationCounters,
         platform_message_id: str | None,
         triggers: bool,
-    ) -> int | None:
-        """Return the seq of a row an early edit made for this message, if there is one; the
-        row now triggers a run when the message does (``trigger_seq`` moves up to it)."""
+    ) -> tuple[int, bool] | None:
+        """Return the seq of a row an early edit made for this message, if there is one, and
+        whether it triggers: it does when the message does (``trigger_seq`` moves up to it),
+        unless it was deleted meanwhile."""
         if not counters.orphan_edits or platform_message_id is None:
             return None
         batch = self._batch
         assert batch is not None
         self._flush_rows(batch)
         row = self.db.execute(
-            "SELECT seq FROM messages WHERE conversation_id = ? AND platform_message_id = ?"
-            " AND json_extract(meta, '$.orphan_edit') = 1",
+            "SELECT seq, deleted_at FROM messages WHERE conversation_id = ?"
+            " AND platform_message_id = ? AND json_extract(meta, '$.orphan_edit') = 1",
             (conversation_id, platform_message_id),
         ).fetchone()
         if row is None:
             return None
         seq = int(row[0])
         counters.orphan_edits -= 1
+        triggers = triggers and row[1] is None  # deleted meanwhile: nothing to answer
         if triggers and seq > counters.trigger_seq:
             counters.trigger_seq = seq
         self.db.execute(
@@ -484,7 +488,25 @@ class SQLiteStore(SQLiteAsks, Store):
             " triggers = MAX(triggers, ?) WHERE conversation_id = ? AND seq = ?",
             (1 if triggers else 0, conversation_id, seq),
         )
-        return seq
+        return seq, triggers
+
+    def _is_later_part(self, conversation_id: int, platform_message_id: str) -> bool:
+        return (
+            self.db.execute(
+                "SELECT 1 FROM message_parts WHERE conversation_id = ? AND platform_message_id = ?",
+                (conversation_id, platform_message_id),
+            ).fetchone()
+            is not None
+        )
+
+    def _deleted_early(self, conversation_id: int, platform_message_id: str) -> bool:
+        return (
+            self.db.execute(
+                "SELECT 1 FROM early_deletes WHERE conversation_id = ? AND platform_message_id = ?",
+                (conversation_id, platform_message_id),
+            ).fetchone()
+            is not None
+        )
 
     def _early_delete(
         self,
@@ -582,10 +604,24 @@ class SQLiteStore(SQLiteAsks, Store):
             # a sender the policy keeps out may not change what the agent sees
             return AppendResult("recorded", conversation_id, None)
         if row is None:
+            if target is not None and self._is_later_part(conversation_id, target):
+                # a later part of a message of ours the platform got split: the row holds
+                # every part's words, so an edit or a delete of one part is only recorded
+                # (never a message of its own, nor an early delete waiting for ever)
+                return AppendResult("recorded", conversation_id, None)
+            counters = self._counters(conversation_id)
+            if (
+                event.kind == "edit"
+                and counters.orphan_edits
+                and target is not None
+                and self._deleted_early(conversation_id, target)
+            ):
+                # deleted before it arrived: it will arrive deleted, edited or not
+                return AppendResult("recorded", conversation_id, None)
             if event.kind == "edit":
                 # an edit of a message we have not seen (yet): keep its text as the message,
                 # marked so that the original, if it arrives later, lands on this row
-                self._counters(conversation_id).orphan_edits += 1
+                counters.orphan_edits += 1
                 marked = Inbound(
                     attrs.evolve(event, meta={**event.meta, "orphan_edit": 1}),
                     item.held,
@@ -595,14 +631,21 @@ class SQLiteStore(SQLiteAsks, Store):
                 return self._append_message(conversation_id, marked)
             if event.kind == "delete" and target is not None:
                 # a delete of a message we have not seen (yet): if it arrives, it arrives
-                # deleted (deliveries race: a webhook's come over many connections at once)
+                # deleted (deliveries race: a webhook's come over many connections at once).
+                # Most such deletes are of messages from before the bot (they never come):
+                # those a day older than this one are let go
+                db.execute(
+                    "DELETE FROM early_deletes WHERE conversation_id = ? AND at < ?",
+                    (conversation_id, event.sent_at - EARLY_DELETE_KEPT),
+                )
+                counters.orphan_edits = max(counters.orphan_edits - db.changes(), 0)
                 db.execute(
                     "INSERT OR IGNORE INTO early_deletes (conversation_id, platform_message_id,"
                     " at) VALUES (?,?,?)",
                     (conversation_id, target, event.sent_at),
                 )
                 if db.changes():
-                    self._counters(conversation_id).orphan_edits += 1
+                    counters.orphan_edits += 1
             return AppendResult("recorded", conversation_id, None)
         seq, old_text, reactions_json = row
         at = event.sent_at
@@ -1094,7 +1137,9 @@ class SQLiteStore(SQLiteAsks, Store):
                     " AND platform_message_id = ?",
                     (entry.conversation_id, entry.target),
                 ).fetchone()
-                if row is not None:
+                # the platform's echo of the edit may have landed first (Telegram Business):
+                # the row has the words already, and no second revision is made of them
+                if row is not None and row[1] != entry.text:
                     stamp = now()
                     db.execute(
                         "INSERT INTO revisions (conversation_id, seq, kind, text, at)"

@@ -766,6 +766,92 @@ class StoreContract(AskStoreContract):
         window = await store.window(late.conversation_id, 10)
         assert [m.deleted_at is None for m in window] == [False, True, True, False, True]
 
+    @pytest.mark.parametrize(
+        "order", [("edit", "delete"), ("delete", "edit")], ids=["edit-delete", "delete-edit"]
+    )
+    async def test_a_message_edited_and_deleted_before_it_arrives_is_deleted_and_unanswered(
+        self, store: Store, order: tuple[str, str]
+    ) -> None:
+        for kind in order:
+            await store.append_inbound(
+                [Inbound(make_event(f"m1-{kind}", "fixed", kind=kind, message_id="m1"))]
+            )
+        (late,) = await store.append_inbound(
+            [Inbound(make_event("m1", "orig", message_id="m1"), triggers=True)]
+        )
+        assert late.triggers is False
+        conversation = await store.conversation(late.conversation_id)
+        assert conversation.trigger_seq == 0
+        window = await store.window(late.conversation_id, 10)
+        assert [m.deleted_at is not None for m in window] == [True]
+        # nothing is left waiting: the next message triggers as any does
+        (after,) = await store.append_inbound([Inbound(make_event("m2", "next"), triggers=True)])
+        assert (after.status, after.seq, after.triggers) == ("stored", 2, True)
+
+    async def test_an_edit_or_delete_of_a_later_part_of_our_message_makes_no_row(
+        self, store: Store
+    ) -> None:
+        (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
+        conversation = await store.conversation(first.conversation_id)
+        entry = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "part one. part two."), ME
+        )
+        await store.mark_sent(entry.id, Receipt("p1", part_ids=("p1", "p2")))
+        for kind in ("edit", "delete"):
+            (change,) = await store.append_inbound(
+                [Inbound(make_event(f"p2-{kind}", "part two, fixed", kind=kind, message_id="p2"))]
+            )
+            assert change.status == "recorded"
+        window = await store.window(conversation.id, 10)
+        assert [(m.seq, m.text, m.deleted_at) for m in window] == [
+            (1, "question", None),
+            (2, "part one. part two.", None),
+        ]
+        (next_one,) = await store.append_inbound([Inbound(make_event("e2", "more"))])
+        assert next_one.seq == 3
+
+    async def test_deletes_of_messages_that_never_come_are_let_go_after_a_day(
+        self, store: Store
+    ) -> None:
+        (old,) = await store.append_inbound(
+            [Inbound(make_event("old-del", "", kind="delete", message_id="old", sent_at=1000.0))]
+        )
+        # a day later another early delete lets the first go
+        later = 1000.0 + 86_400.0 + 1
+        await store.append_inbound(
+            [Inbound(make_event("new-del", "", kind="delete", message_id="new", sent_at=later))]
+        )
+        (came,) = await store.append_inbound(
+            [Inbound(make_event("old", "from long ago", message_id="old"), triggers=True)]
+        )
+        (message,) = await store.window(old.conversation_id, 10)
+        assert (came.triggers, message.deleted_at) == (True, None)
+        (gone,) = await store.append_inbound(
+            [Inbound(make_event("new", "taken back", message_id="new"), triggers=True)]
+        )
+        assert gone.triggers is False
+
+    async def test_our_edit_whose_echo_landed_first_makes_one_revision(self, store: Store) -> None:
+        (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
+        conversation = await store.conversation(first.conversation_id)
+        sent = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "first words"), ME
+        )
+        await store.mark_sent(sent.id, Receipt("p1"))
+        edit = await store.record_outbound(
+            conversation.id,
+            Outbound(conversation.address, "better words", kind="edit", target="p1"),
+            ME,
+        )
+        # the platform's echo of the edit (Telegram Business) comes before the edit's answer
+        echo = make_event("echo", "better words", kind="edit", message_id="p1")
+        await store.append_inbound([Inbound(echo)])
+        await store.mark_sent(edit.id, Receipt("p1"))
+        message = await store.message(conversation.id, sent.message_seq or 0)
+        assert message is not None and message.text == "better words"
+        revisions = await store.revisions(conversation.id, sent.message_seq or 0)
+        assert [(kind, text) for kind, text, _at in revisions] == [("edit", "first words")]
+
     async def test_inbound_outbound_inbound_numbers_one_two_three(self, store: Store) -> None:
         (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
         conversation = await store.conversation(first.conversation_id)
