@@ -351,6 +351,16 @@ def test_v2_user_prompt_roles(role: str | None, source: str, human: bool) -> Non
     assert event.meta["prompt_source"] == source
 
 
+@pytest.mark.parametrize("role", ["owner", "user"])
+def test_v2_agent_words_claiming_a_human_role_are_still_the_agents(role: str) -> None:
+    # the schema says owner iff user_prompt: an agent_message that says "owner" would pass
+    # the peer agent's words off as its human's, and a person's message resets bot_turns
+    event = normalize(wrap(v2_frame("agent_message", {"text": "done"}, role=role)))
+    assert event is not None and event.text == "done"
+    assert event.sender.id == PEER and event.sender.is_bot
+    assert event.meta["role"] == "agent"
+
+
 def test_v2_agent_words_are_the_peer_agent() -> None:
     frames: list[tuple[str, dict[str, Any]]] = [
         ("agent_message", {"text": "done"}),

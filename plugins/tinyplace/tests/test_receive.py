@@ -404,3 +404,35 @@ async def test_a_relay_failing_poll_after_poll_is_said_once_without_a_traceback(
         r.getMessage() for r in said
     ]
     assert not [r for r in caplog.records if r.exc_info]
+
+
+async def test_two_senders_using_one_relay_id_are_both_stored(
+    contract_context: ContractContext, relay: FakeRelay, settings_for: Any
+) -> None:
+    """Ids are the sender's (the SDK's `msg_<ms>_<counter>`): two peers can send one in the
+    same millisecond. The listing was deduplicated by id alone, so the second sender's
+    message was skipped, and the ack (a DELETE by id) then removed it unread."""
+    async with RelayPeer(relay.url) as a, RelayPeer(relay.url) as b:
+        for sender in (a, b):
+            await sender.publish_keys()
+        adapter = TinyplaceAdapter(contract_context.account, settings_for(poll_interval=3600))
+        await adapter.start(contract_context.bind(adapter))
+        try:
+            for sender in (a, b):
+                relay.make_contacts(sender.agent_id, adapter.agent_id)
+            caught: list[dict[str, Any]] = []
+
+            async def keep(envelope: dict[str, Any]) -> None:
+                caught.append(envelope)
+
+            relay.tap(adapter.agent_id, keep)  # both are placed in the mailbox by hand
+            same = "msg_1764500000000_1"
+            await a.send_text(adapter.agent_id, "from A", message_id=same)
+            await b.send_text(adapter.agent_id, "from B", message_id=same)
+            relay.tap(adapter.agent_id, None)
+            relay.mailboxes[adapter.agent_id].extend(caught)
+            assert await adapter.poll_once() == 2
+        finally:
+            await adapter.stop()
+    for sender, text in ((a, "from A"), (b, "from B")):
+        assert await texts(contract_context, Address("test", sender.agent_id, "master")) == [text]

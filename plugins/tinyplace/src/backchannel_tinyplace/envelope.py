@@ -140,15 +140,23 @@ def parse_body(plaintext: str) -> ParsedBody:
     payload = _mapping(event.get("payload"))
     return ParsedBody(
         text=_v2_text(kind, payload),
-        # the schema fixes the role by kind (owner iff user_prompt): a frame without one
-        # gets that; one that names it is taken at its word
-        role=_str(event.get("role")) or ("owner" if kind == "user_prompt" else "agent"),
+        role=_v2_role(kind, _str(event.get("role"))),
         message_id=_id(event.get("id")),
         event_kind=kind,
         timestamp=_str(event.get("ts")),
         prompt_source=_str(payload.get("source")) if kind == "user_prompt" else None,
         **common,
     )
+
+
+def _v2_role(kind: str, named: str | None) -> str:
+    """The schema fixes the role by kind (owner iff user_prompt). A frame without one gets
+    that; a user_prompt is taken at its word (even one that says it is the agent's), but
+    any other kind naming a human role is the agent's: an agent_message claiming "owner"
+    passed the agent's words off as its human's (a person's message resets bot_turns)."""
+    if kind == "user_prompt":
+        return named or "owner"
+    return named if named is not None and named not in HUMAN_ROLES else "agent"
 
 
 def build_v1_envelope(

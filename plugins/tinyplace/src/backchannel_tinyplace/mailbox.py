@@ -128,7 +128,9 @@ class MailboxReader:
         if not await self._refresh_contacts():
             return 0
         committed = 0
-        seen: set[str] = set()
+        #: (sender, relay id): ids are the sender's SDK's (`msg_<ms>_<counter>`), so two
+        #: senders can use one; each is handled (an ack by id removes both)
+        seen: set[tuple[str, str]] = set()
         stalled: set[str] = set()
         # what stays in the mailbox: held senders' messages (group traffic makes room, below).
         # The relay lists oldest first with no cursor, so a listing full of them hides newer
@@ -156,9 +158,9 @@ class MailboxReader:
             # pair becomes U+FFFD, as the relay (and the store) keep it
             relay_id = clean_text(_text(envelope.get("id")))
             sender = _text(envelope.get("from"))
-            if not relay_id or relay_id in seen:
+            if not relay_id or (sender, relay_id) in seen:
                 continue
-            seen.add(relay_id)
+            seen.add((sender, relay_id))
             if group is not None:
                 # before the sender gate: a group member need not be a contact, and its
                 # group messages are no request to be one
@@ -184,7 +186,7 @@ class MailboxReader:
                     type(error).__name__,
                     error,
                 )
-        self._left &= seen  # what left the mailbox is forgotten: the set stays small
+        self._left &= {relay_id for _, relay_id in seen}  # gone from the mailbox: forgotten
         return committed
 
     def _leave(self, envelope: Mapping[str, Any], relay_id: str, sender: str, kind: str) -> None:
