@@ -436,3 +436,103 @@ async def test_two_senders_using_one_relay_id_are_both_stored(
             await adapter.stop()
     for sender, text in ((a, "from A"), (b, "from B")):
         assert await texts(contract_context, Address("test", sender.agent_id, "master")) == [text]
+
+
+async def test_a_session_opening_replayed_under_a_new_id_is_refused_and_the_session_lives_on(
+    account: TinyplaceAdapter,
+    contract_context: ContractContext,
+    relay: FakeRelay,
+    peer: RelayPeer,
+) -> None:
+    """An opening (PREKEY_BUNDLE) made on our signed pre-key alone (the one-time pool
+    drained: anyone may fetch our bundle) listed again under another id: the SDK opened
+    the session again from it, its words were stored twice, and the live session was
+    replaced, so the peer's next messages failed to decrypt and were lost."""
+    from backchannel.model import Outbound
+
+    relay.one_time_prekeys[account.agent_id].clear()
+    relay.make_contacts(peer.agent_id, account.agent_id)
+    first = await peer.send_text(account.agent_id, "first (opens the session)")
+    await relay.wait_acked(account.agent_id, first)
+    address = Address("test", peer.agent_id, "master")
+    await account.send(Outbound(address, "our reply"))
+    assert [text for _, text in await peer.receive()] == ["our reply"]
+    second = await peer.send_text(account.agent_id, "second")
+    await relay.wait_acked(account.agent_id, second)
+    old = relay.stored[(account.agent_id, first)]
+    assert old["type"] == "PREKEY_BUNDLE"
+    replay = dict(old, id=old["id"] + "_again")
+    relay.mailboxes[account.agent_id].append(replay)
+    await relay.wait_acked(account.agent_id, replay["id"])
+    third = await peer.send_text(account.agent_id, "third")
+    await relay.wait_acked(account.agent_id, third)
+    assert await texts(contract_context, address) == [
+        "first (opens the session)",
+        "second",
+        "third",
+    ]
+    (letter,) = await contract_context.store.dead_letters("test")
+    assert "session opening already taken" in letter["reason"]
+
+
+async def test_a_message_stamped_before_the_opening_of_its_session_is_read_after_it(
+    contract_context: ContractContext, relay: FakeRelay, peer: RelayPeer, settings_for: Any
+) -> None:
+    """The listing is put in the order of the sender's clock; a clock that stepped back
+    stamped a CIPHERTEXT before the PREKEY_BUNDLE that opens its session: tried first, it
+    had no session, and was dead-lettered and acked (lost)."""
+    from datetime import datetime, timedelta
+
+    adapter = TinyplaceAdapter(contract_context.account, settings_for(poll_interval=3600))
+    await adapter.start(contract_context.bind(adapter))
+    try:
+        relay.make_contacts(peer.agent_id, adapter.agent_id)
+        caught: list[dict[str, Any]] = []
+
+        async def keep(envelope: dict[str, Any]) -> None:
+            caught.append(envelope)
+
+        relay.tap(adapter.agent_id, keep)  # placed in the mailbox by hand, below
+        await peer.send_text(adapter.agent_id, "one (opens the session)")
+        await peer.send_text(adapter.agent_id, "two")
+        relay.tap(adapter.agent_id, None)
+        opening, after = caught
+        stamp = datetime.fromisoformat(opening["timestamp"].replace("Z", "+00:00"))
+        stepped_back = stamp - timedelta(seconds=2)
+        after["timestamp"] = stepped_back.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        relay.mailboxes[adapter.agent_id].extend([opening, after])
+        assert await adapter.poll_once() == 2
+    finally:
+        await adapter.stop()
+    address = Address("test", peer.agent_id, "master")
+    assert await texts(contract_context, address) == ["one (opens the session)", "two"]
+    assert await contract_context.store.dead_letters("test") == []
+    assert relay.mailbox(adapter.agent_id) == []
+
+
+async def test_a_message_too_long_to_decrypt_on_the_loop_is_a_dead_letter_and_the_next_is_read(
+    account: TinyplaceAdapter,
+    contract_context: ContractContext,
+    relay: FakeRelay,
+    peer: RelayPeer,
+) -> None:
+    """The SDK's AES runs in pure Python on the event loop: a contact's 200,000-character
+    message held every channel of the process for 14 s. A body longer than any of our own
+    sends (4,000 characters stay under ~22 KB) is refused before it is decrypted."""
+    from backchannel_tinyplace.mailbox import MAX_BODY_CHARS
+
+    counter = DecryptCounter(account)
+    relay.make_contacts(peer.agent_id, account.agent_id)
+    opened = await peer.send_text(account.agent_id, "hi")
+    await relay.wait_acked(account.agent_id, opened)
+    longest = await peer.send_text(account.agent_id, "🙂" * 4000)  # our own sends' worst
+    await relay.wait_acked(account.agent_id, longest)
+    big = await peer.send_text(account.agent_id, "x" * 25_000)
+    await relay.wait_acked(account.agent_id, big)
+    after = await peer.send_text(account.agent_id, "still here")
+    await relay.wait_acked(account.agent_id, after)
+    address = Address("test", peer.agent_id, "master")
+    assert await texts(contract_context, address) == ["hi", "🙂" * 4000, "still here"]
+    assert big not in counter.calls
+    (letter,) = await contract_context.store.dead_letters("test")
+    assert f"at most {MAX_BODY_CHARS}" in letter["reason"]

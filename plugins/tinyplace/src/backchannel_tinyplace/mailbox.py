@@ -33,6 +33,7 @@ so left there they would hide newer 1:1 messages for good.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import math
@@ -55,10 +56,18 @@ from .envelope import clean_text, parse_body
 from .normalize import event_id_of, parse_timestamp
 from .sessions import DurableSessionStore, StateUnavailable
 
-__all__ = ["MailboxReader"]
+__all__ = ["MAX_BODY_CHARS", "MailboxReader"]
 
 #: state key: event ids decrypted and committed without a transcript row (ignored, malformed)
 _SETTLED = "settled_event_ids"
+#: the longest message body (base64) decrypted: our own sends of 4,000 characters stay
+#: under ~22 KB even in the worst case (see adapter.MAX_TEXT_LEN); decrypting one this long
+#: holds the event loop about 1.5 s
+MAX_BODY_CHARS = 32 * 1024
+#: state key: the session openings (PREKEY_BUNDLEs) already taken, by sender and ephemeral key
+_OPENINGS = "taken_openings"
+#: openings remembered (the oldest forgotten first); each peer sends one per session
+_MAX_OPENINGS = 2000
 #: senders listed in the `pending_senders` state at most
 _MAX_PENDING_SENDERS = 200
 #: characters kept of one routing field in logs and dead letters
@@ -128,6 +137,7 @@ class MailboxReader:
         if not await self._refresh_contacts():
             return 0
         committed = 0
+        deferred: list[tuple[dict[str, Any], str, str]] = []
         #: (sender, relay id): ids are the sender's SDK's (`msg_<ms>_<counter>`), so two
         #: senders can use one; each is handled (an ack by id removes both)
         seen: set[tuple[str, str]] = set()
@@ -175,19 +185,38 @@ class MailboxReader:
             if sender in stalled:
                 continue
             try:
-                committed += await self._handle(envelope, relay_id, sender)
+                done = await self._handle(envelope, relay_id, sender, last_try=False)
             except Exception as error:  # transient: leave it in the mailbox for the next poll
-                stalled.add(sender)
-                self._ctx.log.warning(
-                    "message %s from %s not processed (%s: %s); it stays in the mailbox and"
-                    " is retried on the next poll",
-                    relay_id,
-                    sender,
-                    type(error).__name__,
-                    error,
-                )
+                self._stall(stalled, relay_id, sender, error)
+                continue
+            if done is None:
+                deferred.append((envelope, relay_id, sender))
+            else:
+                committed += done
+        # what could not be decrypted in its turn, once more after the sender's others: the
+        # listing is ordered by the sender's clock, which may have stepped back (a CIPHERTEXT
+        # stamped before the PREKEY_BUNDLE that opens its session). The SDK checks the MAC
+        # before it changes anything, so a second try costs nothing
+        for envelope, relay_id, sender in deferred:
+            if sender in stalled:
+                continue
+            try:
+                committed += await self._handle(envelope, relay_id, sender) or 0
+            except Exception as error:
+                self._stall(stalled, relay_id, sender, error)
         self._left &= {relay_id for _, relay_id in seen}  # gone from the mailbox: forgotten
         return committed
+
+    def _stall(self, stalled: set[str], relay_id: str, sender: str, error: Exception) -> None:
+        stalled.add(sender)
+        self._ctx.log.warning(
+            "message %s from %s not processed (%s: %s); it stays in the mailbox and"
+            " is retried on the next poll",
+            relay_id,
+            sender,
+            type(error).__name__,
+            error,
+        )
 
     def _leave(self, envelope: Mapping[str, Any], relay_id: str, sender: str, kind: str) -> None:
         """Leave a group envelope in the mailbox; count and log it the first time it is listed."""
@@ -212,7 +241,11 @@ class MailboxReader:
             self.group_traffic[kind],
         )
 
-    async def _handle(self, envelope: dict[str, Any], relay_id: str, sender: str) -> int:
+    async def _handle(
+        self, envelope: dict[str, Any], relay_id: str, sender: str, *, last_try: bool = True
+    ) -> int | None:
+        """Handle one message; return 1 when committed, 0 when not (held, a duplicate, a
+        dead letter), None when it could not be decrypted and this was not `last_try`."""
         ctx = self._ctx
         if sender not in self._accepted:
             await self._hold_for_approval(sender, relay_id)
@@ -228,6 +261,28 @@ class MailboxReader:
         if event_id in await self._settled():  # decrypted before, stored nothing
             await self.ack(relay_id)
             return 0
+        body = envelope.get("body")
+        if isinstance(body, str) and len(body) > MAX_BODY_CHARS:
+            # the SDK's AES is pure Python, on the event loop: ~45 µs a character of body, so
+            # a 200,000-character message held every channel of the process for 14 s
+            why = (
+                f"too long to decrypt here ({len(body)} characters of body; at most"
+                f" {MAX_BODY_CHARS}): ask the sender to split it"
+            )
+            await self._dead_letter(envelope, relay_id, sender, why)
+            await self.ack(relay_id)
+            return 0
+        opening = _opening_of(envelope, sender)
+        if opening is not None and opening in await self._openings():
+            # the same session opening under another relay id: a replay (the relay's, or a
+            # fault's). The SDK would open the session again from it, store its words a
+            # second time, and replace the live session, so the peer's next messages
+            # could not be decrypted. (One that used a one-time pre-key is refused by the
+            # SDK itself; one on the signed pre-key alone is not.)
+            why = "a session opening already taken (replayed under a new id); not decrypted"
+            await self._dead_letter(envelope, relay_id, sender, why)
+            await self.ack(relay_id)
+            return 0
         store, signal = self._store, self._signal
         async with self._ratchet:
             with store.staging() as staged:
@@ -241,6 +296,8 @@ class MailboxReader:
                 except StateUnavailable:
                     raise  # the store failed, not the message: retried on the next poll
                 except Exception as error:
+                    if not last_try:
+                        return None  # tried again after the sender's other messages
                     # a peer controls every field the SDK reads (a `signal` that is not an
                     # object, a negative or infinite message number, ...): whatever the SDK
                     # raises for it, a retry decrypts the same bytes and fails the same way
@@ -248,6 +305,10 @@ class MailboxReader:
                     await self._dead_letter(envelope, relay_id, sender, why)
                     await self.ack(relay_id)
                     return 0
+                if opening is not None:
+                    # remembered with the ratchet step it made, in the message's commit
+                    taken = [*await self._openings(), opening][-_MAX_OPENINGS:]
+                    staged[_OPENINGS] = json.dumps(taken)
                 raw = {"envelope": routing, "plaintext": plaintext}
                 handoff = None
                 if not self._stores_a_row(raw):
@@ -274,6 +335,10 @@ class MailboxReader:
             return self._normalize(raw) is not None
         except NormalizeError:
             return False
+
+    async def _openings(self) -> list[str]:
+        text = await self._ctx.get_state(_OPENINGS)
+        return list(json.loads(text)) if text else []
 
     async def _settled(self) -> list[str]:
         text = await self._ctx.get_state(_SETTLED)
@@ -357,6 +422,18 @@ class MailboxReader:
             reason[:_MAX_FIELD],
         )
         await self._ctx.dead_letter(relay_id, reason[:500], json.dumps(_routing(envelope)))
+
+
+def _opening_of(envelope: Mapping[str, Any], sender: str) -> str | None:
+    """A PREKEY_BUNDLE's mark: its sender and ephemeral key, hashed (each session opening
+    has an ephemeral key of its own; the SDK sends one PREKEY_BUNDLE per session)."""
+    if envelope.get("type") != "PREKEY_BUNDLE":
+        return None
+    signal = envelope.get("signal")
+    key = signal.get("ephemeralKey") if isinstance(signal, Mapping) else None
+    if not isinstance(key, str) or not key:
+        return None
+    return hashlib.sha256(f"{sender}\0{key}".encode("utf-8", "replace")).hexdigest()[:32]
 
 
 def _group_traffic(envelope: Mapping[str, Any]) -> str | None:
