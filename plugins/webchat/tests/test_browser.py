@@ -12,6 +12,8 @@ import os
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from backchannel.agents.demo import demo_agent
@@ -19,7 +21,8 @@ from backchannel.runs import Run
 from backchannel.store import SQLiteStore
 from backchannel.switchboard import Binding, Switchboard
 from backchannel_webchat import WebchatAdapter
-from playwright.async_api import Browser, Page, async_playwright, expect
+from backchannel_webchat.session import VisitorSession
+from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -423,3 +426,146 @@ async def test_an_idle_page_pauses_and_reconnects_when_its_visitor_is_back(
         assert [who for who, _ in await bubbles(page)] == ["You", "Agent"]
     finally:
         await switchboard.stop()
+
+
+TAB_KEY = "backchannel.webchat.conversation"
+PENDING_KEY = "backchannel.webchat.pending"
+
+
+class AckDropper:
+    """Drop the server's `ack` frames while `on`: a message is committed but its page never
+    hears so, as when the connection dies right after the commit."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.on = False
+        real = VisitorSession._send
+
+        async def send(session: VisitorSession, frame: dict[str, Any]) -> None:
+            if self.on and frame.get("type") == "ack":
+                return
+            await real(session, frame)
+
+        monkeypatch.setattr(VisitorSession, "_send", send)
+
+
+async def visitor_texts(switchboard: Switchboard) -> dict[str, list[str]]:
+    """Return the visitor messages stored in each web chat conversation, by conversation id."""
+    stored: dict[str, list[str]] = {}
+    for conversation in await switchboard.store.conversations("web"):
+        tab = conversation.address.chat.rsplit(".", 1)[1]
+        messages = await switchboard.store.window(conversation.id, 50)
+        stored[tab] = [m.text for m in messages if m.direction == "in"]
+    return stored
+
+
+async def new_tab(context: BrowserContext, adapter: WebchatAdapter) -> Page:
+    page = await context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    await page.goto(adapter.url or "")
+    await expect(page.get_by_role("status")).to_have_text("Online", timeout=TIMEOUT_MS)
+    return page
+
+
+async def send_unacked(page: Page, text: str, replies: int) -> None:
+    """Send `text` while acks are dropped, and wait until it is stored (the agent answered)."""
+    await page.get_by_label("Your message").fill(text)
+    await page.get_by_label("Your message").press("Enter")
+    await expect(page.locator("li.agent")).to_have_count(replies, timeout=TIMEOUT_MS)
+    await expect(page.locator("li.visitor .state").last).to_have_text("sending…")
+
+
+async def test_a_reloaded_tab_resends_its_unacked_message_only_into_its_own_conversation(
+    browser: Browser, board: tuple[Switchboard, WebchatAdapter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stored in A, ack lost; another tab starts B; the reload goes back to A to resend it
+    (deduplicated there), instead of storing it in B too."""
+    switchboard, adapter = board
+    acks = AckDropper(monkeypatch)
+    context = await browser.new_context()
+    first = await new_tab(context, adapter)
+    chat_a = await first.evaluate(f"localStorage.getItem('{TAB_KEY}')")
+    acks.on = True
+    await send_unacked(first, "pay invoice 42", replies=1)
+
+    second = await new_tab(context, adapter)
+    await second.get_by_role("button", name="New chat").click()
+    await expect(second.locator("#log > li")).to_have_count(0, timeout=TIMEOUT_MS)
+    await expect(second.get_by_role("status")).to_have_text("Online", timeout=TIMEOUT_MS)
+    chat_b = await second.evaluate(f"localStorage.getItem('{TAB_KEY}')")
+    assert chat_b != chat_a
+
+    acks.on = False
+    await first.reload()
+    await expect(first.get_by_role("status")).to_have_text("Online", timeout=TIMEOUT_MS)
+    # the resend was acked: nothing is pending any more
+    await first.wait_for_function(f"sessionStorage.getItem('{PENDING_KEY}') === '[]'")
+    await switchboard.wait_idle()
+    assert await visitor_texts(switchboard) == {chat_a: ["pay invoice 42"]}
+    # the reloaded tab shows where the message went (A, with the agent's answer); the other
+    # tab stays in B, which never got it; the browser's conversation is still B
+    await expect(first.locator("li.visitor .state")).to_have_text([""])
+    assert [who for who, _ in await bubbles(first)] == ["You", "Backchannel demo"]
+    assert (await bubbles(first))[0] == ("You", "pay invoice 42")
+    assert await second.locator("#log > li").count() == 0
+    assert await first.evaluate(f"localStorage.getItem('{TAB_KEY}')") == chat_b
+    # nothing pending: the next reload follows the browser's conversation, B
+    await first.reload()
+    await expect(first.get_by_role("status")).to_have_text("Online", timeout=TIMEOUT_MS)
+    await expect(first.get_by_role("log")).to_have_attribute("aria-busy", "false")  # shown
+    assert await first.locator("#log > li").count() == 0
+    await context.close()
+
+
+async def test_unacked_messages_saved_by_an_earlier_page_are_never_resent_into_another_chat(
+    browser: Browser, board: tuple[Switchboard, WebchatAdapter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries without a conversation (saved by the previous version of the page): one stored
+    in the conversation the reload opens is done; any other is offered back, not resent."""
+    switchboard, adapter = board
+    acks = AckDropper(monkeypatch)
+    context = await browser.new_context()
+    first = await new_tab(context, adapter)
+    chat_a = await first.evaluate(f"localStorage.getItem('{TAB_KEY}')")
+    acks.on = True
+    await send_unacked(first, "pay invoice 42", replies=1)
+    second = await new_tab(context, adapter)
+    await second.get_by_role("button", name="New chat").click()
+    await expect(second.locator("#log > li")).to_have_count(0, timeout=TIMEOUT_MS)
+    await expect(second.get_by_role("status")).to_have_text("Online", timeout=TIMEOUT_MS)
+    chat_b = await second.evaluate(f"localStorage.getItem('{TAB_KEY}')")
+    await send_unacked(second, "and the receipt", replies=1)
+    acks.on = False
+
+    # the first tab's sessionStorage as the previous page wrote it: no conversation recorded
+    legacy = [
+        {"client_id": item["client_id"], "text": item["text"]}
+        for page in (first, second)
+        for item in await page.evaluate(f"JSON.parse(sessionStorage.getItem('{PENDING_KEY}'))")
+    ]
+    assert [item["text"] for item in legacy] == ["pay invoice 42", "and the receipt"]
+    await first.evaluate(
+        "([key, value]) => sessionStorage.setItem(key, JSON.stringify(value))",
+        [PENDING_KEY, legacy],
+    )
+    await first.reload()  # opens the browser's conversation, B
+    await expect(first.get_by_role("status")).to_have_text("Online", timeout=TIMEOUT_MS)
+    # B holds "and the receipt": shown from its transcript, done; "pay invoice 42" (stored in
+    # A, which this page cannot know) is not resent but put back in the box, with a word why
+    box = first.get_by_label("Your message")
+    await expect(box).to_have_value("pay invoice 42")
+    await expect(first.get_by_role("alert")).to_contain_text("back in the message box")
+    assert await bubbles(first) == [("You", "and the receipt"), ("Backchannel demo", ANY)]
+    await expect(first.locator("li.visitor .state")).to_have_text([""])
+    assert await first.evaluate(f"sessionStorage.getItem('{PENDING_KEY}')") == "[]"
+    await switchboard.wait_idle()
+    assert await visitor_texts(switchboard) == {
+        chat_a: ["pay invoice 42"],
+        chat_b: ["and the receipt"],
+    }
+    # sending it again is the visitor's call: it goes to B, as a new message, and is acked
+    await box.press("Enter")
+    await expect(first.locator("li.visitor .state")).to_have_text(["", ""], timeout=TIMEOUT_MS)
+    await expect(first.locator("#error")).to_have_text("")
+    await switchboard.wait_idle()
+    assert (await visitor_texts(switchboard))[chat_b] == ["and the receipt", "pay invoice 42"]
+    await context.close()

@@ -22,6 +22,8 @@
   const KEY_NAME = "backchannel.webchat.name";
   const KEY_TAB = "backchannel.webchat.conversation";
   const KEY_PENDING = "backchannel.webchat.pending";
+  // a conversation id as the server takes it (the hello's "conversation")
+  const SAFE_ID = /^[A-Za-z0-9_-]{1,64}$/;
 
   let maxChars = Number(input.getAttribute("maxlength")) || 4000;
   let agentName = "Agent";
@@ -57,9 +59,33 @@
   const params = new URLSearchParams(location.search);
   const linkName = (params.get("name") || "").slice(0, 64);
   const visitor = remembered(localStorage, KEY_VISITOR, () => randomId(16));
+
+  // messages waiting for the server's ack survive a reload of this tab (sessionStorage),
+  // each with the conversation it was written in: it is resent there and nowhere else (the
+  // server recognises a resend by its client_id within one conversation only; resent into
+  // another, it would be stored, and answered, twice)
+  function loadPending() {
+    let items = [];
+    try { items = JSON.parse(sessionStorage.getItem(KEY_PENDING) || "[]"); } catch (e) { /* none */ }
+    if (!Array.isArray(items)) return [];
+    return items.filter((item) => item && typeof item.client_id === "string" && typeof item.text === "string");
+  }
+  const saved = loadPending();
+  const home = saved.find((item) => typeof item.conversation === "string" && SAFE_ID.test(item.conversation));
+
   // the conversation is the browser's, not the tab's: every tab and reload of this browser
-  // shows the same one until "New chat" starts another (open tabs follow it too)
-  let tab = remembered(localStorage, KEY_TAB, () => randomId(8));
+  // shows the same one until "New chat" starts another (open tabs follow it too). A tab
+  // reloaded while it still holds unacked messages opens *their* conversation instead, even
+  // if another tab started a new one meanwhile: they are resent there, and the visitor sees
+  // where they went (its next reload, once they are acked, follows the browser's again)
+  const browserTab = remembered(localStorage, KEY_TAB, () => randomId(8));
+  let tab = home ? home.conversation : browserTab;
+  // unacked messages of the conversation shown: resent on every (re)connect until acked
+  let pending = saved.filter((item) => item.conversation === tab);
+  // unacked messages not known to be of this conversation (saved by an earlier version of
+  // this page, which did not record theirs): never resent blindly, since they may be stored
+  // in another conversation already. Settled by the first transcript (see settleUnplaced)
+  let unplaced = saved.filter((item) => item.conversation !== tab);
 
   function visitorName() {
     if (linkName) return linkName;
@@ -71,13 +97,10 @@
     try { localStorage.setItem(KEY_NAME, linkName); } catch (e) { /* ignore */ }
   }
 
-  // messages waiting for the server's ack survive a reload of this tab
-  function loadPending() {
-    try { return JSON.parse(sessionStorage.getItem(KEY_PENDING) || "[]"); } catch (e) { return []; }
-  }
-  let pending = loadPending();
   function savePending() {
-    try { sessionStorage.setItem(KEY_PENDING, JSON.stringify(pending)); } catch (e) { /* ignore */ }
+    try {
+      sessionStorage.setItem(KEY_PENDING, JSON.stringify(pending.concat(unplaced)));
+    } catch (e) { /* ignore */ }
   }
 
   // rendering ---------------------------------------------------------------
@@ -259,6 +282,34 @@
     return false;
   }
 
+  // (re)send an unacked message: only ever into the conversation it was written in
+  function resend(item) {
+    if (item.conversation === tab) send({ type: "message", client_id: item.client_id, text: item.text });
+  }
+
+  // the first transcript settles messages of an unknown conversation (see `unplaced`): one
+  // this conversation holds is done (shown above); any other is put back in the message box,
+  // with a line saying why, for the visitor to send again: the page does not resend it
+  function settleUnplaced() {
+    if (!unplaced.length) return;
+    const offered = unplaced.filter((item) => !byClient.has(item.client_id));
+    unplaced = [];
+    savePending();
+    if (!offered.length) return;
+    if (!input.value.trim()) {
+      input.value = offered.map((item) => item.text).join("\n\n");
+      updateCounter();
+      autosize();
+    }
+    showError(
+      (offered.length > 1 ? "Messages" : "A message") + " you wrote before this page was updated" +
+      " could not be confirmed and " + (offered.length > 1 ? "are" : "is") + " not in this" +
+      " conversation. " + (offered.length > 1 ? "They are" : "It is") + " back in the message" +
+      " box: send again to post " + (offered.length > 1 ? "them" : "it") + " here.",
+      "unplaced"
+    );
+  }
+
   function handle(ws, frame) {
     switch (frame.type) {
       case "welcome":
@@ -274,11 +325,12 @@
       case "transcript":
         log.setAttribute("aria-busy", "true");
         for (const message of frame.messages || []) render(message);
+        settleUnplaced();
         for (const item of pending) {
           if (!byClient.has(item.client_id)) {
             render({ client_id: item.client_id, role: "visitor", text: item.text, status: "sending" });
           }
-          send({ type: "message", client_id: item.client_id, text: item.text });
+          resend(item);
         }
         log.setAttribute("aria-busy", "false");
         emptyEl.hidden = log.children.length > 0;
@@ -333,7 +385,7 @@
       showError("You are sending quickly; your message will go out in " + Math.ceil(wait) + " s.");
       setTimeout(() => {
         const item = pending.find((p) => p.client_id === frame.client_id);
-        if (item) send({ type: "message", client_id: item.client_id, text: item.text });
+        if (item) resend(item);
       }, wait * 1000);
       return;
     }
@@ -341,7 +393,7 @@
       showError(frame.message);
       setTimeout(() => {
         const item = pending.find((p) => p.client_id === frame.client_id);
-        if (item) send({ type: "message", client_id: item.client_id, text: item.text });
+        if (item) resend(item);
       }, 3000);
       return;
     }
@@ -389,7 +441,7 @@
     showError("");
     keepLinkName();
     const clientId = randomId(12);
-    pending.push({ client_id: clientId, text });
+    pending.push({ client_id: clientId, text, conversation: tab });
     savePending();
     render({ client_id: clientId, role: "visitor", text, status: "sending" });
     send({ type: "message", client_id: clientId, text });
@@ -435,10 +487,11 @@
   });
 
   // "New chat" in another tab of this browser: follow it, unless this tab still holds
-  // messages the server has not acked (they belong to the conversation shown; a reload
-  // after they went out follows it then)
+  // messages the server has not acked (they belong to the conversation shown, and a reload
+  // meanwhile reopens it to resend them; a reload after they went out follows it then)
   window.addEventListener("storage", (event) => {
-    if (event.key === KEY_TAB && event.newValue && event.newValue !== tab && !pending.length) {
+    if (event.key === KEY_TAB && event.newValue && event.newValue !== tab &&
+        !pending.length && !unplaced.length) {
       switchTo(event.newValue);
     }
   });
