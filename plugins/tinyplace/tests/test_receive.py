@@ -536,3 +536,45 @@ async def test_a_message_too_long_to_decrypt_on_the_loop_is_a_dead_letter_and_th
     assert big not in counter.calls
     (letter,) = await contract_context.store.dead_letters("test")
     assert f"at most {MAX_BODY_CHARS}" in letter["reason"]
+
+
+async def test_an_envelope_nested_too_deep_to_parse_is_a_dead_letter_and_the_rest_is_read(
+    contract_context: ContractContext, relay: FakeRelay, peer: RelayPeer, settings_for: Any
+) -> None:
+    """A relay that keeps envelopes as sent lists a peer's `signal` nested 5,000 deep: the
+    SDK's parse of the whole listing raised RecursionError on every poll (a traceback
+    each), and every message behind it waited for ever."""
+    from aiohttp import web
+
+    adapter = TinyplaceAdapter(contract_context.account, settings_for())
+    real_list = relay._list
+    deep = "[" * 5000 + "]" * 5000
+
+    async def listing(request: web.Request, agent: str) -> web.Response:
+        answer = await real_list(request, agent)
+        assert isinstance(answer, web.Response) and answer.text is not None
+        messages = json.loads(answer.text).get("messages") or []
+        poisoned = any(m.get("id") == "msg_deep" for m in relay.mailbox(adapter.agent_id))
+        head = {"id": "msg_deep", "from": peer.agent_id, "to": adapter.agent_id}
+        # the shape is read from brackets outside strings: one here holds "]}" and a quote
+        poison = json.dumps({**head, "type": "CIPHERTEXT", "body": "AAAA"})[:-1] + (
+            ', "signal": {"x": "]} \\" [", "y": ' + deep + "}}"
+        )
+        rest = [json.dumps(m) for m in messages if m.get("id") != "msg_deep"]
+        body = '{"messages": [' + ", ".join(([poison] if poisoned else []) + rest) + "]}"
+        return web.Response(text=body, content_type="application/json")
+
+    relay._list = listing  # type: ignore[method-assign]
+    await adapter.start(contract_context.bind(adapter))
+    try:
+        relay.make_contacts(peer.agent_id, adapter.agent_id)
+        relay.mailboxes[adapter.agent_id].append({"id": "msg_deep", "from": peer.agent_id})
+        sent = await peer.send_text(adapter.agent_id, "behind it")
+        await relay.wait_acked(adapter.agent_id, sent)
+        assert relay.is_acked(adapter.agent_id, "msg_deep")
+    finally:
+        await adapter.stop()
+    address = Address("test", peer.agent_id, "master")
+    assert await texts(contract_context, address) == ["behind it"]
+    (letter,) = await contract_context.store.dead_letters("test")
+    assert letter["ref"] == "msg_deep" and "nested too deep" in letter["reason"]

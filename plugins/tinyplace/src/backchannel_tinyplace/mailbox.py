@@ -37,6 +37,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -118,7 +119,13 @@ class MailboxReader:
     async def poll_once(self) -> int:
         """Fetch the mailbox once and handle every message; return how many were committed."""
         client = self._client
-        page = await client.messages.list(self.agent_id, self._limit)
+        try:
+            page = await client.messages.list(self.agent_id, self._limit)
+        except RecursionError:
+            # an envelope nested deeper than Python's parser goes (a peer's `signal` field,
+            # kept as sent): the SDK's parse of the whole listing fails on every poll, and
+            # every message behind it would wait for ever
+            page = await self._listing_past_the_too_deep()
         listed = page.get("messages") if isinstance(page, dict) else page
         envelopes = [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
         # Oldest first, by the time each was sent: a peer's messages must be decrypted in the
@@ -206,6 +213,34 @@ class MailboxReader:
                 self._stall(stalled, relay_id, sender, error)
         self._left &= {relay_id for _, relay_id in seen}  # gone from the mailbox: forgotten
         return committed
+
+    async def _listing_past_the_too_deep(self) -> dict[str, Any]:
+        """The listing read entry by entry: each envelope that is nested too deep to parse
+        is a dead letter (named by its top-level `id` and `from`) and acked; the rest are
+        returned as the SDK would have."""
+        text = await self._client.http._request(  # the SDK's own signed GET, as text
+            "GET",
+            "/messages",
+            query={"agentId": self.agent_id, "limit": self._limit},
+            auth="directory",
+            actor=self.agent_id,
+            response_type="text",
+        )
+        envelopes: list[dict[str, Any]] = []
+        for item in _listing_items(str(text or "")):
+            try:
+                envelope = json.loads(item)
+            except (RecursionError, ValueError):
+                relay_id, sender = _top_level_string(item, "id"), _top_level_string(item, "from")
+                if not relay_id:
+                    continue  # nothing to name it by, nor to remove it with
+                why = "nested too deep to read (a peer's field); not decrypted"
+                await self._dead_letter({}, clean_text(relay_id), sender, why)
+                await self.ack(clean_text(relay_id))
+                continue
+            if isinstance(envelope, dict):
+                envelopes.append(envelope)
+        return {"messages": envelopes}
 
     def _stall(self, stalled: set[str], relay_id: str, sender: str, error: Exception) -> None:
         stalled.add(sender)
@@ -422,6 +457,65 @@ class MailboxReader:
             reason[:_MAX_FIELD],
         )
         await self._ctx.dead_letter(relay_id, reason[:500], json.dumps(_routing(envelope)))
+
+
+#: what gives JSON its shape: a string (escapes and all), or a bracket
+_JSON_SHAPE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _listing_items(text: str) -> list[str]:
+    """The text of each entry of a listing (`{"messages": [...]}`, or a bare list), found by
+    its brackets alone: no entry is parsed, so none can be too deep to find."""
+    items: list[str] = []
+    depth = 0
+    array: int | None = None  # the depth inside the messages list
+    start: int | None = None
+    key = ""
+    for match in _JSON_SHAPE.finditer(text):
+        token = match.group()
+        if token[0] == '"':
+            if depth == 1:
+                key = token
+            continue
+        if token in "[{":
+            depth += 1
+            if array is None:
+                if token == "[" and (depth == 1 or (depth == 2 and key == '"messages"')):
+                    array = depth
+            elif depth == array + 1 and start is None:
+                start = match.start()
+            continue
+        if array is not None:
+            if depth == array + 1 and start is not None:
+                items.append(text[start : match.end()])
+                start = None
+            elif depth == array:
+                break  # the list is closed
+        depth -= 1
+    return items
+
+
+def _top_level_string(item: str, name: str) -> str:
+    """The string value of key `name` at the top level of the JSON object `item`, or ""."""
+    depth = 0
+    wanted = json.dumps(name)
+    for match in _JSON_SHAPE.finditer(item):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+        elif token in "]}":
+            depth -= 1
+        elif depth == 1 and token == wanted:
+            rest = item[match.end() :].lstrip()
+            if rest[:1] == ":":
+                value = _JSON_SHAPE.match(rest[1:].lstrip())
+                if value is not None and value.group()[0] == '"':
+                    try:
+                        found = json.loads(value.group())
+                    except ValueError:
+                        return ""
+                    return found if isinstance(found, str) else ""
+    return ""
 
 
 def _opening_of(envelope: Mapping[str, Any], sender: str) -> str | None:
