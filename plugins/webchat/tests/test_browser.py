@@ -474,6 +474,17 @@ async def send_unacked(page: Page, text: str, replies: int) -> None:
     await expect(page.locator("li.visitor .state").last).to_have_text("sending…")
 
 
+async def new_chat_in_another_tab(
+    context: BrowserContext, adapter: WebchatAdapter
+) -> tuple[Page, str]:
+    """Open another tab of the browser, start a New chat there; return it and its id."""
+    second = await new_tab(context, adapter)
+    await second.get_by_role("button", name="New chat").click()
+    await expect(second.locator("#log > li")).to_have_count(0, timeout=TIMEOUT_MS)
+    await expect(second.get_by_role("status")).to_have_text("Online", timeout=TIMEOUT_MS)
+    return second, await second.evaluate(f"localStorage.getItem('{TAB_KEY}')")
+
+
 async def test_a_reloaded_tab_resends_its_unacked_message_only_into_its_own_conversation(
     browser: Browser, board: tuple[Switchboard, WebchatAdapter], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -487,11 +498,7 @@ async def test_a_reloaded_tab_resends_its_unacked_message_only_into_its_own_conv
     acks.on = True
     await send_unacked(first, "pay invoice 42", replies=1)
 
-    second = await new_tab(context, adapter)
-    await second.get_by_role("button", name="New chat").click()
-    await expect(second.locator("#log > li")).to_have_count(0, timeout=TIMEOUT_MS)
-    await expect(second.get_by_role("status")).to_have_text("Online", timeout=TIMEOUT_MS)
-    chat_b = await second.evaluate(f"localStorage.getItem('{TAB_KEY}')")
+    second, chat_b = await new_chat_in_another_tab(context, adapter)
     assert chat_b != chat_a
 
     acks.on = False
@@ -528,11 +535,7 @@ async def test_unacked_messages_saved_by_an_earlier_page_are_never_resent_into_a
     chat_a = await first.evaluate(f"localStorage.getItem('{TAB_KEY}')")
     acks.on = True
     await send_unacked(first, "pay invoice 42", replies=1)
-    second = await new_tab(context, adapter)
-    await second.get_by_role("button", name="New chat").click()
-    await expect(second.locator("#log > li")).to_have_count(0, timeout=TIMEOUT_MS)
-    await expect(second.get_by_role("status")).to_have_text("Online", timeout=TIMEOUT_MS)
-    chat_b = await second.evaluate(f"localStorage.getItem('{TAB_KEY}')")
+    second, chat_b = await new_chat_in_another_tab(context, adapter)
     await send_unacked(second, "and the receipt", replies=1)
     acks.on = False
 

@@ -1664,6 +1664,15 @@ class _Append:
         )
         return seq, triggers
 
+    async def _holds(self, table: str, conversation_id: int, platform_message_id: str) -> bool:
+        """Whether `table` (message_parts or early_deletes) has this message of the
+        conversation."""
+        cursor = await self.connection.execute(
+            f"SELECT 1 FROM {table} WHERE conversation_id = %s AND platform_message_id = %s",
+            (conversation_id, platform_message_id),
+        )
+        return await cursor.fetchone() is not None
+
     async def _early_delete(
         self, conversation_id: int, platform_message_id: str | None
     ) -> float | None:
@@ -1751,25 +1760,22 @@ class _Append:
             # a sender the policy keeps out may not change what the agent sees
             return AppendResult("recorded", conversation_id, None)
         if row is None:
-            if target is not None and event.kind != "reaction":
-                cursor = await connection.execute(
-                    "SELECT 1 FROM message_parts WHERE conversation_id = %s"
-                    " AND platform_message_id = %s",
-                    (conversation_id, target),
-                )
-                if await cursor.fetchone() is not None:
-                    # a later part of a message of ours (see the SQLite store): recorded
-                    return AppendResult("recorded", conversation_id, None)
+            if (
+                target is not None
+                and event.kind != "reaction"
+                and await self._holds("message_parts", conversation_id, target)
+            ):
+                # a later part of a message of ours (see the SQLite store): recorded
+                return AppendResult("recorded", conversation_id, None)
             counters = self.batch.conversations[conversation_id]
-            if event.kind == "edit" and counters.orphan_edits and target is not None:
-                cursor = await connection.execute(
-                    "SELECT 1 FROM early_deletes WHERE conversation_id = %s"
-                    " AND platform_message_id = %s",
-                    (conversation_id, target),
-                )
-                if await cursor.fetchone() is not None:
-                    # deleted before it arrived: it will arrive deleted, edited or not
-                    return AppendResult("recorded", conversation_id, None)
+            if (
+                event.kind == "edit"
+                and counters.orphan_edits
+                and target is not None
+                and await self._holds("early_deletes", conversation_id, target)
+            ):
+                # deleted before it arrived: it will arrive deleted, edited or not
+                return AppendResult("recorded", conversation_id, None)
             if event.kind == "edit":
                 # an edit of a message we have not seen (yet): keep its text as the message,
                 # marked so that the original, if it arrives later, lands on this row

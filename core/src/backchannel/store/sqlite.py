@@ -490,19 +490,12 @@ class SQLiteStore(SQLiteAsks, Store):
         )
         return seq, triggers
 
-    def _is_later_part(self, conversation_id: int, platform_message_id: str) -> bool:
+    def _holds(self, table: str, conversation_id: int, platform_message_id: str) -> bool:
+        """Whether `table` (message_parts or early_deletes) has this message of the
+        conversation."""
         return (
             self.db.execute(
-                "SELECT 1 FROM message_parts WHERE conversation_id = ? AND platform_message_id = ?",
-                (conversation_id, platform_message_id),
-            ).fetchone()
-            is not None
-        )
-
-    def _deleted_early(self, conversation_id: int, platform_message_id: str) -> bool:
-        return (
-            self.db.execute(
-                "SELECT 1 FROM early_deletes WHERE conversation_id = ? AND platform_message_id = ?",
+                f"SELECT 1 FROM {table} WHERE conversation_id = ? AND platform_message_id = ?",
                 (conversation_id, platform_message_id),
             ).fetchone()
             is not None
@@ -604,7 +597,7 @@ class SQLiteStore(SQLiteAsks, Store):
             # a sender the policy keeps out may not change what the agent sees
             return AppendResult("recorded", conversation_id, None)
         if row is None:
-            if target is not None and self._is_later_part(conversation_id, target):
+            if target is not None and self._holds("message_parts", conversation_id, target):
                 # a later part of a message of ours the platform got split: the row holds
                 # every part's words, so an edit or a delete of one part is only recorded
                 # (never a message of its own, nor an early delete waiting for ever)
@@ -614,7 +607,7 @@ class SQLiteStore(SQLiteAsks, Store):
                 event.kind == "edit"
                 and counters.orphan_edits
                 and target is not None
-                and self._deleted_early(conversation_id, target)
+                and self._holds("early_deletes", conversation_id, target)
             ):
                 # deleted before it arrived: it will arrive deleted, edited or not
                 return AppendResult("recorded", conversation_id, None)
