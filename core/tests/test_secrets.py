@@ -24,6 +24,37 @@ def test_registered_secret_is_redacted_from_every_logger(caplog: pytest.LogCaptu
     assert redact(f"x{token}y") == "x***y"
 
 
+class LineTooLong(Exception):
+    """An exception whose message runs over several lines (as aiohttp's parser errors do)."""
+
+
+def test_the_exception_a_record_carries_is_named_whether_its_traceback_was_folded_or_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from backchannel.secrets import raised
+
+    def logged() -> logging.LogRecord:
+        try:
+            try:
+                raise KeyError("first")
+            except KeyError as first:
+                raise LineTooLong("400, message:\n  Got more than 8190 bytes\n  ^") from first
+        except LineTooLong:
+            logging.getLogger("some.server").exception("Error handling request")
+        return caplog.records[-1]
+
+    with caplog.at_level(logging.DEBUG):
+        before = logged()  # folded or not: an earlier test may have registered a secret
+        register_secret("a-registered-secret-value")
+        folded = logged()  # the factory folds the traceback into the message
+        logging.getLogger("some.server").warning("no exception here")
+    name = f"{__name__}.LineTooLong"
+    assert folded.exc_info is None and "Traceback (most recent call last)" in folded.msg
+    assert raised(folded) == name  # the last traceback's line, not its message's last line
+    assert raised(before) == name
+    assert raised(caplog.records[-1]) is None
+
+
 def test_short_values_are_not_treated_as_secrets() -> None:
     register_secret("abc")
     assert redact("abcabc") == "abcabc"

@@ -13,7 +13,7 @@ import threading
 import traceback
 from typing import Any
 
-__all__ = ["redact", "register_secret"]
+__all__ = ["longest_secret", "raised", "redact", "register_secret"]
 
 _lock = threading.Lock()
 _secrets: set[str] = set()
@@ -39,6 +39,36 @@ def redact(text: str) -> str:
     """Return `text` with every registered secret replaced by ***."""
     pattern = _pattern
     return pattern.sub("***", text) if pattern is not None else text
+
+
+def longest_secret() -> int:
+    """The length of the longest registered secret (0 when none): how far past a cut of a
+    text redaction may still find one that starts before it."""
+    with _lock:
+        return max(map(len, _secrets), default=0)
+
+
+def raised(record: logging.LogRecord) -> str | None:
+    """The qualified name of the exception a log record carries (``module.Class``), or None.
+
+    Once a secret is registered, the record factory below folds a record's traceback
+    into its message (so that it is redacted too) and clears `exc_info`: the name is
+    then read off the traceback's last line.
+    """
+    if record.exc_info and record.exc_info[1] is not None:
+        kind = type(record.exc_info[1])
+        return f"{kind.__module__}.{kind.__qualname__}"
+    text = record.msg
+    marker = "\nTraceback (most recent call last):\n"
+    if not isinstance(text, str) or marker not in text:
+        return None
+    # after the last traceback's frames (indented lines): "module.Class: message", the
+    # message possibly of several lines
+    for line in text.rsplit(marker, 1)[1].splitlines():
+        if line and not line[0].isspace():
+            name = line.split(":", 1)[0]
+            return name if " " not in name else None
+    return None
 
 
 def _install() -> None:

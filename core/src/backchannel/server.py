@@ -39,6 +39,7 @@ from aiohttp import web
 
 from .adapter import RouteTable
 from .logcount import CountedLog, Tally
+from .secrets import raised
 from .wire import BadPayload
 
 log = logging.getLogger("backchannel.server")
@@ -325,13 +326,11 @@ class _MalformedRequests(logging.Filter):
         from aiohttp.http_exceptions import HttpProcessingError
 
         error = record.exc_info[1] if record.exc_info else None
-        if error is None and isinstance(record.msg, str):
-            # with secrets registered, the traceback is already folded into the message
-            # (backchannel.secrets): the exception's qualified name is in it
-            text = record.msg
-            if text.startswith("Error handling request") and "aiohttp.http_exceptions." in text:
-                name = text.rsplit("aiohttp.http_exceptions.", 1)[1].split(":", 1)[0]
-                error = HttpProcessingError(message=name)
+        if error is None:
+            # with secrets registered, the traceback is folded into the message: its name
+            name = raised(record) or ""
+            if name.startswith("aiohttp.http_exceptions."):
+                error = HttpProcessingError(message=name.rsplit(".", 1)[1])
         if not isinstance(error, HttpProcessingError):
             return True
         since = self.tally.tick()

@@ -218,16 +218,15 @@ def _dead_letter_text(value: Any, secret_fields: frozenset[str]) -> str:
     same first `DEAD_LETTER_CHARS` characters as the whole text would."""
     limit = DEAD_LETTER_CHARS
     while True:
-        pattern = secrets._pattern
-        # a secret that redaction may still find across the end is shorter than its pattern
-        margin = 0 if pattern is None else len(pattern.pattern)
+        # redaction may still find a secret that starts before the end and runs past it
+        margin = secrets.longest_secret()
         budget = _Budget(limit + margin)
         copied = _copy_upto(value, secret_fields, MAX_DEPTH, budget)
         text = json.dumps(copied, ensure_ascii=False, default=str)
         if not budget.cut:
             return text  # all of it
         text = text[: len(text) - budget.cut]  # the brackets that close what was cut short
-        if pattern is None or len(redact(text)) >= DEAD_LETTER_CHARS + margin:
+        if not margin or len(redact(text)) >= DEAD_LETTER_CHARS + margin:
             return text
         limit *= 4  # redaction took so much out that the start falls short: copy more
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from backchannel.errors import BackchannelError, ConfigError
 from backchannel.logcount import CountedLog, Tally
+from backchannel.secrets import raised
 
 from .server import BackchannelMcp
 
@@ -253,20 +254,14 @@ class _RefusedAtTheLimit(logging.Filter):
                     MAX_CONNECTIONS + MAX_PER_ADDRESS,
                 )
             return False
-        error = record.exc_info[1] if record.exc_info else None
-        if error is not None:
-            gone = type(error).__name__ == "ClientDisconnect"
-        else:  # with secrets registered the traceback is folded into the message
-            # (backchannel.secrets): its last line names the exception
-            gone = str(record.msg).rsplit("\n", 1)[-1].startswith(_CLIENT_GONE)
-        if gone:
+        if raised(record) == _CLIENT_GONE:
             log.debug("a client went away mid-request (%s)", str(record.msg).split("\n", 1)[0])
             return False
         return True
 
 
 _QUIETER = _RefusedAtTheLimit()
-#: how a folded traceback's last line names a client gone mid-request
+#: the exception the SDK logs for a client gone mid-request
 _CLIENT_GONE = "starlette.requests.ClientDisconnect"
 
 
