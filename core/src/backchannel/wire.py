@@ -34,6 +34,7 @@ __all__ = [
     "repair_text",
     "safe_copy",
     "shown",
+    "skim_field",
 ]
 
 #: the largest body any ingress parses (the HTTP server refuses larger ones first)
@@ -165,6 +166,68 @@ def encodable(text: str) -> bool:
     """Say whether both stores can hold `text` as it is (no lone surrogates, no NUL:
     PostgreSQL's text cannot hold U+0000)."""
     return repair_text(text) is text
+
+
+#: a JSON string (escapes and all), or what gives an object its shape
+_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]:]')
+_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)(?![0-9.eE])")
+#: digits Python's int() and str() take (sys.get_int_max_str_digits' default)
+_MAX_DIGITS = 4300
+
+
+def skim_field(text: str | bytes, name: str) -> str | int | None:
+    """The string or integer value of key `name` in the outermost object of the JSON text
+    `text`, read without parsing the rest: for a text json cannot parse (nested too
+    deep, cut off) that must still be named by its id.
+
+    Only the outermost object's keys are looked at, nested values skipped by counting
+    brackets (no recursion, so no depth is too deep); the last of a repeated key wins,
+    as in json.loads. A value cut off, or not a string or an integer, is None.
+    """
+    text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+    start = len(text) - len(text.lstrip())
+    if not text.startswith("{", start):
+        return None
+    depth = 0
+    key: str | None = None
+    found: str | int | None = None
+    for token in _STRUCTURE.finditer(text, start):
+        mark = token.group()
+        if mark in "{[":
+            depth += 1
+        elif mark in "}]":
+            depth -= 1
+            if depth <= 0:
+                break
+        elif mark == ":" and depth == 1 and key == name:
+            found = _scalar_at(text, token.end())
+        if depth == 1 and mark.startswith('"'):
+            try:
+                key = json.loads(mark)
+            except ValueError:
+                key = None
+        else:
+            key = None
+    return found
+
+
+def _scalar_at(text: str, at: int) -> str | int | None:
+    """The string or integer that starts at `at` (after blanks) in `text`, or None."""
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    if text.startswith('"', at):
+        token = _STRUCTURE.match(text, at)
+        if token is None:
+            return None
+        try:
+            value = json.loads(token.group())
+        except ValueError:
+            return None
+        return repair_text(value) if isinstance(value, str) else None
+    number = _INTEGER.match(text, at)
+    if number is None or len(number.group()) > _MAX_DIGITS:
+        return None
+    return int(number.group())
 
 
 def repair_text(text: str) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import weakref
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
@@ -27,7 +26,7 @@ from backchannel.errors import StoreError
 from backchannel.logcount import CountedLog
 from backchannel.store.cache import LRUCache
 from backchannel.tools import Tool, ToolArgumentError
-from backchannel.wire import repair_text
+from backchannel.wire import repair_text, skim_field
 from mcp.server import Server, ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_connection
@@ -384,7 +383,7 @@ class LenientReader:
             try:
                 value = _repaired(json.loads(line))
             except (ValueError, RecursionError):
-                request_id = _skim_id(line)
+                request_id = skim_field(line, "id")
                 if request_id is None:
                     self._ignored.note(
                         "ignored a line that is not JSON, with no request id to answer"
@@ -487,10 +486,6 @@ async def in_memory(app: BackchannelMcp) -> Any:
             group.cancel_scope.cancel()
 
 
-#: digits Python's int() and str() take (sys.get_int_max_str_digits' default)
-_MAX_DIGITS = 4300
-
-
 def _request_id(message: dict[str, Any]) -> str | int | None:
     """The id of a JSON-RPC request an answer can carry, or None (also for what looks
     like a response: answering it would look like the answer to the client's own
@@ -513,63 +508,6 @@ def _whole_input(problems: list[Any]) -> Any:
             if isinstance(whole, dict | list):
                 return whole
     return None
-
-
-_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]:]')
-_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)(?![0-9.eE])")
-
-
-def _skim_id(line: str | bytes) -> str | int | None:
-    """The request id of a line json cannot parse, read without parsing the rest.
-
-    Looks at the keys of the outermost object only, skipping nested values by
-    counting brackets (no recursion, so no depth is too deep); an id cut off, or
-    not a string or an integer, is None.
-    """
-    text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
-    start = len(text) - len(text.lstrip())
-    if not text.startswith("{", start):
-        return None
-    depth = 0
-    key: str | None = None
-    found: str | int | None = None
-    for token in _STRUCTURE.finditer(text, start):
-        mark = token.group()
-        if mark in "{[":
-            depth += 1
-        elif mark in "}]":
-            depth -= 1
-            if depth <= 0:
-                break
-        elif mark == ":" and depth == 1 and key == "id":
-            found = _id_at(text, token.end())
-        if depth == 1 and mark.startswith('"'):
-            try:
-                key = json.loads(mark)
-            except ValueError:
-                key = None
-        else:
-            key = None
-    return found
-
-
-def _id_at(text: str, at: int) -> str | int | None:
-    """The string or integer that starts at `at` (after blanks) in `text`, or None."""
-    while at < len(text) and text[at] in " \t\r\n":
-        at += 1
-    if text.startswith('"', at):
-        token = _STRUCTURE.match(text, at)
-        if token is None:
-            return None
-        try:
-            value = json.loads(token.group())
-        except ValueError:
-            return None
-        return repair_text(value) if isinstance(value, str) else None
-    number = _INTEGER.match(text, at)
-    if number is None or len(number.group()) > _MAX_DIGITS:
-        return None
-    return int(number.group())
 
 
 def _plain_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from typing import Any
 from backchannel.adapter import AdapterContext
 from backchannel.errors import NormalizeError
 from backchannel.model import Event
+from backchannel.wire import skim_field
 from tinyplace import TinyPlaceClient, TinyPlaceError
 from tinyplace.api.messages import decode_agent_address
 from tinyplace.messaging.group import is_backend_hint_envelope, parse_sender_key_id
@@ -231,7 +232,7 @@ class MailboxReader:
             try:
                 envelope = json.loads(item)
             except (RecursionError, ValueError):
-                relay_id, sender = _top_level_string(item, "id"), _top_level_string(item, "from")
+                relay_id, sender = _skimmed(item, "id"), _skimmed(item, "from")
                 if not relay_id:
                     continue  # nothing to name it by, nor to remove it with
                 why = "nested too deep to read (a peer's field); not decrypted"
@@ -495,27 +496,10 @@ def _listing_items(text: str) -> list[str]:
     return items
 
 
-def _top_level_string(item: str, name: str) -> str:
+def _skimmed(item: str, name: str) -> str:
     """The string value of key `name` at the top level of the JSON object `item`, or ""."""
-    depth = 0
-    wanted = json.dumps(name)
-    for match in _JSON_SHAPE.finditer(item):
-        token = match.group()
-        if token in "[{":
-            depth += 1
-        elif token in "]}":
-            depth -= 1
-        elif depth == 1 and token == wanted:
-            rest = item[match.end() :].lstrip()
-            if rest[:1] == ":":
-                value = _JSON_SHAPE.match(rest[1:].lstrip())
-                if value is not None and value.group()[0] == '"':
-                    try:
-                        found = json.loads(value.group())
-                    except ValueError:
-                        return ""
-                    return found if isinstance(found, str) else ""
-    return ""
+    value = skim_field(item, name)
+    return value if isinstance(value, str) else ""
 
 
 def _opening_of(envelope: Mapping[str, Any], sender: str) -> str | None:
