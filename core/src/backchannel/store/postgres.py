@@ -1604,20 +1604,22 @@ class _Append:
             return AppendResult("duplicate", known_at[0], known_at[1])
         if event.kind == "message":
             conversation_id = self._conversation_id(item)
-            triggers = item.triggers and not item.held
-            found = await self._orphan_edit_row(
-                conversation_id, event.platform_message_id, triggers
-            )
-            if found is not None:
-                # its edit came first and made the row; the message triggers as it would have
-                orphan, triggered = found
-                batch.event_rows.append((*key, conversation_id, orphan, "message"))
-                batch.claimed[key] = (conversation_id, orphan)
-                return AppendResult("applied", conversation_id, orphan, triggered)
-            deleted_at = await self._early_delete(conversation_id, event.platform_message_id)
-            if deleted_at is not None:
-                # deleted before it arrived: its sender took it back, there is nothing to answer
-                item = Inbound(event, item.held, False, item.state)
+            deleted_at = None
+            message_id = event.platform_message_id
+            if batch.conversations[conversation_id].orphan_edits and message_id is not None:
+                # the conversation has early changes waiting: this message's, perhaps
+                triggers = item.triggers and not item.held
+                found = await self._orphan_edit_row(conversation_id, message_id, triggers)
+                if found is not None:
+                    # its edit came first and made the row; it triggers as the message would
+                    orphan, triggered = found
+                    batch.event_rows.append((*key, conversation_id, orphan, "message"))
+                    batch.claimed[key] = (conversation_id, orphan)
+                    return AppendResult("applied", conversation_id, orphan, triggered)
+                deleted_at = await self._early_delete(conversation_id, message_id)
+                if deleted_at is not None:
+                    # deleted before it arrived: its sender took it back, nothing to answer
+                    item = Inbound(event, item.held, False, item.state)
             result = await self._append_message(conversation_id, item)
             batch.event_rows.append((*key, conversation_id, result.seq, "message"))
             batch.claimed[key] = (conversation_id, result.seq or 0)
@@ -1634,14 +1636,12 @@ class _Append:
         return result
 
     async def _orphan_edit_row(
-        self, conversation_id: int, platform_message_id: str | None, triggers: bool
+        self, conversation_id: int, platform_message_id: str, triggers: bool
     ) -> tuple[int, bool] | None:
         """Return the seq of a row an early edit made for this message, if there is one, and
         whether it triggers: it does when the message does (``trigger_seq`` moves up to it),
         unless it was deleted meanwhile."""
         counters = self.batch.conversations[conversation_id]
-        if not counters.orphan_edits or platform_message_id is None:
-            return None
         await self._flush_rows()
         cursor = await self.connection.execute(
             "SELECT seq, deleted_at FROM messages WHERE conversation_id = %s"
@@ -1673,13 +1673,9 @@ class _Append:
         )
         return await cursor.fetchone() is not None
 
-    async def _early_delete(
-        self, conversation_id: int, platform_message_id: str | None
-    ) -> float | None:
+    async def _early_delete(self, conversation_id: int, platform_message_id: str) -> float | None:
         """Return when this message was deleted, if its delete came before it (and forget it)."""
         counters = self.batch.conversations[conversation_id]
-        if not counters.orphan_edits or platform_message_id is None:
-            return None
         cursor = await self.connection.execute(
             "DELETE FROM early_deletes WHERE conversation_id = %s AND platform_message_id = %s"
             " RETURNING at",

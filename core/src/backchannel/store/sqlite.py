@@ -399,23 +399,25 @@ class SQLiteStore(SQLiteAsks, Store):
                 event.address, event.conversation_kind, event.conversation_title, event.sent_at
             )
             counters = self._counters(conversation_id)
-            triggers = item.triggers and not item.held
-            found = self._orphan_edit_row(
-                conversation_id, counters, event.platform_message_id, triggers
-            )
-            if found is not None:
-                # its edit came first and already made the row (with the newer text); the
-                # edit started no run, the message does: unless a run already read that row
-                orphan, triggered = found
-                batch.event_rows.append(
-                    (event.account, event.event_id, conversation_id, orphan, "message")
-                )
-                batch.claimed[key] = (conversation_id, orphan)
-                return AppendResult("applied", conversation_id, orphan, triggered)
-            deleted_at = self._early_delete(conversation_id, counters, event.platform_message_id)
-            if deleted_at is not None:
-                # deleted before it arrived: its sender took it back, there is nothing to answer
-                item = Inbound(event, item.held, False, item.state)
+            deleted_at = None
+            message_id = event.platform_message_id
+            if counters.orphan_edits and message_id is not None:
+                # the conversation has early changes waiting: this message's, perhaps
+                triggers = item.triggers and not item.held
+                found = self._orphan_edit_row(conversation_id, counters, message_id, triggers)
+                if found is not None:
+                    # its edit came first and already made the row (with the newer text);
+                    # the edit started no run, the message does: unless a run read that row
+                    orphan, triggered = found
+                    batch.event_rows.append(
+                        (event.account, event.event_id, conversation_id, orphan, "message")
+                    )
+                    batch.claimed[key] = (conversation_id, orphan)
+                    return AppendResult("applied", conversation_id, orphan, triggered)
+                deleted_at = self._early_delete(conversation_id, counters, message_id)
+                if deleted_at is not None:
+                    # deleted before it arrived: its sender took it back, nothing to answer
+                    item = Inbound(event, item.held, False, item.state)
             result = self._append_message(conversation_id, item, counters)
             batch.event_rows.append(
                 (event.account, event.event_id, conversation_id, result.seq, "message")
@@ -460,14 +462,12 @@ class SQLiteStore(SQLiteAsks, Store):
         self,
         conversation_id: int,
         counters: ConversationCounters,
-        platform_message_id: str | None,
+        platform_message_id: str,
         triggers: bool,
     ) -> tuple[int, bool] | None:
         """Return the seq of a row an early edit made for this message, if there is one, and
         whether it triggers: it does when the message does (``trigger_seq`` moves up to it),
         unless it was deleted meanwhile."""
-        if not counters.orphan_edits or platform_message_id is None:
-            return None
         batch = self._batch
         assert batch is not None
         self._flush_rows(batch)
@@ -505,11 +505,9 @@ class SQLiteStore(SQLiteAsks, Store):
         self,
         conversation_id: int,
         counters: ConversationCounters,
-        platform_message_id: str | None,
+        platform_message_id: str,
     ) -> float | None:
         """Return when this message was deleted, if its delete came before it (and forget it)."""
-        if not counters.orphan_edits or platform_message_id is None:
-            return None
         row = self.db.execute(
             "DELETE FROM early_deletes WHERE conversation_id = ? AND platform_message_id = ?"
             " RETURNING at",
