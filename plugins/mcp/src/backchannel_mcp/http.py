@@ -319,7 +319,13 @@ class OneRequestPerId:
                     more = message.get("more_body", False)
         except TimeoutError:
             _slow_bodies.note("a request body took longer than %.0f s: answered 408", BODY_TIMEOUT)
-            await _plain_response(send, 408, b"request body too slow\n")
+            await _respond(
+                send,
+                408,
+                b"request body too slow\n",
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"connection", b"close"),
+            )
             return
         body = b"".join(chunks)
         # past MAX_BODY the rest is left to the SDK, which answers 413
@@ -380,18 +386,10 @@ def _replay(messages: list[Any], receive: Any) -> Any:
     return replayed
 
 
-async def _plain_response(send: Any, status: int, body: bytes) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"text/plain; charset=utf-8"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
-    )
+async def _respond(send: Any, status: int, body: bytes, *headers: tuple[bytes, bytes]) -> None:
+    """Answer with `status` and `body` (its length added to `headers`)."""
+    length = (b"content-length", str(len(body)).encode())
+    await send({"type": "http.response.start", "status": status, "headers": [*headers, length]})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -554,15 +552,10 @@ async def _unauthorized(send: Any, what: str) -> None:
     body = json.dumps(
         {"error": "invalid_token", "error_description": f"{what} bearer token"}
     ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"www-authenticate", b'Bearer realm="backchannel", error="invalid_token"'),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
+    await _respond(
+        send,
+        401,
+        body,
+        (b"content-type", b"application/json"),
+        (b"www-authenticate", b'Bearer realm="backchannel", error="invalid_token"'),
     )
-    await send({"type": "http.response.body", "body": body})
