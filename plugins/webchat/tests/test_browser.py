@@ -474,6 +474,19 @@ async def send_unacked(page: Page, text: str, replies: int) -> None:
     await expect(page.locator("li.visitor .state").last).to_have_text("sending…")
 
 
+async def a_tab_with_an_unacked_message(
+    browser: Browser, adapter: WebchatAdapter, acks: AckDropper
+) -> tuple[BrowserContext, Page, str]:
+    """A browser whose tab sent "pay invoice 42" in its conversation, the server's ack
+    dropped (acks stay dropped); return the browser, the tab and the conversation's id."""
+    context = await browser.new_context()
+    first = await new_tab(context, adapter)
+    chat = await first.evaluate(f"localStorage.getItem('{TAB_KEY}')")
+    acks.on = True
+    await send_unacked(first, "pay invoice 42", replies=1)
+    return context, first, chat
+
+
 async def new_chat_in_another_tab(
     context: BrowserContext, adapter: WebchatAdapter
 ) -> tuple[Page, str]:
@@ -492,11 +505,7 @@ async def test_a_reloaded_tab_resends_its_unacked_message_only_into_its_own_conv
     (deduplicated there), instead of storing it in B too."""
     switchboard, adapter = board
     acks = AckDropper(monkeypatch)
-    context = await browser.new_context()
-    first = await new_tab(context, adapter)
-    chat_a = await first.evaluate(f"localStorage.getItem('{TAB_KEY}')")
-    acks.on = True
-    await send_unacked(first, "pay invoice 42", replies=1)
+    context, first, chat_a = await a_tab_with_an_unacked_message(browser, adapter, acks)
 
     second, chat_b = await new_chat_in_another_tab(context, adapter)
     assert chat_b != chat_a
@@ -530,11 +539,7 @@ async def test_unacked_messages_saved_by_an_earlier_page_are_never_resent_into_a
     in the conversation the reload opens is done; any other is offered back, not resent."""
     switchboard, adapter = board
     acks = AckDropper(monkeypatch)
-    context = await browser.new_context()
-    first = await new_tab(context, adapter)
-    chat_a = await first.evaluate(f"localStorage.getItem('{TAB_KEY}')")
-    acks.on = True
-    await send_unacked(first, "pay invoice 42", replies=1)
+    context, first, chat_a = await a_tab_with_an_unacked_message(browser, adapter, acks)
     second, chat_b = await new_chat_in_another_tab(context, adapter)
     await send_unacked(second, "and the receipt", replies=1)
     acks.on = False
