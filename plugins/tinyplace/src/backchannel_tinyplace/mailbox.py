@@ -62,6 +62,8 @@ __all__ = ["MAX_BODY_CHARS", "MailboxReader"]
 
 #: state key: event ids decrypted and committed without a transcript row (ignored, malformed)
 _SETTLED = "settled_event_ids"
+#: settled event ids remembered (a re-listing comes soon after its first)
+_MAX_SETTLED = 500
 #: the longest message body (base64) decrypted: our own sends of 4,000 characters stay
 #: under ~22 KB even in the worst case (see adapter.MAX_TEXT_LEN); decrypting one this long
 #: holds the event loop about 1.5 s
@@ -294,7 +296,7 @@ class MailboxReader:
             await ctx.ingest({"envelope": routing, "redelivered": True})
             await self.ack(relay_id)
             return 0
-        if event_id in await self._settled():  # decrypted before, stored nothing
+        if event_id in await self._remembered(_SETTLED):  # decrypted before, stored nothing
             await self.ack(relay_id)
             return 0
         body = envelope.get("body")
@@ -309,7 +311,7 @@ class MailboxReader:
             await self.ack(relay_id)
             return 0
         opening = _opening_of(envelope, sender)
-        if opening is not None and opening in await self._openings():
+        if opening is not None and opening in await self._remembered(_OPENINGS):
             # the same session opening under another relay id: a replay (the relay's, or a
             # fault's). The SDK would open the session again from it, store its words a
             # second time, and replace the live session, so the peer's next messages
@@ -343,14 +345,13 @@ class MailboxReader:
                     return 0
                 if opening is not None:
                     # remembered with the ratchet step it made, in the message's commit
-                    taken = [*await self._openings(), opening][-_MAX_OPENINGS:]
-                    staged[_OPENINGS] = json.dumps(taken)
+                    staged[_OPENINGS] = await self._remember(_OPENINGS, opening, _MAX_OPENINGS)
                 raw = {"envelope": routing, "plaintext": plaintext}
                 handoff = None
                 if not self._stores_a_row(raw):
                     # nothing will be stored under this event id: remember it as settled,
                     # with the ratchet step, so a re-listing is not decrypted a second time
-                    staged[_SETTLED] = json.dumps([*await self._settled(), event_id][-500:])
+                    staged[_SETTLED] = await self._remember(_SETTLED, event_id, _MAX_SETTLED)
                     # a group sender-key handoff is one such (see envelope.py): said here
                     # by its group only, never by its key
                     handoff = parse_body(plaintext).group_key_for
@@ -372,13 +373,14 @@ class MailboxReader:
         except NormalizeError:
             return False
 
-    async def _openings(self) -> list[str]:
-        text = await self._ctx.get_state(_OPENINGS)
+    async def _remembered(self, key: str) -> list[str]:
+        """A list kept in the durable state (`_SETTLED`, `_OPENINGS`)."""
+        text = await self._ctx.get_state(key)
         return list(json.loads(text)) if text else []
 
-    async def _settled(self) -> list[str]:
-        text = await self._ctx.get_state(_SETTLED)
-        return list(json.loads(text)) if text else []
+    async def _remember(self, key: str, value: str, keep: int) -> str:
+        """The list `key` with `value` added, its last `keep` kept: for the staged state."""
+        return json.dumps([*await self._remembered(key), value][-keep:])
 
     async def ack(self, relay_id: str) -> None:
         """DELETE a message from the mailbox; a failure is retried on the next poll."""
