@@ -446,6 +446,28 @@ def m015_early_deletes(db: apsw.Connection) -> None:
     )
 
 
+def m016_early_reactions(db: apsw.Connection) -> None:
+    """Reactions that came before their message, so that the message arrives with them.
+
+    As with deletes (m015), a reaction delivered before its message found no row
+    and was lost. They wait here in the order they came (``n``), counted in the
+    conversation's ``orphan_edits`` like the other early changes.
+    """
+    db.execute(
+        """
+        CREATE TABLE early_reactions (
+            n INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL,
+            platform_message_id TEXT NOT NULL,
+            reaction TEXT NOT NULL,
+            at REAL NOT NULL
+        );
+        CREATE INDEX early_reactions_message
+            ON early_reactions (conversation_id, platform_message_id);
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_visible_index_and_orphan_edits,
@@ -460,6 +482,7 @@ MIGRATIONS: list[Migration] = [
     m013_message_parts,
     m014_outbox_by_message_seq,
     m015_early_deletes,
+    m016_early_reactions,
 ]
 
 

@@ -68,7 +68,7 @@ from .postgres_migrations import (
 from .rows import (
     CHAT_TARGET_SQL,
     CONVERSATION_COLUMNS,
-    EARLY_DELETE_KEPT,
+    EARLY_CHANGES_KEPT,
     MESSAGE_COLUMNS,
     OUTBOX_COLUMNS,
     Batch,
@@ -76,8 +76,10 @@ from .rows import (
     change_address,
     conversation_row,
     dump_attachments,
+    early_reaction,
     message_row,
     outbox_row,
+    with_early_reactions,
     with_reaction,
 )
 from .sqlite import clamp_seq, distinct_words, scope_clause
@@ -661,6 +663,13 @@ class PostgresStore(PostgresAsks, Store):
 
         async def work(connection: Any) -> None:
             entry = await self._outbox_entry(connection, outbox_id)
+            reactions = None
+            if entry.message_seq is not None and receipt.platform_message_id is not None:
+                # a reaction to it may have come before this (a webhook's race); first, as
+                # it may lock the conversation's row, which appends take before messages'
+                reactions = await _take_early_reactions(
+                    connection, entry.conversation_id, None, receipt.platform_message_id
+                )
             await connection.execute(
                 "UPDATE outbox SET status = 'sent', reason = NULL, platform_ids = %s,"
                 " updated_at = %s WHERE id = %s",
@@ -680,6 +689,10 @@ class PostgresStore(PostgresAsks, Store):
                         entry.message_seq,
                     ),
                 )
+                if reactions is not None:
+                    await _set_reactions(
+                        connection, entry.conversation_id, entry.message_seq, reactions
+                    )
                 parts = [part for part in ids if part != receipt.platform_message_id]
                 if parts:
                     # a reply or a reaction to a later part finds the message (m013)
@@ -1401,6 +1414,40 @@ async def _write_state(connection: Any, account: str, key: str, value: str | Non
         )
 
 
+async def _take_early_reactions(
+    connection: Any,
+    conversation_id: int,
+    counters: ConversationCounters | None,
+    platform_message_id: str,
+) -> str | None:
+    """Return this message's `reactions` column made of the reactions that came before
+    it, if any did (and forget them); `counters` None: the stored ones are counted down
+    (the conversation's row is then locked: take it before the message's)."""
+    cursor = await connection.execute(
+        "DELETE FROM early_reactions WHERE conversation_id = %s"
+        " AND platform_message_id = %s RETURNING n, reaction",
+        (conversation_id, platform_message_id),
+    )
+    rows = await cursor.fetchall()
+    if not rows:
+        return None
+    if counters is not None:
+        counters.orphan_edits = max(counters.orphan_edits - len(rows), 0)
+    else:  # outside an append (a send of ours): no batch holds the counters
+        await connection.execute(
+            "UPDATE conversations SET orphan_edits = GREATEST(orphan_edits - %s, 0) WHERE id = %s",
+            (len(rows), conversation_id),
+        )
+    return with_early_reactions(None, [row[1] for row in sorted(rows)])
+
+
+async def _set_reactions(connection: Any, conversation_id: int, seq: int, reactions: str) -> None:
+    await connection.execute(
+        "UPDATE messages SET reactions = %s WHERE conversation_id = %s AND seq = %s",
+        (reactions, conversation_id, seq),
+    )
+
+
 class _Append:
     """One append_inbound transaction: lock the conversations, number, write in bulk."""
 
@@ -1620,9 +1667,21 @@ class _Append:
                 if deleted_at is not None:
                     # deleted before it arrived: its sender took it back, nothing to answer
                     item = Inbound(event, item.held, False, item.state)
+                counters = batch.conversations[conversation_id]
+                reactions = await _take_early_reactions(
+                    self.connection, conversation_id, counters, message_id
+                )
+                if deleted_at is None and reactions is None and counters.last_seq % 16 == 0:
+                    # now and then, those whose message never came are let go
+                    await self._let_go_early(conversation_id, event.sent_at)
+            else:
+                reactions = None
             result = await self._append_message(conversation_id, item)
             batch.event_rows.append((*key, conversation_id, result.seq, "message"))
             batch.claimed[key] = (conversation_id, result.seq or 0)
+            if reactions is not None:
+                await self._flush_rows()
+                await _set_reactions(self.connection, conversation_id, result.seq or 0, reactions)
             if deleted_at is not None:
                 await self._flush_rows()
                 await self._delete_row(conversation_id, result.seq or 0, event.text, deleted_at)
@@ -1686,6 +1745,16 @@ class _Append:
             return None
         counters.orphan_edits -= 1
         return float(row[0])
+
+    async def _let_go_early(self, conversation_id: int, at: float) -> None:
+        """Forget the conversation's early deletes and reactions a day older than `at`."""
+        counters = self.batch.conversations[conversation_id]
+        for table in ("early_deletes", "early_reactions"):
+            cursor = await self.connection.execute(
+                f"DELETE FROM {table} WHERE conversation_id = %s AND at < %s",
+                (conversation_id, at - EARLY_CHANGES_KEPT),
+            )
+            counters.orphan_edits = max(counters.orphan_edits - max(cursor.rowcount, 0), 0)
 
     async def _delete_row(self, conversation_id: int, seq: int, text: str, at: float) -> None:
         await self.connection.execute(
@@ -1775,6 +1844,11 @@ class _Append:
             if event.kind == "edit":
                 # an edit of a message we have not seen (yet): keep its text as the message,
                 # marked so that the original, if it arrives later, lands on this row
+                reactions = None
+                if counters.orphan_edits and target is not None:
+                    reactions = await _take_early_reactions(
+                        connection, conversation_id, counters, target
+                    )
                 counters.orphan_edits += 1
                 marked = Inbound(
                     attrs.evolve(event, meta={**event.meta, "orphan_edit": 1}),
@@ -1784,20 +1858,25 @@ class _Append:
                 )
                 result = await self._append_message(conversation_id, marked)
                 await self._flush_rows()
+                if reactions is not None:
+                    await _set_reactions(connection, conversation_id, result.seq or 0, reactions)
                 return result
-            if event.kind == "delete" and target is not None:
-                # a delete of a message we have not seen (yet): it arrives deleted, if it does
-                # (those a day older than this one are let go, see the SQLite store)
-                cursor = await connection.execute(
-                    "DELETE FROM early_deletes WHERE conversation_id = %s AND at < %s",
-                    (conversation_id, event.sent_at - EARLY_DELETE_KEPT),
-                )
-                counters.orphan_edits = max(counters.orphan_edits - max(cursor.rowcount, 0), 0)
-                cursor = await connection.execute(
-                    "INSERT INTO early_deletes (conversation_id, platform_message_id, at)"
-                    " VALUES (%s,%s,%s) ON CONFLICT DO NOTHING",
-                    (conversation_id, target, event.sent_at),
-                )
+            if event.kind in ("delete", "reaction") and target is not None:
+                # a delete or a reaction of a message we have not seen (yet): it arrives
+                # deleted, or with it, if it does (see the SQLite store)
+                await self._let_go_early(conversation_id, event.sent_at)
+                if event.kind == "delete":
+                    cursor = await connection.execute(
+                        "INSERT INTO early_deletes (conversation_id, platform_message_id, at)"
+                        " VALUES (%s,%s,%s) ON CONFLICT DO NOTHING",
+                        (conversation_id, target, event.sent_at),
+                    )
+                else:
+                    cursor = await connection.execute(
+                        "INSERT INTO early_reactions (conversation_id, platform_message_id,"
+                        " reaction, at) VALUES (%s,%s,%s,%s)",
+                        (conversation_id, target, early_reaction(event), event.sent_at),
+                    )
                 if cursor.rowcount:
                     counters.orphan_edits += 1
             return AppendResult("recorded", conversation_id, None)

@@ -533,6 +533,26 @@ async def pg018_early_deletes(connection: Any) -> None:
     )
 
 
+async def pg019_early_reactions(connection: Any) -> None:
+    """Reactions that came before their message, so that it arrives with them (see the
+    SQLite store's m016; counted in ``orphan_edits`` too)."""
+    await connection.execute(
+        """
+        CREATE TABLE early_reactions (
+            n BIGSERIAL PRIMARY KEY,
+            conversation_id BIGINT NOT NULL,
+            platform_message_id TEXT NOT NULL,
+            reaction TEXT NOT NULL,
+            at DOUBLE PRECISION NOT NULL
+        )
+        """
+    )
+    await connection.execute(
+        "CREATE INDEX early_reactions_message"
+        " ON early_reactions (conversation_id, platform_message_id)"
+    )
+
+
 PG_MIGRATIONS: list[Migration] = [
     pg001_initial,
     pg002_orchestration,
@@ -550,6 +570,7 @@ PG_MIGRATIONS: list[Migration] = [
     pg016_handoff_ready,
     pg017_outbox_by_message_seq,
     pg018_early_deletes,
+    pg019_early_reactions,
 ]
 
 

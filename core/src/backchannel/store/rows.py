@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -13,10 +13,12 @@ from ..errors import StoreError
 from ..model import Address, Attachment, Conversation, Event, Message, Sender
 from .base import OutboxEntry
 
-#: seconds an early delete (one that came before its message) waits for the message: a
-#: delete a day older than a newer early delete of its conversation is let go (most are of
-#: messages from before the bot, which never come)
-EARLY_DELETE_KEPT = 86_400.0
+#: seconds an early delete or reaction (one that came before its message) waits for the
+#: message: one a day older than a newer early change or message of its conversation is
+#: let go (most are of messages from before the bot, which never come)
+EARLY_CHANGES_KEPT = 86_400.0
+#: what of a reaction's meta `with_reaction` reads (all an early reaction keeps of it)
+REACTION_META = ("emoji_key", "cleared", "old_reaction", "new_reaction", "removed")
 MESSAGE_COLUMNS = (
     "conversation_id, seq, direction, event_id, sender_id, sender_name, sender_handle,"
     " sender_is_bot, text, platform_message_id, reply_to, reply_to_seq, mentions_me,"
@@ -355,15 +357,39 @@ def with_reaction(reactions_json: str | None, event: Event) -> str:
     emoji, whose name may change) is kept with it, as a fourth element, and
     matched by it.
     """
+    return _with_reaction(reactions_json, event.sender, event.text, event.meta)
+
+
+def early_reaction(event: Event) -> str:
+    """The text a reaction that came before its message waits as: what `with_reaction`
+    reads of it (see `with_early_reactions`)."""
+    meta = event.meta
+    kept = {key: meta[key] for key in REACTION_META if key in meta}
+    sender = event.sender
+    return json.dumps([sender.id, sender.name, sender.handle, event.text, kept])
+
+
+def with_early_reactions(reactions_json: str | None, waiting: Iterable[str]) -> str | None:
+    """The `reactions` column after the reactions that waited for its message, in the
+    order they came (each as `early_reaction` wrote it)."""
+    for text in waiting:
+        sender_id, name, handle, emoji, meta = json.loads(text)
+        sender = Sender(sender_id, name, handle)
+        reactions_json = _with_reaction(reactions_json, sender, emoji, meta)
+    return reactions_json
+
+
+def _with_reaction(
+    reactions_json: str | None, sender: Sender, emoji_text: str, meta: Mapping[str, Any]
+) -> str:
     reactions = json.loads(reactions_json or "[]")
-    sender, meta = event.sender, event.meta
     raw_key = meta.get("emoji_key")
     key = raw_key if isinstance(raw_key, str) and raw_key else None
 
     def is_this_emoji(entry: list[Any]) -> bool:
         if key is not None and len(entry) > 3:
             return str(entry[3]) == key
-        return str(entry[1]) == event.text
+        return str(entry[1]) == emoji_text
 
     cleared = meta.get("cleared")
     if cleared == "all":
@@ -378,7 +404,7 @@ def with_reaction(reactions_json: str | None, event: Event) -> str:
     elif meta.get("removed"):
         take, give, removed = set(), [], True
     else:
-        take, give = set(), [event.text]
+        take, give = set(), [emoji_text]
 
     def theirs(entry: list[Any]) -> bool:
         return str(entry[2]) == sender.id if len(entry) > 2 else str(entry[0]) == sender.label

@@ -50,7 +50,7 @@ from .migrations import migrate
 from .rows import (
     CHAT_TARGET_SQL,
     CONVERSATION_COLUMNS,
-    EARLY_DELETE_KEPT,
+    EARLY_CHANGES_KEPT,
     MESSAGE_COLUMNS,
     OUTBOX_COLUMNS,
     Batch,
@@ -58,10 +58,12 @@ from .rows import (
     change_address,
     conversation_row,
     dump_attachments,
+    early_reaction,
     first,
     message_row,
     message_rows,
     outbox_row,
+    with_early_reactions,
     with_reaction,
 )
 from .sqlite_asks import SQLiteAsks
@@ -418,11 +420,20 @@ class SQLiteStore(SQLiteAsks, Store):
                 if deleted_at is not None:
                     # deleted before it arrived: its sender took it back, nothing to answer
                     item = Inbound(event, item.held, False, item.state)
+                reactions = self._early_reactions(conversation_id, counters, message_id)
+                if deleted_at is None and reactions is None and counters.last_seq % 16 == 0:
+                    # now and then, those whose message never came are let go
+                    self._let_go_early(conversation_id, counters, event.sent_at)
+            else:
+                reactions = None
             result = self._append_message(conversation_id, item, counters)
             batch.event_rows.append(
                 (event.account, event.event_id, conversation_id, result.seq, "message")
             )
             batch.claimed[key] = (conversation_id, result.seq or 0)
+            if reactions is not None:
+                self._flush_rows(batch)
+                self._set_reactions(conversation_id, result.seq or 0, reactions)
             if deleted_at is not None:
                 self._flush_rows(batch)
                 self._delete_row(conversation_id, result.seq or 0, event.text, deleted_at)
@@ -518,6 +529,48 @@ class SQLiteStore(SQLiteAsks, Store):
         counters.orphan_edits -= 1
         return float(row[0])
 
+    def _early_reactions(
+        self,
+        conversation_id: int,
+        counters: ConversationCounters | None,
+        platform_message_id: str,
+    ) -> str | None:
+        """Return this message's `reactions` column made of the reactions that came before
+        it, if any did (and forget them); `counters` None: the stored ones are counted down."""
+        rows = self.db.execute(
+            "DELETE FROM early_reactions WHERE conversation_id = ? AND platform_message_id = ?"
+            " RETURNING n, reaction",
+            (conversation_id, platform_message_id),
+        ).fetchall()
+        if not rows:
+            return None
+        if counters is not None:
+            counters.orphan_edits = max(counters.orphan_edits - len(rows), 0)
+        else:  # outside an append (a send of ours): no batch holds the counters
+            self.db.execute(
+                "UPDATE conversations SET orphan_edits = MAX(orphan_edits - ?, 0) WHERE id = ?",
+                (len(rows), conversation_id),
+            )
+            self._known_counters.pop(conversation_id)
+        return with_early_reactions(None, [str(row[1]) for row in sorted(rows)])
+
+    def _set_reactions(self, conversation_id: int, seq: int, reactions: str) -> None:
+        self.db.execute(
+            "UPDATE messages SET reactions = ? WHERE conversation_id = ? AND seq = ?",
+            (reactions, conversation_id, seq),
+        )
+
+    def _let_go_early(
+        self, conversation_id: int, counters: ConversationCounters, at: float
+    ) -> None:
+        """Forget the conversation's early deletes and reactions a day older than `at`."""
+        for table in ("early_deletes", "early_reactions"):
+            self.db.execute(
+                f"DELETE FROM {table} WHERE conversation_id = ? AND at < ?",
+                (conversation_id, at - EARLY_CHANGES_KEPT),
+            )
+            counters.orphan_edits = max(counters.orphan_edits - self.db.changes(), 0)
+
     def _delete_row(self, conversation_id: int, seq: int, text: str, at: float) -> None:
         self.db.execute(
             "INSERT INTO revisions (conversation_id, seq, kind, text, at) VALUES (?,?,?,?,?)",
@@ -612,6 +665,9 @@ class SQLiteStore(SQLiteAsks, Store):
             if event.kind == "edit":
                 # an edit of a message we have not seen (yet): keep its text as the message,
                 # marked so that the original, if it arrives later, lands on this row
+                reactions = None
+                if counters.orphan_edits and target is not None:
+                    reactions = self._early_reactions(conversation_id, counters, target)
                 counters.orphan_edits += 1
                 marked = Inbound(
                     attrs.evolve(event, meta={**event.meta, "orphan_edit": 1}),
@@ -619,22 +675,30 @@ class SQLiteStore(SQLiteAsks, Store):
                     item.triggers,
                     item.state,
                 )
-                return self._append_message(conversation_id, marked)
-            if event.kind == "delete" and target is not None:
-                # a delete of a message we have not seen (yet): if it arrives, it arrives
-                # deleted (deliveries race: a webhook's come over many connections at once).
-                # Most such deletes are of messages from before the bot (they never come):
-                # those a day older than this one are let go
-                db.execute(
-                    "DELETE FROM early_deletes WHERE conversation_id = ? AND at < ?",
-                    (conversation_id, event.sent_at - EARLY_DELETE_KEPT),
-                )
-                counters.orphan_edits = max(counters.orphan_edits - db.changes(), 0)
-                db.execute(
-                    "INSERT OR IGNORE INTO early_deletes (conversation_id, platform_message_id,"
-                    " at) VALUES (?,?,?)",
-                    (conversation_id, target, event.sent_at),
-                )
+                result = self._append_message(conversation_id, marked)
+                if reactions is not None:
+                    assert self._batch is not None
+                    self._flush_rows(self._batch)
+                    self._set_reactions(conversation_id, result.seq or 0, reactions)
+                return result
+            if event.kind in ("delete", "reaction") and target is not None:
+                # a delete or a reaction of a message we have not seen (yet): if it arrives,
+                # it arrives deleted, or with the reaction (deliveries race: a webhook's come
+                # over many connections at once). Most such changes are of messages from
+                # before the bot (they never come): those a day older are let go
+                self._let_go_early(conversation_id, counters, event.sent_at)
+                if event.kind == "delete":
+                    db.execute(
+                        "INSERT OR IGNORE INTO early_deletes (conversation_id,"
+                        " platform_message_id, at) VALUES (?,?,?)",
+                        (conversation_id, target, event.sent_at),
+                    )
+                else:
+                    db.execute(
+                        "INSERT INTO early_reactions (conversation_id, platform_message_id,"
+                        " reaction, at) VALUES (?,?,?,?)",
+                        (conversation_id, target, early_reaction(event), event.sent_at),
+                    )
                 if db.changes():
                     counters.orphan_edits += 1
             return AppendResult("recorded", conversation_id, None)
@@ -1114,6 +1178,13 @@ class SQLiteStore(SQLiteAsks, Store):
                         entry.message_seq,
                     ),
                 )
+                if receipt.platform_message_id is not None:
+                    # a reaction to it may have come before this (a webhook's race)
+                    reactions = self._early_reactions(
+                        entry.conversation_id, None, receipt.platform_message_id
+                    )
+                    if reactions is not None:
+                        self._set_reactions(entry.conversation_id, entry.message_seq, reactions)
                 parts = [part for part in ids if part != receipt.platform_message_id]
                 if parts:
                     # a reply or a reaction to a later part finds the message (m013)

@@ -810,6 +810,133 @@ class StoreContract(AskStoreContract):
         (next_one,) = await store.append_inbound([Inbound(make_event("e2", "more"))])
         assert next_one.seq == 3
 
+    async def test_reactions_that_came_before_their_message_arrive_with_it(
+        self, store: Store
+    ) -> None:
+        bob_then_alice = [
+            Inbound(make_event("r1", "👍", kind="reaction", message_id="m1", sender=BOB)),
+            Inbound(make_event("r2", "🎉", kind="reaction", message_id="m1", sender=ALICE)),
+            # Telegram's shape: Alice's whole set, before and after
+            Inbound(
+                make_event(
+                    "r3",
+                    "",
+                    kind="reaction",
+                    message_id="m1",
+                    sender=ALICE,
+                    meta={"old_reaction": ["🎉"], "new_reaction": ["👀"]},
+                )
+            ),
+        ]
+        early = await store.append_inbound(bob_then_alice)
+        assert [r.status for r in early] == ["recorded"] * 3
+        await store.append_inbound(bob_then_alice[:1])  # redelivered: waits once
+        (late,) = await store.append_inbound(
+            [Inbound(make_event("m1", "look at this", message_id="m1"), triggers=True)]
+        )
+        # a reaction starts no run, and does not stop the message's
+        assert (late.status, late.seq, late.triggers) == ("stored", 1, True)
+        message = await store.message(late.conversation_id, 1)
+        assert message is not None
+        assert message.reactions == (("Bob", "👍"), ("Alice", "👀"))
+        # they are used once: a later reaction adds to them, a removal finds them
+        await store.append_inbound(
+            [
+                Inbound(
+                    make_event(
+                        "r4",
+                        "👍",
+                        kind="reaction",
+                        message_id="m1",
+                        meta={"removed": True},
+                        sender=Sender("bob"),
+                    )
+                )
+            ]
+        )
+        message = await store.message(late.conversation_id, 1)
+        assert message is not None and message.reactions == (("Alice", "👀"),)
+        (after,) = await store.append_inbound([Inbound(make_event("m2", "next"), triggers=True)])
+        assert (after.seq, after.triggers) == (2, True)
+        shown = await store.message(late.conversation_id, 2)
+        assert shown is not None and shown.reactions == ()
+
+    @pytest.mark.parametrize("first", ["edit", "delete"])
+    async def test_an_early_reaction_meets_an_early_edit_or_delete(
+        self, store: Store, first: str
+    ) -> None:
+        await store.append_inbound(
+            [
+                Inbound(make_event("r1", "🔥", kind="reaction", message_id="m1", sender=BOB)),
+                Inbound(make_event(f"m1-{first}", "fixed", kind=first, message_id="m1")),
+            ]
+        )
+        (late,) = await store.append_inbound(
+            [Inbound(make_event("m1", "orig", message_id="m1"), triggers=True)]
+        )
+        (message,) = await store.transcript(late.conversation_id, 10)
+        assert message.reactions == (("Bob", "🔥"),)
+        assert (message.text, message.deleted_at is not None) == (
+            ("fixed", False) if first == "edit" else ("orig", True)
+        )
+
+    async def test_a_reaction_to_our_message_before_its_send_is_recorded_is_kept(
+        self, store: Store
+    ) -> None:
+        # a webhook's reaction can be stored before the send's outcome is
+        (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
+        conversation = await store.conversation(first.conversation_id)
+        entry = await store.record_outbound(
+            conversation.id, Outbound(conversation.address, "the answer"), ME
+        )
+        (early,) = await store.append_inbound(
+            [Inbound(make_event("r1", "🙏", kind="reaction", message_id="out-1", sender=ALICE))]
+        )
+        assert early.status == "recorded"
+        await store.mark_sent(entry.id, Receipt("out-1"))
+        ours = await store.message(conversation.id, entry.message_seq or 0)
+        assert ours is not None and ours.reactions == (("Alice", "🙏"),)
+        # nothing is left waiting: the next reaction to it is applied, once
+        await store.append_inbound(
+            [Inbound(make_event("r2", "👍", kind="reaction", message_id="out-1", sender=BOB))]
+        )
+        ours = await store.message(conversation.id, entry.message_seq or 0)
+        assert ours is not None and ours.reactions == (("Alice", "🙏"), ("Bob", "👍"))
+
+    async def test_early_reactions_whose_message_never_comes_are_let_go_after_a_day(
+        self, store: Store
+    ) -> None:
+        await store.append_inbound(
+            [Inbound(make_event("r-old", "👍", kind="reaction", message_id="old", sent_at=1000.0))]
+        )
+        later = 1000.0 + 86_400.0 + 1
+        # messages a day later let it go (now and then: within 16 of them)
+        (one, *_) = await store.append_inbound(
+            [Inbound(make_event(f"n{i}", "chat", sent_at=later)) for i in range(16)]
+        )
+        (came,) = await store.append_inbound(
+            [Inbound(make_event("old", "from long ago", message_id="old"), triggers=True)]
+        )
+        message = await store.message(came.conversation_id, came.seq or 0)
+        assert message is not None and message.reactions == ()
+        # and so does a newer early change (a reaction, or a delete)
+        await store.append_inbound(
+            [
+                Inbound(
+                    make_event("r-old2", "👍", kind="reaction", message_id="old2", sent_at=later)
+                ),
+                Inbound(
+                    make_event("d-new", "", kind="delete", message_id="new", sent_at=later + 86_401)
+                ),
+            ]
+        )
+        (came,) = await store.append_inbound(
+            [Inbound(make_event("old2", "also old", message_id="old2"), triggers=True)]
+        )
+        message = await store.message(came.conversation_id, came.seq or 0)
+        assert message is not None and message.reactions == ()
+        assert one.conversation_id == came.conversation_id
+
     async def test_deletes_of_messages_that_never_come_are_let_go_after_a_day(
         self, store: Store
     ) -> None:
@@ -822,12 +949,22 @@ class StoreContract(AskStoreContract):
             [Inbound(make_event("new-del", "", kind="delete", message_id="new", sent_at=later))]
         )
         (came,) = await store.append_inbound(
-            [Inbound(make_event("old", "from long ago", message_id="old"), triggers=True)]
+            [
+                Inbound(
+                    make_event("old", "from long ago", message_id="old", sent_at=later),
+                    triggers=True,
+                )
+            ]
         )
         (message,) = await store.window(old.conversation_id, 10)
         assert (came.triggers, message.deleted_at) == (True, None)
         (gone,) = await store.append_inbound(
-            [Inbound(make_event("new", "taken back", message_id="new"), triggers=True)]
+            [
+                Inbound(
+                    make_event("new", "taken back", message_id="new", sent_at=later + 5),
+                    triggers=True,
+                )
+            ]
         )
         assert gone.triggers is False
 
