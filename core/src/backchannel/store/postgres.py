@@ -1421,8 +1421,20 @@ async def _take_early_reactions(
     platform_message_id: str,
 ) -> str | None:
     """Return this message's `reactions` column made of the reactions that came before
-    it, if any did (and forget them); `counters` None: the stored ones are counted down
-    (the conversation's row is then locked: take it before the message's)."""
+    it, if any did (and forget them); `counters` None: outside an append, the stored
+    count goes down, and the conversation's row is locked before the reactions' rows, in
+    the order appends take them (so that neither waits on the other for good)."""
+    if counters is None:
+        cursor = await connection.execute(
+            "SELECT 1 FROM early_reactions WHERE conversation_id = %s"
+            " AND platform_message_id = %s LIMIT 1",
+            (conversation_id, platform_message_id),
+        )
+        if await cursor.fetchone() is None:
+            return None
+        await connection.execute(
+            "SELECT 1 FROM conversations WHERE id = %s FOR UPDATE", (conversation_id,)
+        )
     cursor = await connection.execute(
         "DELETE FROM early_reactions WHERE conversation_id = %s"
         " AND platform_message_id = %s RETURNING n, reaction",
