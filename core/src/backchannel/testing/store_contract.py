@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -936,6 +937,49 @@ class StoreContract(AskStoreContract):
         message = await store.message(came.conversation_id, came.seq or 0)
         assert message is not None and message.reactions == ()
         assert one.conversation_id == came.conversation_id
+
+    @pytest.mark.parametrize("deleted", [False, True], ids=["kept", "deleted"])
+    async def test_a_message_and_its_changes_in_any_order_end_alike(
+        self, store: Store, deleted: bool
+    ) -> None:
+        # every order a webhook's concurrent deliveries (or a retry) can hand over: one
+        # row, the edit's words, every reaction in the order it came, deleted if it was,
+        # and a run unless the delete came before the message
+        names = ["message", "edit", "bob", "alice", *(["delete"] if deleted else [])]
+        for number, order in enumerate(itertools.permutations(names)):
+            chat = f"order-{number}"
+            events = {
+                "message": make_event(f"{chat}-m", "orig", chat=chat, message_id="m"),
+                "edit": make_event(f"{chat}-m-e", "fixed", chat=chat, kind="edit", message_id="m"),
+                "bob": make_event(
+                    f"{chat}-m-r1", "👍", chat=chat, kind="reaction", message_id="m", sender=BOB
+                ),
+                "alice": make_event(
+                    f"{chat}-m-r2", "🎉", chat=chat, kind="reaction", message_id="m"
+                ),
+                "delete": make_event(f"{chat}-m-d", "", chat=chat, kind="delete", message_id="m"),
+            }
+            results = {}
+            for name in order:
+                (results[name],) = await store.append_inbound(
+                    [Inbound(events[name], triggers=name == "message")]
+                )
+            conversation_id = results["message"].conversation_id
+            (row,) = await store.transcript(conversation_id, 10)
+            who = {"bob": ("Bob", "👍"), "alice": ("Alice", "🎉")}
+            expected = tuple(who[name] for name in order if name in who)
+            at = order.index
+            # (an edit between its message's early delete and the message is not kept)
+            dropped = deleted and at("delete") < at("edit") < at("message")
+            assert (row.text, row.reactions, row.deleted_at is not None) == (
+                "orig" if dropped else "fixed",
+                expected,
+                deleted,
+            ), order
+            answered = not deleted or at("delete") > at("message")
+            assert results["message"].triggers is answered, order
+            conversation = await store.conversation(conversation_id)
+            assert conversation.trigger_seq == (row.seq if answered else 0), order
 
     async def test_deletes_of_messages_that_never_come_are_let_go_after_a_day(
         self, store: Store
