@@ -1492,12 +1492,22 @@ class _Append:
         firsts: dict[tuple[str, str, str], Inbound] = {}
         #: (account, chat, platform message id) -> thread of the batch's own messages
         earlier: dict[tuple[str, str, str], str] = {}
+        chats: set[tuple[str, str, str]] = set()
         for item in self.items:
             address = await self._address_of(item, earlier)
             firsts.setdefault((address.account, address.chat, address.thread or ""), item)
-        keys = sorted(firsts)
+            if (
+                address.thread is not None
+                and item.event.kind == "message"
+                and item.event.platform_message_id is not None
+            ):
+                chats.add((address.account, address.chat, ""))
+        # a thread's message may be the target of a change that named only its chat and
+        # waits in the chat's conversation: that one is locked too, if it has any waiting
+        waiting = await self._with_early_changes(sorted(chats - firsts.keys()))
+        keys = sorted([*firsts, *waiting])
         rows = await self._select_for_update(keys)
-        missing = [key for key in keys if key not in rows]
+        missing = [key for key in firsts if key not in rows]
         if missing:
             stamp = now()
             async with self.connection.cursor() as cursor:
@@ -1524,6 +1534,22 @@ class _Append:
                 last_seq, trigger_seq, active_at, orphan_edits
             )
             self.described[conversation_id] = (kind, title)
+
+    async def _with_early_changes(
+        self, keys: list[tuple[str, str, str]]
+    ) -> list[tuple[str, str, str]]:
+        """Those of `keys` whose conversation has early changes waiting (read unlocked: the
+        lock taken after reads the count again)."""
+        if not keys:
+            return []
+        cursor = await self.connection.execute(
+            "SELECT c.account, c.chat, c.thread FROM conversations c"
+            " JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(account, chat, thread)"
+            " ON c.account = k.account AND c.chat = k.chat AND c.thread = k.thread"
+            " WHERE c.orphan_edits > 0",
+            ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]),
+        )
+        return [(r[0], r[1], r[2]) for r in await cursor.fetchall()]
 
     async def _address_of(self, item: Inbound, earlier: dict[tuple[str, str, str], str]) -> Address:
         """The address whose conversation `item` goes to (see rows.change_address).
@@ -1688,6 +1714,22 @@ class _Append:
                     await self._let_go_early(conversation_id, event.sent_at)
             else:
                 reactions = None
+            address = event.address
+            chat_id = None
+            if address.thread is not None and message_id is not None:
+                # a change that names no thread waits in its chat's conversation (see the
+                # SQLite store); locked with the batch's when it has any waiting
+                chat_id = self.ids.get((address.account, address.chat, ""))
+            if chat_id is not None and batch.conversations[chat_id].orphan_edits:
+                assert message_id is not None
+                chat_deleted_at = await self._early_delete(chat_id, message_id)
+                chat_reactions = await _take_early_reactions(
+                    self.connection, chat_id, batch.conversations[chat_id], message_id
+                )
+                if deleted_at is None and chat_deleted_at is not None:
+                    deleted_at = chat_deleted_at
+                    item = Inbound(event, item.held, False, item.state)
+                reactions = reactions if reactions is not None else chat_reactions
             result = await self._append_message(conversation_id, item)
             batch.event_rows.append((*key, conversation_id, result.seq, "message"))
             batch.claimed[key] = (conversation_id, result.seq or 0)

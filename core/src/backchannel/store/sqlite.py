@@ -401,7 +401,7 @@ class SQLiteStore(SQLiteAsks, Store):
                 event.address, event.conversation_kind, event.conversation_title, event.sent_at
             )
             counters = self._counters(conversation_id)
-            deleted_at = None
+            deleted_at = reactions = None
             message_id = event.platform_message_id
             if counters.orphan_edits and message_id is not None:
                 # the conversation has early changes waiting: this message's, perhaps
@@ -416,16 +416,21 @@ class SQLiteStore(SQLiteAsks, Store):
                     )
                     batch.claimed[key] = (conversation_id, orphan)
                     return AppendResult("applied", conversation_id, orphan, triggered)
-                deleted_at = self._early_delete(conversation_id, counters, message_id)
-                if deleted_at is not None:
-                    # deleted before it arrived: its sender took it back, nothing to answer
-                    item = Inbound(event, item.held, False, item.state)
-                reactions = self._early_reactions(conversation_id, counters, message_id)
+                deleted_at, reactions = self._early_changes(conversation_id, counters, message_id)
                 if deleted_at is None and reactions is None and counters.last_seq % 16 == 0:
                     # now and then, those whose message never came are let go
                     self._let_go_early(conversation_id, counters, event.sent_at)
-            else:
-                reactions = None
+            if event.address.thread is not None and message_id is not None:
+                # a change that names no thread (a Slack reaction, a Telegram one in a
+                # topic) waits in its chat's conversation when its target was not there yet
+                chat = self._chat_with_early_changes(event.address)
+                if chat is not None:
+                    chat_deleted_at, chat_reactions = self._early_changes(*chat, message_id)
+                    deleted_at = deleted_at if deleted_at is not None else chat_deleted_at
+                    reactions = reactions if reactions is not None else chat_reactions
+            if deleted_at is not None:
+                # deleted before it arrived: its sender took it back, nothing to answer
+                item = Inbound(event, item.held, False, item.state)
             result = self._append_message(conversation_id, item, counters)
             batch.event_rows.append(
                 (event.account, event.event_id, conversation_id, result.seq, "message")
@@ -528,6 +533,48 @@ class SQLiteStore(SQLiteAsks, Store):
             return None
         counters.orphan_edits -= 1
         return float(row[0])
+
+    def _early_changes(
+        self, conversation_id: int, counters: ConversationCounters, platform_message_id: str
+    ) -> tuple[float | None, str | None]:
+        """This message's early delete's time and its early reactions' column, each None
+        when none came (and both forgotten)."""
+        return (
+            self._early_delete(conversation_id, counters, platform_message_id),
+            self._early_reactions(conversation_id, counters, platform_message_id),
+        )
+
+    def _chat_with_early_changes(self, address: Address) -> tuple[int, ConversationCounters] | None:
+        """The conversation of `address`'s whole chat and its counters, when it has early
+        changes waiting (a thread's message may be their target); None otherwise."""
+        key = (address.account, address.chat, "")
+        cached = self._conversation_ids.get(key)
+        assert self._batch is not None
+        if cached is not None:
+            chat_id = cached[0]
+            counters = self._batch.conversations.get(chat_id)
+            known = self._known_counters.get(chat_id) if counters is None else None
+            if counters is not None:
+                waiting = counters.orphan_edits
+            elif known is not None:
+                waiting = known[3]
+            else:
+                row = self.db.execute(
+                    "SELECT orphan_edits FROM conversations WHERE id = ?", (chat_id,)
+                ).fetchone()
+                waiting = row[0] if row else 0
+        else:
+            row = self.db.execute(
+                "SELECT id, orphan_edits FROM conversations WHERE account = ? AND chat = ?"
+                " AND thread = ?",
+                key,
+            ).fetchone()
+            if row is None:
+                return None
+            chat_id, waiting = row
+        if not waiting:
+            return None
+        return chat_id, self._counters(chat_id)
 
     def _early_reactions(
         self,

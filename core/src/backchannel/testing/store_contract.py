@@ -881,6 +881,39 @@ class StoreContract(AskStoreContract):
             ("fixed", False) if first == "edit" else ("orig", True)
         )
 
+    async def test_changes_naming_only_the_chat_wait_for_a_threads_message(
+        self, store: Store
+    ) -> None:
+        # a Slack reaction (a Telegram one in a topic) names the chat, not the thread
+        early = await store.append_inbound(
+            [
+                Inbound(make_event("r1", "👍", kind="reaction", message_id="t1", sender=BOB)),
+                Inbound(make_event("d2", "", kind="delete", message_id="t2", sent_at=1000.5)),
+            ]
+        )
+        assert [r.status for r in early] == ["recorded", "recorded"]
+        # one at a time, and both in one batch with a message of the chat itself
+        (first,) = await store.append_inbound(
+            [Inbound(make_event("t1", "in the thread", thread="th1"), triggers=True)]
+        )
+        second, top = await store.append_inbound(
+            [
+                Inbound(make_event("t2", "oops", thread="th1"), triggers=True),
+                Inbound(make_event("m3", "top level"), triggers=True),
+            ]
+        )
+        assert (first.triggers, second.triggers, top.triggers) == (True, False, True)
+        reacted = await store.message(first.conversation_id, first.seq or 0)
+        assert reacted is not None and reacted.reactions == (("Bob", "👍"),)
+        gone = await store.message(second.conversation_id, second.seq or 0)
+        assert gone is not None and gone.deleted_at == 1000.5
+        # nothing is left waiting in the chat: its next messages are as any
+        (later,) = await store.append_inbound(
+            [Inbound(make_event("t1-again", "x", thread="th2", message_id="t1"), triggers=True)]
+        )
+        again = await store.message(later.conversation_id, later.seq or 0)
+        assert again is not None and (again.reactions, later.triggers) == ((), True)
+
     async def test_a_reaction_to_our_message_before_its_send_is_recorded_is_kept(
         self, store: Store
     ) -> None:
