@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
+import pytest
 from backchannel.model import Address
 from backchannel.testing import ContractContext
 from backchannel_discord import DiscordAdapter
+from backchannel_discord import adapter as adapter_module
 from backchannel_discord.testing import FakeDiscord
 
 from .conftest import FAST
@@ -217,3 +221,75 @@ async def test_a_first_dm_reached_while_the_client_closes_is_still_stored(
     await adapter.stop()
     transcript = await contract_context.transcript(Address("test", fake.dm_channel(fake.alice)))
     assert [m.text for m in transcript] == ["my first DM"]
+
+
+async def test_a_message_the_store_refuses_for_a_while_is_stored_before_the_next(
+    fake: FakeDiscord,
+    contract_context: ContractContext,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a store locked (or away) for longer than a few tries: the Gateway sends each event
+    # once, and the next message's commit would move the catch-up cursor past this one
+    monkeypatch.setattr(adapter_module, "STORE_RETRY_FIRST", 0.01)
+    monkeypatch.setattr(adapter_module, "STORE_RETRY_MAX", 0.05)
+    real = contract_context.ingest
+    failures: list[str] = []
+
+    async def locked(raw: Any, **kwargs: Any) -> Any:
+        data = raw.get("d") or {}
+        if data.get("content") == "stop the deploy" and len(failures) < 12:
+            failures.append(data["id"])
+            raise RuntimeError("database is locked")
+        return await real(raw, **kwargs)
+
+    monkeypatch.setattr(contract_context, "ingest", locked)
+    adapter = DiscordAdapter("test", {**fake.settings, **FAST})
+    await adapter.start(contract_context.bind(adapter))
+    try:
+        first = await fake.post_message(fake.general, fake.alice, "stop the deploy")
+        second = await fake.post_message(fake.general, fake.alice, "ok")
+        await contract_context.wait_ingested(second["id"])
+    finally:
+        await adapter.stop()
+    assert failures == [first["id"]] * 12
+    transcript = await contract_context.transcript(Address("test", fake.general))
+    assert [m.text for m in transcript] == ["stop the deploy", "ok"]
+    cursor = json.loads(await contract_context.get_state(f"discord.cursor.{fake.general}") or "{}")
+    assert cursor["id"] == second["id"]
+
+
+async def test_stop_gives_up_on_an_event_the_store_keeps_refusing_and_catch_up_reads_it(
+    fake: FakeDiscord,
+    contract_context: ContractContext,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(adapter_module, "STORE_RETRY_FIRST", 0.01)
+    monkeypatch.setattr(adapter_module, "STORE_RETRY_MAX", 0.05)
+    real = contract_context.ingest
+    tried = asyncio.Event()
+
+    async def away(raw: Any, **kwargs: Any) -> Any:
+        if (raw.get("d") or {}).get("content") == "lost?":
+            tried.set()
+            raise RuntimeError("server closed the connection")
+        return await real(raw, **kwargs)
+
+    monkeypatch.setattr(contract_context, "ingest", away)
+    first = DiscordAdapter("test", {**fake.settings, **FAST})
+    await first.start(contract_context.bind(first))
+    one = await fake.post_message(fake.general, fake.alice, "one")
+    await contract_context.wait_ingested(one["id"])
+    pending = await fake.post_message(fake.general, fake.alice, "lost?")
+    await asyncio.wait_for(tried.wait(), 10)
+    await first.stop()  # returns: it does not wait for the store for ever
+    assert "gave up storing a Discord MESSAGE_CREATE at stop" in caplog.text
+    monkeypatch.setattr(contract_context, "ingest", real)
+    second = DiscordAdapter("test", {**fake.settings, **FAST})
+    await second.start(contract_context.bind(second))
+    try:
+        await contract_context.wait_ingested(pending["id"])
+    finally:
+        await second.stop()
+    transcript = await contract_context.transcript(Address("test", fake.general))
+    assert [m.text for m in transcript] == ["one", "lost?"]

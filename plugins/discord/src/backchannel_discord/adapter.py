@@ -66,6 +66,10 @@ from .settings import DiscordSettings
 __all__ = ["DiscordAdapter", "DiscordStartError"]
 
 _T = TypeVar("_T")
+#: seconds before the second try to store a Gateway event the store refused, doubling
+#: up to STORE_RETRY_MAX: the queue waits on it (see _ingest)
+STORE_RETRY_FIRST = 0.5
+STORE_RETRY_MAX = 30.0
 #: tries at `GET /channels/{id}` when Discord answers with a rate limit or a 5xx
 _LOOKUP_ATTEMPTS = 3
 #: the longest wait between two of them, in seconds (receiving waits meanwhile)
@@ -513,17 +517,41 @@ class DiscordAdapter:
         if context:
             payload[CONTEXT_KEY] = context
         state = self._cursors.advance(data) if payload.get("t") == "MESSAGE_CREATE" else None
-        for attempt in range(3):
+        kind = payload.get("t")
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 result = await self._ctx.ingest(payload, state=state)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                self._ctx.log.exception(
-                    "storing a Discord %s failed (attempt %d of 3)", payload.get("t"), attempt + 1
-                )
-                await asyncio.sleep(0.5 * (attempt + 1))
+                # the store (or a router) failing: a database locked, a disk full, a server
+                # away. Gateway events come once, and the next one would move the catch-up
+                # cursor past this: so the queue waits on it until it is stored
+                if attempt == 1:
+                    self._ctx.log.exception(
+                        "storing a Discord %s failed; trying again until it is stored", kind
+                    )
+                elif attempt % 10 == 0:
+                    self._ctx.log.warning(
+                        "storing a Discord %s still fails after %d tries", kind, attempt
+                    )
+                if self._stopping and attempt >= 3:
+                    # stop() cannot wait for the store for ever
+                    self._ctx.log.error(
+                        "gave up storing a Discord %s at stop after %d tries; %s",
+                        kind,
+                        attempt,
+                        "the next start's catch-up reads it"
+                        if self._caught_up_later(payload, data)
+                        else "it is lost",
+                    )
+                    return
+                await asyncio.sleep(min(STORE_RETRY_FIRST * 2 ** (attempt - 1), STORE_RETRY_MAX))
                 continue
+            if attempt > 1:
+                self._ctx.log.info("stored the Discord %s after %d tries", kind, attempt)
             if state and result.committed:
                 self._cursors.committed(data)
             if result.event is not None and result.committed:
