@@ -1195,8 +1195,13 @@ USERNAME_ONLY_BOT = """
 
 def test_bot_message_with_only_a_username_is_from_that_bot() -> None:
     event = must(load(USERNAME_ONLY_BOT), bot_user_id=BOT_USER)
-    assert event.sender.id == "github" and event.sender.name == "github"
+    # the username is free text: as an id it is marked, so it never reads as a user's
+    assert event.sender.id == "username:github" and event.sender.name == "github"
     assert event.sender.is_bot
+    forged = json.loads(USERNAME_ONLY_BOT)
+    forged["event"]["username"] = "U0OWNER01"
+    impostor = must(forged, bot_user_id=BOT_USER)
+    assert (impostor.sender.id, impostor.sender.is_bot) == ("username:U0OWNER01", True)
 
 
 # --- java-slack-sdk's json-logs/samples/events/MessagePayload.json: every field

@@ -451,9 +451,14 @@ class _Reader:
         profile = profile if isinstance(profile, Mapping) else {}
         bot_profile = message.get("bot_profile")
         bot_profile = bot_profile if isinstance(bot_profile, Mapping) else {}
-        # an old integration's bot_message may name only its app or its username
+        # an old integration's bot_message may name only its app or its username; a
+        # username is free text (it could read "U0OWNER01"), so it never passes for an id
+        username = _opt_str(message.get("username"))
         sender_id = (
-            user or bot_id or _opt_str(message.get("app_id")) or _opt_str(message.get("username"))
+            user
+            or bot_id
+            or _opt_str(message.get("app_id"))
+            or (f"username:{username}" if username else None)
         )
         if sender_id is None:
             raise NormalizeError("message has neither 'user' nor 'bot_id'", where=self.at("user"))
