@@ -528,9 +528,10 @@ class Switchboard:
         return results
 
     async def _route(self, account: str, event: Event) -> RouteVerdict:
-        """Ask the account's inbound routers about a new message; the first verdict wins."""
+        """Ask the account's inbound routers about a new message or an edit; the first
+        verdict wins."""
         routers = self._routers.get(account)
-        if not routers or event.kind != "message":
+        if not routers or event.kind not in ("message", "edit"):
             return None
         for router in routers:
             # a router that raises fails the ingest like a store error: nothing is acked, the

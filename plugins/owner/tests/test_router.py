@@ -418,3 +418,129 @@ def test_parked_items_of_two_stores_are_told_each_through_its_own_config(
         ("config:a.toml", "config:a.toml", "acct:config:a.toml"),
         ("config:b.toml", "config:b.toml", "acct:config:b.toml"),
     ]
+
+
+async def test_a_native_reply_to_a_later_part_of_a_long_notify_reaches_the_session(
+    world: OwnerWorld, start: Start
+) -> None:
+    # Telegram holds 4,096 characters a message: a long notify is several, and the owner
+    # replies to the one on screen, the last
+    board = await start()
+    before = len(world.fake.sent)
+    sent = await notify(
+        world.config, "status: " + "lorem ipsum " * 500, needs_answer=True, identity=identity()
+    )
+    parts = world.fake.sent[before:]
+    assert len(parts) == 2
+    await say(
+        world, world.owner_chat, world.owner, "validation first", reply_to=parts[-1].message_id
+    )
+    (routed,) = rows(board)
+    assert (routed.parent_id, routed.text) == (sent.id, "validation first")
+    await board.wait_idle()
+    assert len(world.fake.sent) == before + 2  # routed: the bound agent did not answer
+
+
+async def test_an_answer_whose_row_failed_once_is_taken_when_delivered_again(
+    world: OwnerWorld, start: Start, inbox_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a failure (a database busy, a crash) after the prompt was marked answered and before
+    # its answer was written made the redelivered answer read as one to an answered prompt
+    board = await start()
+    prompt_id = await request_permission(world.config, identity(), "req-1", "Bash", "make")
+    real = OwnerRecords.insert_message
+    failed: list[str] = []
+
+    def once(self: OwnerRecords, now: float, **fields: Any) -> OwnerMessage:
+        if not failed:
+            failed.append(fields["kind"])
+            raise RuntimeError("database is locked")
+        return real(self, now, **fields)
+
+    monkeypatch.setattr(OwnerRecords, "insert_message", once)
+    await say(world, world.owner_chat, world.owner, f"yes {prompt_id}")
+    assert failed == ["permission"]
+    (answer,) = list_markers(identity().session_id, inbox_root)
+    assert (answer.kind, answer.text) == ("permission", "yes")
+    await board.wait_idle()
+    assert not any("not a pending" in s.text for s in world.fake.sent)
+
+
+async def test_a_routed_reply_whose_marker_failed_gets_it_when_delivered_again(
+    world: OwnerWorld, start: Start, inbox_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from backchannel_owner import router
+
+    await start()
+    sent = await notify(world.config, "fyi", identity=identity())
+    real = router.write_marker
+    failed: list[str] = []
+
+    def disk_full_once(item: Any, root: Path | None = None) -> Path:
+        if not failed:
+            failed.append(item.text)
+            raise OSError(28, "No space left on device")
+        return real(item, root)
+
+    monkeypatch.setattr(router, "write_marker", disk_full_once)
+    await say(world, world.owner_chat, world.owner, f"#{sent.id} stop now")
+    assert failed == ["stop now"]
+    (marker,) = list_markers(identity().session_id, inbox_root)
+    assert marker.text == "stop now"
+
+
+async def test_the_owners_edit_of_a_routed_reply_reaches_the_session_as_a_new_message(
+    world: OwnerWorld, start: Start, inbox_root: Path
+) -> None:
+    board = await start()
+    sent = await notify(world.config, "fyi", identity=identity())
+    update = await say(world, world.owner_chat, world.owner, f"#{sent.id} deploy to staging")
+    edit = world.fake.inject_edit(
+        world.owner_chat, update["message"]["message_id"], f"#{sent.id} deploy to PROD"
+    )
+    await world.fake.wait_for(lambda: world.fake.is_acked(edit["update_id"]), what="the ack")
+    first, edited = rows(board)
+    assert first.text == "deploy to staging"
+    assert (edited.session_id, edited.parent_id, edited.text) == (
+        identity().session_id,
+        sent.id,
+        f"(edited #{first.id}) deploy to PROD",
+    )
+    markers = sorted(m.text for m in list_markers(identity().session_id, inbox_root))
+    assert markers == [f"(edited #{first.id}) deploy to PROD", "deploy to staging"]
+    world.fake.deliver_again(edit["update_id"])
+    await say(world, world.owner_chat, world.owner, "plain message after")
+    assert len(rows(board)) == 2  # the redelivered edit is routed once
+    # a stranger's edit of their own message is no steering, and no other edit is taken
+    await board.wait_idle()
+    conversation = await board.store.find_conversation(Address("tg", str(world.owner_chat["id"])))
+    assert conversation is not None
+    stored = [m for m in await board.store.window(conversation.id, 10) if m.direction == "in"]
+    assert stored[0].text == f"#{sent.id} deploy to PROD"  # the transcript has the edit too
+
+
+async def test_an_edit_of_a_permission_answer_changes_nothing_and_the_owner_is_told(
+    world: OwnerWorld, start: Start, inbox_root: Path
+) -> None:
+    board = await start()
+    prompt_id = await request_permission(world.config, identity(), "req-1", "Bash", "make")
+    update = await say(world, world.owner_chat, world.owner, f"yes {prompt_id}")
+    edit = world.fake.inject_edit(
+        world.owner_chat, update["message"]["message_id"], f"no {prompt_id}"
+    )
+    await world.fake.wait_for(lambda: world.fake.is_acked(edit["update_id"]), what="the ack")
+    await world.fake.wait_for(
+        lambda: any("an edit does not change the answer" in s.text for s in world.fake.sent),
+        what="the notice",
+    )
+    (answer,) = rows(board)
+    assert (answer.kind, answer.text) == ("permission", "yes")
+
+
+async def test_a_bot_showing_the_owners_id_is_never_the_owner(
+    world: OwnerWorld, start: Start
+) -> None:
+    board = await start()
+    sent = await notify(world.config, "fyi", identity=identity())
+    await say(world, world.owner_chat, {**world.owner, "is_bot": True}, f"#{sent.id} rm -rf /")
+    assert rows(board) == []

@@ -113,6 +113,28 @@ class OwnerRecords:
             (account, chat, platform_id),
         )
 
+    def routed_reply(self, account: str, chat: str, platform_id: str) -> OwnerMessage | None:
+        """Return the owner's reply (or answer) routed from this platform message, or None."""
+        return self._one(
+            "WHERE account = ? AND chat = ? AND platform_message_id = ? AND direction = 'in'"
+            " ORDER BY created_at, rowid",
+            (account, chat, platform_id),
+        )
+
+    def first_part(self, account: str, chat: str, platform_id: str) -> str | None:
+        """The platform id of the message of ours whose later part `platform_id` is (the
+        platform got it split; the core store keeps the parts, m013), or None."""
+        for (first,) in self.db.execute(
+            "SELECT m.platform_message_id FROM message_parts p"
+            " JOIN conversations c ON c.id = p.conversation_id"
+            " JOIN messages m ON m.conversation_id = p.conversation_id AND m.seq = p.seq"
+            " WHERE c.account = ? AND c.chat = ? AND p.platform_message_id = ?",
+            (account, chat, platform_id),
+        ):
+            if first is not None:
+                return str(first)
+        return None
+
     def last_outbound(self, session_id: str) -> OwnerMessage | None:
         return self._one(
             "WHERE session_id = ? AND direction = 'out' ORDER BY created_at DESC, rowid DESC",

@@ -132,13 +132,25 @@ class OwnerDuplex:
         """Decide whether a message on the owner account is for a session."""
         settings = self.settings
         records = self.records
-        if records.by_event(event.account, event.event_id) is not None:
-            return "routed"  # a redelivery of what was routed: the store dedupes the row
+        known = records.by_event(event.account, event.event_id)
+        if known is not None:
+            # a redelivery of what was routed (the store dedupes the row): the ingest may
+            # have failed after the row was written, before its marker was (a disk full)
+            if known.direction == "in" and known.status == "waiting":
+                write_marker(self._item(known))
+            return "routed"
         if _forwarded(event):
             # someone else's words passed on (a forward, a share): never the owner's answer,
             # whatever they say ("#m7k3q do it", "yes m7k3q")
             return None
-        from_owner = settings.user is not None and event.sender.id == settings.user
+        # a bot is never the owner, whatever id it shows (a Slack bot message's `username`)
+        from_owner = (
+            settings.user is not None
+            and event.sender.id == settings.user
+            and not event.sender.is_bot
+        )
+        if event.kind == "edit":
+            return self._edited(event, from_owner)
         answer = parse_permission_answer(event.text)
         if answer is not None:
             return self._permission(event, answer, from_owner)
@@ -146,6 +158,11 @@ class OwnerDuplex:
         body = event.text
         if event.reply_to:
             parent = records.by_platform_id(event.account, event.address.chat, event.reply_to)
+            if parent is None:
+                # a reply to a later part of a long message of ours the platform got split
+                first = records.first_part(event.account, event.address.chat, event.reply_to)
+                if first is not None:
+                    parent = records.by_platform_id(event.account, event.address.chat, first)
             if parent is not None and parent.kind == "permission" and parent.direction == "out":
                 bare = _BARE_ANSWER.match(event.text)
                 if bare is not None:
@@ -213,25 +230,69 @@ class OwnerDuplex:
             self._correct(event, prompt_id, expired=prompt is not None)
             return None
         now = time.time()
-        self.records.update(prompt.id, now, meta={**prompt.meta, "answered": now})
+        with self.records.db:
+            # one transaction: a prompt marked answered always has its answer (a failure
+            # between the two made the redelivered answer read as one to an answered prompt)
+            self.records.update(prompt.id, now, meta={**prompt.meta, "answered": now})
+            row = self.records.insert_message(
+                now,
+                session_id=prompt.session_id,
+                direction="in",
+                kind="permission",
+                account=event.account,
+                chat=event.address.chat,
+                parent_id=prompt.id,
+                text="yes" if allow else "no",
+                platform_message_id=event.platform_message_id,
+                event_id=event.event_id,
+                status="waiting",
+                meta={
+                    "request_id": prompt.meta.get("request_id"),
+                    "behavior": "allow" if allow else "deny",
+                },
+            )
+        write_marker(self._item(row))
+        return "routed"
+
+    def _edited(self, event: Event, from_owner: bool) -> RouteVerdict:
+        """An edit of a reply routed to a session: the session gets the new words as a
+        message of its own (it read the first ones already, or will); an edit of an
+        answer to a permission prompt changes nothing, and the owner is told so."""
+        target = event.platform_message_id
+        if not from_owner or target is None:
+            return None
+        routed = self.records.routed_reply(event.account, event.address.chat, target)
+        if routed is None:
+            return None  # an ordinary edit: the bindings' transcript takes it
+        if routed.kind == "permission":
+            self._send_later(
+                event.address,
+                f"#{routed.parent_id} was answered {routed.text!r} already: an edit does not"
+                " change the answer",
+                reply_to=target,
+            )
+            return "routed"
+        leading = parse_leading_id(event.text)
+        body = (leading[1] if leading is not None else event.text).strip() or event.text
         row = self.records.insert_message(
-            now,
-            session_id=prompt.session_id,
+            time.time(),
+            session_id=routed.session_id,
             direction="in",
-            kind="permission",
+            kind="message",
             account=event.account,
             chat=event.address.chat,
-            parent_id=prompt.id,
-            text="yes" if allow else "no",
-            platform_message_id=event.platform_message_id,
+            parent_id=routed.parent_id,
+            text=f"(edited #{routed.id}) {body}",
+            platform_message_id=None,
             event_id=event.event_id,
             status="waiting",
-            meta={
-                "request_id": prompt.meta.get("request_id"),
-                "behavior": "allow" if allow else "deny",
-            },
+            meta={"edit_of": routed.id},
         )
         write_marker(self._item(row))
+        self._arm(row)
+        log.info(
+            "owner: edit of #%s routed to session %s as #%s", routed.id, row.session_id, row.id
+        )
         return "routed"
 
     # corrections and notices --------------------------------------------------------
