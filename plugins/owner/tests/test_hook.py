@@ -225,6 +225,16 @@ def test_install_hooks_prints_or_writes_the_settings(
     settings.write_text("{broken")
     refused = CliRunner().invoke(main, ["owner", "install-hooks", "--write"])
     assert refused.exit_code == 1 and "is not valid JSON" in refused.output
+    # another shape where Claude Code's is expected: one line naming the key, file kept
+    for text, key in (
+        ('{"hooks": [1]}', '"hooks" is a list'),
+        ('{"hooks": {"Stop": {"a": 1}}}', '"hooks.Stop" is a dict'),
+    ):
+        settings.write_text(text)
+        odd = CliRunner().invoke(main, ["owner", "install-hooks", "--write"])
+        assert odd.exit_code == 1 and key in odd.output, odd.output
+        assert len(odd.output.strip().splitlines()) == 1 and "Traceback" not in odd.output
+        assert settings.read_text() == text
 
 
 def test_a_marker_naming_a_vanished_store_is_one_line_and_creates_nothing(

@@ -178,3 +178,23 @@ def test_a_harness_without_session_files_names_its_session_in_the_environment(
     assert (found.terminal, found.cwd) == ("alacritty", str(tmp_path))
     unnamed = resolve(proc, home, 70, environ={"BACKCHANNEL_SESSION_ID": "0123456789"})
     assert unnamed.name == "01234567"
+
+
+def test_text_that_is_not_utf8_is_made_readable(proc: FakeProc, home: Path, tmp_path: Path) -> None:
+    # Python keeps bytes no UTF-8 reads (an environment in Latin-1, a folder named in it)
+    # as lone surrogates, which no store, hash or platform takes
+    folder = tmp_path / "repo\udcff"
+    folder.mkdir()
+    proc.add(50, 1, "alacritty")
+    proc.add(70, 50, "codex", cwd=folder)
+    env = {"BACKCHANNEL_SESSION_ID": "s\udcff1", "BACKCHANNEL_SESSION_NAME": "n\udcff"}
+    found = resolve(proc, home, 70, environ=env)
+    assert (found.session_id, found.name) == ("s\ufffd1", "n\ufffd")
+    assert found.cwd == str(tmp_path / "repo\ufffd")
+    for text in (found.session_id, found.name, found.cwd, found.terminal):
+        assert text is not None
+        text.encode("utf-8")
+    # the same bytes give the same id every time
+    assert resolve(proc, home, 70, environ=env).session_id == found.session_id
+    plain = resolve(proc, home, 70, environ={"BACKCHANNEL_SESSION_ID": "ascii"})
+    assert plain.session_id == "ascii"

@@ -164,7 +164,10 @@ def install_hooks_command(settings_path: Path | None) -> None:
             ) from None
         if not isinstance(current, dict):
             raise ConfigError(f"{settings_path} does not hold a JSON object")
-    merged = merge_hooks(current, hook_settings())
+    try:
+        merged = merge_hooks(current, hook_settings())
+    except ValueError as error:
+        raise ConfigError(f"{settings_path}: {error}; fix it or move it away first") from None
     settings_path.parent.mkdir(parents=True, exist_ok=True)
     settings_path.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
     click.echo(f"{settings_path}: the owner inbox hook runs on {', '.join(HOOK_EVENTS)}")
@@ -183,11 +186,22 @@ def hook_settings() -> dict[str, Any]:
 
 
 def merge_hooks(current: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
-    """Add our hook to each event, keeping every other hook; installing twice changes nothing."""
+    """Add our hook to each event, keeping every other hook; installing twice changes nothing.
+
+    Raises ValueError, naming the key, when `current` holds something else than Claude
+    Code's shape there (it is never rewritten into another shape)."""
     merged = dict(current)
-    hooks = dict(merged.get("hooks") or {})
+    found = merged.get("hooks") or {}
+    if not isinstance(found, dict):
+        raise ValueError(f'"hooks" is a {type(found).__name__}, not an object of events')
+    hooks = dict(found)
     for event, groups in wanted["hooks"].items():
-        existing = list(hooks.get(event) or [])
+        listed = hooks.get(event) or []
+        if not isinstance(listed, list):
+            raise ValueError(
+                f'"hooks.{event}" is a {type(listed).__name__}, not a list of matcher groups'
+            )
+        existing = list(listed)
         present = any(
             hook.get("command") == HOOK_COMMAND
             for group in existing

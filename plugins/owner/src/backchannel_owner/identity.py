@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from attrs import frozen
+from attrs import evolve, frozen
 
 __all__ = [
     "MAX_HOPS",
@@ -136,6 +136,41 @@ def resolve_identity(
     gives the id and name; the walk goes on (from there) to find a terminal
     emulator or sshd. With no session file, the id is ``unknown-<pid>``.
     """
+    return _readable(_resolve(pid, proc_root, home, environ, host, locators, workspace))
+
+
+def _readable(identity: SessionIdentity) -> SessionIdentity:
+    """`identity` with text that is not UTF-8 (an environment variable, a folder named in
+    another encoding: Python keeps such bytes as lone surrogates) made readable, the
+    bytes no UTF-8 reads shown as U+FFFD: no store or platform can hold the rest."""
+    fields: dict[str, Any] = {
+        name: _utf8(getattr(identity, name))
+        for name in ("session_id", "name", "terminal", "workspace", "cwd", "host")
+    }
+    if all(fields[name] is getattr(identity, name) for name in fields):
+        return identity
+    return evolve(identity, **fields)
+
+
+def _utf8(text: str | None) -> str | None:
+    if text is None or text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return text
+
+
+def _resolve(
+    pid: int | None,
+    proc_root: str | os.PathLike[str],
+    home: str | os.PathLike[str] | None,
+    environ: Mapping[str, str] | None,
+    host: str | None,
+    locators: Sequence[SessionLocator],
+    workspace: Callable[[Mapping[str, str]], str | None],
+) -> SessionIdentity:
     environ = os.environ if environ is None else environ
     home_path = Path(home) if home is not None else Path(environ.get("HOME") or Path.home())
     start = os.getppid() if pid is None else pid
