@@ -391,3 +391,26 @@ def test_a_planted_partial_file_link_is_not_written_through(
     write_marker(marker("s1", "m1"))
     assert victim.read_text() == "precious"
     assert [m.id for m in list_markers("s1")] == ["m1"]
+
+
+def test_a_hook_finding_another_delivering_leaves_the_messages_to_it(
+    inbox_root: Path, tmp_path: Path
+) -> None:
+    # parallel tool calls run hooks at once: one is still printing (its reader slow) when
+    # the next runs. That one used to show them again as a redelivery, and the third
+    # parked them as never delivered
+    import fcntl
+
+    item = waiting(tmp_path / "bc.db")
+    path = hook.lock_path(SESSION)
+    assert not path.startswith(str(inbox_root) + os.sep)  # the inbox folder stays as it was
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a hook of this session, mid-delivery
+        for _ in range(3):
+            code, out, err = run_hook(post_tool_use())
+            assert (code, out, err) == (0, "", "")
+        assert status_of(tmp_path / "bc.db", item.id) == ("waiting", 0)
+    code, out, err = run_hook(post_tool_use())
+    assert code == 0 and item.text in out and "redelivery" not in out
+    assert status_of(tmp_path / "bc.db", item.id) == ("delivered", 1)

@@ -7,7 +7,9 @@ network. With messages waiting it counts an attempt in the store first,
 prints them (``hookSpecificOutput.additionalContext``; for Stop a top-level
 ``{"decision": "block", "reason": ...}``), then stamps them delivered. A crash
 between printing and stamping shows them again marked ``(redelivery)``; the
-third attempt parks the message and tells the owner.
+third attempt parks the message and tells the owner. A hook holds its
+session's lock file while it delivers: another hook of the session (parallel
+tool calls) finds it taken and leaves the messages to the one showing them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ if TYPE_CHECKING:  # typing itself is not imported at run time: the empty case s
     from collections.abc import Sequence
     from typing import IO, Any
 
-__all__ = ["main", "run"]
+__all__ = ["lock_path", "main", "run"]
 
 INBOX_ENV = "BACKCHANNEL_OWNER_INBOX"
 
@@ -142,7 +144,36 @@ def _safe(session_id: str) -> str:
     return "_" + name if not name.strip(".") else name  # never "." or ".."
 
 
+def lock_path(session_id: str) -> str:
+    """The file a hook delivering this session's messages holds locked (beside the inbox,
+    not in it: a session's folder exists only while something waits for it)."""
+    return os.path.join(os.path.dirname(_root().rstrip(os.sep)), ".inbox-locks", _safe(session_id))
+
+
 def _deliver(session_id: str, event: str, stdout: IO[str], stderr: IO[str]) -> int:
+    import fcntl
+
+    path = lock_path(session_id)
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        lock = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        lock = -1  # no lock to be had (a read-only state folder): deliver as before
+    try:
+        if lock >= 0:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                # another hook of this session (parallel tool calls) is showing them right
+                # now: taking them too would show them twice, count attempts, park them
+                return 0
+        return _deliver_locked(session_id, event, stdout, stderr)
+    finally:
+        if lock >= 0:
+            os.close(lock)
+
+
+def _deliver_locked(session_id: str, event: str, stdout: IO[str], stderr: IO[str]) -> int:
     from .inbox import list_markers, remove_marker, stamp_attempt, stamp_delivered, stamp_parked
     from .lines import delivery_text
 
