@@ -230,6 +230,10 @@ def test_hostile_ids_and_limits_are_one_line_errors(
         assert result.stdout == ""
         assert result.stderr.startswith("error: no conversation ")
         assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    # a huge argument (a file pasted by mistake) is not echoed back whole
+    result = invoke("show", "x" * 100_000, "-c", str(path), env={"UV_RUN_RECURSION_DEPTH": ""})
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert len(result.stderr) < 2_100 and "more characters)" in result.stderr
     for command in ("conversations", "runs", "asks"):
         result = invoke(command, "--limit", "9" * 25, "-c", str(path))
         assert result.exit_code == 2, result.output
@@ -363,6 +367,17 @@ def test_check_prints_the_config_with_secrets_masked(tmp_path: Path) -> None:
     assert data["ok"] is True
     assert data["accounts"]["ops"]["token"] == "***"
     assert secret not in json.dumps(data)
+
+
+def test_check_names_a_postgresql_store_by_its_url_without_the_password(tmp_path: Path) -> None:
+    path = tmp_path / "bot.toml"
+    path.write_text('[store]\nurl = "postgresql://bc:Pw-9f3a1@db.example:5432/bc"\n' + FAKE)
+    human = invoke("check", "-c", str(path))
+    assert human.exit_code == 0, human.output
+    assert human.stdout.splitlines()[1] == (
+        "store     postgresql://bc:***@db.example:5432/bc (PostgreSQL)"
+    )
+    assert "Pw-9f3a1" not in human.output
 
 
 def test_check_masks_every_http_header_and_credential_named_keys(tmp_path: Path) -> None:

@@ -189,3 +189,15 @@ def test_a_file_that_is_not_a_store_is_one_line_naming_it(tmp_path: Path) -> Non
         f"error: cannot open store {wrong}: the file is not an SQLite database (is the path right?)"
     ]
     assert wrong.read_bytes() == before
+
+
+async def test_a_store_that_cannot_be_asked_is_not_a_conversation_not_found() -> None:
+    # `show 1` on a PostgreSQL server that is away said "no conversation with id 1"
+    from backchannel.store.base import find_by_reference
+
+    class Away:
+        async def conversation(self, conversation_id: int) -> None:
+            raise StoreError("could not reach PostgreSQL at db.example:5432: connection refused")
+
+    with pytest.raises(StoreError, match="connection refused"):
+        await find_by_reference(Away(), "1")  # type: ignore[arg-type]

@@ -124,11 +124,21 @@ class BackchannelGroup(click.Group):
             return super().invoke(ctx)
         except BackchannelError as error:
             for line in redact(str(error)).splitlines() or [""]:
-                click.echo(f"error: {terminal_safe(line)}", err=True)
+                click.echo(f"error: {terminal_safe(_capped(line))}", err=True)
             ctx.exit(1)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
+
+
+#: characters of an error line shown: one naming a huge argument (a pasted file) says so
+ERROR_LINE_CHARS = 2_000
+
+
+def _capped(line: str) -> str:
+    if len(line) <= ERROR_LINE_CHARS:
+        return line
+    return f"{line[:ERROR_LINE_CHARS]}… ({len(line) - ERROR_LINE_CHARS:,} more characters)"
 
 
 #: a listing's --limit: past this it is no longer a count a store can read (SQLite and

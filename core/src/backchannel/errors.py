@@ -37,6 +37,7 @@ __all__ = [
     "StoreError",
     "Superseded",
     "Uncertain",
+    "UnknownConversation",
     "log_failure",
     "unknown_key",
 ]
@@ -111,6 +112,10 @@ class NormalizeError(BackchannelError):
 
 class StoreError(BackchannelError):
     """The transcript store refused an operation (unknown id, closed store, ...)."""
+
+
+class UnknownConversation(StoreError):
+    """No conversation has this id (a store that could not be asked raises StoreError)."""
 
 
 class ClaimLost(StoreError):

@@ -151,11 +151,16 @@ def conversation_json(conversation: Conversation) -> dict[str, Any]:
 
 def render_summary(summary: dict[str, Any]) -> str:
     server = summary["server"]
+    store = summary["store"]
     lines = [
-        f"store     {summary['store']['path']} (synchronous {summary['store']['synchronous']})"
+        (
+            f"store     {store['url']} (PostgreSQL)"
+            if store.get("url")
+            else f"store     {store['path']} (synchronous {store['synchronous']})"
+        )
         + (
             "\n          this config's own store, chosen by its path: set [store] path to choose"
-            if summary["store"].get("default")
+            if store.get("default")
             else ""
         ),
         f"server    http://{server['host']}:{server['port']}"

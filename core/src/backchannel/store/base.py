@@ -15,7 +15,7 @@ from typing import Any
 
 from attrs import frozen
 
-from ..errors import StoreError
+from ..errors import UnknownConversation
 from ..model import Address, Conversation, Event, Message, Outbound, Receipt, Sender
 
 __all__ = [
@@ -567,8 +567,8 @@ async def find_by_reference(store: Store, reference: str) -> Conversation | None
             return None
         try:
             return await store.conversation(int(reference))
-        except StoreError:
-            return None
+        except UnknownConversation:
+            return None  # (a store that cannot be reached says so)
     account, _, rest = reference.partition("/")
     if not account or not rest:
         return None

@@ -33,7 +33,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool
 
 from ..config import display_url
-from ..errors import ClaimLost, StoreError
+from ..errors import ClaimLost, StoreError, UnknownConversation
 from ..model import (
     ATTACHMENTS_COMPLETE,
     Address,
@@ -269,7 +269,7 @@ class PostgresStore(PostgresAsks, Store):
             f"SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE id = %s", (conversation_id,)
         )
         if row is None:
-            raise StoreError(f"no conversation with id {conversation_id}")
+            raise UnknownConversation(f"no conversation with id {conversation_id}")
         return conversation_row(row)
 
     async def find_conversation(self, address: Address) -> Conversation | None:
@@ -436,7 +436,7 @@ class PostgresStore(PostgresAsks, Store):
             )
             row = await cursor.fetchone()
             if row is None:
-                raise StoreError(f"no conversation with id {conversation_id}")
+                raise UnknownConversation(f"no conversation with id {conversation_id}")
             merged = {**json.loads(row[0] or "{}"), **meta}
             await connection.execute(
                 "UPDATE conversations SET meta = %s WHERE id = %s",
@@ -550,7 +550,7 @@ class PostgresStore(PostgresAsks, Store):
                 )
                 row = await cursor.fetchone()
                 if row is None:
-                    raise StoreError(f"no conversation with id {conversation_id}")
+                    raise UnknownConversation(f"no conversation with id {conversation_id}")
                 seq = row[0]
                 reply_to_seq = None
                 if outbound.reply_to is not None:
@@ -594,7 +594,7 @@ class PostgresStore(PostgresAsks, Store):
                     "SELECT 1 FROM conversations WHERE id = %s", (conversation_id,)
                 )
                 if await cursor.fetchone() is None:
-                    raise StoreError(f"no conversation with id {conversation_id}")
+                    raise UnknownConversation(f"no conversation with id {conversation_id}")
             cursor = await connection.execute(
                 "INSERT INTO outbox (conversation_id, run_id, seen_seq, kind, text, reply_to,"
                 " target, message_seq, status, worker, created_at, updated_at, origin)"

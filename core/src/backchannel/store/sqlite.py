@@ -22,7 +22,7 @@ import apsw
 import attrs
 
 from ..config import KEPT_WINDOWS
-from ..errors import StoreError
+from ..errors import StoreError, UnknownConversation
 from ..model import (
     ATTACHMENTS_COMPLETE,
     Address,
@@ -381,7 +381,7 @@ class SQLiteStore(SQLiteAsks, Store):
                     (conversation_id,),
                 ).fetchone()
             if row is None:
-                raise StoreError(f"no conversation with id {conversation_id}")
+                raise UnknownConversation(f"no conversation with id {conversation_id}")
             counters = ConversationCounters(*row)
             self._batch.conversations[conversation_id] = counters
         return counters
@@ -842,7 +842,7 @@ class SQLiteStore(SQLiteAsks, Store):
             f"SELECT {CONVERSATION_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,)
         ).fetchone()
         if row is None:
-            raise StoreError(f"no conversation with id {conversation_id}")
+            raise UnknownConversation(f"no conversation with id {conversation_id}")
         return conversation_row(row)
 
     async def find_conversation(self, address: Address) -> Conversation | None:
@@ -1000,7 +1000,7 @@ class SQLiteStore(SQLiteAsks, Store):
                 "SELECT meta FROM conversations WHERE id = ?", (conversation_id,)
             ).fetchone()
             if row is None:
-                raise StoreError(f"no conversation with id {conversation_id}")
+                raise UnknownConversation(f"no conversation with id {conversation_id}")
             merged = {**json.loads(row[0] or "{}"), **meta}
             db.execute(
                 "UPDATE conversations SET meta = ? WHERE id = ?",
@@ -1134,7 +1134,7 @@ class SQLiteStore(SQLiteAsks, Store):
                     (stamp, conversation_id),
                 ).fetchone()
                 if row is None:
-                    raise StoreError(f"no conversation with id {conversation_id}")
+                    raise UnknownConversation(f"no conversation with id {conversation_id}")
                 seq = row[0]
                 reply_to_seq = None
                 if outbound.reply_to is not None:
@@ -1176,7 +1176,7 @@ class SQLiteStore(SQLiteAsks, Store):
             elif not db.execute(
                 "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
             ).fetchone():
-                raise StoreError(f"no conversation with id {conversation_id}")
+                raise UnknownConversation(f"no conversation with id {conversation_id}")
             outbox_id = first(
                 db.execute(
                     "INSERT INTO outbox (conversation_id, run_id, seen_seq, kind, text, reply_to,"

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from ..errors import StoreError
+from ..errors import UnknownConversation
 from ..model import Address, Event, Outbound, Receipt, Sender
 from ..store import Inbound, Store
+from ..store.base import find_by_reference
 from .ask_contract import AskStoreContract
 
 __all__ = ["StoreContract", "make_event"]
@@ -569,8 +570,10 @@ class StoreContract(AskStoreContract):
         assert [(p.sender.id, p.message_count) for p in people] == [("alice", 2), ("bob", 1)]
 
     async def test_unknown_conversation_is_a_clear_error(self, store: Store) -> None:
-        with pytest.raises(StoreError, match="no conversation with id 4242"):
+        # its own kind: "not there" is not "could not ask" (a database away)
+        with pytest.raises(UnknownConversation, match="no conversation with id 4242"):
             await store.conversation(4242)
+        assert await find_by_reference(store, "4242") is None
 
     async def test_dead_letters_are_kept(self, store: Store) -> None:
         await store.add_dead_letter("acct", "malformed", "missing chat", "{}")
