@@ -72,6 +72,7 @@ async def test_a_reply_names_the_owner_message_and_is_never_collapsed(world: Own
             chat=str(world.owner_chat["id"]),
             text="stop",
             status="delivered",
+            id="a1b0c",  # with the digits a phone's keyboard makes l and O of
         )
     finally:
         await store.close()
@@ -81,6 +82,10 @@ async def test_a_reply_names_the_owner_message_and_is_never_collapsed(world: Own
         f'{reply.mark} "ci-cd-incremental-2" re #{owner_message.id} → #{reply.id}: stopped'
     )
     assert not world.fake.sent[-1].quiet
+    # an id as a person types it: any case, a leading #, i/l for 1 and o for 0
+    typed = owner_message.id.upper().replace("1", "l").replace("0", "O")
+    again = await notify(world.config, "still stopped", reply_to=f"#{typed}", identity=identity())
+    assert again.status == "sent" and f"re #{owner_message.id} " in world.fake.sent[-1].text
 
 
 async def test_replying_to_an_unknown_id_is_one_clear_error(world: OwnerWorld) -> None:
@@ -144,6 +149,10 @@ async def test_no_serve_and_no_token_here_is_one_line_naming_both(
         ({"account": "nope"}, r"owner\.account: no account called 'nope' \(configured: tg\)"),
         ({"stale_after": -5}, r"owner\.stale_after: expected a positive number of seconds"),
         ({"user": 12.5}, r"owner\.user: expected a string, got 12\.5"),
+        (
+            {"stale_after": 600, "late_after": 60},
+            r"owner\.late_after: 60 is not after owner\.stale_after \(600\)",
+        ),
     ],
 )
 async def test_a_bad_owner_table_is_one_error_naming_the_key_at_serve_start(
@@ -163,3 +172,28 @@ async def test_a_runaway_notify_is_refused_whole_as_every_send_is(world: OwnerWo
     assert result.status == "failed"
     assert result.reason is not None and result.reason.startswith("the text is too long")
     assert world.fake.sent == []
+
+
+async def test_a_delivery_reason_never_keeps_a_secret(world: OwnerWorld) -> None:
+    from backchannel.secrets import register_secret
+
+    register_secret("tok-7d1e55c0ffee")
+    store = SQLiteStore(world.config.store.path)
+    try:
+        records = OwnerRecords(store.db)
+        row = records.insert_message(
+            1.0,
+            session_id="s",
+            direction="out",
+            kind="fyi",
+            account="tg",
+            chat="1",
+            text="x",
+            status="pending",
+        )
+        failed = records.update(
+            row.id, 2.0, status="failed", reason="proxy said: bad token tok-7d1e55c0ffee"
+        )
+    finally:
+        await store.close()
+    assert failed.reason is not None and "tok-7d1e55c0ffee" not in failed.reason

@@ -29,6 +29,7 @@ from backchannel.store import SQLiteStore
 
 from . import lines
 from .identity import SessionIdentity, resolve_identity
+from .ids import LOOKALIKES
 from .inbox import InboxItem, list_markers, stamp_attempt, stamp_delivered
 from .records import OwnerMessage, OwnerRecords
 from .settings import OwnerSettings
@@ -169,7 +170,8 @@ async def _notify(
         mark = records.mark_for(identity, now)
         parent: OwnerMessage | None = None
         if reply_to is not None:
-            parent = records.get(reply_to.strip().lstrip("#").lower())
+            # as the router reads an id the owner typed: Crockford's look-alikes (i l o)
+            parent = records.get(reply_to.strip().lstrip("#").lower().translate(LOOKALIKES))
             if parent is None:
                 raise OwnerError(
                     f"there is no message #{reply_to} to reply to (see `backchannel notify --inbox`)"

@@ -14,6 +14,7 @@ from typing import Any
 import apsw
 from attrs import frozen
 from backchannel.errors import StoreError
+from backchannel.secrets import redact
 
 from .identity import SessionIdentity
 from .ids import MAX_MINTS, mint_id
@@ -142,6 +143,9 @@ class OwnerRecords:
         )
 
     def update(self, message_id: str, now: float, **changes: Any) -> OwnerMessage:
+        if changes.get("reason"):
+            # a delivery's reason may quote a platform's answer: never a secret in the store
+            changes["reason"] = redact(str(changes["reason"]))
         if "meta" in changes:
             changes["meta"] = json.dumps(dict(changes["meta"]))
         sets = ", ".join(f"{name} = ?" for name in changes)

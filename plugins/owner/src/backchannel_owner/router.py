@@ -21,7 +21,7 @@ from backchannel.model import Address, Event, Outbound
 from backchannel.switchboard import RouteVerdict, Switchboard
 
 from . import lines
-from .ids import ALPHABET, ID_LENGTH
+from .ids import ALPHABET, ID_LENGTH, LOOKALIKES
 from .inbox import InboxItem, inbox_dir, markers_in, remove_marker, write_marker
 from .records import OwnerMessage, OwnerRecords
 from .settings import OwnerSettings
@@ -35,8 +35,6 @@ _LEADING_ID = re.compile(rf"^\s*#({_ID})(?![0-9a-z])[\s:,.-]*", re.IGNORECASE)
 _PERMISSION = re.compile(rf"\A\s*(yes|no)\s+#?({_ID})\s*\Z", re.IGNORECASE)
 #: a native reply to a permission prompt: just the answer (a phone adds the full stop)
 _BARE_ANSWER = re.compile(r"\A\s*(yes|no)\s*[.!]?\s*\Z", re.IGNORECASE)
-#: Crockford's reading of look-alikes typed on a phone
-_LOOKALIKES = str.maketrans({"i": "1", "l": "1", "o": "0"})
 
 
 def parse_leading_id(text: str) -> tuple[str, str] | None:
@@ -44,7 +42,7 @@ def parse_leading_id(text: str) -> tuple[str, str] | None:
     match = _LEADING_ID.match(text)
     if match is None:
         return None
-    return match.group(1).lower().translate(_LOOKALIKES), text[match.end() :]
+    return match.group(1).lower().translate(LOOKALIKES), text[match.end() :]
 
 
 def parse_permission_answer(text: str) -> tuple[bool, str] | None:
@@ -52,7 +50,7 @@ def parse_permission_answer(text: str) -> tuple[bool, str] | None:
     match = _PERMISSION.match(text)
     if match is None:
         return None
-    return match.group(1).lower() == "yes", match.group(2).lower().translate(_LOOKALIKES)
+    return match.group(1).lower() == "yes", match.group(2).lower().translate(LOOKALIKES)
 
 
 def _forwarded(event: Event) -> bool:

@@ -74,6 +74,14 @@ class OwnerSettings:
                     f" (days for keep_days), got {value!r}"
                 )
             values[field.name] = float(value)
+        defaults = {field.name: field.default for field in fields(cls)}
+        stale = values.get("stale_after", defaults["stale_after"])
+        late = values.get("late_after", defaults["late_after"])
+        if late <= stale:
+            raise ConfigError(
+                f"{where}: owner.late_after: {late:g} is not after owner.stale_after"
+                f" ({stale:g}): the second notice comes after the first"
+            )
         if values["account"] not in config.accounts:
             known_accounts = ", ".join(sorted(config.accounts)) or "none"
             raise ConfigError(
