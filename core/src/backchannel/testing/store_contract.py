@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from ..errors import UnknownConversation
-from ..model import Address, Event, Outbound, Receipt, Sender
-from ..store import Inbound, Store
+from ..model import Address, Conversation, Event, Outbound, Receipt, Sender
+from ..store import Inbound, OutboxEntry, Store
 from ..store.base import find_by_reference
 from .ask_contract import AskStoreContract
 
@@ -41,6 +41,18 @@ def make_event(
         platform_message_id=message_id or event_id,
         **extra,
     )
+
+
+async def question_and_answer(
+    store: Store, answer: str, **outbound: Any
+) -> tuple[Conversation, OutboxEntry]:
+    """A conversation whose one message ("question", id e1) has our `answer` recorded."""
+    (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
+    conversation = await store.conversation(first.conversation_id)
+    entry = await store.record_outbound(
+        conversation.id, Outbound(conversation.address, answer, **outbound), ME
+    )
+    return conversation, entry
 
 
 class StoreContract(AskStoreContract):
@@ -795,11 +807,7 @@ class StoreContract(AskStoreContract):
     async def test_an_edit_or_delete_of_a_later_part_of_our_message_makes_no_row(
         self, store: Store
     ) -> None:
-        (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
-        conversation = await store.conversation(first.conversation_id)
-        entry = await store.record_outbound(
-            conversation.id, Outbound(conversation.address, "part one. part two."), ME
-        )
+        conversation, entry = await question_and_answer(store, "part one. part two.")
         await store.mark_sent(entry.id, Receipt("p1", part_ids=("p1", "p2")))
         for kind in ("edit", "delete"):
             (change,) = await store.append_inbound(
@@ -921,11 +929,7 @@ class StoreContract(AskStoreContract):
         self, store: Store
     ) -> None:
         # a webhook's reaction can be stored before the send's outcome is
-        (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
-        conversation = await store.conversation(first.conversation_id)
-        entry = await store.record_outbound(
-            conversation.id, Outbound(conversation.address, "the answer"), ME
-        )
+        conversation, entry = await question_and_answer(store, "the answer")
         (early,) = await store.append_inbound(
             [Inbound(make_event("r1", "🙏", kind="reaction", message_id="out-1", sender=ALICE))]
         )
@@ -1049,11 +1053,7 @@ class StoreContract(AskStoreContract):
         assert gone.triggers is False
 
     async def test_our_edit_whose_echo_landed_first_makes_one_revision(self, store: Store) -> None:
-        (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
-        conversation = await store.conversation(first.conversation_id)
-        sent = await store.record_outbound(
-            conversation.id, Outbound(conversation.address, "first words"), ME
-        )
+        conversation, sent = await question_and_answer(store, "first words")
         await store.mark_sent(sent.id, Receipt("p1"))
         edit = await store.record_outbound(
             conversation.id,
@@ -1070,13 +1070,9 @@ class StoreContract(AskStoreContract):
         assert [(kind, text) for kind, text, _at in revisions] == [("edit", "first words")]
 
     async def test_inbound_outbound_inbound_numbers_one_two_three(self, store: Store) -> None:
-        (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
-        conversation = await store.conversation(first.conversation_id)
-        entry = await store.record_outbound(
-            conversation.id, Outbound(conversation.address, "answer"), ME
-        )
+        _, entry = await question_and_answer(store, "answer")
         (third,) = await store.append_inbound([Inbound(make_event("e2", "thanks"))])
-        assert (first.seq, entry.message_seq, third.seq) == (1, 2, 3)
+        assert (entry.message_seq, third.seq) == (2, 3)  # after the question's 1
 
     async def test_the_first_event_says_what_kind_an_operators_conversation_is(
         self, store: Store
@@ -1189,11 +1185,7 @@ class StoreContract(AskStoreContract):
         assert await store.count_visible(found[0].id, before_seq=99) == 2
 
     async def test_outbound_origin_is_kept_on_outbox_and_transcript(self, store: Store) -> None:
-        (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
-        conversation = await store.conversation(first.conversation_id)
-        entry = await store.record_outbound(
-            conversation.id, Outbound(conversation.address, "relayed", origin="web/tab1"), ME
-        )
+        conversation, entry = await question_and_answer(store, "relayed", origin="web/tab1")
         assert entry.origin == "web/tab1"
         sent = await store.mark_sent(entry.id, Receipt("p-1", ("p-1", "p-2")))
         assert sent.origin == "web/tab1"
@@ -1206,11 +1198,7 @@ class StoreContract(AskStoreContract):
     async def test_a_reply_or_reaction_to_a_later_part_of_a_split_message_finds_it(
         self, store: Store
     ) -> None:
-        (first,) = await store.append_inbound([Inbound(make_event("e1", "question"))])
-        conversation = await store.conversation(first.conversation_id)
-        entry = await store.record_outbound(
-            conversation.id, Outbound(conversation.address, "a long answer"), ME
-        )
+        conversation, entry = await question_and_answer(store, "a long answer")
         await store.mark_sent(entry.id, Receipt("p-1", ("p-1", "p-2", "p-3")))
         ours = entry.message_seq
         reply, reaction, gone, elsewhere = await store.append_inbound(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from attrs import evolve, frozen
+from backchannel.wire import repair_text
 
 __all__ = [
     "MAX_HOPS",
@@ -153,13 +154,7 @@ def _readable(identity: SessionIdentity) -> SessionIdentity:
 
 
 def _utf8(text: str | None) -> str | None:
-    if text is None or text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    return text
+    return None if text is None else repair_text(text)
 
 
 def _resolve(

@@ -189,19 +189,7 @@ class OwnerDuplex:
             return "held"
         if not body.strip():
             body = event.text
-        row = records.insert_message(
-            time.time(),
-            session_id=parent.session_id,
-            direction="in",
-            kind="message",
-            account=event.account,
-            chat=event.address.chat,
-            parent_id=parent.id,
-            text=body.strip(),
-            platform_message_id=event.platform_message_id,
-            event_id=event.event_id,
-            status="waiting",
-        )
+        row = self._waiting(event, time.time(), parent.session_id, parent.id, body.strip())
         write_marker(self._item(row))
         self._arm(row)
         if row.created_at - self._pruned_at > 3600:
@@ -232,18 +220,13 @@ class OwnerDuplex:
             # one transaction: a prompt marked answered always has its answer (a failure
             # between the two made the redelivered answer read as one to an answered prompt)
             self.records.update(prompt.id, now, meta={**prompt.meta, "answered": now})
-            row = self.records.insert_message(
+            row = self._waiting(
+                event,
                 now,
-                session_id=prompt.session_id,
-                direction="in",
+                prompt.session_id,
+                prompt.id,
+                "yes" if allow else "no",
                 kind="permission",
-                account=event.account,
-                chat=event.address.chat,
-                parent_id=prompt.id,
-                text="yes" if allow else "no",
-                platform_message_id=event.platform_message_id,
-                event_id=event.event_id,
-                status="waiting",
                 meta={
                     "request_id": prompt.meta.get("request_id"),
                     "behavior": "allow" if allow else "deny",
@@ -272,18 +255,13 @@ class OwnerDuplex:
             return "routed"
         leading = parse_leading_id(event.text)
         body = (leading[1] if leading is not None else event.text).strip() or event.text
-        row = self.records.insert_message(
+        row = self._waiting(
+            event,
             time.time(),
-            session_id=routed.session_id,
-            direction="in",
-            kind="message",
-            account=event.account,
-            chat=event.address.chat,
-            parent_id=routed.parent_id,
-            text=f"(edited #{routed.id}) {body}",
-            platform_message_id=None,
-            event_id=event.event_id,
-            status="waiting",
+            routed.session_id,
+            routed.parent_id,
+            f"(edited #{routed.id}) {body}",
+            platform_message_id=None,  # the edited message is the routed reply's
             meta={"edit_of": routed.id},
         )
         write_marker(self._item(row))
@@ -292,6 +270,35 @@ class OwnerDuplex:
             "owner: edit of #%s routed to session %s as #%s", routed.id, row.session_id, row.id
         )
         return "routed"
+
+    def _waiting(
+        self,
+        event: Event,
+        now: float,
+        session_id: str,
+        parent_id: str | None,
+        text: str,
+        **more: Any,
+    ) -> OwnerMessage:
+        """Store `event`'s words as a message waiting for the session (the event's id keys
+        it: a redelivery finds it)."""
+        fields: dict[str, Any] = {
+            "kind": "message",
+            "platform_message_id": event.platform_message_id,
+            **more,
+        }
+        return self.records.insert_message(
+            now,
+            session_id=session_id,
+            direction="in",
+            account=event.account,
+            chat=event.address.chat,
+            parent_id=parent_id,
+            text=text,
+            event_id=event.event_id,
+            status="waiting",
+            **fields,
+        )
 
     # corrections and notices --------------------------------------------------------
     def _correct(self, event: Event, message_id: str, *, expired: bool = False) -> None:
