@@ -21,6 +21,7 @@ from backchannel.runs import Run
 from backchannel.store import SQLiteStore
 from backchannel.switchboard import Binding, Switchboard
 from backchannel_webchat import WebchatAdapter
+from backchannel_webchat.hub import Connection
 from backchannel_webchat.session import VisitorSession
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect
 
@@ -459,10 +460,13 @@ async def visitor_texts(switchboard: Switchboard) -> dict[str, list[str]]:
 
 
 async def new_tab(context: BrowserContext, adapter: WebchatAdapter) -> Page:
+    """Open a tab of the browser and wait until it shows its transcript (a message sent
+    earlier would be sent again by the transcript's resend of what is unacked)."""
     page = await context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
     await page.goto(adapter.url or "")
     await expect(page.get_by_role("status")).to_have_text("Online", timeout=TIMEOUT_MS)
+    await expect(page.get_by_role("log")).to_have_attribute("aria-busy", "false")
     return page
 
 
@@ -576,4 +580,201 @@ async def test_unacked_messages_saved_by_an_earlier_page_are_never_resent_into_a
     await expect(first.locator("#error")).to_have_text("")
     await switchboard.wait_idle()
     assert (await visitor_texts(switchboard))[chat_b] == ["and the receipt", "pay invoice 42"]
+    await context.close()
+
+
+class MessageDropper:
+    """Drop the page's `message` frames unread while `on`, as a connection that dies before
+    the server reads them: nothing is stored, nothing is acked. `dropped` counts them."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.on = False
+        self.dropped: list[str] = []
+        self._changed = asyncio.Event()
+        real = VisitorSession._visitor_message
+
+        async def receive(
+            session: VisitorSession, connection: Connection, frame: dict[str, Any]
+        ) -> None:
+            if self.on:
+                self.dropped.append(str(frame.get("text")))
+                self._changed.set()
+                return
+            await real(session, connection, frame)
+
+        monkeypatch.setattr(VisitorSession, "_visitor_message", receive)
+
+    async def wait_dropped(self, count: int) -> None:
+        """Wait until `count` message frames were dropped in all."""
+        async with asyncio.timeout(TIMEOUT_MS / 1000):
+            while len(self.dropped) < count:
+                self._changed.clear()
+                await self._changed.wait()
+
+
+async def pending_in(page: Page) -> list[tuple[str, str]]:
+    """Return (text, conversation) of every unacked message the page keeps."""
+    items = await page.evaluate(f"JSON.parse(sessionStorage.getItem('{PENDING_KEY}') || '[]')")
+    return [(item["text"], item.get("conversation")) for item in items]
+
+
+async def test_new_chat_resends_the_unacked_messages_into_the_conversation_left_once(
+    browser: Browser, board: tuple[Switchboard, WebchatAdapter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A "New chat" in the tab that holds unacked messages of A (one stored but its ack lost,
+    one never read): both reach A, once each, and none is sent into the new chat B."""
+    switchboard, adapter = board
+    acks = AckDropper(monkeypatch)
+    lost = MessageDropper(monkeypatch)
+    context, first, chat_a = await a_tab_with_an_unacked_message(browser, adapter, acks)
+    acks.on = False
+    lost.on = True
+    await first.get_by_label("Your message").fill("and the receipt")
+    await first.get_by_label("Your message").press("Enter")
+    await lost.wait_dropped(1)
+    assert await pending_in(first) == [("pay invoice 42", chat_a), ("and the receipt", chat_a)]
+    lost.on = False
+
+    await first.get_by_role("button", name="New chat").click()
+    await expect(first.locator("#log > li")).to_have_count(0)
+    await expect(first.get_by_role("status")).to_have_text("Online")
+    chat_b = await first.evaluate(f"localStorage.getItem('{TAB_KEY}')")
+    assert chat_b != chat_a
+    # resent over the new chat's socket, into A: acked, so nothing is pending any more
+    await first.wait_for_function(f"sessionStorage.getItem('{PENDING_KEY}') === '[]'")
+    await switchboard.wait_idle()
+    assert await visitor_texts(switchboard) == {chat_a: ["pay invoice 42", "and the receipt"]}
+    # the new chat shows none of it (A's answers stay in A)
+    await expect(first.get_by_role("log")).to_have_attribute("aria-busy", "false")
+    assert await first.locator("#log > li").count() == 0
+
+    await first.get_by_label("Your message").fill("a new question")
+    await first.get_by_label("Your message").press("Enter")
+    await expect(first.locator("li.agent")).to_have_count(1)
+    await expect(first.locator("li.visitor .state")).to_have_text([""])
+    await switchboard.wait_idle()
+    assert await visitor_texts(switchboard) == {
+        chat_a: ["pay invoice 42", "and the receipt"],
+        chat_b: ["a new question"],
+    }
+    assert [text for who, text in await bubbles(first) if who == "You"] == ["a new question"]
+    await context.close()
+
+
+async def test_new_chat_while_offline_then_a_reload_keeps_and_resends_the_old_chats_messages(
+    browser: Browser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unacked in A, the server gone, "New chat" (B) and a message there; the server back
+    and the tab reloaded: it shows B (where the visitor was), and each message reaches the
+    conversation it was written in, once."""
+    db = tmp_path / "state.db"
+
+    async def start(port: int) -> tuple[Switchboard, WebchatAdapter]:
+        switchboard = Switchboard(SQLiteStore(db), port=port)
+        adapter = WebchatAdapter("web", {"title": "Backchannel demo"})
+        switchboard.add_account(adapter, Binding(agent=demo_agent))
+        await switchboard.start()
+        return switchboard, adapter
+
+    lost = MessageDropper(monkeypatch)
+    switchboard, adapter = await start(0)
+    try:
+        context = await browser.new_context()
+        page = await new_tab(context, adapter)
+        status = page.get_by_role("status")
+        box = page.get_by_label("Your message")
+        chat_a = await page.evaluate(f"localStorage.getItem('{TAB_KEY}')")
+        lost.on = True
+        await box.fill("pay invoice 42")
+        await box.press("Enter")
+        await lost.wait_dropped(1)
+
+        port = int((switchboard.url or "").rsplit(":", 1)[1])
+        await switchboard.stop()
+        await expect(status).to_have_text("Offline — reconnecting…")
+        await page.get_by_role("button", name="New chat").click()
+        await expect(page.locator("#log > li")).to_have_count(0)
+        chat_b = await page.evaluate(f"localStorage.getItem('{TAB_KEY}')")
+        assert chat_b != chat_a
+        await box.fill("hello again")
+        await box.press("Enter")
+        await expect(page.locator("li.visitor .state")).to_have_text(["sending…"])
+        # nothing typed is dropped: each kept with the conversation it was written in
+        assert await pending_in(page) == [("pay invoice 42", chat_a), ("hello again", chat_b)]
+
+        # back, still losing what the page sends: the reload shows B, where the visitor was,
+        # though A's message is unacked (and resent, out of sight)
+        switchboard, adapter = await start(port)
+        await page.reload()
+        await expect(status).to_have_text("Online")
+        await expect(page.locator("li.visitor .body")).to_have_text(["hello again"])
+        await expect(page.locator("li.visitor .state")).to_have_text(["sending…"])
+        await expect(page.get_by_role("log")).to_have_attribute("aria-busy", "false")
+        assert await pending_in(page) == [("pay invoice 42", chat_a), ("hello again", chat_b)]
+        assert await page.evaluate(f"localStorage.getItem('{TAB_KEY}')") == chat_b
+
+        lost.on = False
+        await page.reload()
+        await expect(status).to_have_text("Online")
+        await page.wait_for_function(f"sessionStorage.getItem('{PENDING_KEY}') === '[]'")
+        await expect(page.locator("li.visitor .state")).to_have_text([""])
+        await expect(page.locator("li.agent")).to_have_count(1)
+        await switchboard.wait_idle()
+        assert await visitor_texts(switchboard) == {
+            chat_a: ["pay invoice 42"],
+            chat_b: ["hello again"],
+        }
+        assert [text for who, text in await bubbles(page) if who == "You"] == ["hello again"]
+        await context.close()
+    finally:
+        await switchboard.stop()
+
+
+async def test_a_server_that_does_not_take_a_messages_conversation_gets_no_message_of_another(
+    browser: Browser, board: tuple[Switchboard, WebchatAdapter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older server (no "message_conversation" in its welcome) would store a message of
+    A sent over B's socket in B: after "New chat" the page keeps A's message until a server
+    that takes it is back, and only then resends it, into A."""
+    switchboard, adapter = board
+    lost = MessageDropper(monkeypatch)
+    older = True
+    real = VisitorSession._send
+
+    async def send(session: VisitorSession, frame: dict[str, Any]) -> None:
+        if older and frame.get("type") == "welcome":
+            frame = {k: v for k, v in frame.items() if k != "message_conversation"}
+        await real(session, frame)
+
+    monkeypatch.setattr(VisitorSession, "_send", send)
+    context = await browser.new_context()
+    page = await new_tab(context, adapter)
+    chat_a = await page.evaluate(f"localStorage.getItem('{TAB_KEY}')")
+    lost.on = True
+    await page.get_by_label("Your message").fill("pay invoice 42")
+    await page.get_by_label("Your message").press("Enter")
+    await lost.wait_dropped(1)
+    lost.on = False
+
+    await page.get_by_role("button", name="New chat").click()
+    await expect(page.locator("#log > li")).to_have_count(0)
+    chat_b = await page.evaluate(f"localStorage.getItem('{TAB_KEY}')")
+    await page.get_by_label("Your message").fill("hello again")
+    await page.get_by_label("Your message").press("Enter")
+    # B's message is acked; A's is not sent to this server, so only B's is stored
+    await expect(page.locator("li.visitor .state")).to_have_text([""])
+    await expect(page.locator("li.agent")).to_have_count(1)
+    await switchboard.wait_idle()
+    assert await visitor_texts(switchboard) == {chat_b: ["hello again"]}
+    assert await pending_in(page) == [("pay invoice 42", chat_a)]
+
+    older = False
+    await page.reload()
+    await page.wait_for_function(f"sessionStorage.getItem('{PENDING_KEY}') === '[]'")
+    await switchboard.wait_idle()
+    assert await visitor_texts(switchboard) == {
+        chat_a: ["pay invoice 42"],
+        chat_b: ["hello again"],
+    }
+    await expect(page.locator("li.visitor .body")).to_have_text(["hello again"])
     await context.close()

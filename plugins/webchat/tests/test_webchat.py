@@ -94,6 +94,43 @@ async def test_resend_after_reconnect_is_acked_again_and_stored_once(
     ]
 
 
+async def test_a_message_resent_into_the_conversation_it_was_written_in_is_stored_there_once(
+    start_webchat: Start, open_page: Open, contract_context: ContractContext
+) -> None:
+    """A page that moved on ("New chat") resends an unacked message with its conversation:
+    stored (or recognised) there, acked, and never stored in the conversation shown."""
+    adapter = await start_webchat()
+    old = await open_page(adapter.url)
+    client_id = await old.say("written in the old chat")
+    seq = await old.wait_ack(client_id)
+    await old.close()
+    new = await open_page(adapter.url, visitor=old.visitor)
+    listener = await open_page(adapter.url, visitor=old.visitor, conversation=old.conversation)
+    for _ in range(2):  # the resend of a stored one, and once more
+        after = len(new.frames)
+        await new.say("written in the old chat", client_id, conversation=old.conversation)
+        ack = await new.wait_for(lambda f: f["type"] == "ack", after=after)
+        assert ack == {"type": "ack", "client_id": client_id, "seq": seq}
+        assert contract_context.results[-1].status == "duplicate"
+    second = await new.wait_ack(await new.say("also the old chat's", conversation=old.conversation))
+    assert contract_context.results[-1].status == "stored"
+    assert [m.text for m in await contract_context.transcript(old.address("test"))] == [
+        "written in the old chat",
+        "also the old chat's",
+    ]
+    assert await contract_context.transcript(new.address("test")) == []
+    assert new.shown() == []  # the page of the new conversation shows none of it
+    # a page of that conversation sees it, as any message of its visitor
+    await listener.wait_for(lambda f: f["type"] == "message" and f.get("seq") == second)
+    # another visitor cannot write there: the conversation is the sender's own
+    stranger = await open_page(adapter.url)
+    await stranger.wait_ack(await stranger.say("not yours", conversation=old.conversation))
+    assert len(await contract_context.transcript(old.address("test"))) == 2
+    await new.say("where?", conversation="not a tab id!")
+    error = await new.wait_error("bad_frame")
+    assert "conversation" in error["message"]
+
+
 async def test_a_used_client_id_with_other_text_is_refused_not_acked(
     start_webchat: Start, open_page: Open, contract_context: ContractContext
 ) -> None:

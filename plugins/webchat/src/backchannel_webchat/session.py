@@ -3,7 +3,7 @@
 Wire protocol (JSON text frames)::
 
     page -> server   {"type": "hello", "visitor": TOKEN, "conversation": TAB, "name": "Ada"}
-                     {"type": "message", "client_id": ID, "text": "..."}
+                     {"type": "message", "client_id": ID, "text": "...", ["conversation": TAB]}
                      {"type": "received", "delivery": TOKEN}
     server -> page   {"type": "welcome", ...}   {"type": "transcript", "messages": [...]}
                      {"type": "ack", "client_id": ID, "seq": N}
@@ -200,6 +200,9 @@ class VisitorSession:
                     "title": self.settings.title,
                     "agent": self.adapter.me.label if self.adapter.me else "Agent",
                     "max_message_chars": self.settings.max_message_chars,
+                    # a message frame may name its conversation (a page resending what it
+                    # wrote before a "New chat"); a page sends that only when told so
+                    "message_conversation": True,
                 }
             )
             messages = await self.adapter.transcript(connection.chat)
@@ -303,6 +306,21 @@ class VisitorSession:
         if not isinstance(text, str):
             await self._error("bad_frame", "text must be a string", client_id=client_id)
             return
+        # the conversation it was written in, when the page has moved on since ("New chat"):
+        # any of this visitor's conversations, as a hello could open; a resend is known as one
+        # (by its client_id) only within the conversation it was first stored in
+        tab = frame.get("conversation")
+        if tab is None:
+            chat = connection.chat
+        elif isinstance(tab, str) and SAFE_ID.match(tab):
+            chat = conversation_chat(connection.visitor, tab)
+        else:
+            await self._error(
+                "bad_frame",
+                "conversation must be 1-64 letters, digits, - or _",
+                client_id=client_id,
+            )
+            return
         text = repair_text(text)  # what is stored, acked and echoed to the other tabs
         if not text.strip():
             await self._error("empty", "the message is empty", client_id=client_id)
@@ -328,7 +346,7 @@ class VisitorSession:
             )
             return
         payload = inbound_payload(
-            chat=connection.chat,
+            chat=chat,
             visitor=connection.visitor,
             name=connection.name,
             client_id=client_id,
@@ -349,7 +367,7 @@ class VisitorSession:
         if result.status == "malformed":
             await self._error("bad_frame", result.reason or "malformed", client_id=client_id)
             return
-        if result.status == "duplicate" and not await self._resent(connection, result.seq, text):
+        if result.status == "duplicate" and not await self._resent(chat, result.seq, text):
             # the id is taken: acking would tell the page its new words were kept
             await self._error(
                 "id_reused",
@@ -363,9 +381,7 @@ class VisitorSession:
         connection.spoke = True
         await self._send({"type": "ack", "client_id": client_id, "seq": result.seq})
         if result.status in {"stored", "held"} and result.seq is not None:
-            others = [
-                c for c in self.adapter.hub.connections(connection.chat) if c is not connection
-            ]
+            others = [c for c in self.adapter.hub.connections(chat) if c is not connection]
             if others:
                 echo = {
                     "type": "message",
@@ -379,7 +395,7 @@ class VisitorSession:
                 }
                 await self.adapter.hub.push(others, echo)
 
-    async def _resent(self, connection: Connection, seq: int | None, text: str) -> bool:
+    async def _resent(self, chat: str, seq: int | None, text: str) -> bool:
         """Whether a message whose client_id is already stored (at `seq`) is that message
         sent again, the same text (a page resends what it did not see acked), and not
         another message under a used id.
@@ -391,9 +407,9 @@ class VisitorSession:
         if seq is None:
             return True
         try:
-            messages = await self.adapter.transcript(connection.chat)
+            messages = await self.adapter.transcript(chat)
         except Exception:  # the message is stored: a failed check does not unsay that
-            self.ctx.log.exception("web chat: reading conversation %s failed", connection.chat)
+            self.ctx.log.exception("web chat: reading conversation %s failed", chat)
             return True
         for message in reversed(messages):
             if message.seq == seq:

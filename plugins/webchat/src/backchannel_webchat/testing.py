@@ -168,11 +168,20 @@ class FakeBrowser:
         await self.open()
 
     # talking ---------------------------------------------------------------
-    async def say(self, text: str, client_id: str | None = None) -> str:
-        """Send a message as the visitor; return its client id. Does not wait for the ack."""
+    async def say(
+        self, text: str, client_id: str | None = None, *, conversation: str | None = None
+    ) -> str:
+        """Send a message as the visitor; return its client id. Does not wait for the ack.
+
+        `conversation` sends it into another conversation (tab id) of this visitor, as the
+        page resends a message written before a "New chat"."""
         client_id = client_id or secrets.token_hex(12)
-        self._said[client_id] = text
-        await self.send_json({"type": "message", "client_id": client_id, "text": text})
+        frame = {"type": "message", "client_id": client_id, "text": text}
+        if conversation is None or conversation == self.conversation:
+            self._said[client_id] = text  # shown here once acked (see `shown`)
+        if conversation is not None:
+            frame["conversation"] = conversation
+        await self.send_json(frame)
         return client_id
 
     async def send_json(self, frame: Any) -> None:

@@ -22,12 +22,16 @@
   const KEY_NAME = "backchannel.webchat.name";
   const KEY_TAB = "backchannel.webchat.conversation";
   const KEY_PENDING = "backchannel.webchat.pending";
+  // the conversation this tab shows (sessionStorage: this tab's, across its reloads)
+  const KEY_SHOWN = "backchannel.webchat.shown";
   // a conversation id as the server takes it (the hello's "conversation")
   const SAFE_ID = /^[A-Za-z0-9_-]{1,64}$/;
 
   let maxChars = Number(input.getAttribute("maxlength")) || 4000;
   let agentName = "Agent";
   let socket = null;
+  // the server of this socket takes a message's "conversation" (its welcome says so)
+  let takesConversation = false;
   let attempts = 0;
   let reconnectTimer = null;
   // the server closed the socket after its idle timeout: reconnect when the visitor is back
@@ -63,29 +67,51 @@
   // messages waiting for the server's ack survive a reload of this tab (sessionStorage),
   // each with the conversation it was written in: it is resent there and nowhere else (the
   // server recognises a resend by its client_id within one conversation only; resent into
-  // another, it would be stored, and answered, twice)
+  // another, it would be stored, and answered, twice). That holds after "New chat" too: the
+  // page resends it, with its conversation, over the socket of the conversation shown
   function loadPending() {
     let items = [];
     try { items = JSON.parse(sessionStorage.getItem(KEY_PENDING) || "[]"); } catch (e) { /* none */ }
     if (!Array.isArray(items)) return [];
     return items.filter((item) => item && typeof item.client_id === "string" && typeof item.text === "string");
   }
+  const placed = (item) => typeof item.conversation === "string" && SAFE_ID.test(item.conversation);
   const saved = loadPending();
-  const home = saved.find((item) => typeof item.conversation === "string" && SAFE_ID.test(item.conversation));
+  // what this tab showed before the reload (a page of an earlier version did not say: it
+  // kept only the unacked messages of the conversation it showed)
+  let before = null;
+  try { before = sessionStorage.getItem(KEY_SHOWN); } catch (e) { /* storage disabled */ }
+  if (!(before && SAFE_ID.test(before))) {
+    const first = saved.find(placed);
+    before = first ? first.conversation : null;
+  }
 
   // the conversation is the browser's, not the tab's: every tab and reload of this browser
   // shows the same one until "New chat" starts another (open tabs follow it too). A tab
-  // reloaded while it still holds unacked messages opens *their* conversation instead, even
-  // if another tab started a new one meanwhile: they are resent there, and the visitor sees
-  // where they went (its next reload, once they are acked, follows the browser's again)
+  // reloaded while it still holds unacked messages of the conversation it showed opens that
+  // one instead, even if another tab started a new one meanwhile: they are resent there, and
+  // the visitor sees where they went (its next reload, once they are acked, follows the
+  // browser's again). Those of a conversation this tab left by its own "New chat" do not
+  // hold it there: they are resent into theirs all the same, out of sight
   const browserTab = remembered(localStorage, KEY_TAB, () => randomId(8));
-  let tab = home ? home.conversation : browserTab;
-  // unacked messages of the conversation shown: resent on every (re)connect until acked
-  let pending = saved.filter((item) => item.conversation === tab);
-  // unacked messages not known to be of this conversation (saved by an earlier version of
-  // this page, which did not record theirs): never resent blindly, since they may be stored
-  // in another conversation already. Settled by the first transcript (see settleUnplaced)
-  let unplaced = saved.filter((item) => item.conversation !== tab);
+  let tab = before && saved.some((item) => item.conversation === before) ? before : browserTab;
+  rememberShown();
+  // unacked messages, of any conversation: each resent into its own on every (re)connect
+  // until acked (those of the conversation shown are also shown, as "sending…")
+  let pending = saved.filter(placed);
+  // unacked messages of no known conversation (saved by an earlier version of this page,
+  // which did not record theirs): never resent blindly, since they may be stored in another
+  // conversation already. Settled by the first transcript (see settleUnplaced)
+  let unplaced = saved.filter((item) => !placed(item));
+
+  function rememberShown() {
+    try { sessionStorage.setItem(KEY_SHOWN, tab); } catch (e) { /* ignore */ }
+  }
+
+  // unacked messages of the conversation shown (they keep this tab in it, see "storage")
+  function pendingHere() {
+    return pending.some((item) => item.conversation === tab);
+  }
 
   function visitorName() {
     if (linkName) return linkName;
@@ -234,6 +260,7 @@
   function connect() {
     clearTimeout(reconnectTimer);
     paused = false;
+    takesConversation = false;
     setStatus("connecting", attempts ? "Reconnecting…" : "Connecting…");
     const ws = new WebSocket(socketUrl());
     socket = ws;
@@ -282,9 +309,12 @@
     return false;
   }
 
-  // (re)send an unacked message: only ever into the conversation it was written in
+  // (re)send an unacked message: only ever into the conversation it was written in. One of
+  // another conversation goes only to a server that takes a message's conversation (an
+  // older one would store it in the conversation shown); it waits for the next connect
   function resend(item) {
-    if (item.conversation === tab) send({ type: "message", client_id: item.client_id, text: item.text });
+    if (item.conversation !== tab && !takesConversation) return;
+    send({ type: "message", client_id: item.client_id, text: item.text, conversation: item.conversation });
   }
 
   // the first transcript settles messages of an unknown conversation (see `unplaced`): one
@@ -315,6 +345,7 @@
       case "welcome":
         attempts = 0;
         agentName = frame.agent || agentName;
+        takesConversation = frame.message_conversation === true;
         if (frame.max_message_chars) {
           maxChars = frame.max_message_chars;
           input.maxLength = maxChars;
@@ -327,7 +358,7 @@
         for (const message of frame.messages || []) render(message);
         settleUnplaced();
         for (const item of pending) {
-          if (!byClient.has(item.client_id)) {
+          if (item.conversation === tab && !byClient.has(item.client_id)) {
             render({ client_id: item.client_id, role: "visitor", text: item.text, status: "sending" });
           }
           resend(item);
@@ -440,11 +471,11 @@
     }
     showError("");
     keepLinkName();
-    const clientId = randomId(12);
-    pending.push({ client_id: clientId, text, conversation: tab });
+    const item = { client_id: randomId(12), text, conversation: tab };
+    pending.push(item);
     savePending();
-    render({ client_id: clientId, role: "visitor", text, status: "sending" });
-    send({ type: "message", client_id: clientId, text });
+    render({ client_id: item.client_id, role: "visitor", text, status: "sending" });
+    resend(item);
     resume();  // a paused page sends it once it is back (the transcript resends pending)
     input.value = "";
     updateCounter();
@@ -461,11 +492,11 @@
   });
   input.addEventListener("input", () => { updateCounter(); autosize(); });
 
-  // show conversation `next` from now on (a "New chat" here, or one in another tab)
+  // show conversation `next` from now on (a "New chat" here, or one in another tab); the
+  // unacked messages of the one left stay pending: the next connect resends them into it
   function switchTo(next) {
     tab = next;
-    pending = [];
-    savePending();
+    rememberShown();
     bySeq.clear(); byId.clear(); byClient.clear();
     log.replaceChildren();
     emptyEl.hidden = false;
@@ -487,11 +518,11 @@
   });
 
   // "New chat" in another tab of this browser: follow it, unless this tab still holds
-  // messages the server has not acked (they belong to the conversation shown, and a reload
-  // meanwhile reopens it to resend them; a reload after they went out follows it then)
+  // messages of the conversation shown that the server has not acked (a reload meanwhile
+  // reopens it to resend them; a reload after they went out follows it then)
   window.addEventListener("storage", (event) => {
     if (event.key === KEY_TAB && event.newValue && event.newValue !== tab &&
-        !pending.length && !unplaced.length) {
+        !pendingHere() && !unplaced.length) {
       switchTo(event.newValue);
     }
   });
