@@ -5,14 +5,18 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from backchannel.errors import StoreError
+from backchannel.model import Address, Conversation, Outbound, Receipt, Sender
+from backchannel.store import Inbound
 from backchannel.store.postgres import DB_NOW, PostgresStore
 from backchannel.store.postgres_migrations import PG_MIGRATIONS
+from backchannel.testing.store_contract import make_event
 
 CHILD = Path(__file__).with_name("pg_writer_child.py")
 
@@ -522,3 +526,170 @@ async def _lease_live(url: str, account: str) -> bool:
         )
         row = await cursor.fetchone()
         return bool(row and row[0])
+
+
+ME = Sender("bot", "bot", is_bot=True)
+PEER = Sender("peer", "Peer", is_bot=True)
+
+
+async def _answered_ask(store: PostgresStore, origin: Conversation, session: Conversation) -> int:
+    """An ask of `origin` to `session`, its question sent and answered by a reply."""
+    question = await store.record_outbound(session.id, Outbound(session.address, "Q1"), ME)
+    ask = await store.record_ask(
+        origin_conversation_id=origin.id,
+        origin_seq=1,
+        peer_conversation_id=session.id,
+        question="Q1",
+        deadline=time.time() + 60,
+        message_seq=question.message_seq,
+        outbox_id=question.id,
+    )
+    await store.mark_sent(question.id, Receipt("pm-q1"))
+    (answer,) = await store.append_inbound(
+        [
+            Inbound(
+                make_event(
+                    "ev-answer",
+                    "ANS Q1",
+                    account="tp",
+                    chat="peer",
+                    thread="s1",
+                    sender=PEER,
+                    reply_to="pm-q1",
+                )
+            )
+        ]
+    )
+    matched = await store.correlate_reply(session.id, answer.seq or 0)
+    assert matched is not None and matched.id == ask.id
+    return ask.id
+
+
+async def test_a_report_handed_over_and_never_tried_is_owed_again(postgres_url: str) -> None:
+    # the reporting worker (not holding the asking account) recorded the report, claimed
+    # it and handed it over, then died before the holder took it: recovery failed the
+    # send, and the claim stayed, so no worker ever reported the answer
+    reporter = PostgresStore(postgres_url, worker="wa")
+    other = PostgresStore(postgres_url, worker="wj")
+    try:
+        for store in (reporter, other):
+            await store.register_worker("host", 3)
+        origin = await reporter.ensure_conversation(Address("tg", "100"))
+        session = await reporter.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+        ask_id = await _answered_ask(other, origin, session)
+        assert [a.id for a in await other.asks(awaiting_report=True)] == [ask_id]
+        report = await reporter.record_outbound(
+            origin.id,
+            Outbound(origin.address, "[the answer] ANS Q1"),
+            ME,
+            hand_to=("tg", False, 18.0, False),
+        )
+        assert await reporter.claim_report(ask_id, report.id)
+        await reporter.release_handoff(report.id)
+        assert await other.asks(awaiting_report=True) == []
+        await other.recover_worker("wa")  # SIGKILLed while it waited
+        failed = await other._outbox_entry_now(report.id)
+        assert failed.status == "failed" and "stopped before" in (failed.reason or "")
+        assert [a.id for a in await other.asks(awaiting_report=True)] == [ask_id]
+        # claimed again by the next report, once
+        again = await other.record_outbound(origin.id, Outbound(origin.address, "again"), ME)
+        assert await other.claim_report(ask_id, again.id)
+        assert not await reporter.claim_report(ask_id, again.id)
+        assert await other.asks(awaiting_report=True) == []
+    finally:
+        for store in (reporter, other):
+            await store.close()
+
+
+async def test_an_ask_whose_question_was_never_sent_fails_and_takes_no_answer(
+    postgres_url: str,
+) -> None:
+    asker = PostgresStore(postgres_url, worker="wa")
+    holder = PostgresStore(postgres_url, worker="wb")
+    try:
+        for store in (asker, holder):
+            await store.register_worker("host", 3)
+        origin = await asker.ensure_conversation(Address("tg", "100"))
+        session = await asker.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+        question = await asker.record_outbound(
+            session.id, Outbound(session.address, "Q1"), ME, hand_to=("tp", False, 60.0, False)
+        )
+        never = await asker.record_ask(
+            origin_conversation_id=origin.id,
+            origin_seq=1,
+            peer_conversation_id=session.id,
+            question="Q1",
+            deadline=time.time() + 5,
+            message_seq=question.message_seq,
+            outbox_id=question.id,
+        )
+        await asker.release_handoff(question.id)
+        await holder.recover_worker("wa")  # the asker was killed while it waited
+        (failed,) = await holder.asks()
+        assert failed.state == "failed" and "never sent" in (failed.reason or "")
+        assert await holder.take_handoffs(["tp"]) == []
+        assert await holder.expire_asks(time.time() + 10) == []  # no "no answer yet" notice
+        # the session's next question is the one its answer is matched to
+        second = await holder.record_outbound(session.id, Outbound(session.address, "Q2"), ME)
+        ask2 = await holder.record_ask(
+            origin_conversation_id=origin.id,
+            origin_seq=2,
+            peer_conversation_id=session.id,
+            question="Q2",
+            deadline=time.time() + 60,
+            message_seq=second.message_seq,
+            outbox_id=second.id,
+        )
+        await holder.mark_sent(second.id, Receipt("pm-q2"))
+        (answer,) = await holder.append_inbound(
+            [
+                Inbound(
+                    make_event(
+                        "ev-a2", "ANS Q2", account="tp", chat="peer", thread="s1", sender=PEER
+                    )
+                )
+            ]
+        )
+        matched = await holder.correlate_reply(session.id, answer.seq or 0)
+        assert matched is not None and (matched.id, never.id) == (ask2.id, never.id)
+    finally:
+        for store in (asker, holder):
+            await store.close()
+
+
+async def test_a_withdrawn_expiry_notice_is_owed_again(postgres_url: str) -> None:
+    store = PostgresStore(postgres_url, worker="wa")
+    try:
+        await store.register_worker("host", 3)
+        origin = await store.ensure_conversation(Address("tg", "100"))
+        session = await store.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+        question = await store.record_outbound(session.id, Outbound(session.address, "Q"), ME)
+        ask = await store.record_ask(
+            origin_conversation_id=origin.id,
+            origin_seq=1,
+            peer_conversation_id=session.id,
+            question="Q",
+            deadline=time.time() - 1,
+            message_seq=question.message_seq,
+            outbox_id=question.id,
+        )
+        await store.mark_sent(question.id, Receipt("pm-q"))
+        assert [a.id for a in await store.expire_asks(time.time())] == [ask.id]
+        notice = await store.record_outbound(
+            origin.id,
+            Outbound(origin.address, "[no answer yet]"),
+            ME,
+            hand_to=("tg", False, 18.0, False),
+        )
+        assert await store.mark_expiry_reported(ask.id, notice.id)
+        await store.release_handoff(notice.id)
+        assert await store.expire_asks(time.time()) == []
+        withdrawn = await store.withdraw_handoff(
+            notice.id, "not sent: withdrawn (the asker stopped)"
+        )
+        assert withdrawn is not None and withdrawn.status == "failed"
+        assert [a.id for a in await store.expire_asks(time.time())] == [ask.id]
+        (still,) = await store.asks()
+        assert still.state == "expired"  # the question was sent: only its notice is owed
+    finally:
+        await store.close()

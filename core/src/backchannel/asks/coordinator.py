@@ -233,14 +233,20 @@ class AskCoordinator:
             delivered = False
             if self.settings.report == "run":
                 delivered = await self._reporter_run(ask, origin, session, answer, recorded)
+            outcome: dict[str, Any] = {"state": "sent"}
             if not delivered and not recorded.superseded:
-                await self.board.send_outcome(
+                outcome = await self.board.send_outcome(
                     origin,
                     verbatim_report(ask, session, answer, self._room(origin)),
                     recorded=recorded,
                 )
             if recorded.superseded:
                 log.info("ask %s was reported already (by another worker); not again", ask.id)
+            elif outcome.get("state") == "failed":
+                # a hand-over never tried gives the claim back: the next sweep reports it
+                log.warning(
+                    "the report of ask %s was not sent: %s", ask.id, outcome.get("reason")
+                )
             else:
                 # marked answered by `recorded`: every send records before it goes out
                 log.info("ask %s answered and reported in %s", ask.id, origin.address.key)
@@ -419,7 +425,7 @@ class _Once:
     made (`Superseded`), nor any other of this report.
     """
 
-    def __init__(self, claim: Callable[[], Awaitable[bool]]):
+    def __init__(self, claim: Callable[[int], Awaitable[bool]]):
         self._claim = claim
         self.done = False
         self.superseded = False
@@ -428,8 +434,9 @@ class _Once:
         if self.superseded:
             raise Superseded("reported already")
         if not self.done:
-            # if this fails the send is not made, and the next one claims
-            if not await self._claim():
+            # if this fails the send is not made, and the next one claims; the claim names
+            # the send (a hand-over never tried gives it back: see Store.claim_report)
+            if not await self._claim(entry.id):
                 self.superseded = True
                 raise Superseded("reported already, by another worker")
             self.done = True

@@ -527,14 +527,19 @@ class Store(ABC):
         whose expiry notice is not reported yet, oldest first."""
 
     @abstractmethod
-    async def claim_report(self, ask_id: int) -> bool:
+    async def claim_report(self, ask_id: int, outbox_id: int | None = None) -> bool:
         """Mark an ask answered and its answer reported, unless it was already reported;
-        True when this call did (one reporter wins, whichever worker or restart)."""
+        True when this call did (one reporter wins, whichever worker or restart).
+
+        `outbox_id` is the report's send: where a send can be handed to another worker
+        (PostgreSQL), a hand-over that fails without ever being tried (its asker
+        stopped, no holder took it) gives the claim back, so the report is made again."""
 
     @abstractmethod
-    async def mark_expiry_reported(self, ask_id: int) -> bool:
+    async def mark_expiry_reported(self, ask_id: int, outbox_id: int | None = None) -> bool:
         """Record that the expiry notice of an ask was reported to its origin; True when
-        this call did, False when it was recorded before (one notice wins)."""
+        this call did, False when it was recorded before (one notice wins). `outbox_id`:
+        as for `claim_report`."""
 
     @abstractmethod
     async def asks(

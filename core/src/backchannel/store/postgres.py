@@ -225,10 +225,9 @@ class PostgresStore(PostgresAsks, Store):
             untried = {row[0] for row in await cursor.fetchall()}
         for outbox_id in pending:
             if outbox_id in untried:
-                await self._set_outbox_status(
+                await self._never_tried(
                     connection,
                     outbox_id,
-                    "failed",
                     "not sent: the process that asked for it stopped before the worker"
                     " holding the account took it",
                 )
@@ -756,6 +755,12 @@ class PostgresStore(PostgresAsks, Store):
                 await _set_platform_id(connection, entry, platform_message_id)
 
         await self._write(work)
+
+    async def _never_tried(self, connection: Any, outbox_id: int, reason: str) -> None:
+        """Fail a handed-over send no worker took: it was never tried, so what an ask
+        staked on it is given back (`_gave_back`)."""
+        await self._set_outbox_status(connection, outbox_id, "failed", reason)
+        await _gave_back(connection, outbox_id, reason)
 
     async def _set_outbox_status(
         self, connection: Any, outbox_id: int, status: str, reason: str
@@ -1378,12 +1383,33 @@ class PostgresStore(PostgresAsks, Store):
                 return False
             if only_late and not row[2]:
                 return False
-            await self._set_outbox_status(connection, outbox_id, "failed", reason)
+            await self._never_tried(connection, outbox_id, reason)
             return True
 
         if not await self._write(work):
             return None
         return await self._outbox_entry_now(outbox_id)
+
+
+async def _gave_back(connection: Any, outbox_id: int, reason: str) -> None:
+    """What an ask staked on a send that failed without ever being tried, given back: a
+    report's or an expiry notice's claim (the sweep makes it again), or the ask of a
+    question never sent, failed (no answer can come; it takes no other's answer)."""
+    await connection.execute(
+        "UPDATE asks SET reported_at = NULL, report_outbox_id = NULL WHERE report_outbox_id = %s",
+        (outbox_id,),
+    )
+    await connection.execute(
+        "UPDATE asks SET expiry_reported_at = NULL, expiry_outbox_id = NULL"
+        " WHERE expiry_outbox_id = %s",
+        (outbox_id,),
+    )
+    await connection.execute(
+        "UPDATE asks SET state = 'failed', reason = %s"
+        " WHERE outbox_id = %s AND state IN ('pending', 'expired') AND answer_seq IS NULL"
+        " AND reported_at IS NULL",
+        (f"the question was never sent ({reason})", outbox_id),
+    )
 
 
 async def _set_platform_id(

@@ -218,20 +218,25 @@ class PostgresAsks:
         result: list[Ask] = await self._write(work)
         return result
 
-    async def claim_report(self, ask_id: int) -> bool:
-        return await self._stamp_once(ask_id, "reported_at", "state = 'answered', ")
+    async def claim_report(self, ask_id: int, outbox_id: int | None = None) -> bool:
+        return await self._stamp_once(
+            ask_id, "reported_at", "report_outbox_id", outbox_id, "state = 'answered', "
+        )
 
-    async def mark_expiry_reported(self, ask_id: int) -> bool:
-        return await self._stamp_once(ask_id, "expiry_reported_at")
+    async def mark_expiry_reported(self, ask_id: int, outbox_id: int | None = None) -> bool:
+        return await self._stamp_once(ask_id, "expiry_reported_at", "expiry_outbox_id", outbox_id)
 
-    async def _stamp_once(self, ask_id: int, column: str, also: str = "") -> bool:
-        """Stamp `column` (and set `also`) unless it is stamped; True when this call did."""
+    async def _stamp_once(
+        self, ask_id: int, column: str, send_column: str, outbox_id: int | None, also: str = ""
+    ) -> bool:
+        """Stamp `column` (and set `also`), noting the send in `send_column`, unless it is
+        stamped; True when this call did."""
 
         async def work(connection: Any) -> bool:
             cursor = await connection.execute(
-                f"UPDATE asks SET {also}{column} = %s WHERE id = %s AND {column} IS NULL"
-                " RETURNING id",
-                (now(), ask_id),
+                f"UPDATE asks SET {also}{column} = %s, {send_column} = %s"
+                f" WHERE id = %s AND {column} IS NULL RETURNING id",
+                (now(), outbox_id, ask_id),
             )
             return await cursor.fetchone() is not None
 

@@ -553,6 +553,19 @@ async def pg019_early_reactions(connection: Any) -> None:
     )
 
 
+async def pg020_ask_sends(connection: Any) -> None:
+    """Which send reported an ask's answer, or its expiry (the question's is `outbox_id`):
+    a hand-over failed without ever being tried gives its claim back (a report is made
+    again, a question never sent fails its ask), found by these."""
+    await connection.execute(
+        "ALTER TABLE asks ADD COLUMN report_outbox_id BIGINT, ADD COLUMN expiry_outbox_id BIGINT"
+    )
+    for column in ("outbox_id", "report_outbox_id", "expiry_outbox_id"):
+        await connection.execute(
+            f"CREATE INDEX asks_{column} ON asks ({column}) WHERE {column} IS NOT NULL"
+        )
+
+
 PG_MIGRATIONS: list[Migration] = [
     pg001_initial,
     pg002_orchestration,
@@ -571,6 +584,7 @@ PG_MIGRATIONS: list[Migration] = [
     pg017_outbox_by_message_seq,
     pg018_early_deletes,
     pg019_early_reactions,
+    pg020_ask_sends,
 ]
 
 

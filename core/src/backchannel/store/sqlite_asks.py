@@ -177,10 +177,12 @@ class SQLiteAsks:
             ).fetchall()
         return [_ask(row) for row in rows]
 
-    async def claim_report(self, ask_id: int) -> bool:
+    # (an SQLite store hands no send to another process: every send it records is tried,
+    # so a claim is never given back and its send's id is not kept)
+    async def claim_report(self, ask_id: int, outbox_id: int | None = None) -> bool:
         return self._stamp_once(ask_id, "reported_at", "state = 'answered', ")
 
-    async def mark_expiry_reported(self, ask_id: int) -> bool:
+    async def mark_expiry_reported(self, ask_id: int, outbox_id: int | None = None) -> bool:
         return self._stamp_once(ask_id, "expiry_reported_at")
 
     def _stamp_once(self, ask_id: int, column: str, also: str = "") -> bool:
