@@ -693,3 +693,42 @@ async def test_a_withdrawn_expiry_notice_is_owed_again(postgres_url: str) -> Non
         assert still.state == "expired"  # the question was sent: only its notice is owed
     finally:
         await store.close()
+
+
+async def test_an_accounts_state_is_written_only_by_its_lease_holder(postgres_url: str) -> None:
+    # a worker stalled past its lease (SIGSTOP, a long pause) wakes still running its
+    # adapter: its writes of the account's state (a tiny.place ratchet) would overwrite
+    # what the new holder wrote since, and break the session for good
+    from backchannel.errors import LeaseLost
+
+    holder = PostgresStore(postgres_url, worker="w-new")
+    stale = PostgresStore(postgres_url, worker="w-old")
+    outsider = PostgresStore(postgres_url)  # a `backchannel send`, no worker
+    try:
+        for store in (holder, stale):
+            await store.register_worker("host", 3)
+        await stale.set_state("tp", "signal/session", "old")  # no lease yet: anyone writes
+        assert await stale.acquire_lease("tp", 0.2) == ""
+        await stale.set_state("tp", "signal/session", "v1")
+        await asyncio.sleep(0.3)  # stalled: its lease lapsed
+        assert await holder.acquire_lease("tp", 30.0) == "w-old"
+        await holder.set_state("tp", "signal/session", "v2")
+        for store in (stale, outsider):
+            with pytest.raises(LeaseLost, match="held by worker 'w-new'"):
+                await store.set_state("tp", "signal/session", "stale")
+            with pytest.raises(LeaseLost):
+                await store.append_inbound(
+                    [Inbound(make_event("m-stale", account="tp"), state={"offset": "9"})]
+                )
+        assert await holder.get_state("tp", "signal/session") == "v2"
+        assert await holder.get_state("tp", "offset") is None
+        assert not await holder.is_known("tp", "m-stale")  # the whole batch rolled back
+        # the holder's own writes, with a message, go through; other accounts are free
+        await holder.append_inbound(
+            [Inbound(make_event("m-new", account="tp"), state={"offset": "10"})]
+        )
+        assert await holder.get_state("tp", "offset") == "10"
+        await stale.set_state("tg", "offset", "5")
+    finally:
+        for store in (holder, stale, outsider):
+            await store.close()

@@ -30,6 +30,7 @@ __all__ = [
     "ConfigError",
     "ConfigErrors",
     "DeliveryError",
+    "LeaseLost",
     "NormalizeError",
     "PluginError",
     "RateLimited",
@@ -116,6 +117,12 @@ class StoreError(BackchannelError):
 
 class UnknownConversation(StoreError):
     """No conversation has this id (a store that could not be asked raises StoreError)."""
+
+
+class LeaseLost(StoreError):
+    """An account's adapter state written by a process while another worker holds the
+    account's lease (this one stalled past it): refused, so that it cannot overwrite what
+    the holder wrote (a tiny.place ratchet, a poll offset). Expected after a stall."""
 
 
 class ClaimLost(StoreError):

@@ -33,7 +33,7 @@ from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool
 
 from ..config import display_url
-from ..errors import ClaimLost, StoreError, UnknownConversation
+from ..errors import ClaimLost, LeaseLost, StoreError, UnknownConversation
 from ..model import (
     ATTACHMENTS_COMPLETE,
     Address,
@@ -251,7 +251,7 @@ class PostgresStore(PostgresAsks, Store):
             return []
 
         async def work(connection: Any) -> list[AppendResult]:
-            return await _Append(connection, items).run()
+            return await _Append(connection, items, self.worker).run()
 
         result: list[AppendResult] = await self._write(work)
         return result
@@ -947,7 +947,7 @@ class PostgresStore(PostgresAsks, Store):
 
     async def set_state(self, account: str, key: str, value: str | None) -> None:
         async def work(connection: Any) -> None:
-            await _write_state(connection, account, key, value)
+            await _write_state(connection, account, key, value, self.worker)
 
         await self._write(work)
 
@@ -983,7 +983,7 @@ class PostgresStore(PostgresAsks, Store):
                 (account, ref, redact(reason), payload, stamp, digest, deliveries, first_at),
             )
             for key, value in (state or {}).items():
-                await _write_state(connection, account, key, value)
+                await _write_state(connection, account, key, value, self.worker)
 
         await self._write(work)
 
@@ -1426,7 +1426,23 @@ async def _set_platform_id(
     )
 
 
-async def _write_state(connection: Any, account: str, key: str, value: str | None) -> None:
+async def _write_state(
+    connection: Any, account: str, key: str, value: str | None, worker: str | None
+) -> None:
+    """Write an account's adapter state, unless another worker holds its lease live: a
+    worker that stalled past its lease (and the process its successor replaced) must not
+    overwrite what the holder wrote since (LeaseLost; its transaction rolls back). The
+    lease row is read FOR SHARE: a take-over waits for this write, or this for it."""
+    cursor = await connection.execute(
+        f"SELECT worker FROM leases WHERE account = %s AND expires_at > {DB_NOW} FOR SHARE",
+        (account,),
+    )
+    row = await cursor.fetchone()
+    if row is not None and row[0] != worker:
+        raise LeaseLost(
+            f"account {account!r} is held by worker {row[0]!r} now: its state is not written"
+            f" from {'worker ' + repr(worker) if worker else 'this process'}"
+        )
     if value is None:
         await connection.execute(
             "DELETE FROM state WHERE account = %s AND key = %s", (account, key)
@@ -1489,9 +1505,11 @@ async def _set_reactions(connection: Any, conversation_id: int, seq: int, reacti
 class _Append:
     """One append_inbound transaction: lock the conversations, number, write in bulk."""
 
-    def __init__(self, connection: Any, items: Sequence[Inbound]):
+    def __init__(self, connection: Any, items: Sequence[Inbound], worker: str | None):
         self.connection = connection
         self.items = items
+        #: the worker appending (its account's state is written only while no other holds it)
+        self.worker = worker
         self.batch = Batch()
         #: (account, chat, thread) -> conversation id
         self.ids: dict[tuple[str, str, str], int] = {}
@@ -1508,7 +1526,7 @@ class _Append:
             results.append(await self._append_one(item))
             if item.state:
                 for key, value in item.state.items():
-                    await _write_state(self.connection, item.event.account, key, value)
+                    await _write_state(self.connection, item.event.account, key, value, self.worker)
         await self._flush_rows()
         await self._flush_counters()
         return results
