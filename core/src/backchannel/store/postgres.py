@@ -1395,15 +1395,17 @@ async def _gave_back(connection: Any, outbox_id: int, reason: str) -> None:
     """What an ask staked on a send that failed without ever being tried, given back: a
     report's or an expiry notice's claim (the sweep makes it again), or the ask of a
     question never sent, failed (no answer can come; it takes no other's answer)."""
-    await connection.execute(
-        "UPDATE asks SET reported_at = NULL, report_outbox_id = NULL WHERE report_outbox_id = %s",
-        (outbox_id,),
-    )
-    await connection.execute(
-        "UPDATE asks SET expiry_reported_at = NULL, expiry_outbox_id = NULL"
-        " WHERE expiry_outbox_id = %s",
-        (outbox_id,),
-    )
+    owed = 0
+    for stamp, send in (
+        ("reported_at", "report_outbox_id"),
+        ("expiry_reported_at", "expiry_outbox_id"),
+    ):
+        cursor = await connection.execute(
+            f"UPDATE asks SET {stamp} = NULL, {send} = NULL WHERE {send} = %s", (outbox_id,)
+        )
+        owed += max(cursor.rowcount, 0)
+    if owed:  # the workers' ask sweeps, woken when this commits, make it again
+        await connection.execute("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, "asks"))
     await connection.execute(
         "UPDATE asks SET state = 'failed', reason = %s"
         " WHERE outbox_id = %s AND state IN ('pending', 'expired') AND answer_seq IS NULL"
