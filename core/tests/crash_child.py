@@ -27,6 +27,7 @@ from backchannel import (
     Switchboard,
 )
 from backchannel.adapter import AdapterContext
+from backchannel.errors import RateLimited
 from backchannel.store import SQLiteStore
 
 
@@ -34,11 +35,12 @@ class PipeAdapter:
     channel = "pipe"
     capabilities = Capabilities(max_text_len=10_000)
 
-    def __init__(self, account: str, hang_send: bool = False):
+    def __init__(self, account: str, hang_send: bool = False, rate_limit: bool = False):
         self.account = account
         self.me = Sender("agent", "Agent", is_bot=True)
         self.sent = 0
         self.hang_send = hang_send
+        self.rate_limit = rate_limit
 
     async def start(self, ctx: AdapterContext) -> None:
         pass
@@ -47,6 +49,10 @@ class PipeAdapter:
         pass
 
     async def send(self, outbound: Outbound) -> Receipt:
+        if self.rate_limit:
+            # the platform says "not now": nothing is delivered, and the wait is long
+            print(f"rate limited {outbound.outbox_id}", flush=True)
+            raise RateLimited(50.0, "pipe: slow down")
         self.sent += 1
         print(f"sending {outbound.outbox_id} {outbound.text}", flush=True)
         if self.hang_send:
@@ -68,6 +74,7 @@ async def main() -> None:
     parser.add_argument("store")
     parser.add_argument("--stuck", action="store_true")
     parser.add_argument("--hang-send", action="store_true")
+    parser.add_argument("--rate-limit", action="store_true")
     args = parser.parse_args()
 
     async def agent(run: Run) -> None:
@@ -76,7 +83,7 @@ async def main() -> None:
         assert run.trigger is not None
         await run.call("reply", {"message_id": run.trigger.seq, "text": f"re {run.trigger.text}"})
 
-    adapter = PipeAdapter("pipe", hang_send=args.hang_send)
+    adapter = PipeAdapter("pipe", hang_send=args.hang_send, rate_limit=args.rate_limit)
     board = Switchboard(SQLiteStore(args.store))
     board.add_account(adapter, Binding(agent))
     await board.start()

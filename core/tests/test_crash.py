@@ -170,3 +170,46 @@ async def test_sigkill_during_a_send_leaves_it_uncertain_and_never_resent(tmp_pa
     window = await store.window(conversation.id, 10)
     assert window[1].status == "uncertain"  # the agent saw it marked so in its next run
     await store.close()
+
+
+async def test_sigkill_while_waiting_out_a_rate_limit_leaves_it_never_sent_and_answered(
+    tmp_path: Path,
+) -> None:
+    # a send waiting out a 429 has nothing in flight: a restart that made it "uncertain"
+    # counted it as the answer, and the message was never answered at all
+    path = tmp_path / "bc.db"
+    first = await spawn(path, "--rate-limit")
+    await feed(first, EVENTS[:1])
+    assert first.stdout is not None
+    while not (line := await asyncio.wait_for(first.stdout.readline(), 30)).startswith(
+        b"rate limited "
+    ):
+        pass
+    outbox_id = int(line.split()[2])
+    store = SQLiteStore(path)
+    for _ in range(300):  # the wait is said in the store before it starts sleeping
+        (entry,) = await store.outbox()
+        if entry.reason is not None:
+            break
+        await asyncio.sleep(0.05)
+    await store.close()
+    assert (entry.status, entry.reason) == ("pending", "waiting out a rate limit")
+    first.send_signal(signal.SIGKILL)
+    await first.wait()
+
+    second = await spawn(path)  # recovers, then runs the unanswered conversation again
+    assert second.stdin is not None
+    second.stdin.close()
+    assert second.stdout is not None
+    rest = (await asyncio.wait_for(second.stdout.read(), 60)).splitlines()
+    assert rest[-1] == b"idle"
+    assert await asyncio.wait_for(second.wait(), 30) == 0
+    sent = [line for line in rest if line.startswith(b"sending ")]
+    assert len(sent) == 1 and not sent[0].startswith(f"sending {outbox_id} ".encode())
+
+    store = SQLiteStore(path)
+    entries = {e.id: e for e in await store.outbox()}
+    assert entries[outbox_id].status == "failed"
+    assert "waited out a rate limit" in (entries[outbox_id].reason or "")
+    assert [entries[key].status for key in sorted(entries)] == ["failed", "sent"]
+    await store.close()

@@ -159,12 +159,16 @@ class Deliverer:
                     error.retry_after,
                     attempt,
                 )
+                # nothing is in flight while it waits: said in the store, so that a restart
+                # meanwhile (SIGKILL) knows it was never sent, and the next run answers
+                await self.store.note_waiting(entry.id, True)
                 try:
                     await asyncio.sleep(error.retry_after)
                 except asyncio.CancelledError:
                     # waiting out a rate limit, nothing is in flight: definitely not delivered
                     await self.store.mark_failed(entry.id, "stopped while waiting out a rate limit")
                     raise
+                await self.store.note_waiting(entry.id, False)
                 continue
             except Rejected as error:
                 entry = await self.store.mark_failed(entry.id, error.reason)

@@ -37,6 +37,10 @@ _SEARCH_INDEX_COMPLETE: ContextVar[bool] = ContextVar("search_index_complete", d
 
 #: the columns a dead letter is listed with (Store.dead_letters)
 DEAD_LETTER_KEYS = ("id", "account", "ref", "reason", "payload", "at", "deliveries", "first_at")
+#: a pending send's reason while it waits out a rate limit (`Store.note_waiting`)
+WAITING = "waiting out a rate limit"
+#: what a restart makes of such a send: nothing of it was in flight
+NEVER_SENT_WAITING = "not sent: the process stopped while it waited out a rate limit"
 
 
 def dead_letter_digest(ref: str, payload: str) -> str:
@@ -345,6 +349,16 @@ class Store(ABC):
         `platform_message_id`, when the adapter knows the id it would have: kept on
         the message, so a reply to it is placed (and matched to its ask).
         """
+
+    async def note_waiting(self, outbox_id: int, waiting: bool) -> None:
+        """Say that a pending send waits out a rate limit (`waiting`), or no longer does.
+
+        While it waits nothing of it is in flight: a restart finding it pending marks it
+        failed ("never sent"), so its conversation's next run answers again, where any
+        other pending send becomes uncertain (it may have arrived). The stores keep it as
+        the pending row's reason, `WAITING`; a store that does not (this default) leaves
+        such a send to be counted uncertain."""
+        return None  # optional: a store without it stays correct, only more doubtful
 
     @abstractmethod
     async def note_platform_id(self, outbox_id: int, platform_message_id: str) -> None:

@@ -47,6 +47,8 @@ from ..model import (
 from ..secrets import redact
 from .base import (
     DEAD_LETTER_KEYS,
+    NEVER_SENT_WAITING,
+    WAITING,
     AppendResult,
     Inbound,
     OutboxEntry,
@@ -210,10 +212,12 @@ class PostgresStore(PostgresAsks, Store):
         mine = "" if worker is None else " AND worker = %s"
         params: tuple[Any, ...] = () if worker is None else (worker,)
         cursor = await connection.execute(
-            f"SELECT id FROM outbox WHERE status = 'pending'{mine} ORDER BY id FOR UPDATE",
+            f"SELECT id, reason FROM outbox WHERE status = 'pending'{mine} ORDER BY id FOR UPDATE",
             params,
         )
-        pending = [row[0] for row in await cursor.fetchall()]
+        rows = await cursor.fetchall()
+        pending = [row[0] for row in rows]
+        waiting = {row[0] for row in rows if row[1] == WAITING}
         # a send it handed over that the account's holder has not taken was never tried:
         # not sent (the holder takes only pending rows, under the same row locks)
         untried: set[int] = set()
@@ -231,6 +235,9 @@ class PostgresStore(PostgresAsks, Store):
                     "not sent: the process that asked for it stopped before the worker"
                     " holding the account took it",
                 )
+                continue
+            if outbox_id in waiting:  # nothing of it was in flight (Store.note_waiting)
+                await self._set_outbox_status(connection, outbox_id, "failed", NEVER_SENT_WAITING)
                 continue
             await self._set_outbox_status(
                 connection,
@@ -1219,6 +1226,15 @@ class PostgresStore(PostgresAsks, Store):
             f"SELECT account, worker, expires_at - {DB_NOW} FROM leases WHERE expires_at > {DB_NOW}"
         )
         return {row[0]: (row[1], float(row[2])) for row in rows}
+
+    async def note_waiting(self, outbox_id: int, waiting: bool) -> None:
+        async def work(connection: Any) -> None:
+            await connection.execute(
+                "UPDATE outbox SET reason = %s WHERE id = %s AND status = 'pending'",
+                (WAITING if waiting else None, outbox_id),
+            )
+
+        await self._write(work)
 
     async def notify(self, payload: str) -> None:
         await self._one("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, payload))

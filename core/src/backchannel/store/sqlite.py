@@ -36,6 +36,8 @@ from ..model import (
 from ..secrets import redact
 from .base import (
     DEAD_LETTER_KEYS,
+    NEVER_SENT_WAITING,
+    WAITING,
     AppendResult,
     Inbound,
     OutboxEntry,
@@ -232,10 +234,11 @@ class SQLiteStore(SQLiteAsks, Store):
     async def recover(self) -> list[OutboxEntry]:
         db = self.db
         with self._write():
-            pending = [
-                row[0] for row in db.execute("SELECT id FROM outbox WHERE status = 'pending'")
-            ]
-            for outbox_id in pending:
+            pending = list(db.execute("SELECT id, reason FROM outbox WHERE status = 'pending'"))
+            for outbox_id, reason in pending:
+                if reason == WAITING:  # nothing of it was in flight (Store.note_waiting)
+                    self._set_outbox_status(outbox_id, "failed", NEVER_SENT_WAITING)
+                    continue
                 self._set_outbox_status(
                     outbox_id, "uncertain", "interrupted by a restart before the platform answered"
                 )
@@ -244,7 +247,14 @@ class SQLiteStore(SQLiteAsks, Store):
                 " finished_at = ? WHERE status = 'running'",
                 (now(),),
             )
-        return [self._outbox_entry(outbox_id) for outbox_id in pending]
+        return [self._outbox_entry(outbox_id) for outbox_id, _ in pending]
+
+    async def note_waiting(self, outbox_id: int, waiting: bool) -> None:
+        with self._write():
+            self.db.execute(
+                "UPDATE outbox SET reason = ? WHERE id = ? AND status = 'pending'",
+                (WAITING if waiting else None, outbox_id),
+            )
 
     # inbound ---------------------------------------------------------------
     async def append_inbound(self, items: Sequence[Inbound]) -> list[AppendResult]:

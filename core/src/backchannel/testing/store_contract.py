@@ -348,6 +348,25 @@ class StoreContract(AskStoreContract):
         assert recovered[0].status == "uncertain"
         assert await store.outbox(status="pending") == []
 
+    async def test_recover_fails_a_send_that_was_waiting_out_a_rate_limit(
+        self, store: Store
+    ) -> None:
+        # nothing of it was in flight: never sent, so the next run answers again
+        conversation = await store.ensure_conversation(Address("acct", "c1"))
+        waited, resumed = [
+            await store.record_outbound(conversation.id, Outbound(conversation.address, t), ME)
+            for t in ("waited", "resumed")
+        ]
+        for entry in (waited, resumed):
+            await store.note_waiting(entry.id, True)
+        await store.note_waiting(resumed.id, False)  # its wait ended: it is being sent
+        reasons = {e.id: e.reason for e in await store.outbox(status="pending")}
+        assert reasons == {waited.id: "waiting out a rate limit", resumed.id: None}
+        recovered = {e.id: e for e in await store.recover()}
+        assert recovered[waited.id].status == "failed"
+        assert "waited out a rate limit" in (recovered[waited.id].reason or "")
+        assert recovered[resumed.id].status == "uncertain"
+
     async def test_a_held_sender_is_not_found_by_a_name_it_changed_to(self, store: Store) -> None:
         mallory = Sender("666", "Mallory")
         await store.append_inbound([Inbound(make_event("h1", "hello", chat="g"))])
