@@ -544,3 +544,20 @@ async def test_a_bot_showing_the_owners_id_is_never_the_owner(
     sent = await notify(world.config, "fyi", identity=identity())
     await say(world, world.owner_chat, {**world.owner, "is_bot": True}, f"#{sent.id} rm -rf /")
     assert rows(board) == []
+
+
+async def test_words_that_read_as_an_id_get_no_correction_unless_written_as_one(
+    world: OwnerWorld, start: Start
+) -> None:
+    # "yes maybe" is someone talking, not an answer to prompt #maybe
+    board = await start()
+    await say(world, world.owner_chat, world.owner, "yes maybe")
+    await say(world, world.owner_chat, world.owner, "no sorry")
+    await board.wait_idle()
+    assert not any("is not a message I sent" in s.text for s in world.fake.sent)
+    await say(world, world.owner_chat, world.owner, "yes #m7k3q")  # written as an id
+    await world.fake.wait_for(
+        lambda: any("#m7k3q is not a message I sent" in s.text for s in world.fake.sent),
+        what="the correction",
+    )
+    assert rows(board) == []

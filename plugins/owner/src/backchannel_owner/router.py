@@ -212,6 +212,10 @@ class OwnerDuplex:
         if not from_owner or (prompt is not None and prompt.chat != event.address.chat):
             # nobody but the owner, in the prompt's chat, answers a permission prompt
             return "held" if pending else None
+        if prompt is None and "#" not in event.text:
+            # "yes maybe", "no sorry": words, not an id the owner meant (ours are read with
+            # or without the #, but a correction for every five-letter word is noise)
+            return None
         if prompt is None or not pending:
             self._correct(event, prompt_id, expired=prompt is not None)
             return None
