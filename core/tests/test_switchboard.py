@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
+from backchannel.errors import StoreError
 from backchannel.model import Address
 from backchannel.runs import Run
 from backchannel.store import SQLiteStore
@@ -525,4 +528,73 @@ async def test_a_store_that_cannot_record_runs_is_retried_with_backoff(tmp_path:
     assert Flaky.attempts == 3  # two refusals, each retried after a pause, not in a tight loop
     assert board.counters["run_errors"] == 2
     assert channel.platform.texts() == ["finally"]
+    await board.stop()
+
+
+async def test_a_delivered_send_the_store_cannot_record_at_once_is_still_sent(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the database restarting just as the platform took the message: the agent was told
+    # "reply failed" (and would send it again), and the row stayed pending for good
+    from backchannel import outbound
+
+    monkeypatch.setattr(outbound, "RECORD_SENT_PAUSES", (0.0, 0.01, 0.01, 0.01))
+    real = store.mark_sent
+    failures: list[int] = []
+
+    async def away(outbox_id: int, receipt: Any) -> Any:
+        if len(failures) < 2:
+            failures.append(outbox_id)
+            raise StoreError("connection to the database was lost")
+        return await real(outbox_id, receipt)
+
+    monkeypatch.setattr(store, "mark_sent", away)
+    channel = FakeChannel()
+    agent = reply_with("done")
+    board = await started(store, channel, Binding(agent))
+    channel.platform.user_says("hi")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert channel.platform.texts() == ["done"]
+    assert len(failures) == 2 and agent.results[0].startswith("sent as #2")
+    (entry,) = await store.outbox()
+    assert entry.status == "sent"
+    # never recordable: still "sent" to the agent; the row stays pending (a restart makes
+    # it uncertain, never sent again)
+    failures.clear()
+    monkeypatch.setattr(outbound, "RECORD_SENT_PAUSES", (0.0, 0.01))
+    channel.platform.user_says("again")
+    await agent.wait_runs(2)
+    await board.wait_idle()
+    assert channel.platform.texts() == ["done", "done"]
+    assert agent.results[1].startswith("sent as #4") and "failed" not in agent.results[1]
+    assert [e.status for e in await store.outbox()] == ["pending", "sent"]
+    await board.stop()
+
+
+async def test_a_run_whose_end_cannot_be_recorded_at_once_is_recorded_when_it_can(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from backchannel import scheduler
+
+    monkeypatch.setattr(scheduler, "FINISH_RUN_PAUSES", (0.0, 0.01, 0.01))
+    real = store.finish_run
+    failures: list[int] = []
+
+    async def away(run_id: int, *args: Any, **kwargs: Any) -> Any:
+        if len(failures) < 2:
+            failures.append(run_id)
+            raise StoreError("connection to the database was lost")
+        return await real(run_id, *args, **kwargs)
+
+    monkeypatch.setattr(store, "finish_run", away)
+    channel = FakeChannel()
+    agent = reply_with("done")
+    board = await started(store, channel, Binding(agent))
+    channel.platform.user_says("hi")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert len(failures) == 2
+    assert [r.status for r in await store.runs()] == ["ok"]  # not left "running"
+    assert channel.platform.texts() == ["done"]
     await board.stop()

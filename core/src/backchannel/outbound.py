@@ -22,6 +22,9 @@ from .wire import repair_text
 __all__ = ["MAX_PARTS", "Deliverer", "DeliveryResult", "channel_tools", "send_room", "too_long"]
 
 log = logging.getLogger("backchannel.outbound")
+#: pauses before each try at recording a delivered send (about a minute in all: a
+#: database restart, a failover)
+RECORD_SENT_PAUSES = (0.0, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
 
 
 @frozen
@@ -191,8 +194,37 @@ class Deliverer:
                     entry.id, f"adapter error {type(error).__name__}"
                 )
                 return DeliveryResult(entry)
-            entry = await self.store.mark_sent(entry.id, receipt)
-            return DeliveryResult(entry, receipt)
+            return DeliveryResult(await self._record_sent(entry, receipt), receipt)
+
+    async def _record_sent(self, entry: OutboxEntry, receipt: Receipt) -> OutboxEntry:
+        """Record a send the platform took: tried again for about a minute when the store
+        fails (a database restarting). The message is out whatever the store says: the
+        sender is never told it failed (it would send it again); if it still cannot be
+        recorded, the row stays pending, which a restart makes `uncertain` (never resent)."""
+        for pause in RECORD_SENT_PAUSES:
+            if pause:
+                await asyncio.sleep(pause)
+            try:
+                return await self.store.mark_sent(entry.id, receipt)
+            except Exception as error:
+                log.warning(
+                    "send #%s was delivered, but recording it failed (%s: %s); trying again",
+                    entry.id,
+                    type(error).__name__,
+                    error,
+                )
+        log.error(
+            "send #%s was delivered, but could not be recorded: it stays pending until a"
+            " restart marks it uncertain (never sent again)",
+            entry.id,
+        )
+        return evolve(
+            entry,
+            status="sent",
+            reason="delivered; the store could not record it",
+            platform_ids=receipt.part_ids
+            or ((receipt.platform_message_id,) if receipt.platform_message_id else ()),
+        )
 
 
 def _storable(outbound: Outbound) -> Outbound:

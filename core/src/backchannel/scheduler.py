@@ -27,6 +27,8 @@ from .store import Store
 __all__ = ["Busy", "RunClaims", "Scheduler"]
 
 log = logging.getLogger("backchannel.scheduler")
+#: pauses before each try at recording a run's end (the database away for a moment)
+FINISH_RUN_PAUSES = (0.0, 0.5, 2.0, 5.0)
 
 
 class RunClaims(Protocol):
@@ -340,9 +342,24 @@ class Scheduler:
             if status != "ok":
                 self.counters["run_errors"] += 1
             seen = max(upto, run.session.seen_seq)
-            await self.store.finish_run(
-                run_id, status, error, seen, handled_seq=None if status == "cancelled" else seen
-            )
+            handled = None if status == "cancelled" else seen
+            # a database away for a moment (a restart) must not leave the run "running"
+            # for good: tried again a few times, but not while a stop waits for it
+            pauses = (0.0,) if status == "cancelled" else FINISH_RUN_PAUSES
+            for tries, pause in enumerate(pauses, 1):
+                if pause:
+                    await asyncio.sleep(pause)
+                try:
+                    await self.store.finish_run(run_id, status, error, seen, handled_seq=handled)
+                    break
+                except Exception as failure:
+                    if tries == len(pauses):
+                        raise
+                    log.warning(
+                        "run %s could not be recorded as finished (%s); trying again",
+                        run_id,
+                        failure,
+                    )
             if status in ("error", "timeout"):
                 await self._tell_run_failed(account, conversation.address, error or status)
 

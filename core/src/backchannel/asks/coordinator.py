@@ -244,9 +244,7 @@ class AskCoordinator:
                 log.info("ask %s was reported already (by another worker); not again", ask.id)
             elif outcome.get("state") == "failed":
                 # a hand-over never tried gives the claim back: the next sweep reports it
-                log.warning(
-                    "the report of ask %s was not sent: %s", ask.id, outcome.get("reason")
-                )
+                log.warning("the report of ask %s was not sent: %s", ask.id, outcome.get("reason"))
             else:
                 # marked answered by `recorded`: every send records before it goes out
                 log.info("ask %s answered and reported in %s", ask.id, origin.address.key)
