@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from backchannel.errors import NormalizeError, RateLimited
+from backchannel.errors import NormalizeError, RateLimited, StoreError
 from backchannel.storable import storable_event
 from backchannel.testing import ContractContext
 from backchannel_telegram import TelegramAdapter
@@ -319,6 +319,58 @@ async def test_an_unexpected_error_in_a_poll_does_not_end_polling(
     assert api.offsets == [None, None, MESSAGE["update_id"] + 1]
     assert [e.event_id for e in contract_context.events] == [event_id_of(MESSAGE)]
     assert "RuntimeError" in caplog.text
+
+
+async def test_a_store_that_cannot_be_read_at_start_delays_polling_not_ends_it(
+    contract_context: ContractContext,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a worker taking the account just after its database restarted: the first read of
+    # the saved offset failed, and the poller task ended without a word, keeping the
+    # account (and its lease) while nothing was ever polled
+    await contract_context.set_state("offset", "41")
+    real = contract_context.get_state
+    failures: list[str] = []
+
+    async def restarting(key: str) -> str | None:
+        if len(failures) < 3:
+            failures.append(key)
+            raise StoreError("the database system is starting up")
+        return await real(key)
+
+    monkeypatch.setattr(contract_context, "get_state", restarting)
+    update = copy.deepcopy(MESSAGE)
+    api = await run_poller(contract_context, [[update]])
+    assert failures == ["offset"] * 3
+    assert api.offsets[0] == 41  # polled from the saved offset once it could be read
+    assert [e.event_id for e in contract_context.events] == [event_id_of(MESSAGE)]
+    assert caplog.text.count("could not read the saved offset") == 1
+
+
+async def test_a_store_away_for_a_while_is_logged_once_then_counted_not_per_try(
+    contract_context: ContractContext,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    caplog.set_level(logging.INFO)
+    real = contract_context.ingest_many
+    tries: list[int] = []
+
+    async def away(raws: Any, **kwargs: Any) -> Any:
+        if len(tries) < 24:
+            tries.append(len(raws))
+            raise StoreError("connection to the database was lost")
+        return await real(raws, **kwargs)
+
+    monkeypatch.setattr(contract_context, "ingest_many", away)
+    update = copy.deepcopy(MESSAGE)
+    await run_poller(contract_context, [[update]] * 25)
+    assert len(tries) == 24
+    assert [e.event_id for e in contract_context.events] == [event_id_of(MESSAGE)]
+    assert caplog.text.count("Traceback") == 1
+    assert caplog.text.count("still cannot store updates") == 2  # at 10 and 20
+    assert "storing updates works again, after 24 tries" in caplog.text
 
 
 async def test_an_answer_that_is_not_a_list_is_retried_after_a_backoff(

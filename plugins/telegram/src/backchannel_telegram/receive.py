@@ -80,7 +80,7 @@ class Poller:
                 self._ctx.log.info("deleted the bot's webhook to receive updates by polling")
         except TelegramError as error:
             self._ctx.log.warning("could not check or delete the webhook: %s", error)
-        self._task = asyncio.create_task(self._poll_forever(), name=f"telegram-{self._account}")
+        self._task = asyncio.create_task(self._supervised(), name=f"telegram-{self._account}")
 
     async def stop(self) -> None:
         """Stop; an ingest in progress is allowed to finish (bounded), a long poll is dropped."""
@@ -93,13 +93,54 @@ class Poller:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(task, self._settings.request_timeout + 5)
 
+    async def _supervised(self) -> None:
+        """Poll until stopped: whatever ends the loop unexpectedly (a bug) is logged and
+        polling starts again after a pause, never a poller gone without a word while this
+        process keeps the account (and, with several workers, its lease)."""
+        pause = self._settings.retry_initial
+        while not self._stopping.is_set():
+            try:
+                await self._poll_forever()
+                return
+            except Exception:
+                self._ctx.log.exception("the Telegram poller failed; starting it again")
+            if await sleep_or_stop(self._stopping, pause):
+                return
+            pause = min(pause * 2, self._settings.retry_max)
+
+    async def _saved_offset(self) -> tuple[bool, int | None]:
+        """Whether it was read (False: stopped meanwhile), and the offset committed last
+        (None: none yet): read until the store answers."""
+        pause = self._settings.retry_initial
+        failing = False
+        while True:
+            try:
+                saved = await self._ctx.get_state("offset")
+            except Exception as error:
+                if not failing:
+                    self._ctx.log.warning(
+                        "could not read the saved offset (%s: %s); trying again",
+                        type(error).__name__,
+                        error,
+                    )
+                    failing = True
+                if await sleep_or_stop(self._stopping, pause):
+                    return False, None
+                pause = min(pause * 2, self._settings.retry_max)
+                continue
+            if failing:
+                self._ctx.log.info("read the saved offset; polling")
+            return True, int(saved) if saved else None
+
     async def _poll_forever(self) -> None:
         settings = self._settings
-        saved = await self._ctx.get_state("offset")
-        offset = int(saved) if saved else None
+        read, offset = await self._saved_offset()
+        if not read:
+            return  # stopped before the store answered
         backoff = settings.retry_initial
         failing: str | None = None
         stuck = False  # the last batch did not move the offset
+        unstored = 0  # tries in a row that could not store the batch
         while not self._stopping.is_set():
             params: dict[str, Any] = {
                 "timeout": settings.timeout,
@@ -136,10 +177,13 @@ class Poller:
             if failing is not None:
                 self._ctx.log.info("getUpdates works again; polling resumed")
                 failing = None
-            if not stuck:
+            if not stuck and not unstored:
                 backoff = settings.retry_initial
             try:
                 asked, offset = offset, await self._ingest_batch(updates, offset)
+                if unstored:
+                    self._ctx.log.info("storing updates works again, after %d tries", unstored)
+                    unstored = 0
                 if updates and offset == asked:
                     # stored (or dead-lettered), yet nothing moves the offset past them (no
                     # readable update id: only a broken relay sends that): the same batch
@@ -155,8 +199,19 @@ class Poller:
                     backoff = min(backoff * 2, settings.retry_max)
                     continue
                 stuck = False
-            except Exception:
-                self._ctx.log.exception("could not store updates; will read them again")
+            except Exception as error:
+                # the store away (a database restarting) fails every try the same way: the
+                # first is logged whole, then a line every tenth, not a traceback a second
+                unstored += 1
+                if unstored == 1:
+                    self._ctx.log.exception("could not store updates; will read them again")
+                elif unstored % 10 == 0:
+                    self._ctx.log.warning(
+                        "still cannot store updates after %d tries (%s: %s)",
+                        unstored,
+                        type(error).__name__,
+                        error,
+                    )
                 if await sleep_or_stop(self._stopping, backoff):
                     return
                 backoff = min(backoff * 2, settings.retry_max)
