@@ -732,3 +732,27 @@ async def test_an_accounts_state_is_written_only_by_its_lease_holder(postgres_ur
     finally:
         for store in (holder, stale, outsider):
             await store.close()
+
+
+async def test_connections_the_server_dropped_fail_no_write_and_no_read(postgres_url: str) -> None:
+    # a server restart (or pg_terminate_backend) breaks every pooled connection: each
+    # failed one operation in turn (an ingest, a run's record, a send's outcome)
+    store = PostgresStore(postgres_url, pool_size=4)
+    try:
+        # fill the pool with four idle connections
+        await asyncio.gather(*(store._fetchall("SELECT pg_sleep(0.05)") for _ in range(4)))
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+            cursor = await admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND application_name = ''"
+            )
+            (dropped,) = await cursor.fetchone() or (0,)
+        assert dropped >= 1
+        for n in range(6):  # writes and reads alike go through, none fails
+            (stored,) = await store.append_inbound([Inbound(make_event(f"after-{n}"))])
+            assert stored.status == "stored"
+            assert await store.is_known("acct", f"after-{n}")
+        assert len(await store.conversations()) == 1
+    finally:
+        await store.close()

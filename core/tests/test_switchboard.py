@@ -539,11 +539,13 @@ async def test_a_delivered_send_the_store_cannot_record_at_once_is_still_sent(
     from backchannel import outbound
 
     monkeypatch.setattr(outbound, "RECORD_SENT_PAUSES", (0.0, 0.01, 0.01, 0.01))
+    monkeypatch.setattr(outbound, "RECORD_SENT_LATER_PAUSES", (0.01, 0.01, 0.05))
     real = store.mark_sent
     failures: list[int] = []
+    away_for = [2]
 
     async def away(outbox_id: int, receipt: Any) -> Any:
-        if len(failures) < 2:
+        if len(failures) < away_for[0]:
             failures.append(outbox_id)
             raise StoreError("connection to the database was lost")
         return await real(outbox_id, receipt)
@@ -559,16 +561,21 @@ async def test_a_delivered_send_the_store_cannot_record_at_once_is_still_sent(
     assert len(failures) == 2 and agent.results[0].startswith("sent as #2")
     (entry,) = await store.outbox()
     assert entry.status == "sent"
-    # never recordable: still "sent" to the agent; the row stays pending (a restart makes
-    # it uncertain, never sent again)
+    # away for longer than the run waits: told "sent" at once, recorded in the background
+    # once the store is back
     failures.clear()
-    monkeypatch.setattr(outbound, "RECORD_SENT_PAUSES", (0.0, 0.01))
+    away_for[0] = 4 + 2
     channel.platform.user_says("again")
     await agent.wait_runs(2)
     await board.wait_idle()
     assert channel.platform.texts() == ["done", "done"]
     assert agent.results[1].startswith("sent as #4") and "failed" not in agent.results[1]
-    assert [e.status for e in await store.outbox()] == ["pending", "sent"]
+    for _ in range(200):
+        if [e.status for e in await store.outbox()] == ["sent", "sent"]:
+            break
+        await asyncio.sleep(0.02)
+    assert [e.status for e in await store.outbox()] == ["sent", "sent"]
+    assert len(failures) == 6
     await board.stop()
 
 

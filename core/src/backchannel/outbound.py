@@ -22,9 +22,11 @@ from .wire import repair_text
 __all__ = ["MAX_PARTS", "Deliverer", "DeliveryResult", "channel_tools", "send_room", "too_long"]
 
 log = logging.getLogger("backchannel.outbound")
-#: pauses before each try at recording a delivered send (about a minute in all: a
-#: database restart, a failover)
-RECORD_SENT_PAUSES = (0.0, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+#: pauses before each try at recording a delivered send while its sender waits (a
+#: database restart, a failover) ...
+RECORD_SENT_PAUSES = (0.0, 0.2, 0.5, 1.0, 2.0)
+#: ... and then in the background (about four minutes in all)
+RECORD_SENT_LATER_PAUSES = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 
 
 @frozen
@@ -73,6 +75,8 @@ class Deliverer:
         self._me = me
         self.max_attempts = max_attempts
         self.max_retry_after = max_retry_after
+        #: sends delivered whose recording goes on in the background (_record_sent)
+        self._recording: set[asyncio.Task[None]] = set()
 
     async def deliver(
         self,
@@ -197,33 +201,48 @@ class Deliverer:
             return DeliveryResult(await self._record_sent(entry, receipt), receipt)
 
     async def _record_sent(self, entry: OutboxEntry, receipt: Receipt) -> OutboxEntry:
-        """Record a send the platform took: tried again for about a minute when the store
-        fails (a database restarting). The message is out whatever the store says: the
-        sender is never told it failed (it would send it again); if it still cannot be
-        recorded, the row stays pending, which a restart makes `uncertain` (never resent)."""
+        """Record a send the platform took. The message is out whatever the store says:
+        its sender is never told it failed (it would send it again). A store failing (a
+        database restarting) is asked again a few times; past that, the recording goes on
+        in the background for about four minutes, and the sender is told it was sent at
+        once. Never recorded (the process stopped first), the row stays pending, which a
+        restart makes `uncertain`: never sent again."""
         for pause in RECORD_SENT_PAUSES:
             if pause:
                 await asyncio.sleep(pause)
             try:
                 return await self.store.mark_sent(entry.id, receipt)
             except Exception as error:
-                log.warning(
-                    "send #%s was delivered, but recording it failed (%s: %s); trying again",
-                    entry.id,
-                    type(error).__name__,
-                    error,
-                )
-        log.error(
-            "send #%s was delivered, but could not be recorded: it stays pending until a"
-            " restart marks it uncertain (never sent again)",
+                failure = f"{type(error).__name__}: {error}"
+        log.warning(
+            "send #%s was delivered, but recording it failed (%s); recording it in the background",
             entry.id,
+            failure,
         )
+        task = asyncio.get_running_loop().create_task(self._record_sent_later(entry, receipt))
+        self._recording.add(task)
+        task.add_done_callback(self._recording.discard)
         return evolve(
             entry,
             status="sent",
-            reason="delivered; the store could not record it",
+            reason="delivered; not recorded yet",
             platform_ids=receipt.part_ids
             or ((receipt.platform_message_id,) if receipt.platform_message_id else ()),
+        )
+
+    async def _record_sent_later(self, entry: OutboxEntry, receipt: Receipt) -> None:
+        for pause in RECORD_SENT_LATER_PAUSES:
+            await asyncio.sleep(pause)
+            try:
+                await self.store.mark_sent(entry.id, receipt)
+            except Exception:
+                continue
+            log.info("send #%s is recorded as sent", entry.id)
+            return
+        log.error(
+            "send #%s was delivered but could not be recorded: it stays pending until a"
+            " restart marks it uncertain (never sent again)",
+            entry.id,
         )
 
 

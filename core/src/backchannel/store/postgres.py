@@ -22,6 +22,7 @@ How the guarantees hold with several writers:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Collection, Mapping, Sequence
@@ -96,6 +97,10 @@ RETRYABLE = (
     pg_errors.UniqueViolation,
 )
 RETRIES = 8
+#: seconds the pool tries to reconnect before it gives up and grows again on demand with a
+#: fresh backoff (its default, 5 minutes of doubling waits, kept a worker stalled for about
+#: as long as an outage after the server was back)
+RECONNECT_TIMEOUT = 10.0
 #: the database server's clock in seconds (workers on several machines agree on it)
 DB_NOW = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"
 #: LISTEN/NOTIFY channel of cross-worker wake-ups
@@ -114,6 +119,8 @@ class PostgresStore(PostgresAsks, Store):
         self._pool: AsyncConnectionPool | None = None
         self._opening: asyncio.Lock | None = None
         self._closed = False
+        #: a check of the pool's connections under way (after one was found broken)
+        self._checking: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"PostgresStore({display_url(self.url)!r}, worker={self.worker!r})"
@@ -144,6 +151,7 @@ class PostgresStore(PostgresAsks, Store):
                     open=False,
                     kwargs={"autocommit": True},
                     name="backchannel-store",
+                    reconnect_timeout=RECONNECT_TIMEOUT,
                 )
                 await pool.open(wait=True, timeout=15)
             except Exception as error:
@@ -157,6 +165,10 @@ class PostgresStore(PostgresAsks, Store):
 
     async def close(self) -> None:
         self._closed = True
+        if self._checking is not None:
+            self._checking.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._checking
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()
@@ -171,10 +183,37 @@ class PostgresStore(PostgresAsks, Store):
         after 5 more runs PostgreSQL may settle on a generic plan for it, one
         for any value (`participants` went from 60 ms to over a minute so).
         """
-        pool = await self.pool()
-        async with pool.connection() as connection:
+
+        async def read(connection: Any) -> list[tuple[Any, ...]]:
             cursor = await connection.execute(sql, params, prepare=prepare)
-            return await cursor.fetchall()
+            rows: list[tuple[Any, ...]] = await cursor.fetchall()
+            return rows
+
+        result: list[tuple[Any, ...]] = await self._read(read)
+        return result
+
+    async def _read(self, work: Any) -> Any:
+        """Run `work(connection)`, which only reads, on a pooled connection."""
+        pool = await self.pool()
+        for attempt in range(self._pool_size + 1):
+            try:
+                async with pool.connection() as connection:
+                    return await work(connection)
+            except psycopg.OperationalError:
+                # a connection the server dropped (a restart): a read is asked again, on
+                # another connection, while the pool sheds the broken ones
+                self._check_pool(pool)
+                if attempt == self._pool_size:
+                    raise
+                await asyncio.sleep(0.05 * attempt)
+        raise AssertionError("unreachable")
+
+    def _check_pool(self, pool: AsyncConnectionPool) -> None:
+        """Have the pool test its idle connections and replace the broken ones, once at a
+        time: after a server restart every one of them is broken, and each would fail one
+        operation in turn."""
+        if self._checking is None or self._checking.done():
+            self._checking = asyncio.get_running_loop().create_task(pool.check())
 
     async def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         rows = await self._fetchall(sql, params)
@@ -183,14 +222,28 @@ class PostgresStore(PostgresAsks, Store):
     async def _write(self, work: Any) -> Any:
         """Run `work(connection)` in one transaction, again from the start when it races."""
         pool = await self.pool()
-        for attempt in range(RETRIES):
+        dropped = 0
+        for attempt in range(RETRIES + self._pool_size):
+            committing = False
             try:
                 async with pool.connection() as connection, connection.transaction():
-                    return await work(connection)
+                    result = await work(connection)
+                    committing = True
+                return result
             except RETRYABLE:
-                if attempt == RETRIES - 1:
+                if attempt >= RETRIES - 1:
                     raise
                 await asyncio.sleep(0.005 * (attempt + 1))
+            except psycopg.OperationalError:
+                # the connection broke. Before the COMMIT was sent the server rolled the
+                # transaction back: done again, on another connection (a restart leaves
+                # every pooled one broken). A COMMIT whose answer was lost may have taken
+                # effect: that is the caller's to know, never done twice here
+                self._check_pool(pool)
+                dropped += 1
+                if committing or dropped > self._pool_size:
+                    raise
+                await asyncio.sleep(0.05 * dropped)
         raise AssertionError("unreachable")
 
     async def recover(self) -> list[OutboxEntry]:
@@ -795,9 +848,10 @@ class PostgresStore(PostgresAsks, Store):
         return outbox_row(row)
 
     async def _outbox_entry_now(self, outbox_id: int) -> OutboxEntry:
-        pool = await self.pool()
-        async with pool.connection() as connection:
-            return await self._outbox_entry(connection, outbox_id)
+        entry: OutboxEntry = await self._read(
+            lambda connection: self._outbox_entry(connection, outbox_id)
+        )
+        return entry
 
     async def outbox(
         self,
