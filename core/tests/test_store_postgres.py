@@ -756,3 +756,32 @@ async def test_connections_the_server_dropped_fail_no_write_and_no_read(postgres
         assert len(await store.conversations()) == 1
     finally:
         await store.close()
+
+
+async def test_a_hand_over_past_its_deadline_gives_back_what_an_ask_staked_on_it(
+    postgres_url: str,
+) -> None:
+    reporter = PostgresStore(postgres_url, worker="wa")
+    holder = PostgresStore(postgres_url, worker="wb")
+    try:
+        for store in (reporter, holder):
+            await store.register_worker("host", 3)
+        origin = await reporter.ensure_conversation(Address("tg", "100"))
+        session = await reporter.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
+        ask_id = await _answered_ask(holder, origin, session)
+        report = await reporter.record_outbound(
+            origin.id,
+            Outbound(origin.address, "[the answer] ANS Q1"),
+            ME,
+            hand_to=("tg", False, 0.05, False),
+        )
+        assert await reporter.claim_report(ask_id, report.id)
+        await reporter.release_handoff(report.id)
+        await asyncio.sleep(0.1)  # no holder took it in time (a take-over in between)
+        assert await holder.take_handoffs(["tg"]) == []
+        late = await holder._outbox_entry_now(report.id)
+        assert late.status == "failed" and "before its asker stopped waiting" in (late.reason or "")
+        assert [a.id for a in await holder.asks(awaiting_report=True)] == [ask_id]
+    finally:
+        for store in (reporter, holder):
+            await store.close()

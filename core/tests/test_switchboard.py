@@ -605,3 +605,31 @@ async def test_a_run_whose_end_cannot_be_recorded_at_once_is_recorded_when_it_ca
     assert [r.status for r in await store.runs()] == ["ok"]  # not left "running"
     assert channel.platform.texts() == ["done"]
     await board.stop()
+
+
+async def test_a_send_settled_elsewhere_while_it_waited_out_a_rate_limit_is_not_sent(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a worker stalled in the wait; another one's recovery made the send "never sent" and
+    # its conversation is answered again: sent now, it would arrive twice
+    channel = FakeChannel()
+    channel.platform.fail_next_send("rate_limited", 0.05)
+    real = store.note_waiting
+
+    async def recovered_meanwhile(outbox_id: int, waiting: bool) -> bool:
+        noted = await real(outbox_id, waiting)
+        if waiting:
+            await store.mark_failed(outbox_id, "not sent: recovered", never_sent=True)
+        return noted
+
+    monkeypatch.setattr(store, "note_waiting", recovered_meanwhile)
+    agent = reply_with("late")
+    board = await started(store, channel, Binding(agent))
+    channel.platform.user_says("hi")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert channel.platform.texts() == []
+    assert "settled elsewhere" in agent.results[0]
+    (entry,) = await store.outbox()
+    assert (entry.status, entry.reason) == ("failed", "not sent: recovered")
+    await board.stop()

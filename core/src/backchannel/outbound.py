@@ -173,9 +173,16 @@ class Deliverer:
                     await asyncio.sleep(error.retry_after)
                 except asyncio.CancelledError:
                     # waiting out a rate limit, nothing is in flight: definitely not delivered
-                    await self.store.mark_failed(entry.id, "stopped while waiting out a rate limit")
+                    await self.store.mark_failed(
+                        entry.id, "stopped while waiting out a rate limit", never_sent=True
+                    )
                     raise
-                await self.store.note_waiting(entry.id, False)
+                if not await self.store.note_waiting(entry.id, False):
+                    # settled while this waited (it stalled, and another worker's recovery
+                    # made it "never sent", so its conversation is answered again): not
+                    # sent now, or it would arrive twice
+                    reason = "not sent: settled elsewhere while it waited out a rate limit"
+                    return DeliveryResult(evolve(entry, status="failed", reason=reason))
                 continue
             except Rejected as error:
                 entry = await self.store.mark_failed(entry.id, error.reason)

@@ -453,7 +453,9 @@ class WorkerCoordinator:
                 log.exception("worker %s: a handed-over send could not be prepared", self.name)
             why = "the worker holding the account stopped first" if stopped else repr(error)
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.store.mark_failed(entry.id, f"not sent: {why}"))
+                await asyncio.shield(
+                    self.store.mark_failed(entry.id, f"not sent: {why}", never_sent=True)
+                )
             if stopped:
                 raise
             return

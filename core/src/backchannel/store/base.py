@@ -337,8 +337,15 @@ class Store(ABC):
         """Record success with the platform's message id(s)."""
 
     @abstractmethod
-    async def mark_failed(self, outbox_id: int, reason: str) -> OutboxEntry:
-        """Record a definite failure (the platform said no)."""
+    async def mark_failed(
+        self, outbox_id: int, reason: str, *, never_sent: bool = False
+    ) -> OutboxEntry:
+        """Record a definite failure (the platform said no).
+
+        `never_sent`: it was never tried (nothing of it went out: a stop while it waited
+        out a rate limit, a hand-over no worker took). What an ask staked on it is then
+        given back: a report or expiry notice it was is owed again, the ask whose
+        question it was fails (see `Store.claim_report`)."""
 
     @abstractmethod
     async def mark_uncertain(
@@ -350,15 +357,18 @@ class Store(ABC):
         the message, so a reply to it is placed (and matched to its ask).
         """
 
-    async def note_waiting(self, outbox_id: int, waiting: bool) -> None:
+    async def note_waiting(self, outbox_id: int, waiting: bool) -> bool:
         """Say that a pending send waits out a rate limit (`waiting`), or no longer does.
 
         While it waits nothing of it is in flight: a restart finding it pending marks it
         failed ("never sent"), so its conversation's next run answers again, where any
         other pending send becomes uncertain (it may have arrived). The stores keep it as
         the pending row's reason, `WAITING`; a store that does not (this default) leaves
-        such a send to be counted uncertain."""
-        return None  # optional: a store without it stays correct, only more doubtful
+        such a send to be counted uncertain.
+
+        Return False when the send is no longer pending (another worker's recovery
+        settled it while this one stalled in the wait): it must not be sent then."""
+        return True  # optional: a store without it stays correct, only more doubtful
 
     @abstractmethod
     async def note_platform_id(self, outbox_id: int, platform_message_id: str) -> None:

@@ -468,6 +468,23 @@ def m016_early_reactions(db: apsw.Connection) -> None:
     )
 
 
+def m017_ask_sends(db: apsw.Connection) -> None:
+    """Which send reported an ask's answer, or its expiry: a send failed without ever
+    being tried (a stop, or a SIGKILL, while it waited out a rate limit) gives its claim
+    back, so the report is made again (as PostgreSQL's pg020)."""
+    db.execute(
+        """
+        ALTER TABLE asks ADD COLUMN report_outbox_id INTEGER;
+        ALTER TABLE asks ADD COLUMN expiry_outbox_id INTEGER;
+        CREATE INDEX asks_outbox_id ON asks (outbox_id) WHERE outbox_id IS NOT NULL;
+        CREATE INDEX asks_report_outbox_id ON asks (report_outbox_id)
+            WHERE report_outbox_id IS NOT NULL;
+        CREATE INDEX asks_expiry_outbox_id ON asks (expiry_outbox_id)
+            WHERE expiry_outbox_id IS NOT NULL;
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_initial,
     m002_visible_index_and_orphan_edits,
@@ -483,6 +500,7 @@ MIGRATIONS: list[Migration] = [
     m014_outbox_by_message_seq,
     m015_early_deletes,
     m016_early_reactions,
+    m017_ask_sends,
 ]
 
 

@@ -290,7 +290,7 @@ class PostgresStore(PostgresAsks, Store):
                 )
                 continue
             if outbox_id in waiting:  # nothing of it was in flight (Store.note_waiting)
-                await self._set_outbox_status(connection, outbox_id, "failed", NEVER_SENT_WAITING)
+                await self._never_tried(connection, outbox_id, NEVER_SENT_WAITING)
                 continue
             await self._set_outbox_status(
                 connection,
@@ -785,9 +785,13 @@ class PostgresStore(PostgresAsks, Store):
         await self._write(work)
         return await self._outbox_entry_now(outbox_id)
 
-    async def mark_failed(self, outbox_id: int, reason: str) -> OutboxEntry:
+    async def mark_failed(
+        self, outbox_id: int, reason: str, *, never_sent: bool = False
+    ) -> OutboxEntry:
         async def work(connection: Any) -> None:
             await self._set_outbox_status(connection, outbox_id, "failed", reason)
+            if never_sent:
+                await _gave_back(connection, outbox_id, reason)
             entry = await self._outbox_entry(connection, outbox_id)
             if entry.platform_ids and entry.kind == "message":
                 # an id noted before sending (note_platform_id) names nothing that arrived
@@ -1281,14 +1285,16 @@ class PostgresStore(PostgresAsks, Store):
         )
         return {row[0]: (row[1], float(row[2])) for row in rows}
 
-    async def note_waiting(self, outbox_id: int, waiting: bool) -> None:
-        async def work(connection: Any) -> None:
-            await connection.execute(
-                "UPDATE outbox SET reason = %s WHERE id = %s AND status = 'pending'",
+    async def note_waiting(self, outbox_id: int, waiting: bool) -> bool:
+        async def work(connection: Any) -> bool:
+            cursor = await connection.execute(
+                "UPDATE outbox SET reason = %s WHERE id = %s AND status = 'pending' RETURNING id",
                 (WAITING if waiting else None, outbox_id),
             )
+            return await cursor.fetchone() is not None
 
-        await self._write(work)
+        still: bool = await self._write(work)
+        return still
 
     async def notify(self, payload: str) -> None:
         await self._one("SELECT pg_notify(%s, %s)", (WAKE_CHANNEL, payload))
@@ -1365,10 +1371,9 @@ class PostgresStore(PostgresAsks, Store):
                 (sorted(accounts),),
             )
             for (late,) in await cursor.fetchall():
-                await self._set_outbox_status(
+                await self._never_tried(
                     connection,
                     late,
-                    "failed",
                     "not sent: no worker holding the account took it before its asker"
                     " stopped waiting",
                 )

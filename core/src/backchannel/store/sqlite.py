@@ -238,6 +238,7 @@ class SQLiteStore(SQLiteAsks, Store):
             for outbox_id, reason in pending:
                 if reason == WAITING:  # nothing of it was in flight (Store.note_waiting)
                     self._set_outbox_status(outbox_id, "failed", NEVER_SENT_WAITING)
+                    self._gave_back(outbox_id, NEVER_SENT_WAITING)
                     continue
                 self._set_outbox_status(
                     outbox_id, "uncertain", "interrupted by a restart before the platform answered"
@@ -249,12 +250,13 @@ class SQLiteStore(SQLiteAsks, Store):
             )
         return [self._outbox_entry(outbox_id) for outbox_id, _ in pending]
 
-    async def note_waiting(self, outbox_id: int, waiting: bool) -> None:
+    async def note_waiting(self, outbox_id: int, waiting: bool) -> bool:
         with self._write():
-            self.db.execute(
-                "UPDATE outbox SET reason = ? WHERE id = ? AND status = 'pending'",
+            rows = self.db.execute(
+                "UPDATE outbox SET reason = ? WHERE id = ? AND status = 'pending' RETURNING id",
                 (WAITING if waiting else None, outbox_id),
-            )
+            ).fetchall()
+        return bool(rows)
 
     # inbound ---------------------------------------------------------------
     async def append_inbound(self, items: Sequence[Inbound]) -> list[AppendResult]:
@@ -1272,9 +1274,13 @@ class SQLiteStore(SQLiteAsks, Store):
                     )
         return self._outbox_entry(outbox_id)
 
-    async def mark_failed(self, outbox_id: int, reason: str) -> OutboxEntry:
+    async def mark_failed(
+        self, outbox_id: int, reason: str, *, never_sent: bool = False
+    ) -> OutboxEntry:
         with self._write():
             self._set_outbox_status(outbox_id, "failed", reason)
+            if never_sent:
+                self._gave_back(outbox_id, reason)
             entry = self._outbox_entry(outbox_id)
             if entry.platform_ids and entry.kind == "message":
                 # an id noted before sending (note_platform_id) names nothing that arrived

@@ -177,23 +177,45 @@ class SQLiteAsks:
             ).fetchall()
         return [_ask(row) for row in rows]
 
-    # (an SQLite store hands no send to another process: every send it records is tried,
-    # so a claim is never given back and its send's id is not kept)
     async def claim_report(self, ask_id: int, outbox_id: int | None = None) -> bool:
-        return self._stamp_once(ask_id, "reported_at", "state = 'answered', ")
+        return self._stamp_once(
+            ask_id, "reported_at", "report_outbox_id", outbox_id, "state = 'answered', "
+        )
 
     async def mark_expiry_reported(self, ask_id: int, outbox_id: int | None = None) -> bool:
-        return self._stamp_once(ask_id, "expiry_reported_at")
+        return self._stamp_once(ask_id, "expiry_reported_at", "expiry_outbox_id", outbox_id)
 
-    def _stamp_once(self, ask_id: int, column: str, also: str = "") -> bool:
-        """Stamp `column` (and set `also`) unless it is stamped; True when this call did."""
+    def _stamp_once(
+        self, ask_id: int, column: str, send_column: str, outbox_id: int | None, also: str = ""
+    ) -> bool:
+        """Stamp `column` (and set `also`), noting the send in `send_column`, unless it is
+        stamped; True when this call did."""
         with self._write():
             rows = self.db.execute(
-                f"UPDATE asks SET {also}{column} = ? WHERE id = ? AND {column} IS NULL"
-                " RETURNING id",
-                (now(), ask_id),
+                f"UPDATE asks SET {also}{column} = ?, {send_column} = ?"
+                f" WHERE id = ? AND {column} IS NULL RETURNING id",
+                (now(), outbox_id, ask_id),
             ).fetchall()
         return bool(rows)
+
+    def _gave_back(self, outbox_id: int, reason: str) -> None:
+        """What an ask staked on a send never tried, given back (inside a write): a
+        report's or an expiry notice's claim (owed again), the ask of a question never
+        sent failed (see the PostgreSQL store's twin)."""
+        db = self.db
+        for stamp, send in (
+            ("reported_at", "report_outbox_id"),
+            ("expiry_reported_at", "expiry_outbox_id"),
+        ):
+            db.execute(
+                f"UPDATE asks SET {stamp} = NULL, {send} = NULL WHERE {send} = ?", (outbox_id,)
+            )
+        db.execute(
+            "UPDATE asks SET state = 'failed', reason = ?"
+            " WHERE outbox_id = ? AND state IN ('pending', 'expired') AND answer_seq IS NULL"
+            " AND reported_at IS NULL",
+            (f"the question was never sent ({reason})", outbox_id),
+        )
 
     async def asks(
         self,

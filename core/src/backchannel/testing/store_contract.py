@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import pytest
@@ -366,6 +367,60 @@ class StoreContract(AskStoreContract):
         assert recovered[waited.id].status == "failed"
         assert "waited out a rate limit" in (recovered[waited.id].reason or "")
         assert recovered[resumed.id].status == "uncertain"
+
+    async def test_a_send_never_tried_gives_back_what_an_ask_staked_on_it(
+        self, store: Store
+    ) -> None:
+        # a report (or a question) that waited out a rate limit when the process died, or
+        # was stopped in that wait: never sent, so the answer is owed again (the claim
+        # stayed, and it was never reported) and a question's ask fails
+        origin = await store.ensure_conversation(Address("acct", "origin"))
+        session = await store.ensure_conversation(Address("acct", "peer", "s1"))
+        question = await store.record_outbound(session.id, Outbound(session.address, "Q"), ME)
+        answered = await store.record_ask(
+            origin_conversation_id=origin.id,
+            origin_seq=1,
+            peer_conversation_id=session.id,
+            question="Q",
+            deadline=time.time() + 60,
+            message_seq=question.message_seq,
+            outbox_id=question.id,
+        )
+        await store.mark_sent(question.id, Receipt("pm-q"))
+        (answer,) = await store.append_inbound(
+            [Inbound(make_event("ans", "A", chat="peer", thread="s1", reply_to="pm-q"))]
+        )
+        assert await store.correlate_reply(session.id, answer.seq or 0) is not None
+        report = await store.record_outbound(origin.id, Outbound(origin.address, "[A]"), ME)
+        assert await store.claim_report(answered.id, report.id)
+        await store.note_waiting(report.id, True)
+        second = await store.record_outbound(session.id, Outbound(session.address, "Q2"), ME)
+        unsent = await store.record_ask(
+            origin_conversation_id=origin.id,
+            origin_seq=2,
+            peer_conversation_id=session.id,
+            question="Q2",
+            deadline=time.time() + 60,
+            message_seq=second.message_seq,
+            outbox_id=second.id,
+        )
+        stopped = await store.mark_failed(
+            second.id, "stopped while waiting out a rate limit", never_sent=True
+        )
+        assert stopped.status == "failed"
+        assert await store.asks(awaiting_report=True) == []
+        await store.recover()  # the process had died in the report's wait
+        assert [a.id for a in await store.asks(awaiting_report=True)] == [answered.id]
+        again = await store.record_outbound(origin.id, Outbound(origin.address, "[A]"), ME)
+        assert await store.claim_report(answered.id, again.id)  # claimed once more, once
+        assert not await store.claim_report(answered.id, again.id)
+        states = {a.id: a.state for a in await store.asks()}
+        assert states == {answered.id: "answered", unsent.id: "failed"}
+        # a send the platform refused is no give-back: reported, not owed again
+        refused = await store.mark_failed(again.id, "chat not found")
+        assert refused.status == "failed" and await store.asks(awaiting_report=True) == []
+        # a send settled while it waited is said so: it must not be sent then
+        assert not await store.note_waiting(again.id, False)
 
     async def test_a_held_sender_is_not_found_by_a_name_it_changed_to(self, store: Store) -> None:
         mallory = Sender("666", "Mallory")
