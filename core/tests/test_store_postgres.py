@@ -785,3 +785,131 @@ async def test_a_hand_over_past_its_deadline_gives_back_what_an_ask_staked_on_it
     finally:
         for store in (reporter, holder):
             await store.close()
+
+
+async def test_a_thread_message_and_a_reaction_naming_its_chat_appended_at_once_meet(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # two workers (Slack's Events API runs on every one): the reaction's batch had not
+    # seen the message, and the message's batch had read the chat's count unlocked (0)
+    from backchannel.store import postgres as pg
+    from backchannel.testing.store_contract import BOB
+
+    first = PostgresStore(postgres_url, worker="w1")
+    other = PostgresStore(postgres_url, worker="w2")
+    try:
+        await first.append_inbound(
+            [Inbound(make_event("top", "top level")), Inbound(make_event("t0", "x", thread="th1"))]
+        )
+        # 1. the reaction commits between the message batch's look and its locks
+        looked = pg._Append._existing
+
+        async def reaction_meanwhile(self: Any, keys: Any) -> Any:
+            found = await looked(self, keys)
+            if keys:
+                (r,) = await other.append_inbound(
+                    [Inbound(make_event("r1", "👍", kind="reaction", message_id="t1", sender=BOB))]
+                )
+                assert r.status == "recorded"
+            return found
+
+        monkeypatch.setattr(pg._Append, "_existing", reaction_meanwhile)
+        (message,) = await first.append_inbound(
+            [Inbound(make_event("t1", "in the thread", thread="th1"), triggers=True)]
+        )
+        monkeypatch.setattr(pg._Append, "_existing", looked)
+        stored = await first.message(message.conversation_id, message.seq or 0)
+        assert stored is not None and stored.reactions == (("Bob", "👍"),)
+        # 2. the reaction looks for its target while the message's batch holds the chat
+        flush = pg._Append._flush_counters
+        reacting: list[asyncio.Task[Any]] = []
+
+        async def reaction_waits(self: Any) -> None:
+            if not reacting and any(i.event.kind == "message" for i in self.items):
+                reacting.append(
+                    asyncio.create_task(
+                        other.append_inbound(
+                            [
+                                Inbound(
+                                    make_event(
+                                        "r2", "🎉", kind="reaction", message_id="t2", sender=BOB
+                                    )
+                                )
+                            ]
+                        )
+                    )
+                )
+                async with await psycopg.AsyncConnection.connect(
+                    postgres_url, autocommit=True
+                ) as admin:
+                    for _ in range(400):  # until it waits on a lock this batch holds
+                        cursor = await admin.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        )
+                        if (await cursor.fetchone() or (0,))[0]:
+                            break
+                        await asyncio.sleep(0.01)
+            await flush(self)
+
+        monkeypatch.setattr(pg._Append, "_flush_counters", reaction_waits)
+        (second,) = await first.append_inbound(
+            [Inbound(make_event("t2", "also in it", thread="th1"), triggers=True)]
+        )
+        (r2,) = await reacting[0]
+        assert r2.status == "applied" and r2.conversation_id == second.conversation_id
+        shown = await first.message(second.conversation_id, second.seq or 0)
+        assert shown is not None and shown.reactions == (("Bob", "🎉"),)
+        async with await psycopg.AsyncConnection.connect(postgres_url) as admin:
+            cursor = await admin.execute("SELECT count(*) FROM early_reactions")
+            assert (await cursor.fetchone() or (1,))[0] == 0
+    finally:
+        for store in (first, other):
+            await store.close()
+
+
+async def test_a_reaction_appended_while_our_sends_outcome_is_recorded_is_kept(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from backchannel.store import postgres as pg
+
+    first = PostgresStore(postgres_url, worker="w1")
+    other = PostgresStore(postgres_url, worker="w2")
+    try:
+        (question,) = await first.append_inbound([Inbound(make_event("e1", "q"))])
+        conversation = await first.conversation(question.conversation_id)
+        entry = await first.record_outbound(
+            conversation.id, Outbound(conversation.address, "answer"), ME
+        )
+        taking = pg._take_reactions
+        reacting: list[asyncio.Task[Any]] = []
+
+        async def reaction_meanwhile(connection: Any, *args: Any) -> Any:
+            rows = await taking(connection, *args)
+            if not reacting:  # the webhook's reaction, in another worker's transaction
+                reacting.append(
+                    asyncio.create_task(
+                        other.append_inbound(
+                            [Inbound(make_event("r1", "🙏", kind="reaction", message_id="out-1"))]
+                        )
+                    )
+                )
+                async with await psycopg.AsyncConnection.connect(
+                    postgres_url, autocommit=True
+                ) as admin:
+                    for _ in range(200):  # until it is done, or waits on our lock
+                        cursor = await admin.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        )
+                        if reacting[0].done() or (await cursor.fetchone() or (0,))[0]:
+                            break
+                        await asyncio.sleep(0.01)
+            return rows
+
+        monkeypatch.setattr(pg, "_take_reactions", reaction_meanwhile)
+        await first.mark_sent(entry.id, Receipt("out-1"))
+        await reacting[0]
+        ours = await first.message(conversation.id, entry.message_seq or 0)
+        assert ours is not None and ours.reactions == (("Alice", "🙏"),)
+    finally:
+        for store in (first, other):
+            await store.close()

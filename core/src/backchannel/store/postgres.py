@@ -723,12 +723,25 @@ class PostgresStore(PostgresAsks, Store):
         async def work(connection: Any) -> None:
             entry = await self._outbox_entry(connection, outbox_id)
             reactions = None
-            if entry.message_seq is not None and receipt.platform_message_id is not None:
-                # a reaction to it may have come before this (a webhook's race); first, as
-                # it may lock the conversation's row, which appends take before messages'
-                reactions = await _take_early_reactions(
-                    connection, entry.conversation_id, None, receipt.platform_message_id
+            if entry.message_seq is not None and ids:
+                # reactions to it (any of its parts) may have come before this, a webhook's
+                # race: in its conversation, or its chat's when it is in a thread (a Slack
+                # reaction names the chat). First, as it locks those conversations' rows,
+                # which appends take before messages'
+                cursor = await connection.execute(
+                    "SELECT c.id FROM conversations t JOIN conversations c"
+                    " ON c.account = t.account AND c.chat = t.chat AND c.thread = ''"
+                    " WHERE t.id = %s AND t.thread <> ''",
+                    (entry.conversation_id,),
                 )
+                chat = await cursor.fetchone()
+                # the chat's first, as appends lock them in key order (its thread is "")
+                places = [*([chat[0]] if chat else []), entry.conversation_id]
+                early: list[tuple[int, str]] = []
+                for place in places:
+                    early += await _take_reactions(connection, place, None, ids)
+                if early:
+                    reactions = with_early_reactions(None, [t for _, t in sorted(early)])
             await connection.execute(
                 "UPDATE outbox SET status = 'sent', reason = NULL, platform_ids = %s,"
                 " updated_at = %s WHERE id = %s",
@@ -1540,36 +1553,42 @@ async def _take_early_reactions(
     platform_message_id: str,
 ) -> str | None:
     """Return this message's `reactions` column made of the reactions that came before
-    it, if any did (and forget them); `counters` None: outside an append, the stored
-    count goes down, and the conversation's row is locked before the reactions' rows, in
-    the order appends take them (so that neither waits on the other for good)."""
+    it, if any did (and forget them); see `_take_reactions`."""
+    rows = await _take_reactions(connection, conversation_id, counters, [platform_message_id])
+    return with_early_reactions(None, [text for _, text in sorted(rows)]) if rows else None
+
+
+async def _take_reactions(
+    connection: Any,
+    conversation_id: int,
+    counters: ConversationCounters | None,
+    platform_message_ids: Sequence[str],
+) -> list[tuple[int, str]]:
+    """The early reactions waiting in this conversation for any of these platform ids, as
+    (arrival number, reaction), forgotten. `counters` None: outside an append (a send's
+    outcome), the conversation's row is locked first, as appends take it before anything
+    else (a reaction appended meanwhile waits, then sees the message's id; one appended
+    before is seen here), and the stored count goes down."""
     if counters is None:
-        cursor = await connection.execute(
-            "SELECT 1 FROM early_reactions WHERE conversation_id = %s"
-            " AND platform_message_id = %s LIMIT 1",
-            (conversation_id, platform_message_id),
-        )
-        if await cursor.fetchone() is None:
-            return None
         await connection.execute(
             "SELECT 1 FROM conversations WHERE id = %s FOR UPDATE", (conversation_id,)
         )
     cursor = await connection.execute(
         "DELETE FROM early_reactions WHERE conversation_id = %s"
-        " AND platform_message_id = %s RETURNING n, reaction",
-        (conversation_id, platform_message_id),
+        " AND platform_message_id = ANY(%s) RETURNING n, reaction",
+        (conversation_id, list(platform_message_ids)),
     )
-    rows = await cursor.fetchall()
+    rows = [(int(n), str(text)) for n, text in await cursor.fetchall()]
     if not rows:
-        return None
+        return rows
     if counters is not None:
         counters.orphan_edits = max(counters.orphan_edits - len(rows), 0)
-    else:  # outside an append (a send of ours): no batch holds the counters
+    else:
         await connection.execute(
             "UPDATE conversations SET orphan_edits = GREATEST(orphan_edits - %s, 0) WHERE id = %s",
             (len(rows), conversation_id),
         )
-    return with_early_reactions(None, [row[1] for row in sorted(rows)])
+    return rows
 
 
 async def _set_reactions(connection: Any, conversation_id: int, seq: int, reactions: str) -> None:
@@ -1619,13 +1638,15 @@ class _Append:
             firsts.setdefault((address.account, address.chat, address.thread or ""), item)
             if (
                 address.thread is not None
-                and item.event.kind == "message"
+                and item.event.kind in ("message", "edit")
                 and item.event.platform_message_id is not None
             ):
                 chats.add((address.account, address.chat, ""))
         # a thread's message may be the target of a change that named only its chat and
-        # waits in the chat's conversation: that one is locked too, if it has any waiting
-        waiting = await self._with_early_changes(sorted(chats - firsts.keys()))
+        # waits in the chat's conversation: that one is locked too, whenever it exists (a
+        # change appended at the same moment waits for this batch, then finds the message;
+        # one appended before is seen here)
+        waiting = await self._existing(sorted(chats - firsts.keys()))
         keys = sorted([*firsts, *waiting])
         rows = await self._select_for_update(keys)
         missing = [key for key in firsts if key not in rows]
@@ -1656,18 +1677,14 @@ class _Append:
             )
             self.described[conversation_id] = (kind, title)
 
-    async def _with_early_changes(
-        self, keys: list[tuple[str, str, str]]
-    ) -> list[tuple[str, str, str]]:
-        """Those of `keys` whose conversation has early changes waiting (read unlocked: the
-        lock taken after reads the count again)."""
+    async def _existing(self, keys: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+        """Those of `keys` that have a conversation (none is made for them)."""
         if not keys:
             return []
         cursor = await self.connection.execute(
             "SELECT c.account, c.chat, c.thread FROM conversations c"
             " JOIN unnest(%s::text[], %s::text[], %s::text[]) AS k(account, chat, thread)"
-            " ON c.account = k.account AND c.chat = k.chat AND c.thread = k.thread"
-            " WHERE c.orphan_edits > 0",
+            " ON c.account = k.account AND c.chat = k.chat AND c.thread = k.thread",
             ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys]),
         )
         return [(r[0], r[1], r[2]) for r in await cursor.fetchall()]
@@ -1863,8 +1880,9 @@ class _Append:
             return result
         # edits, deletes and reactions look rows up: write what is gathered first
         await self._flush_rows()
-        conversation_id = self._conversation_id(item)
-        result = await self._apply_change(conversation_id, item)
+        result = await self._apply_change(self._conversation_id(item), item)
+        # (the conversation it applied to: a thread found under the locks, see _apply_change)
+        conversation_id = result.conversation_id
         batch.event_rows.append((*key, conversation_id, result.seq, event.kind))
         batch.claimed[key] = (conversation_id, result.seq)  # type: ignore[assignment]
         return result
@@ -1996,6 +2014,20 @@ class _Append:
                     (conversation_id, target),
                 )
                 row = await cursor.fetchone()
+        if row is None and target is not None and event.address.thread is None:
+            # named only its chat, and its target was in no thread when this batch looked
+            # (before its locks): another batch may have committed that thread's message
+            # since, waiting for the chat's lock this one held; found now, under the locks
+            cursor = await connection.execute(
+                "SELECT m.conversation_id, m.seq, m.text, m.reactions FROM messages m"
+                " JOIN conversations c ON c.id = m.conversation_id WHERE c.account = %s"
+                " AND c.chat = %s AND c.thread <> '' AND m.platform_message_id = %s"
+                " ORDER BY m.seq LIMIT 1",
+                (event.address.account, event.address.chat, target),
+            )
+            found = await cursor.fetchone()
+            if found is not None and id(item) not in self.rerouted:
+                conversation_id, row = int(found[0]), tuple(found[1:])
         if item.held:
             # a sender the policy keeps out may not change what the agent sees
             return AppendResult("recorded", conversation_id, None)
@@ -2008,11 +2040,23 @@ class _Append:
                 # a later part of a message of ours (see the SQLite store): recorded
                 return AppendResult("recorded", conversation_id, None)
             counters = self.batch.conversations[conversation_id]
+            # a thread's changes that named only its chat wait in the chat's conversation
+            # (locked with the batch's when the batch holds a thread's message or edit)
+            chat_id = None
+            if event.kind == "edit" and event.address.thread is not None:
+                chat_id = self.ids.get((event.address.account, event.address.chat, ""))
+            if chat_id is not None and not self.batch.conversations[chat_id].orphan_edits:
+                chat_id = None
             if (
                 event.kind == "edit"
-                and counters.orphan_edits
                 and target is not None
-                and await self._holds("early_deletes", conversation_id, target)
+                and (
+                    (
+                        counters.orphan_edits
+                        and await self._holds("early_deletes", conversation_id, target)
+                    )
+                    or (chat_id is not None and await self._holds("early_deletes", chat_id, target))
+                )
             ):
                 # deleted before it arrived: it will arrive deleted, edited or not
                 return AppendResult("recorded", conversation_id, None)
@@ -2020,10 +2064,15 @@ class _Append:
                 # an edit of a message we have not seen (yet): keep its text as the message,
                 # marked so that the original, if it arrives later, lands on this row
                 reactions = None
+                early: list[tuple[int, str]] = []
                 if counters.orphan_edits and target is not None:
-                    reactions = await _take_early_reactions(
-                        connection, conversation_id, counters, target
+                    early = await _take_reactions(connection, conversation_id, counters, [target])
+                if chat_id is not None and target is not None:
+                    early += await _take_reactions(
+                        connection, chat_id, self.batch.conversations[chat_id], [target]
                     )
+                if early:
+                    reactions = with_early_reactions(None, [t for _, t in sorted(early)])
                 counters.orphan_edits += 1
                 marked = Inbound(
                     attrs.evolve(event, meta={**event.meta, "orphan_edit": 1}),

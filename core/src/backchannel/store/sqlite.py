@@ -595,14 +595,31 @@ class SQLiteStore(SQLiteAsks, Store):
         platform_message_id: str,
     ) -> str | None:
         """Return this message's `reactions` column made of the reactions that came before
-        it, if any did (and forget them); `counters` None: the stored ones are counted down."""
-        rows = self.db.execute(
-            "DELETE FROM early_reactions WHERE conversation_id = ? AND platform_message_id = ?"
-            " RETURNING n, reaction",
-            (conversation_id, platform_message_id),
-        ).fetchall()
+        it, if any did (and forget them)."""
+        rows = self._take_reactions(conversation_id, counters, [platform_message_id])
+        return with_early_reactions(None, [text for _, text in sorted(rows)]) if rows else None
+
+    def _take_reactions(
+        self,
+        conversation_id: int,
+        counters: ConversationCounters | None,
+        platform_message_ids: Sequence[str],
+    ) -> list[tuple[int, str]]:
+        """The early reactions waiting in this conversation for any of these platform ids,
+        as (arrival number, reaction), forgotten; `counters` None: outside an append, the
+        stored count goes down."""
+        rows: list[tuple[int, str]] = []
+        for platform_message_id in platform_message_ids:
+            rows += [
+                (int(n), str(text))
+                for n, text in self.db.execute(
+                    "DELETE FROM early_reactions WHERE conversation_id = ?"
+                    " AND platform_message_id = ? RETURNING n, reaction",
+                    (conversation_id, platform_message_id),
+                )
+            ]
         if not rows:
-            return None
+            return rows
         if counters is not None:
             counters.orphan_edits = max(counters.orphan_edits - len(rows), 0)
         else:  # outside an append (a send of ours): no batch holds the counters
@@ -611,7 +628,16 @@ class SQLiteStore(SQLiteAsks, Store):
                 (len(rows), conversation_id),
             )
             self._known_counters.pop(conversation_id)
-        return with_early_reactions(None, [str(row[1]) for row in sorted(rows)])
+        return rows
+
+    def _chat_of_thread(self, conversation_id: int) -> int | None:
+        """The conversation of the whole chat, when this one is a thread of it."""
+        row = self.db.execute(
+            "SELECT c.id FROM conversations t JOIN conversations c ON c.account = t.account"
+            " AND c.chat = t.chat AND c.thread = '' WHERE t.id = ? AND t.thread <> ''",
+            (conversation_id,),
+        ).fetchone()
+        return None if row is None else int(row[0])
 
     def _set_reactions(self, conversation_id: int, seq: int, reactions: str) -> None:
         self.db.execute(
@@ -713,20 +739,38 @@ class SQLiteStore(SQLiteAsks, Store):
                 # (never a message of its own, nor an early delete waiting for ever)
                 return AppendResult("recorded", conversation_id, None)
             counters = self._counters(conversation_id)
+            # a thread's changes that named only its chat wait in the chat's conversation
+            chat = (
+                self._chat_with_early_changes(event.address)
+                if event.kind == "edit" and event.address.thread is not None and target
+                else None
+            )
             if (
                 event.kind == "edit"
-                and counters.orphan_edits
                 and target is not None
-                and self._holds("early_deletes", conversation_id, target)
+                and (
+                    (
+                        counters.orphan_edits
+                        and self._holds("early_deletes", conversation_id, target)
+                    )
+                    or (chat is not None and self._holds("early_deletes", chat[0], target))
+                )
             ):
                 # deleted before it arrived: it will arrive deleted, edited or not
                 return AppendResult("recorded", conversation_id, None)
             if event.kind == "edit":
                 # an edit of a message we have not seen (yet): keep its text as the message,
                 # marked so that the original, if it arrives later, lands on this row
-                reactions = None
+                early: list[tuple[int, str]] = []
                 if counters.orphan_edits and target is not None:
-                    reactions = self._early_reactions(conversation_id, counters, target)
+                    early = self._take_reactions(conversation_id, counters, [target])
+                if chat is not None and target is not None:
+                    early += self._take_reactions(chat[0], chat[1], [target])
+                reactions = (
+                    with_early_reactions(None, [text for _, text in sorted(early)])
+                    if early
+                    else None
+                )
                 counters.orphan_edits += 1
                 marked = Inbound(
                     attrs.evolve(event, meta={**event.meta, "orphan_edit": 1}),
@@ -1237,13 +1281,19 @@ class SQLiteStore(SQLiteAsks, Store):
                         entry.message_seq,
                     ),
                 )
-                if receipt.platform_message_id is not None:
-                    # a reaction to it may have come before this (a webhook's race)
-                    reactions = self._early_reactions(
-                        entry.conversation_id, None, receipt.platform_message_id
+                # reactions to it (to any of its parts) may have come before this, a
+                # webhook's race: in its conversation, or its chat's when it is in a thread
+                # (a Slack reaction names the chat)
+                early = self._take_reactions(entry.conversation_id, None, ids)
+                chat_id = self._chat_of_thread(entry.conversation_id)
+                if chat_id is not None:
+                    early += self._take_reactions(chat_id, None, ids)
+                if early:
+                    self._set_reactions(
+                        entry.conversation_id,
+                        entry.message_seq,
+                        with_early_reactions(None, [text for _, text in sorted(early)]) or "[]",
                     )
-                    if reactions is not None:
-                        self._set_reactions(entry.conversation_id, entry.message_seq, reactions)
                 parts = [part for part in ids if part != receipt.platform_message_id]
                 if parts:
                     # a reply or a reaction to a later part finds the message (m013)

@@ -999,6 +999,65 @@ class StoreContract(AskStoreContract):
         again = await store.message(later.conversation_id, later.seq or 0)
         assert again is not None and (again.reactions, later.triggers) == ((), True)
 
+    async def test_changes_naming_only_the_chat_meet_a_threads_edit_that_came_first(
+        self, store: Store
+    ) -> None:
+        await store.append_inbound(
+            [
+                Inbound(make_event("r1", "👍", kind="reaction", message_id="t1", sender=BOB)),
+                Inbound(make_event("d2", "", kind="delete", message_id="t2", sent_at=1000.5)),
+            ]
+        )
+        for n in (1, 2):  # each thread message's edit came first, then the message
+            await store.append_inbound(
+                [
+                    Inbound(
+                        make_event(
+                            f"t{n}-e", "fixed", kind="edit", message_id=f"t{n}", thread="th1"
+                        )
+                    )
+                ]
+            )
+        first, second = [
+            (
+                await store.append_inbound(
+                    [Inbound(make_event(f"t{n}", "orig", thread="th1"), triggers=True)]
+                )
+            )[0]
+            for n in (1, 2)
+        ]
+        one = await store.message(first.conversation_id, first.seq or 0)
+        assert one is not None and (one.text, one.reactions) == ("fixed", (("Bob", "👍"),))
+        two = await store.message(second.conversation_id, second.seq or 0)
+        assert two is not None and two.deleted_at == 1000.5 and second.triggers is False
+
+    async def test_reactions_to_our_send_in_a_thread_or_to_its_parts_before_its_outcome_are_kept(
+        self, store: Store
+    ) -> None:
+        await store.append_inbound(
+            [
+                Inbound(make_event("top", "top level")),
+                Inbound(make_event("t0", "in the thread", thread="th1")),
+            ]
+        )
+        thread = await store.find_conversation(Address("acct", "c1", "th1"))
+        assert thread is not None
+        entry = await store.record_outbound(
+            thread.id, Outbound(thread.address, "a long answer"), ME
+        )
+        # a Slack reaction names the chat only; one to the second part of a split message
+        await store.append_inbound(
+            [
+                Inbound(make_event("r1", "👍", kind="reaction", message_id="p-1", sender=BOB)),
+                Inbound(make_event("r2", "🎉", kind="reaction", message_id="p-2")),
+            ]
+        )
+        await store.mark_sent(entry.id, Receipt("p-1", ("p-1", "p-2")))
+        ours = await store.message(thread.id, entry.message_seq or 0)
+        assert ours is not None and ours.reactions == (("Bob", "👍"), ("Alice", "🎉"))
+        (later,) = await store.append_inbound([Inbound(make_event("top2", "more"))])
+        assert later.status == "stored"
+
     async def test_a_reaction_to_our_message_before_its_send_is_recorded_is_kept(
         self, store: Store
     ) -> None:
