@@ -263,3 +263,52 @@ async def test_serve_as_a_named_worker_takes_the_lease_of_its_accounts(
     (worker,) = await store.workers_report()
     assert (worker["name"], worker["stopped_at"] is not None) == ("web-1", True)
     await store.close()
+
+
+async def test_a_worker_back_from_an_outage_takes_no_peer_for_dead_for_one_lease_time() -> None:
+    # both workers lost the database (a restart longer than the lease): the first back
+    # "recovered" the other, alive and just as cut off, so its sends in flight became
+    # uncertain and its runs interrupted
+    import time as clock
+    from types import SimpleNamespace
+
+    from backchannel.workers import WorkerCoordinator
+
+    class Store:
+        def __init__(self) -> None:
+            self.recovered = 0
+            self.asked_leases = 0
+
+        def _me(self) -> str:
+            return "w1"
+
+        async def heartbeat(self, ttl: float) -> set[str]:
+            return set()
+
+        async def recover_dead_workers(self, ttl: float) -> dict[str, list[Any]]:
+            self.recovered += 1
+            return {}
+
+        async def acquire_lease(self, account: str, ttl: float) -> None:
+            self.asked_leases += 1
+
+        async def keep_handoffs_waiting(self, accounts: Any, within: float) -> None:
+            return None
+
+        async def unhandled(self) -> list[Any]:
+            return []
+
+    store = Store()
+    account = SimpleNamespace(adapter=object(), started=False)
+    board = SimpleNamespace(accounts={"tg": account})
+    coordinator = WorkerCoordinator(board, store, lease_ttl=2.0, heartbeat=0.5)  # type: ignore[arg-type]
+    coordinator._closing = True  # (no sends to take in this test)
+    await coordinator._beat()
+    assert (store.recovered, store.asked_leases) == (1, 1)  # an ordinary beat
+    coordinator._beat_at = clock.monotonic() - 5.0  # cut off for longer than the lease
+    await coordinator._beat()
+    await coordinator._beat()
+    assert (store.recovered, store.asked_leases) == (1, 1)  # waits one lease time
+    coordinator._back_until = clock.monotonic() - 0.01  # that time has passed
+    await coordinator._beat()
+    assert (store.recovered, store.asked_leases) == (2, 2)

@@ -202,6 +202,10 @@ class WorkerCoordinator:
         self._taking: asyncio.Task[None] | None = None
         self._take_again = False
         self._sending: set[asyncio.Task[None]] = set()
+        #: when this worker's last heartbeat went through (monotonic), and until when it
+        #: takes no other worker for dead (see _beat)
+        self._beat_at: float | None = None
+        self._back_until = 0.0
         #: set once a stop has let the runs finish: no more sends are taken (until then a
         #: stopping worker still holds its leases, and takes what is handed to them)
         self._closing = False
@@ -298,6 +302,21 @@ class WorkerCoordinator:
 
     async def _beat(self) -> None:
         held = await self.store.heartbeat(self.lease_ttl)
+        at = time.monotonic()
+        if self._beat_at is not None and at - self._beat_at > self.lease_ttl:
+            # this worker could not reach the database for longer than a lease (an outage,
+            # a stall): its peers may be coming back from the same outage, alive but not
+            # heartbeating yet. For one lease time it takes none of them for dead, nor
+            # their accounts (before, the first worker back "recovered" a live peer)
+            self._back_until = at + self.lease_ttl
+            log.warning(
+                "worker %s reached the database again after %.0fs; waiting %gs before"
+                " taking any other worker for dead",
+                self.name,
+                at - self._beat_at,
+                self.lease_ttl,
+            )
+        self._beat_at = at
         for account in sorted(self.owned - held):
             log.warning(
                 "worker %s lost the lease of account %s (missed heartbeats): stopping it",
@@ -305,22 +324,25 @@ class WorkerCoordinator:
                 account,
             )
             await self._stop_account(account)
-        for name, recovered in (await self.store.recover_dead_workers(self.lease_ttl)).items():
-            log.warning(
-                "worker %s stopped heartbeating: %d pending send(s) marked uncertain,"
-                " its running runs interrupted",
-                name,
-                len(recovered),
-            )
-        for account in self.exclusive():
-            if account in self.owned or self.stopping:
-                continue
-            previous = await self.store.acquire_lease(account, self.lease_ttl)
-            if previous is None:
-                continue
-            if previous:
-                log.warning("worker %s took over account %s from %s", self.name, account, previous)
-            await self._start_account(account)
+        if at >= self._back_until:
+            for name, recovered in (await self.store.recover_dead_workers(self.lease_ttl)).items():
+                log.warning(
+                    "worker %s stopped heartbeating: %d pending send(s) marked uncertain,"
+                    " its running runs interrupted",
+                    name,
+                    len(recovered),
+                )
+            for account in self.exclusive():
+                if account in self.owned or self.stopping:
+                    continue
+                previous = await self.store.acquire_lease(account, self.lease_ttl)
+                if previous is None:
+                    continue
+                if previous:
+                    log.warning(
+                        "worker %s took over account %s from %s", self.name, account, previous
+                    )
+                await self._start_account(account)
         # hand-overs waiting for a place here, or behind a send of their conversation, wait
         # as long as this holder lives: their deadline is for a holder that is gone
         started = [name for name in self.owned if self.board.accounts[name].started]
