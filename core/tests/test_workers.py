@@ -7,6 +7,7 @@ checked by the documented bound. The multi-process kill test is test_workers_kil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -265,50 +266,91 @@ async def test_serve_as_a_named_worker_takes_the_lease_of_its_accounts(
     await store.close()
 
 
-async def test_a_worker_back_from_an_outage_takes_no_peer_for_dead_for_one_lease_time() -> None:
-    # both workers lost the database (a restart longer than the lease): the first back
-    # "recovered" the other, alive and just as cut off, so its sends in flight became
-    # uncertain and its runs interrupted
-    import time as clock
+class _StubStore:
+    """What a worker's heartbeat asks of its store, counted (no database)."""
+
+    def __init__(self) -> None:
+        self.recovered = 0
+        self.asked_leases = 0
+        self.failing = 0
+        self.slow = 0.0
+
+    def _me(self) -> str:
+        return "w1"
+
+    async def heartbeat(self, ttl: float) -> set[str]:
+        if self.failing:
+            self.failing -= 1
+            raise OSError("connection refused")
+        return set()
+
+    async def recover_dead_workers(self, ttl: float) -> dict[str, list[Any]]:
+        self.recovered += 1
+        await asyncio.sleep(self.slow)  # a peer's rows another transaction holds
+        return {}
+
+    async def acquire_lease(self, account: str, ttl: float) -> None:
+        self.asked_leases += 1
+
+    async def keep_handoffs_waiting(self, accounts: Any, within: float) -> None:
+        return None
+
+    async def unhandled(self) -> list[Any]:
+        return []
+
+
+def _stub_worker(store: _StubStore, lease_ttl: float = 2.0, heartbeat: float = 0.5) -> Any:
     from types import SimpleNamespace
 
     from backchannel.workers import WorkerCoordinator
 
-    class Store:
-        def __init__(self) -> None:
-            self.recovered = 0
-            self.asked_leases = 0
-
-        def _me(self) -> str:
-            return "w1"
-
-        async def heartbeat(self, ttl: float) -> set[str]:
-            return set()
-
-        async def recover_dead_workers(self, ttl: float) -> dict[str, list[Any]]:
-            self.recovered += 1
-            return {}
-
-        async def acquire_lease(self, account: str, ttl: float) -> None:
-            self.asked_leases += 1
-
-        async def keep_handoffs_waiting(self, accounts: Any, within: float) -> None:
-            return None
-
-        async def unhandled(self) -> list[Any]:
-            return []
-
-    store = Store()
     account = SimpleNamespace(adapter=object(), started=False)
     board = SimpleNamespace(accounts={"tg": account})
-    coordinator = WorkerCoordinator(board, store, lease_ttl=2.0, heartbeat=0.5)  # type: ignore[arg-type]
-    coordinator._closing = True  # (no sends to take in this test)
-    await coordinator._beat()
+    worker = WorkerCoordinator(board, store, lease_ttl=lease_ttl, heartbeat=heartbeat)  # type: ignore[arg-type]
+    worker._closing = True  # (no sends to take here)
+    return worker
+
+
+async def test_a_worker_back_from_an_outage_takes_no_peer_for_dead_for_one_lease_time() -> None:
+    # both workers lost the database (a restart longer than the lease): the first back
+    # "recovered" the other, alive and just as cut off, so its sends in flight became
+    # uncertain and its runs interrupted
+    store = _StubStore()
+    worker = _stub_worker(store)
+    await worker._beat()
     assert (store.recovered, store.asked_leases) == (1, 1)  # an ordinary beat
-    coordinator._beat_at = clock.monotonic() - 5.0  # cut off for longer than the lease
-    await coordinator._beat()
-    await coordinator._beat()
+    worker._beat_at = time.monotonic() - 5.0  # cut off for longer than the lease
+    await worker._beat()
+    await worker._beat()
     assert (store.recovered, store.asked_leases) == (1, 1)  # waits one lease time
-    coordinator._back_until = clock.monotonic() - 0.01  # that time has passed
-    await coordinator._beat()
+    worker._back_until = time.monotonic() - 0.01  # that time has passed
+    await worker._beat()
     assert (store.recovered, store.asked_leases) == (2, 2)
+
+
+async def test_a_slow_part_of_a_heartbeat_is_cut_short_and_an_outage_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # a table locked (or a peer's rows held) kept the beat from returning: no heartbeat,
+    # the leases lapsed, and live workers took each other for dead; and a database away
+    # wrote a warning every beat
+    store = _StubStore()
+    store.slow = 30.0
+    worker = _stub_worker(store, lease_ttl=0.3, heartbeat=0.05)
+    started = time.monotonic()
+    await worker._beat()
+    assert time.monotonic() - started < 5.0 and store.asked_leases == 1
+    assert "took longer than" in caplog.text
+    store.slow, store.failing = 0.0, 12
+    beats = asyncio.create_task(worker._heartbeats())
+    try:
+        for _ in range(500):
+            if "heartbeats again" in caplog.text:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        beats.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beats
+    assert store.failing == 0 and "heartbeats again" in caplog.text
+    assert caplog.text.count("heartbeat failed") == 1

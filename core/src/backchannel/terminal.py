@@ -51,3 +51,7 @@ def log_to_stderr(verbose: bool) -> None:
         SafeFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", datefmt="%H:%M:%S")
     )
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
+    if not verbose:
+        # the PostgreSQL pool says each connection it tries and each one it drops (a line a
+        # second through an outage); the workers' heartbeat says the outage, once
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)

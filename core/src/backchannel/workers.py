@@ -43,6 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .logcount import CountedLog
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
@@ -206,6 +208,10 @@ class WorkerCoordinator:
         #: takes no other worker for dead (see _beat)
         self._beat_at: float | None = None
         self._back_until = 0.0
+        #: a database away fails every beat and wake-up: one line, then one a minute
+        self._beats_failing = CountedLog(log)
+        self._wakeups_failing = CountedLog(log, level=logging.INFO)
+        self._failing_since: float | None = None
         #: set once a stop has let the runs finish: no more sends are taken (until then a
         #: stopping worker still holds its leases, and takes what is handed to them)
         self._closing = False
@@ -298,7 +304,19 @@ class WorkerCoordinator:
             except asyncio.CancelledError:
                 raise
             except Exception as error:
-                log.warning("worker %s heartbeat failed (will retry): %s", self.name, error)
+                if self._failing_since is None:
+                    self._failing_since = time.monotonic()
+                self._beats_failing.note(
+                    "worker %s heartbeat failed (will retry): %s", self.name, error
+                )
+                continue
+            if self._failing_since is not None:
+                log.warning(
+                    "worker %s heartbeats again, after %.0fs of failing",
+                    self.name,
+                    time.monotonic() - self._failing_since,
+                )
+                self._failing_since = None
 
     async def _beat(self) -> None:
         held = await self.store.heartbeat(self.lease_ttl)
@@ -325,7 +343,7 @@ class WorkerCoordinator:
             )
             await self._stop_account(account)
         if at >= self._back_until:
-            for name, recovered in (await self.store.recover_dead_workers(self.lease_ttl)).items():
+            for name, recovered in (await self._bounded(self.store.recover_dead_workers)).items():
                 log.warning(
                     "worker %s stopped heartbeating: %d pending send(s) marked uncertain,"
                     " its running runs interrupted",
@@ -347,8 +365,31 @@ class WorkerCoordinator:
         # as long as this holder lives: their deadline is for a holder that is gone
         started = [name for name in self.owned if self.board.accounts[name].started]
         await self.store.keep_handoffs_waiting(started, self.take_within)
-        await self._poke_unanswered()
+        await self._bounded(self._poke_unanswered_now)
         self.take_sends()  # the fallback for a wake-up that was lost
+
+    async def _bounded(self, work: Any) -> Any:
+        """`work(lease_ttl)` cut short past a third of the lease time: a table locked, or
+        a peer's rows another transaction holds, must not hold up the next heartbeat (its
+        leases would lapse, and live workers would take each other for dead). Tried again
+        at the next beat; an empty result meanwhile."""
+        bound = max(self.heartbeat, self.lease_ttl / 3)
+        try:
+            async with asyncio.timeout(bound):
+                return await work(self.lease_ttl)
+        except TimeoutError:
+            log.warning(
+                "worker %s: part of its heartbeat (%s) took longer than %gs (the database"
+                " slow, or a table locked); cut short, tried again at the next beat",
+                self.name,
+                getattr(work, "__name__", "work"),
+                bound,
+            )
+            return {}
+
+    async def _poke_unanswered_now(self, _lease_ttl: float) -> dict[str, Any]:
+        await self._poke_unanswered()
+        return {}
 
     async def _start_account(self, name: str) -> None:
         account = self.board.accounts[name]
@@ -414,7 +455,7 @@ class WorkerCoordinator:
             except asyncio.CancelledError:
                 raise
             except Exception as error:
-                log.info(
+                self._wakeups_failing.note(
                     "worker %s: wake-ups unavailable (%s); polling meanwhile", self.name, error
                 )
             await asyncio.sleep(self.heartbeat)
