@@ -561,3 +561,18 @@ async def test_words_that_read_as_an_id_get_no_correction_unless_written_as_one(
         what="the correction",
     )
     assert rows(board) == []
+
+
+async def test_a_mistyped_id_while_a_prompt_waits_is_corrected(
+    world: OwnerWorld, start: Start
+) -> None:
+    # with a prompt waiting for an answer, "yes zzzzz" is the owner answering it wrong
+    board = await start()
+    prompt_id = await request_permission(world.config, identity(), "req-1", "Bash", "make")
+    wrong = "zzzzz" if prompt_id != "zzzzz" else "yyyyy"
+    await say(world, world.owner_chat, world.owner, f"yes {wrong}")
+    await world.fake.wait_for(
+        lambda: any(f"#{wrong} is not a message I sent" in s.text for s in world.fake.sent),
+        what="the correction",
+    )
+    assert rows(board) == []

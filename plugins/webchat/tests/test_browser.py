@@ -518,7 +518,7 @@ async def test_a_reloaded_tab_resends_its_unacked_message_only_into_its_own_conv
     await first.reload()
     await expect(first.get_by_role("status")).to_have_text("Online", timeout=TIMEOUT_MS)
     # the resend was acked: nothing is pending any more
-    await first.wait_for_function(f"sessionStorage.getItem('{PENDING_KEY}') === '[]'")
+    await until_nothing_pending(first)
     await switchboard.wait_idle()
     assert await visitor_texts(switchboard) == {chat_a: ["pay invoice 42"]}
     # the reloaded tab shows where the message went (A, with the agent's answer); the other
@@ -612,6 +612,17 @@ class MessageDropper:
                 await self._changed.wait()
 
 
+async def until_nothing_pending(page: Page, timeout: float = 15.0) -> None:
+    """Wait until the page holds no unacked message. Asked from here, not with
+    `wait_for_function`: its polling evaluates the condition inside the page, which the
+    page's Content Security Policy (no 'unsafe-eval') refuses."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while await page.evaluate(f"sessionStorage.getItem('{PENDING_KEY}')") != "[]":
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"the page still held unacked messages after {timeout}s")
+        await asyncio.sleep(0.05)
+
+
 async def pending_in(page: Page) -> list[tuple[str, str]]:
     """Return (text, conversation) of every unacked message the page keeps."""
     items = await page.evaluate(f"JSON.parse(sessionStorage.getItem('{PENDING_KEY}') || '[]')")
@@ -641,7 +652,7 @@ async def test_new_chat_resends_the_unacked_messages_into_the_conversation_left_
     chat_b = await first.evaluate(f"localStorage.getItem('{TAB_KEY}')")
     assert chat_b != chat_a
     # resent over the new chat's socket, into A: acked, so nothing is pending any more
-    await first.wait_for_function(f"sessionStorage.getItem('{PENDING_KEY}') === '[]'")
+    await until_nothing_pending(first)
     await switchboard.wait_idle()
     assert await visitor_texts(switchboard) == {chat_a: ["pay invoice 42", "and the receipt"]}
     # the new chat shows none of it (A's answers stay in A)
@@ -716,7 +727,7 @@ async def test_new_chat_while_offline_then_a_reload_keeps_and_resends_the_old_ch
         lost.on = False
         await page.reload()
         await expect(status).to_have_text("Online")
-        await page.wait_for_function(f"sessionStorage.getItem('{PENDING_KEY}') === '[]'")
+        await until_nothing_pending(page)
         await expect(page.locator("li.visitor .state")).to_have_text([""])
         await expect(page.locator("li.agent")).to_have_count(1)
         await switchboard.wait_idle()
@@ -770,7 +781,7 @@ async def test_a_server_that_does_not_take_a_messages_conversation_gets_no_messa
 
     older = False
     await page.reload()
-    await page.wait_for_function(f"sessionStorage.getItem('{PENDING_KEY}') === '[]'")
+    await until_nothing_pending(page)
     await switchboard.wait_idle()
     assert await visitor_texts(switchboard) == {
         chat_a: ["pay invoice 42"],

@@ -114,6 +114,18 @@ class OwnerRecords:
             (account, chat, platform_id),
         )
 
+    def prompt_waits(self, account: str, chat: str, now: float) -> bool:
+        """Whether a permission prompt sent to this chat waits for its answer."""
+        for (meta,) in self.db.execute(
+            "SELECT meta FROM owner_messages WHERE account = ? AND chat = ? AND direction = 'out'"
+            " AND kind = 'permission' AND created_at > ? ORDER BY created_at DESC LIMIT 20",
+            (account, chat, now - 86_400),
+        ):
+            data = json.loads(meta or "{}")
+            if not data.get("answered") and float(data.get("expires_at", 0)) > now:
+                return True
+        return False
+
     def routed_reply(self, account: str, chat: str, platform_id: str) -> OwnerMessage | None:
         """Return the owner's reply (or answer) routed from this platform message, or None."""
         return self._one(

@@ -212,9 +212,13 @@ class OwnerDuplex:
         if not from_owner or (prompt is not None and prompt.chat != event.address.chat):
             # nobody but the owner, in the prompt's chat, answers a permission prompt
             return "held" if pending else None
-        if prompt is None and "#" not in event.text:
-            # "yes maybe", "no sorry": words, not an id the owner meant (ours are read with
-            # or without the #, but a correction for every five-letter word is noise)
+        if (
+            prompt is None
+            and "#" not in event.text
+            and not self.records.prompt_waits(event.account, event.address.chat, time.time())
+        ):
+            # "yes maybe", "no sorry" with no prompt waiting for an answer here: words, not
+            # an id the owner mistyped (a correction for every five-letter word is noise)
             return None
         if prompt is None or not pending:
             self._correct(event, prompt_id, expired=prompt is not None)
