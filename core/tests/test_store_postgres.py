@@ -16,7 +16,7 @@ from backchannel.model import Address, Conversation, Outbound, Receipt, Sender
 from backchannel.store import Inbound
 from backchannel.store.postgres import DB_NOW, PostgresStore
 from backchannel.store.postgres_migrations import PG_MIGRATIONS
-from backchannel.testing.store_contract import make_event
+from backchannel.testing.store_contract import asked, make_event
 
 CHILD = Path(__file__).with_name("pg_writer_child.py")
 
@@ -534,16 +534,7 @@ PEER = Sender("peer", "Peer", is_bot=True)
 
 async def _answered_ask(store: PostgresStore, origin: Conversation, session: Conversation) -> int:
     """An ask of `origin` to `session`, its question sent and answered by a reply."""
-    question = await store.record_outbound(session.id, Outbound(session.address, "Q1"), ME)
-    ask = await store.record_ask(
-        origin_conversation_id=origin.id,
-        origin_seq=1,
-        peer_conversation_id=session.id,
-        question="Q1",
-        deadline=time.time() + 60,
-        message_seq=question.message_seq,
-        outbox_id=question.id,
-    )
+    question, ask = await asked(store, origin, session, "Q1")
     await store.mark_sent(question.id, Receipt("pm-q1"))
     (answer,) = await store.append_inbound(
         [
@@ -611,17 +602,13 @@ async def test_an_ask_whose_question_was_never_sent_fails_and_takes_no_answer(
             await store.register_worker("host", 3)
         origin = await asker.ensure_conversation(Address("tg", "100"))
         session = await asker.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
-        question = await asker.record_outbound(
-            session.id, Outbound(session.address, "Q1"), ME, hand_to=("tp", False, 60.0, False)
-        )
-        never = await asker.record_ask(
-            origin_conversation_id=origin.id,
-            origin_seq=1,
-            peer_conversation_id=session.id,
-            question="Q1",
+        question, never = await asked(
+            asker,
+            origin,
+            session,
+            "Q1",
             deadline=time.time() + 5,
-            message_seq=question.message_seq,
-            outbox_id=question.id,
+            hand_to=("tp", False, 60.0, False),
         )
         await asker.release_handoff(question.id)
         await holder.recover_worker("wa")  # the asker was killed while it waited
@@ -630,16 +617,7 @@ async def test_an_ask_whose_question_was_never_sent_fails_and_takes_no_answer(
         assert await holder.take_handoffs(["tp"]) == []
         assert await holder.expire_asks(time.time() + 10) == []  # no "no answer yet" notice
         # the session's next question is the one its answer is matched to
-        second = await holder.record_outbound(session.id, Outbound(session.address, "Q2"), ME)
-        ask2 = await holder.record_ask(
-            origin_conversation_id=origin.id,
-            origin_seq=2,
-            peer_conversation_id=session.id,
-            question="Q2",
-            deadline=time.time() + 60,
-            message_seq=second.message_seq,
-            outbox_id=second.id,
-        )
+        second, ask2 = await asked(holder, origin, session, "Q2", seq=2)
         await holder.mark_sent(second.id, Receipt("pm-q2"))
         (answer,) = await holder.append_inbound(
             [
@@ -663,16 +641,7 @@ async def test_a_withdrawn_expiry_notice_is_owed_again(postgres_url: str) -> Non
         await store.register_worker("host", 3)
         origin = await store.ensure_conversation(Address("tg", "100"))
         session = await store.ensure_conversation(Address("tp", "peer", "s1"), kind="thread")
-        question = await store.record_outbound(session.id, Outbound(session.address, "Q"), ME)
-        ask = await store.record_ask(
-            origin_conversation_id=origin.id,
-            origin_seq=1,
-            peer_conversation_id=session.id,
-            question="Q",
-            deadline=time.time() - 1,
-            message_seq=question.message_seq,
-            outbox_id=question.id,
-        )
+        question, ask = await asked(store, origin, session, "Q", deadline=time.time() - 1)
         await store.mark_sent(question.id, Receipt("pm-q"))
         assert [a.id for a in await store.expire_asks(time.time())] == [ask.id]
         notice = await store.record_outbound(

@@ -10,7 +10,7 @@ import pytest
 
 from ..errors import UnknownConversation
 from ..model import Address, Conversation, Event, Outbound, Receipt, Sender
-from ..store import Inbound, OutboxEntry, Store
+from ..store import Ask, Inbound, OutboxEntry, Store
 from ..store.base import find_by_reference
 from .ask_contract import AskStoreContract
 
@@ -54,6 +54,33 @@ async def question_and_answer(
         conversation.id, Outbound(conversation.address, answer, **outbound), ME
     )
     return conversation, entry
+
+
+async def asked(
+    store: Store,
+    origin: Conversation,
+    session: Conversation,
+    question: str,
+    *,
+    seq: int = 1,
+    deadline: float | None = None,
+    hand_to: tuple[str, bool, float, bool] | None = None,
+) -> tuple[OutboxEntry, Ask]:
+    """`origin`'s ask of `session`: its question recorded (handed over with `hand_to`),
+    then its ask, as `ask_agent` writes them; nothing is sent."""
+    entry = await store.record_outbound(
+        session.id, Outbound(session.address, question), ME, hand_to=hand_to
+    )
+    ask = await store.record_ask(
+        origin_conversation_id=origin.id,
+        origin_seq=seq,
+        peer_conversation_id=session.id,
+        question=question,
+        deadline=time.time() + 60 if deadline is None else deadline,
+        message_seq=entry.message_seq,
+        outbox_id=entry.id,
+    )
+    return entry, ask
 
 
 class StoreContract(AskStoreContract):
@@ -376,16 +403,7 @@ class StoreContract(AskStoreContract):
         # stayed, and it was never reported) and a question's ask fails
         origin = await store.ensure_conversation(Address("acct", "origin"))
         session = await store.ensure_conversation(Address("acct", "peer", "s1"))
-        question = await store.record_outbound(session.id, Outbound(session.address, "Q"), ME)
-        answered = await store.record_ask(
-            origin_conversation_id=origin.id,
-            origin_seq=1,
-            peer_conversation_id=session.id,
-            question="Q",
-            deadline=time.time() + 60,
-            message_seq=question.message_seq,
-            outbox_id=question.id,
-        )
+        question, answered = await asked(store, origin, session, "Q")
         await store.mark_sent(question.id, Receipt("pm-q"))
         (answer,) = await store.append_inbound(
             [Inbound(make_event("ans", "A", chat="peer", thread="s1", reply_to="pm-q"))]
@@ -394,16 +412,7 @@ class StoreContract(AskStoreContract):
         report = await store.record_outbound(origin.id, Outbound(origin.address, "[A]"), ME)
         assert await store.claim_report(answered.id, report.id)
         await store.note_waiting(report.id, True)
-        second = await store.record_outbound(session.id, Outbound(session.address, "Q2"), ME)
-        unsent = await store.record_ask(
-            origin_conversation_id=origin.id,
-            origin_seq=2,
-            peer_conversation_id=session.id,
-            question="Q2",
-            deadline=time.time() + 60,
-            message_seq=second.message_seq,
-            outbox_id=second.id,
-        )
+        second, unsent = await asked(store, origin, session, "Q2", seq=2)
         stopped = await store.mark_failed(
             second.id, "stopped while waiting out a rate limit", never_sent=True
         )
