@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -168,7 +169,9 @@ class Deliverer:
                 )
                 # nothing is in flight while it waits: said in the store, so that a restart
                 # meanwhile (SIGKILL) knows it was never sent, and the next run answers
-                await self.store.note_waiting(entry.id, True)
+                # (best effort: a store failing here only leaves the send more doubtful)
+                with contextlib.suppress(Exception):
+                    await self.store.note_waiting(entry.id, True)
                 try:
                     await asyncio.sleep(error.retry_after)
                 except asyncio.CancelledError:
@@ -177,7 +180,11 @@ class Deliverer:
                         entry.id, "stopped while waiting out a rate limit", never_sent=True
                     )
                     raise
-                if not await self.store.note_waiting(entry.id, False):
+                try:
+                    still_pending = await self.store.note_waiting(entry.id, False)
+                except Exception:
+                    still_pending = True  # cannot tell: as before the marker existed
+                if not still_pending:
                     # settled while this waited (it stalled, and another worker's recovery
                     # made it "never sent", so its conversation is answered again): not
                     # sent now, or it would arrive twice
