@@ -882,3 +882,27 @@ async def test_a_reaction_appended_while_our_sends_outcome_is_recorded_is_kept(
     finally:
         for store in (first, other):
             await store.close()
+
+
+async def test_only_a_dropped_connection_is_tried_again_not_a_timeout(postgres_url: str) -> None:
+    # a statement or lock timeout, or a pool with no free connection, would only be met
+    # again: tried pool_size times it held a write for minutes through an outage
+    from backchannel.store.postgres import _dropped
+    from psycopg_pool import PoolTimeout
+
+    assert not _dropped(PoolTimeout("couldn't get a connection after 30.00 sec"))
+    assert _dropped(psycopg.OperationalError("server closed the connection unexpectedly"))
+    store = PostgresStore(postgres_url, pool_size=4)
+    runs: list[int] = []
+
+    async def slow(connection: Any) -> None:
+        runs.append(1)
+        await connection.execute("SET LOCAL statement_timeout = '50ms'")
+        await connection.execute("SELECT pg_sleep(2)")
+
+    try:
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            await store._write(slow)
+        assert runs == [1]
+    finally:
+        await store.close()

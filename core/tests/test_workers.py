@@ -274,6 +274,7 @@ class _StubStore:
         self.asked_leases = 0
         self.failing = 0
         self.slow = 0.0
+        self.slow_lease = 0.0
 
     def _me(self) -> str:
         return "w1"
@@ -291,6 +292,7 @@ class _StubStore:
 
     async def acquire_lease(self, account: str, ttl: float) -> None:
         self.asked_leases += 1
+        await asyncio.sleep(self.slow_lease)  # a stalled peer holds the lease's row
 
     async def keep_handoffs_waiting(self, accounts: Any, within: float) -> None:
         return None
@@ -338,9 +340,15 @@ async def test_a_slow_part_of_a_heartbeat_is_cut_short_and_an_outage_logged_once
     store.slow = 30.0
     worker = _stub_worker(store, lease_ttl=0.3, heartbeat=0.05)
     started = time.monotonic()
+    await worker._beat()  # the whole beat shares a budget of half the lease less a beat
+    assert time.monotonic() - started < 5.0 and store.recovered == 1
+    assert "ran out of time at recovering dead workers" in caplog.text
+    store.slow, store.slow_lease = 0.0, 30.0  # a stalled peer's lease row
+    started = time.monotonic()
     await worker._beat()
     assert time.monotonic() - started < 5.0 and store.asked_leases == 1
-    assert "took longer than" in caplog.text
+    assert "ran out of time at taking account tg" in caplog.text
+    store.slow_lease = 0.0
     store.slow, store.failing = 0.0, 12
     beats = asyncio.create_task(worker._heartbeats())
     try:

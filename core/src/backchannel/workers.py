@@ -172,6 +172,15 @@ async def send_elsewhere(
         raise
 
 
+@attrs.define
+class Budget:
+    """What is left of one heartbeat's time (see WorkerCoordinator._beat)."""
+
+    until: float
+    #: something was cut short already (one line a beat)
+    cut: bool = False
+
+
 class WorkerCoordinator:
     """One worker's side of leases, claims, heartbeats and wake-ups."""
 
@@ -319,9 +328,10 @@ class WorkerCoordinator:
                 self._failing_since = None
 
     async def _beat(self) -> None:
+        began = time.monotonic()
         held = await self.store.heartbeat(self.lease_ttl)
         at = time.monotonic()
-        if self._beat_at is not None and at - self._beat_at > self.lease_ttl:
+        if self._beat_at is not None and began - self._beat_at > self.lease_ttl:
             # this worker could not reach the database for longer than a lease (an outage,
             # a stall): its peers may be coming back from the same outage, alive but not
             # heartbeating yet. For one lease time it takes none of them for dead, nor
@@ -331,7 +341,7 @@ class WorkerCoordinator:
                 "worker %s reached the database again after %.0fs; waiting %gs before"
                 " taking any other worker for dead",
                 self.name,
-                at - self._beat_at,
+                began - self._beat_at,
                 self.lease_ttl,
             )
         self._beat_at = at
@@ -342,8 +352,12 @@ class WorkerCoordinator:
                 account,
             )
             await self._stop_account(account)
+        # the rest of the beat shares one budget, so the next heartbeat comes well within
+        # the lease whatever waits on a lock (a table locked, a stalled peer's rows)
+        budget = Budget(at + max(self.lease_ttl / 2 - self.heartbeat, self.lease_ttl / 10))
         if at >= self._back_until:
-            for name, recovered in (await self._bounded(self.store.recover_dead_workers)).items():
+            dead = await self._bounded(budget, "recovering dead workers", self._recover, {})
+            for name, recovered in dead.items():
                 log.warning(
                     "worker %s stopped heartbeating: %d pending send(s) marked uncertain,"
                     " its running runs interrupted",
@@ -353,7 +367,9 @@ class WorkerCoordinator:
             for account in self.exclusive():
                 if account in self.owned or self.stopping:
                     continue
-                previous = await self.store.acquire_lease(account, self.lease_ttl)
+                previous = await self._bounded(
+                    budget, f"taking account {account}", self._acquire(account), None
+                )
                 if previous is None:
                     continue
                 if previous:
@@ -364,32 +380,42 @@ class WorkerCoordinator:
         # hand-overs waiting for a place here, or behind a send of their conversation, wait
         # as long as this holder lives: their deadline is for a holder that is gone
         started = [name for name in self.owned if self.board.accounts[name].started]
-        await self.store.keep_handoffs_waiting(started, self.take_within)
-        await self._bounded(self._poke_unanswered_now)
+        await self._bounded(budget, "keeping hand-overs", self._keep_waiting(started), None)
+        await self._bounded(budget, "looking for owed runs", self._poke_unanswered, None)
         self.take_sends()  # the fallback for a wake-up that was lost
 
-    async def _bounded(self, work: Any) -> Any:
-        """`work(lease_ttl)` cut short past a third of the lease time: a table locked, or
-        a peer's rows another transaction holds, must not hold up the next heartbeat (its
-        leases would lapse, and live workers would take each other for dead). Tried again
-        at the next beat; an empty result meanwhile."""
-        bound = max(self.heartbeat, self.lease_ttl / 3)
-        try:
-            async with asyncio.timeout(bound):
-                return await work(self.lease_ttl)
-        except TimeoutError:
-            log.warning(
-                "worker %s: part of its heartbeat (%s) took longer than %gs (the database"
-                " slow, or a table locked); cut short, tried again at the next beat",
-                self.name,
-                getattr(work, "__name__", "work"),
-                bound,
-            )
-            return {}
+    def _recover(self) -> Awaitable[dict[str, list[OutboxEntry]]]:
+        return self.store.recover_dead_workers(self.lease_ttl)
 
-    async def _poke_unanswered_now(self, _lease_ttl: float) -> dict[str, Any]:
-        await self._poke_unanswered()
-        return {}
+    def _acquire(self, account: str) -> Callable[[], Awaitable[str | None]]:
+        return lambda: self.store.acquire_lease(account, self.lease_ttl)
+
+    def _keep_waiting(self, started: list[str]) -> Callable[[], Awaitable[None]]:
+        return lambda: self.store.keep_handoffs_waiting(started, self.take_within)
+
+    async def _bounded(
+        self, budget: Budget, what: str, work: Callable[[], Awaitable[Any]], empty: Any
+    ) -> Any:
+        """`work()` within what is left of the beat's `budget`, else cut short (a table
+        locked, a peer's rows another transaction holds, must not hold up the next
+        heartbeat: its leases would lapse, and live workers would take each other for
+        dead). Tried again at the next beat; `empty` meanwhile."""
+        left = budget.until - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(left):
+                return await work()
+        except TimeoutError:
+            if not budget.cut:
+                log.warning(
+                    "worker %s: its heartbeat ran out of time at %s (the database slow, or"
+                    " a table locked); the rest is tried again at the next beat",
+                    self.name,
+                    what,
+                )
+            budget.cut = True
+            return empty
 
     async def _start_account(self, name: str) -> None:
         account = self.board.accounts[name]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import attrs
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..config import display_url
 from ..errors import ClaimLost, LeaseLost, StoreError, UnknownConversation
@@ -77,6 +78,7 @@ from .rows import (
     Batch,
     ConversationCounters,
     change_address,
+    chat_target_params,
     conversation_row,
     dump_attachments,
     early_reaction,
@@ -199,9 +201,11 @@ class PostgresStore(PostgresAsks, Store):
             try:
                 async with pool.connection() as connection:
                     return await work(connection)
-            except psycopg.OperationalError:
+            except psycopg.OperationalError as error:
                 # a connection the server dropped (a restart): a read is asked again, on
                 # another connection, while the pool sheds the broken ones
+                if not _dropped(error):
+                    raise
                 self._check_pool(pool)
                 if attempt == self._pool_size:
                     raise
@@ -214,6 +218,7 @@ class PostgresStore(PostgresAsks, Store):
         operation in turn."""
         if self._checking is None or self._checking.done():
             self._checking = asyncio.get_running_loop().create_task(pool.check())
+            self._checking.add_done_callback(_checked)
 
     async def _fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         rows = await self._fetchall(sql, params)
@@ -234,7 +239,9 @@ class PostgresStore(PostgresAsks, Store):
                 if attempt >= RETRIES - 1:
                     raise
                 await asyncio.sleep(0.005 * (attempt + 1))
-            except psycopg.OperationalError:
+            except psycopg.OperationalError as error:
+                if not _dropped(error):
+                    raise  # a pool with no free connection, a statement or lock timeout
                 # the connection broke. Before the COMMIT was sent the server rolled the
                 # transaction back: done again, on another connection (a restart leaves
                 # every pooled one broken). A COMMIT whose answer was lost may have taken
@@ -1479,6 +1486,22 @@ class PostgresStore(PostgresAsks, Store):
         return await self._outbox_entry_now(outbox_id)
 
 
+def _dropped(error: psycopg.OperationalError) -> bool:
+    """Whether `error` is a connection the server dropped or lost (a restart, a terminated
+    backend), which another connection may not meet; not a pool with no free connection,
+    nor a statement or lock timeout, which would only be met again."""
+    if isinstance(error, PoolTimeout):
+        return False
+    state = error.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+def _checked(task: asyncio.Task[None]) -> None:
+    """Read a pool check's outcome (a failed one is logged, never left unread)."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        logging.getLogger("backchannel.store").debug("checking the pool failed: %s", error)
+
+
 async def _gave_back(connection: Any, outbox_id: int, reason: str) -> None:
     """What an ask staked on a send that failed without ever being tried, given back: a
     report's or an expiry notice's claim (the sweep makes it again), or the ask of a
@@ -1522,13 +1545,15 @@ async def _write_state(
     """Write an account's adapter state, unless another worker holds its lease live: a
     worker that stalled past its lease (and the process its successor replaced) must not
     overwrite what the holder wrote since (LeaseLost; its transaction rolls back). The
-    lease row is read FOR SHARE: a take-over waits for this write, or this for it."""
+    lease row is read FOR SHARE whatever its expiry: a take-over (which locks it FOR
+    UPDATE) waits for this write and then reads it, or this waits for the take-over and
+    is refused."""
     cursor = await connection.execute(
-        f"SELECT worker FROM leases WHERE account = %s AND expires_at > {DB_NOW} FOR SHARE",
+        f"SELECT worker, expires_at > {DB_NOW} FROM leases WHERE account = %s FOR SHARE",
         (account,),
     )
     row = await cursor.fetchone()
-    if row is not None and row[0] != worker:
+    if row is not None and row[0] != worker and row[1]:
         raise LeaseLost(
             f"account {account!r} is held by worker {row[0]!r} now: its state is not written"
             f" from {'worker ' + repr(worker) if worker else 'this process'}"
@@ -1709,7 +1734,8 @@ class _Append:
             threads = [thread]
         else:
             cursor = await self.connection.execute(
-                CHAT_TARGET_SQL.format("%s"), (address.account, address.chat, target)
+                CHAT_TARGET_SQL.format("%s"),
+                chat_target_params(address.account, address.chat, target),
             )
             threads = [row[0] for row in await cursor.fetchall()]
         routed = change_address(event, threads)
@@ -2026,6 +2052,17 @@ class _Append:
                 (event.address.account, event.address.chat, target),
             )
             found = await cursor.fetchone()
+            if found is None and event.kind == "reaction":
+                # a reaction to a later part of a split message of ours: the message's
+                cursor = await connection.execute(
+                    "SELECT m.conversation_id, m.seq, m.text, m.reactions"
+                    " FROM message_parts p JOIN conversations c ON c.id = p.conversation_id"
+                    " JOIN messages m ON m.conversation_id = p.conversation_id AND m.seq = p.seq"
+                    " WHERE c.account = %s AND c.chat = %s AND c.thread <> ''"
+                    " AND p.platform_message_id = %s",
+                    (event.address.account, event.address.chat, target),
+                )
+                found = await cursor.fetchone()
             if found is not None and id(item) not in self.rerouted:
                 conversation_id, row = int(found[0]), tuple(found[1:])
         if item.held:

@@ -97,10 +97,20 @@ class Batch:
 
 #: the threads (or '' for the chat itself) of one chat holding a message with this platform
 #: id; {0} is the driver's placeholder ("?" for SQLite, "%s" for psycopg)
+#: the threads of a chat holding a message (or a later part of a split message of ours)
+#: with a platform id; its parameters are `chat_target_params`
 CHAT_TARGET_SQL = (
     "SELECT c.thread FROM conversations c JOIN messages m ON m.conversation_id = c.id"
-    " WHERE c.account = {0} AND c.chat = {0} AND m.platform_message_id = {0} LIMIT 2"
+    " WHERE c.account = {0} AND c.chat = {0} AND m.platform_message_id = {0}"
+    " UNION ALL SELECT c.thread FROM conversations c"
+    " JOIN message_parts p ON p.conversation_id = c.id"
+    " WHERE c.account = {0} AND c.chat = {0} AND p.platform_message_id = {0} LIMIT 2"
 )
+
+
+def chat_target_params(account: str, chat: str, target: str) -> tuple[str, ...]:
+    """CHAT_TARGET_SQL's parameters."""
+    return (account, chat, target) * 2
 
 
 def change_address(event: Event, threads: Sequence[str]) -> Address:

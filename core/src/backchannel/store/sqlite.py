@@ -58,6 +58,7 @@ from .rows import (
     Batch,
     ConversationCounters,
     change_address,
+    chat_target_params,
     conversation_row,
     dump_attachments,
     early_reaction,
@@ -467,7 +468,7 @@ class SQLiteStore(SQLiteAsks, Store):
         if address.thread is None and event.platform_message_id is not None:
             threads = db.execute(
                 CHAT_TARGET_SQL.format("?"),
-                (address.account, address.chat, event.platform_message_id),
+                chat_target_params(address.account, address.chat, event.platform_message_id),
             ).fetchall()
             address = change_address(event, [str(row[0]) for row in threads])
         if address is event.address:

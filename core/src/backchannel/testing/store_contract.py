@@ -1066,6 +1066,14 @@ class StoreContract(AskStoreContract):
         assert ours is not None and ours.reactions == (("Bob", "👍"), ("Alice", "🎉"))
         (later,) = await store.append_inbound([Inbound(make_event("top2", "more"))])
         assert later.status == "stored"
+        # after the outcome too: a reaction naming the chat finds the thread by any part
+        (after,) = await store.append_inbound(
+            [Inbound(make_event("r3", "🔥", kind="reaction", message_id="p-2", sender=BOB))]
+        )
+        assert (after.status, after.conversation_id) == ("applied", thread.id)
+        ours = await store.message(thread.id, entry.message_seq or 0)
+        assert ours is not None
+        assert ours.reactions == (("Bob", "👍"), ("Alice", "🎉"), ("Bob", "🔥"))
 
     async def test_a_reaction_to_our_message_before_its_send_is_recorded_is_kept(
         self, store: Store
