@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from backchannel.errors import StoreError
+from backchannel.errors import LeaseLost, StoreError
 from backchannel.model import Address, Conversation, Outbound, Receipt, Sender
 from backchannel.store import Inbound
 from backchannel.store.postgres import DB_NOW, PostgresStore
@@ -906,3 +906,46 @@ async def test_only_a_dropped_connection_is_tried_again_not_a_timeout(postgres_u
         assert runs == [1]
     finally:
         await store.close()
+
+
+async def test_a_takeover_waits_for_a_stale_holders_state_write_in_progress(
+    postgres_url: str,
+) -> None:
+    from backchannel.store.postgres import _write_state
+
+    stale = PostgresStore(postgres_url, worker="w-old")
+    taker = PostgresStore(postgres_url, worker="w-new")
+    try:
+        for store in (stale, taker):
+            await store.register_worker("host", 3)
+        assert await stale.acquire_lease("tp", 0.1) == ""
+        await stale.set_state("tp", "signal/session", "S0")
+        await asyncio.sleep(0.2)  # the stale holder's lease lapsed; no one took it yet
+        writing, release = asyncio.Event(), asyncio.Event()
+
+        async def stale_write(connection: Any) -> None:
+            await _write_state(connection, "tp", "signal/session", "S1", "w-old")
+            writing.set()
+            await release.wait()  # its transaction still open
+
+        write = asyncio.create_task(stale._write(stale_write))
+        await asyncio.wait_for(writing.wait(), 10)
+        takeover = asyncio.create_task(taker.acquire_lease("tp", 30.0))
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+            for _ in range(400):
+                cursor = await admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                )
+                if takeover.done() or (await cursor.fetchone() or (0,))[0]:
+                    break
+                await asyncio.sleep(0.01)
+        assert not takeover.done()  # it waits for the write, then reads what it wrote
+        release.set()
+        await write
+        assert await takeover == "w-old"
+        assert await taker.get_state("tp", "signal/session") == "S1"
+        with pytest.raises(LeaseLost):
+            await stale.set_state("tp", "signal/session", "S2")
+    finally:
+        for store in (stale, taker):
+            await store.close()
