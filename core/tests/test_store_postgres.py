@@ -949,3 +949,27 @@ async def test_a_takeover_waits_for_a_stale_holders_state_write_in_progress(
     finally:
         for store in (stale, taker):
             await store.close()
+
+
+async def test_a_heartbeat_renews_the_leases_while_a_claim_row_is_held_by_a_stuck_send(
+    postgres_url: str,
+) -> None:
+    # a send holds its run's claim row (checked FOR UPDATE) while it waits on a locked
+    # table: the heartbeat's claim renewal waited on it, with the leases in the same
+    # transaction, and live workers took each other for dead
+    store = PostgresStore(postgres_url, worker="w1")
+    try:
+        await store.register_worker("host", 3)
+        assert await store.acquire_lease("tg", 2.0) == ""
+        conversation = await store.ensure_conversation(Address("tg", "1"))
+        assert await store.claim_run(conversation.id, 2.0)
+        stuck = await psycopg.AsyncConnection.connect(postgres_url)
+        async with stuck, stuck.transaction():
+            await stuck.execute(
+                "SELECT 1 FROM run_claims WHERE conversation_id = %s FOR UPDATE",
+                (conversation.id,),
+            )
+            held = await asyncio.wait_for(store.heartbeat(2.0), 5)
+            assert held == {"tg"}
+    finally:
+        await store.close()

@@ -275,11 +275,13 @@ class _StubStore:
         self.failing = 0
         self.slow = 0.0
         self.slow_lease = 0.0
+        self.heartbeat_delay = 0.0
 
     def _me(self) -> str:
         return "w1"
 
     async def heartbeat(self, ttl: float) -> set[str]:
+        await asyncio.sleep(self.heartbeat_delay)  # waiting in the pool's queue
         if self.failing:
             self.failing -= 1
             raise OSError("connection refused")
@@ -328,6 +330,13 @@ async def test_a_worker_back_from_an_outage_takes_no_peer_for_dead_for_one_lease
     worker._back_until = time.monotonic() - 0.01  # that time has passed
     await worker._beat()
     assert (store.recovered, store.asked_leases) == (2, 2)
+    # a heartbeat that began before the outage and waited it out in the pool's queue
+    quick = _stub_worker(store, lease_ttl=0.4, heartbeat=0.1)
+    await quick._beat()
+    assert (store.recovered, store.asked_leases) == (3, 3)
+    store.heartbeat_delay = 0.5
+    await quick._beat()
+    assert (store.recovered, store.asked_leases) == (3, 3)
 
 
 async def test_a_slow_part_of_a_heartbeat_is_cut_short_and_an_outage_logged_once(

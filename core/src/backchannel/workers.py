@@ -328,10 +328,11 @@ class WorkerCoordinator:
                 self._failing_since = None
 
     async def _beat(self) -> None:
-        began = time.monotonic()
         held = await self.store.heartbeat(self.lease_ttl)
         at = time.monotonic()
-        if self._beat_at is not None and began - self._beat_at > self.lease_ttl:
+        # (from the last beat's end to this one's: one that waited out the outage in the
+        # pool's queue began before it)
+        if self._beat_at is not None and at - self._beat_at > self.lease_ttl:
             # this worker could not reach the database for longer than a lease (an outage,
             # a stall): its peers may be coming back from the same outage, alive but not
             # heartbeating yet. For one lease time it takes none of them for dead, nor
@@ -341,7 +342,7 @@ class WorkerCoordinator:
                 "worker %s reached the database again after %.0fs; waiting %gs before"
                 " taking any other worker for dead",
                 self.name,
-                began - self._beat_at,
+                at - self._beat_at,
                 self.lease_ttl,
             )
         self._beat_at = at

@@ -103,6 +103,10 @@ RETRIES = 8
 #: fresh backoff (its default, 5 minutes of doubling waits, kept a worker stalled for about
 #: as long as an outage after the server was back)
 RECONNECT_TIMEOUT = 10.0
+#: seconds an operation waits for a pooled connection (psycopg_pool's default, 30, kept
+#: every request queued through an outage longer than RECONNECT_TIMEOUT waiting that long
+#: after the server was back: only a new request makes the pool connect again)
+CONNECTION_WAIT = 8.0
 #: the database server's clock in seconds (workers on several machines agree on it)
 DB_NOW = "EXTRACT(EPOCH FROM clock_timestamp())::double precision"
 #: LISTEN/NOTIFY channel of cross-worker wake-ups
@@ -154,6 +158,7 @@ class PostgresStore(PostgresAsks, Store):
                     kwargs={"autocommit": True},
                     name="backchannel-store",
                     reconnect_timeout=RECONNECT_TIMEOUT,
+                    timeout=CONNECTION_WAIT,
                 )
                 await pool.open(wait=True, timeout=15)
             except Exception as error:
@@ -1159,16 +1164,25 @@ class PostgresStore(PostgresAsks, Store):
                 f" AND expires_at > {DB_NOW} RETURNING account",
                 (ttl, me),
             )
-            held = {row[0] for row in await cursor.fetchall()}
-            # live claims only, as leases: a lapsed one may be another worker's already
+            return {row[0] for row in await cursor.fetchall()}
+
+        async def claims(connection: Any) -> None:
+            # live claims only, as leases: a lapsed one may be another worker's already.
+            # Those a send of this worker holds locked (its claim checked, its outbox row
+            # waiting on a lock) are skipped: this worker's own transaction holds them,
+            # and they are renewed at the next beat
             await connection.execute(
-                f"UPDATE run_claims SET expires_at = {DB_NOW} + %s WHERE worker = %s"
-                f" AND expires_at > {DB_NOW}",
+                f"UPDATE run_claims SET expires_at = {DB_NOW} + %s WHERE conversation_id IN"
+                " (SELECT conversation_id FROM run_claims WHERE worker = %s"
+                f" AND expires_at > {DB_NOW} FOR UPDATE SKIP LOCKED)",
                 (ttl, me),
             )
-            return held
 
+        # the leases first, in a transaction of their own: a claim row waited on (a send
+        # stuck behind a locked table) held the whole heartbeat, the leases lapsed, and
+        # live workers took each other for dead
         held: set[str] = await self._write(work)
+        await self._write(claims)
         return held
 
     async def acquire_lease(self, account: str, ttl: float) -> str | None:
