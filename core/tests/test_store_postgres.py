@@ -973,3 +973,23 @@ async def test_a_heartbeat_renews_the_leases_while_a_claim_row_is_held_by_a_stuc
             assert held == {"tg"}
     finally:
         await store.close()
+
+
+async def test_a_lapsed_lease_no_one_took_is_kept_by_its_holders_next_heartbeat(
+    postgres_url: str,
+) -> None:
+    # an outage longer than the lease: the account sat idle until a takeover
+    holder = PostgresStore(postgres_url, worker="w1")
+    other = PostgresStore(postgres_url, worker="w2")
+    try:
+        for store in (holder, other):
+            await store.register_worker("host", 3)
+        assert await holder.acquire_lease("tg", 0.1) == ""
+        assert await holder.acquire_lease("slack", 0.1) == ""
+        await asyncio.sleep(0.2)  # both lapsed
+        assert await other.acquire_lease("slack", 30.0) == "w1"  # one taken meanwhile
+        assert await holder.heartbeat(30.0) == {"tg"}
+        assert await other.acquire_lease("tg", 30.0) is None
+    finally:
+        for store in (holder, other):
+            await store.close()

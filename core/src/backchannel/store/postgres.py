@@ -1159,9 +1159,11 @@ class PostgresStore(PostgresAsks, Store):
                 f"UPDATE workers SET heartbeat_at = {DB_NOW}, stopped_at = NULL WHERE name = %s",
                 (me,),
             )
+            # its leases, lapsed ones too while still its own: no other worker took them
+            # (one that did renamed the row); an outage longer than the lease then leaves
+            # each account where it was, instead of idle until a takeover
             cursor = await connection.execute(
-                f"UPDATE leases SET expires_at = {DB_NOW} + %s WHERE worker = %s"
-                f" AND expires_at > {DB_NOW} RETURNING account",
+                f"UPDATE leases SET expires_at = {DB_NOW} + %s WHERE worker = %s RETURNING account",
                 (ttl, me),
             )
             return {row[0] for row in await cursor.fetchall()}
