@@ -532,6 +532,18 @@ ME = Sender("bot", "bot", is_bot=True)
 PEER = Sender("peer", "Peer", is_bot=True)
 
 
+async def until_waiting_on_a_lock(url: str, task: asyncio.Task[Any] | None = None) -> None:
+    """Return once some session waits on a lock (or `task` is done meanwhile)."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+        for _ in range(400):
+            cursor = await admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            )
+            if (task is not None and task.done()) or (await cursor.fetchone() or (0,))[0]:
+                return
+            await asyncio.sleep(0.01)
+
+
 async def _answered_ask(store: PostgresStore, origin: Conversation, session: Conversation) -> int:
     """An ask of `origin` to `session`, its question sent and answered by a reply."""
     question, ask = await asked(store, origin, session, "Q1")
@@ -808,16 +820,7 @@ async def test_a_thread_message_and_a_reaction_naming_its_chat_appended_at_once_
                         )
                     )
                 )
-                async with await psycopg.AsyncConnection.connect(
-                    postgres_url, autocommit=True
-                ) as admin:
-                    for _ in range(400):  # until it waits on a lock this batch holds
-                        cursor = await admin.execute(
-                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        )
-                        if (await cursor.fetchone() or (0,))[0]:
-                            break
-                        await asyncio.sleep(0.01)
+                await until_waiting_on_a_lock(postgres_url)  # on one this batch holds
             await flush(self)
 
         monkeypatch.setattr(pg._Append, "_flush_counters", reaction_waits)
@@ -862,16 +865,7 @@ async def test_a_reaction_appended_while_our_sends_outcome_is_recorded_is_kept(
                         )
                     )
                 )
-                async with await psycopg.AsyncConnection.connect(
-                    postgres_url, autocommit=True
-                ) as admin:
-                    for _ in range(200):  # until it is done, or waits on our lock
-                        cursor = await admin.execute(
-                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        )
-                        if reacting[0].done() or (await cursor.fetchone() or (0,))[0]:
-                            break
-                        await asyncio.sleep(0.01)
+                await until_waiting_on_a_lock(postgres_url, reacting[0])  # on our lock
             return rows
 
         monkeypatch.setattr(pg, "_take_reactions", reaction_meanwhile)
@@ -931,14 +925,7 @@ async def test_a_takeover_waits_for_a_stale_holders_state_write_in_progress(
         write = asyncio.create_task(stale._write(stale_write))
         await asyncio.wait_for(writing.wait(), 10)
         takeover = asyncio.create_task(taker.acquire_lease("tp", 30.0))
-        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
-            for _ in range(400):
-                cursor = await admin.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                )
-                if takeover.done() or (await cursor.fetchone() or (0,))[0]:
-                    break
-                await asyncio.sleep(0.01)
+        await until_waiting_on_a_lock(postgres_url, takeover)
         assert not takeover.done()  # it waits for the write, then reads what it wrote
         release.set()
         await write
