@@ -82,9 +82,9 @@ from .rows import (
     conversation_row,
     dump_attachments,
     early_reaction,
+    early_reactions_column,
     message_row,
     outbox_row,
-    with_early_reactions,
     with_reaction,
 )
 from .sqlite import clamp_seq, distinct_words, scope_clause
@@ -752,8 +752,7 @@ class PostgresStore(PostgresAsks, Store):
                 early: list[tuple[int, str]] = []
                 for place in places:
                     early += await _take_reactions(connection, place, None, ids)
-                if early:
-                    reactions = with_early_reactions(None, [t for _, t in sorted(early)])
+                reactions = early_reactions_column(early)
             await connection.execute(
                 "UPDATE outbox SET status = 'sent', reason = NULL, platform_ids = %s,"
                 " updated_at = %s WHERE id = %s",
@@ -1595,8 +1594,9 @@ async def _take_early_reactions(
 ) -> str | None:
     """Return this message's `reactions` column made of the reactions that came before
     it, if any did (and forget them); see `_take_reactions`."""
-    rows = await _take_reactions(connection, conversation_id, counters, [platform_message_id])
-    return with_early_reactions(None, [text for _, text in sorted(rows)]) if rows else None
+    return early_reactions_column(
+        await _take_reactions(connection, conversation_id, counters, [platform_message_id])
+    )
 
 
 async def _take_reactions(
@@ -2070,6 +2070,7 @@ class _Append:
             found = await cursor.fetchone()
             if found is None and event.kind == "reaction":
                 # a reaction to a later part of a split message of ours: the message's
+                # (two lookups, each by its index: one OR over both would scan the threads)
                 cursor = await connection.execute(
                     "SELECT m.conversation_id, m.seq, m.text, m.reactions"
                     " FROM message_parts p JOIN conversations c ON c.id = p.conversation_id"
@@ -2124,8 +2125,7 @@ class _Append:
                     early += await _take_reactions(
                         connection, chat_id, self.batch.conversations[chat_id], [target]
                     )
-                if early:
-                    reactions = with_early_reactions(None, [t for _, t in sorted(early)])
+                reactions = early_reactions_column(early)
                 counters.orphan_edits += 1
                 marked = Inbound(
                     attrs.evolve(event, meta={**event.meta, "orphan_edit": 1}),

@@ -372,17 +372,19 @@ def with_reaction(reactions_json: str | None, event: Event) -> str:
 
 def early_reaction(event: Event) -> str:
     """The text a reaction that came before its message waits as: what `with_reaction`
-    reads of it (see `with_early_reactions`)."""
+    reads of it (see `early_reactions_column`)."""
     meta = event.meta
     kept = {key: meta[key] for key in REACTION_META if key in meta}
     sender = event.sender
     return json.dumps([sender.id, sender.name, sender.handle, event.text, kept])
 
 
-def with_early_reactions(reactions_json: str | None, waiting: Iterable[str]) -> str | None:
-    """The `reactions` column after the reactions that waited for its message, in the
-    order they came (each as `early_reaction` wrote it)."""
-    for text in waiting:
+def early_reactions_column(waiting: Iterable[tuple[int, str]]) -> str | None:
+    """The `reactions` column a message gets from the reactions that waited for it, given
+    as (arrival number, text `early_reaction` wrote): applied in the order they came.
+    None when none waited."""
+    reactions_json = None
+    for _, text in sorted(waiting):
         sender_id, name, handle, emoji, meta = json.loads(text)
         sender = Sender(sender_id, name, handle)
         reactions_json = _with_reaction(reactions_json, sender, emoji, meta)

@@ -62,11 +62,11 @@ from .rows import (
     conversation_row,
     dump_attachments,
     early_reaction,
+    early_reactions_column,
     first,
     message_row,
     message_rows,
     outbox_row,
-    with_early_reactions,
     with_reaction,
 )
 from .sqlite_asks import SQLiteAsks
@@ -597,8 +597,9 @@ class SQLiteStore(SQLiteAsks, Store):
     ) -> str | None:
         """Return this message's `reactions` column made of the reactions that came before
         it, if any did (and forget them)."""
-        rows = self._take_reactions(conversation_id, counters, [platform_message_id])
-        return with_early_reactions(None, [text for _, text in sorted(rows)]) if rows else None
+        return early_reactions_column(
+            self._take_reactions(conversation_id, counters, [platform_message_id])
+        )
 
     def _take_reactions(
         self,
@@ -767,11 +768,7 @@ class SQLiteStore(SQLiteAsks, Store):
                     early = self._take_reactions(conversation_id, counters, [target])
                 if chat is not None and target is not None:
                     early += self._take_reactions(chat[0], chat[1], [target])
-                reactions = (
-                    with_early_reactions(None, [text for _, text in sorted(early)])
-                    if early
-                    else None
-                )
+                reactions = early_reactions_column(early)
                 counters.orphan_edits += 1
                 marked = Inbound(
                     attrs.evolve(event, meta={**event.meta, "orphan_edit": 1}),
@@ -1289,12 +1286,9 @@ class SQLiteStore(SQLiteAsks, Store):
                 chat_id = self._chat_of_thread(entry.conversation_id)
                 if chat_id is not None:
                     early += self._take_reactions(chat_id, None, ids)
-                if early:
-                    self._set_reactions(
-                        entry.conversation_id,
-                        entry.message_seq,
-                        with_early_reactions(None, [text for _, text in sorted(early)]) or "[]",
-                    )
+                reactions = early_reactions_column(early)
+                if reactions is not None:
+                    self._set_reactions(entry.conversation_id, entry.message_seq, reactions)
                 parts = [part for part in ids if part != receipt.platform_message_id]
                 if parts:
                     # a reply or a reaction to a later part finds the message (m013)
