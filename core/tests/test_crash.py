@@ -53,6 +53,18 @@ async def read_acks(process: asyncio.subprocess.Process, count: int) -> set[str]
     return acked
 
 
+async def restart_until_idle(path: Path) -> list[bytes]:
+    """Start the child again on `path` with nothing new to read; return what it printed
+    once idle (it must exit cleanly)."""
+    second = await spawn(path)
+    assert second.stdin is not None and second.stdout is not None
+    second.stdin.close()
+    rest = (await asyncio.wait_for(second.stdout.read(), 60)).splitlines()
+    assert rest[-1] == b"idle"
+    assert await asyncio.wait_for(second.wait(), 30) == 0
+    return rest
+
+
 async def test_sigkill_mid_stream_loses_nothing_and_doubles_nothing(tmp_path: Path) -> None:
     path = tmp_path / "state" / "bc.db"
 
@@ -152,13 +164,7 @@ async def test_sigkill_during_a_send_leaves_it_uncertain_and_never_resent(tmp_pa
     assert (entry.id, entry.status) == (outbox_id, "pending")
     await store.close()
 
-    second = await spawn(path)  # recovers, then runs the unanswered conversation again
-    assert second.stdin is not None
-    second.stdin.close()
-    assert second.stdout is not None
-    rest = (await asyncio.wait_for(second.stdout.read(), 60)).splitlines()
-    assert rest[-1] == b"idle"
-    assert await asyncio.wait_for(second.wait(), 30) == 0
+    rest = await restart_until_idle(path)  # recovers, runs the unanswered conversation
     resent = [line for line in rest if line.startswith(f"sending {outbox_id} ".encode())]
     assert resent == [], "an uncertain send was sent again automatically"
 
@@ -197,13 +203,7 @@ async def test_sigkill_while_waiting_out_a_rate_limit_leaves_it_never_sent_and_a
     first.send_signal(signal.SIGKILL)
     await first.wait()
 
-    second = await spawn(path)  # recovers, then runs the unanswered conversation again
-    assert second.stdin is not None
-    second.stdin.close()
-    assert second.stdout is not None
-    rest = (await asyncio.wait_for(second.stdout.read(), 60)).splitlines()
-    assert rest[-1] == b"idle"
-    assert await asyncio.wait_for(second.wait(), 30) == 0
+    rest = await restart_until_idle(path)  # recovers, runs the unanswered conversation
     sent = [line for line in rest if line.startswith(b"sending ")]
     assert len(sent) == 1 and not sent[0].startswith(f"sending {outbox_id} ".encode())
 
