@@ -555,9 +555,10 @@ class Store(ABC):
         """Mark an ask answered and its answer reported, unless it was already reported;
         True when this call did (one reporter wins, whichever worker or restart).
 
-        `outbox_id` is the report's send: where a send can be handed to another worker
-        (PostgreSQL), a hand-over that fails without ever being tried (its asker
-        stopped, no holder took it) gives the claim back, so the report is made again."""
+        `outbox_id` is the report's send: if that send fails without ever being tried
+        (`mark_failed(never_sent=True)`, a restart finding it waiting out a rate limit,
+        a hand-over no holder took), the claim is given back, so the report is made
+        again."""
 
     @abstractmethod
     async def mark_expiry_reported(self, ask_id: int, outbox_id: int | None = None) -> bool:
