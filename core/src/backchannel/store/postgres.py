@@ -91,6 +91,8 @@ from .sqlite import clamp_seq, distinct_words, scope_clause
 
 __all__ = ["WAKE_CHANNEL", "PostgresStore"]
 
+log = logging.getLogger("backchannel.store")
+
 MESSAGE_MARKS = ", ".join(["%s"] * 23)
 #: errors after which a whole write transaction is simply run again
 RETRYABLE = (
@@ -229,15 +231,25 @@ class PostgresStore(PostgresAsks, Store):
         rows = await self._fetchall(sql, params)
         return rows[0] if rows else None
 
-    async def _write(self, work: Any) -> Any:
-        """Run `work(connection)` in one transaction, again from the start when it races."""
+    async def _write(self, work: Any, *, settle: bool = True) -> Any:
+        """Run `work(connection)` in one transaction, again from the start when it races.
+
+        A connection lost while its COMMIT was on the way leaves the write's outcome
+        unknown. With `settle` (every write but an ingest, which a platform delivers again
+        and dedupe makes whole), the transaction's id is read before the COMMIT, and the
+        server is asked afterwards what became of it: committed, the result stands;
+        rolled back, the write is done again; unknown, the error is raised."""
         pool = await self.pool()
         dropped = 0
         for attempt in range(RETRIES + self._pool_size):
             committing = False
+            xid: int | None = None
             try:
                 async with pool.connection() as connection, connection.transaction():
                     result = await work(connection)
+                    if settle:
+                        cursor = await connection.execute("SELECT txid_current()")
+                        xid = ((await cursor.fetchone()) or (None,))[0]
                     committing = True
                 return result
             except RETRYABLE:
@@ -250,13 +262,36 @@ class PostgresStore(PostgresAsks, Store):
                 # the connection broke. Before the COMMIT was sent the server rolled the
                 # transaction back: done again, on another connection (a restart leaves
                 # every pooled one broken). A COMMIT whose answer was lost may have taken
-                # effect: that is the caller's to know, never done twice here
+                # effect: the server is asked (settle), never done twice here
                 self._check_pool(pool)
                 dropped += 1
-                if committing or dropped > self._pool_size:
+                if committing:
+                    outcome = None if xid is None else await self._outcome(xid)
+                    if outcome == "committed":
+                        log.info("a write's COMMIT answer was lost; the server says it committed")
+                        return result
+                    if outcome != "aborted":
+                        raise
+                if dropped > self._pool_size:
                     raise
                 await asyncio.sleep(0.05 * dropped)
         raise AssertionError("unreachable")
+
+    async def _outcome(self, xid: int) -> str | None:
+        """What became of transaction `xid` whose COMMIT answer was lost: "committed",
+        "aborted", or None when the server cannot say (unreachable, or the transaction
+        still in progress after CONNECTION_WAIT: its backend has not seen the loss)."""
+        deadline = asyncio.get_running_loop().time() + CONNECTION_WAIT
+        while True:
+            try:
+                status = await self._read(lambda connection: _xact_status(connection, xid))
+            except psycopg.Error:
+                return None
+            if status != "in progress":
+                return status if status in ("committed", "aborted") else None
+            if asyncio.get_running_loop().time() > deadline:
+                return None
+            await asyncio.sleep(0.05)
 
     async def recover(self) -> list[OutboxEntry]:
         return await self.recover_worker(self.worker)
@@ -325,7 +360,9 @@ class PostgresStore(PostgresAsks, Store):
         async def work(connection: Any) -> list[AppendResult]:
             return await _Append(connection, items, self.worker).run()
 
-        result: list[AppendResult] = await self._write(work)
+        # no settle: an ingest whose COMMIT answer was lost fails, and the platform's
+        # delivery again is deduped (the hot path spares the round trip)
+        result: list[AppendResult] = await self._write(work, settle=False)
         return result
 
     async def is_known(self, account: str, event_id: str) -> bool:
@@ -1181,9 +1218,10 @@ class PostgresStore(PostgresAsks, Store):
 
         # the leases first, in a transaction of their own: a claim row waited on (a send
         # stuck behind a locked table) held the whole heartbeat, the leases lapsed, and
-        # live workers took each other for dead
-        held: set[str] = await self._write(work)
-        await self._write(claims)
+        # live workers took each other for dead. Not settled: a beat whose COMMIT answer
+        # was lost fails, and the next beat renews them again
+        held: set[str] = await self._write(work, settle=False)
+        await self._write(claims, settle=False)
         return held
 
     async def acquire_lease(self, account: str, ttl: float) -> str | None:
@@ -1511,10 +1549,16 @@ def _dropped(error: psycopg.OperationalError) -> bool:
     return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
+async def _xact_status(connection: Any, xid: int) -> str | None:
+    cursor = await connection.execute("SELECT txid_status(%s)", (xid,))
+    row = await cursor.fetchone()
+    return row[0] if row else None
+
+
 def _checked(task: asyncio.Task[None]) -> None:
     """Read a pool check's outcome (a failed one is logged, never left unread)."""
     if not task.cancelled() and (error := task.exception()) is not None:
-        logging.getLogger("backchannel.store").debug("checking the pool failed: %s", error)
+        log.debug("checking the pool failed: %s", error)
 
 
 async def _gave_back(connection: Any, outbox_id: int, reason: str) -> None:
