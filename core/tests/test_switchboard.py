@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -633,3 +634,69 @@ async def test_a_send_settled_elsewhere_while_it_waited_out_a_rate_limit_is_not_
     (entry,) = await store.outbox()
     assert (entry.status, entry.reason) == ("failed", "not sent: recovered")
     await board.stop()
+
+
+async def test_a_send_still_recorded_in_the_background_at_stop_is_recorded_before_closing(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the store away for longer than the run waits, back just as the process stops: the
+    # background recording was dropped with the loop, the row stayed pending, and the
+    # restart made a delivered reply uncertain
+    from backchannel import outbound
+
+    monkeypatch.setattr(outbound, "RECORD_SENT_PAUSES", (0.0, 0.01))
+    monkeypatch.setattr(outbound, "RECORD_SENT_LATER_PAUSES", (3600.0,))
+    real = store.mark_sent
+    away = asyncio.Event()
+    away.set()
+    tries: list[int] = []
+
+    async def flaky(outbox_id: int, receipt: Any) -> Any:
+        tries.append(outbox_id)
+        if away.is_set():
+            raise StoreError("connection to the database was lost")
+        return await real(outbox_id, receipt)
+
+    monkeypatch.setattr(store, "mark_sent", flaky)
+    channel = FakeChannel()
+    agent = reply_with("done")
+    board = await started(store, channel, Binding(agent))
+    channel.platform.user_says("hi")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    assert channel.platform.texts() == ["done"] and len(tries) == 2
+    assert [e.status for e in await store.outbox()] == ["pending"]
+    away.clear()  # the store is back; the background's next try is an hour away
+    with caplog.at_level(logging.INFO, logger="backchannel.outbound"):
+        await board.stop()
+    assert len(tries) == 3
+    assert "is recorded as sent" in caplog.text
+    reopened = SQLiteStore(store.path)
+    try:
+        assert [e.status for e in await reopened.outbox()] == ["sent"]
+    finally:
+        await reopened.close()
+
+
+async def test_a_send_the_store_cannot_record_by_the_stop_is_named_and_the_stop_is_bounded(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from backchannel import outbound
+
+    monkeypatch.setattr(outbound, "RECORD_SENT_PAUSES", (0.0,))
+    monkeypatch.setattr(outbound, "RECORD_SENT_LATER_PAUSES", (3600.0,))
+    monkeypatch.setattr(outbound, "STOP_RECORDING_WAIT", 0.6)
+
+    async def never(outbox_id: int, receipt: Any) -> Any:
+        raise StoreError("disk I/O error")
+
+    monkeypatch.setattr(store, "mark_sent", never)
+    channel = FakeChannel()
+    agent = reply_with("done")
+    board = await started(store, channel, Binding(agent))
+    channel.platform.user_says("hi")
+    await agent.wait_runs(1)
+    await board.wait_idle()
+    with caplog.at_level(logging.ERROR, logger="backchannel.outbound"):
+        await board.stop()
+    assert "send #1 was delivered but could not be recorded before stopping" in caplog.text

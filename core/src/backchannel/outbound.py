@@ -28,6 +28,8 @@ log = logging.getLogger("backchannel.outbound")
 RECORD_SENT_PAUSES = (0.0, 0.2, 0.5, 1.0, 2.0)
 #: ... and then in the background (about four minutes in all)
 RECORD_SENT_LATER_PAUSES = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
+#: seconds a stop gives the sends still recorded in the background (Deliverer.finish)
+STOP_RECORDING_WAIT = 5.0
 
 
 @frozen
@@ -76,8 +78,9 @@ class Deliverer:
         self._me = me
         self.max_attempts = max_attempts
         self.max_retry_after = max_retry_after
-        #: sends delivered whose recording goes on in the background (_record_sent)
-        self._recording: set[asyncio.Task[None]] = set()
+        #: sends delivered whose recording goes on in the background (_record_sent), with
+        #: what they record
+        self._recording: dict[asyncio.Task[None], tuple[OutboxEntry, Receipt]] = {}
 
     async def deliver(
         self,
@@ -234,8 +237,8 @@ class Deliverer:
             failure,
         )
         task = asyncio.get_running_loop().create_task(self._record_sent_later(entry, receipt))
-        self._recording.add(task)
-        task.add_done_callback(self._recording.discard)
+        self._recording[task] = (entry, receipt)
+        task.add_done_callback(lambda done: self._recording.pop(done, None))
         return evolve(
             entry,
             status="sent",
@@ -243,6 +246,40 @@ class Deliverer:
             platform_ids=receipt.part_ids
             or ((receipt.platform_message_id,) if receipt.platform_message_id else ()),
         )
+
+    async def finish(self, timeout: float | None = None) -> None:
+        """At stop, before the store closes: sends delivered whose recording still goes on
+        in the background are tried again now, until recorded or `timeout` seconds
+        (STOP_RECORDING_WAIT). One
+        still unrecorded then stays pending, which a restart makes `uncertain` (never sent
+        again); each is named in one line."""
+        if not self._recording:
+            return
+        owed = list(self._recording.values())
+        for task in list(self._recording):
+            task.cancel()
+        await asyncio.gather(*self._recording, return_exceptions=True)
+        wait = STOP_RECORDING_WAIT if timeout is None else timeout
+        deadline = asyncio.get_running_loop().time() + wait
+        while owed:
+            left = []
+            for entry, receipt in owed:
+                try:
+                    await self.store.mark_sent(entry.id, receipt)
+                except Exception:
+                    left.append((entry, receipt))
+                else:
+                    log.info("send #%s is recorded as sent", entry.id)
+            owed = left
+            if not owed or asyncio.get_running_loop().time() + 0.5 > deadline:
+                break
+            await asyncio.sleep(0.5)
+        for entry, _ in owed:
+            log.error(
+                "send #%s was delivered but could not be recorded before stopping: a restart"
+                " marks it uncertain (never sent again)",
+                entry.id,
+            )
 
     async def _record_sent_later(self, entry: OutboxEntry, receipt: Receipt) -> None:
         for pause in RECORD_SENT_LATER_PAUSES:

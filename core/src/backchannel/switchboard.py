@@ -360,6 +360,9 @@ class Switchboard:
                 except Exception:
                     log.exception("account %s failed to stop cleanly", account.name)
         await self._group_commit.drain(timeout)
+        # sends delivered whose recording went on in the background (a store away for a
+        # while): tried again now, bounded, or a restart would make them uncertain
+        await asyncio.gather(*(account.deliverer.finish() for account in self.accounts.values()))
         if self.server is not None:
             await self.server.stop()
         if self.workers is not None:
