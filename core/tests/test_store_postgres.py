@@ -980,3 +980,44 @@ async def test_a_lapsed_lease_no_one_took_is_kept_by_its_holders_next_heartbeat(
     finally:
         for store in (holder, other):
             await store.close()
+
+
+async def test_a_dead_workers_many_pending_sends_are_recovered_in_one_go(postgres_url: str) -> None:
+    # recovering a dead worker is one transaction under a heartbeat's budget: with three
+    # statements a row, past about a thousand pending rows it was cut short at every beat
+    me = Sender("agent", "Agent", is_bot=True)
+    survivor = PostgresStore(postgres_url, worker="alive")
+    dead = PostgresStore(postgres_url, worker="dead")
+    try:
+        await survivor.register_worker("host", 1)
+        await dead.register_worker("host", 2)
+        conversations = [await dead.ensure_conversation(Address("acct", f"c{n}")) for n in range(3)]
+        sent: list[int] = []
+        for n in range(1200):
+            conversation = conversations[n % 3]
+            kind = "reaction" if n % 10 == 9 else "message"
+            outbound = (
+                Outbound(conversation.address, f"m{n}")
+                if kind == "message"
+                else Outbound(conversation.address, "👍", kind="reaction", target="p1")
+            )
+            sent.append((await dead.record_outbound(conversation.id, outbound, me)).id)
+        waited = sent[5]
+        await dead.note_waiting(waited, True)
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+            await admin.execute(
+                "UPDATE workers SET heartbeat_at = heartbeat_at - 3600 WHERE name = 'dead'"
+            )
+        found = await survivor.recover_dead_workers(30)
+        assert sorted(e.id for e in found["dead"]) == sent
+        statuses = {e.id: e.status for e in await survivor.outbox(limit=5000)}
+        assert statuses[waited] == "failed"
+        assert {s for i, s in statuses.items() if i != waited} == {"uncertain"}
+        async with await psycopg.AsyncConnection.connect(postgres_url) as admin:
+            cursor = await admin.execute(
+                "SELECT status, count(*) FROM messages WHERE direction = 'out' GROUP BY status"
+            )
+            assert dict(await cursor.fetchall()) == {"uncertain": 1079, "failed": 1}
+    finally:
+        await survivor.close()
+        await dead.close()

@@ -306,7 +306,7 @@ class PostgresStore(PostgresAsks, Store):
             return await self._recover_in(connection, worker)
 
         pending = await self._write(work)
-        return [await self._outbox_entry_now(outbox_id) for outbox_id in pending]
+        return await self._outbox_entries_now(pending)
 
     async def _recover_in(self, connection: Any, worker: str | None) -> list[int]:
         mine = "" if worker is None else " AND worker = %s"
@@ -338,12 +338,22 @@ class PostgresStore(PostgresAsks, Store):
                 continue
             if outbox_id in waiting:  # nothing of it was in flight (Store.note_waiting)
                 await self._never_tried(connection, outbox_id, NEVER_SENT_WAITING)
-                continue
-            await self._set_outbox_status(
-                connection,
-                outbox_id,
-                "uncertain",
-                "interrupted by a restart before the platform answered",
+        # the rest may have reached the platform: uncertain, set-wise (one statement per
+        # table, not three per row: a dead worker's recovery is one transaction, cut short
+        # by a heartbeat's budget, and thousands of rows must still fit in it)
+        doubtful = [i for i in pending if i not in untried and i not in waiting]
+        if doubtful:
+            reason = "interrupted by a restart before the platform answered"
+            await connection.execute(
+                "UPDATE outbox SET status = 'uncertain', reason = %s, updated_at = %s"
+                " WHERE id = ANY(%s)",
+                (reason, now(), doubtful),
+            )
+            await connection.execute(
+                "UPDATE messages m SET status = 'uncertain', status_reason = %s FROM outbox o"
+                " WHERE o.id = ANY(%s) AND o.message_seq IS NOT NULL"
+                " AND m.conversation_id = o.conversation_id AND m.seq = o.message_seq",
+                (reason, doubtful),
             )
         await connection.execute(
             "UPDATE runs SET status = 'interrupted', error = 'the process stopped during the run',"
@@ -918,6 +928,16 @@ class PostgresStore(PostgresAsks, Store):
         )
         return entry
 
+    async def _outbox_entries_now(self, outbox_ids: Sequence[int]) -> list[OutboxEntry]:
+        """The outbox rows `outbox_ids`, in that order, in one read."""
+        if not outbox_ids:
+            return []
+        rows = await self._fetchall(
+            f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE id = ANY(%s)", (list(outbox_ids),)
+        )
+        entries = {entry.id: entry for entry in map(outbox_row, rows)}
+        return [entries[outbox_id] for outbox_id in outbox_ids]
+
     async def outbox(
         self,
         status: str | None = None,
@@ -1330,10 +1350,7 @@ class PostgresStore(PostgresAsks, Store):
             return {name: await self._recover_in(connection, name) for name in names}
 
         found: dict[str, list[int]] = await self._write(work)
-        return {
-            name: [await self._outbox_entry_now(outbox_id) for outbox_id in pending]
-            for name, pending in found.items()
-        }
+        return {name: await self._outbox_entries_now(pending) for name, pending in found.items()}
 
     async def workers_report(self) -> list[dict[str, Any]]:
         """Every worker with its heartbeat age, state and the accounts it leases."""
