@@ -49,3 +49,12 @@ def test_values_stay_frozen_comparable_and_convertible() -> None:
     assert from_json(to_json(event), Event) == event
     assert evolve(event, event_id=10).event_id == "10"
     assert evolve(event.address, chat=3).chat == "3"
+
+
+def test_an_outbound_of_an_unknown_kind_is_one_clear_error() -> None:
+    # a plugin's typo ("react") was stored and handed to the adapter as it was
+    from backchannel.model import Address, Outbound
+
+    with pytest.raises(ValueError, match=r"Outbound kind must be .* got 'react'"):
+        Outbound(Address("acct", "chat"), "👍", kind="react", target="1")  # type: ignore[arg-type]
+    assert Outbound(Address("acct", "chat"), "👍", kind="reaction", target="1").kind == "reaction"

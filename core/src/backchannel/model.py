@@ -290,6 +290,14 @@ class Message:
     meta: Mapping[str, Any] = field(factory=dict)
 
 
+def _check_kind(kind: object) -> None:
+    # a plugin's typo ("react") was stored and handed to the adapter as it was
+    if kind not in ("message", "edit", "reaction"):
+        raise ValueError(
+            f"Outbound kind must be 'message', 'edit' or 'reaction', got {str(kind)[:100]!r}"
+        )
+
+
 @frozen
 class Outbound:
     """One outbound request to an adapter.
@@ -301,7 +309,7 @@ class Outbound:
 
     address: Address
     text: str
-    kind: OutboundKind = "message"
+    kind: OutboundKind = field(default="message", validator=lambda _, __, v: _check_kind(v))
     reply_to: str | None = None
     target: str | None = None
     quiet: bool = False
