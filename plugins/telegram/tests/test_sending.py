@@ -295,3 +295,23 @@ async def test_a_send_answered_without_a_message_is_uncertain() -> None:
     finally:
         await adapter.stop()
         await runner.cleanup()
+
+
+async def test_a_send_after_stop_leaves_no_session_open_and_a_restart_keeps_one(
+    fake: FakeTelegram, contract_context: ContractContext
+) -> None:
+    # a worker that lost the account's lease stops the adapter while one of its runs still
+    # sends: the send opened a new session that nothing closed ("Unclosed client session")
+    adapter = TelegramAdapter(contract_context.account, fake.settings(request_timeout=1.0))
+    await adapter.start(contract_context.bind(adapter))
+    group = fake.supergroup("Eng")
+    await adapter.stop()
+    receipt = await adapter.send(Outbound(address_of(group), "still going out"))
+    assert receipt.platform_message_id == str(fake.sent[-1].message_id)
+    assert adapter._api._session is None
+    await adapter.start(contract_context.bind(adapter))
+    await adapter.send(Outbound(address_of(group), "after the restart"))
+    kept = adapter._api._session
+    assert kept is not None and not kept.closed
+    await adapter.stop()
+    assert kept.closed and adapter._api._session is None

@@ -192,6 +192,7 @@ class TelegramAdapter:
 
     async def _start(self, ctx: AdapterContext) -> None:
         self._ctx = ctx
+        self._api.open()
         self._migrated = json.loads(await ctx.get_state("migrations") or "{}")
         if not await self._learn_identity():
             self._identity_task = asyncio.create_task(self._learn_identity_later())

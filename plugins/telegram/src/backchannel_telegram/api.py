@@ -96,6 +96,10 @@ class BotApi:
         self._base = api_base.rstrip("/")
         self._timeout = request_timeout
         self._session: aiohttp.ClientSession | None = None
+        #: closed by the adapter's stop, until its next start (open): a call meanwhile (a
+        #: run's send still finishing after a worker lost the account's lease) gets a
+        #: session of its own, closed after it; one kept would be left unclosed
+        self._closed = False
 
     @property
     def host(self) -> str:
@@ -115,7 +119,18 @@ class BotApi:
         self, method: str, params: Mapping[str, Any] | None = None, *, timeout: float | None = None
     ) -> Any:
         """Call `method` with JSON `params`; return its `result` or raise TelegramError."""
-        session = self._ensure_session()
+        if not self._closed:
+            return await self._call(self._ensure_session(), method, params, timeout)
+        async with aiohttp.ClientSession(raise_for_status=False) as session:
+            return await self._call(session, method, params, timeout)
+
+    async def _call(
+        self,
+        session: aiohttp.ClientSession,
+        method: str,
+        params: Mapping[str, Any] | None,
+        timeout: float | None,
+    ) -> Any:
         url = f"{self._base}/bot{self._token.reveal()}/{method}"
         limit = aiohttp.ClientTimeout(total=timeout if timeout is not None else self._timeout)
         failure: TelegramError | None = None
@@ -138,7 +153,12 @@ class BotApi:
             raise failure
         return _result(method, status, body)
 
+    def open(self) -> None:
+        """Keep one session for the calls again (an adapter starting)."""
+        self._closed = False
+
     async def close(self) -> None:
+        self._closed = True
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
