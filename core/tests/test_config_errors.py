@@ -183,3 +183,30 @@ def test_a_table_with_a_mistake_is_reported_once_and_hides_no_other(
     lines = check(tmp_path, body)
     assert len(lines) == 2, lines
     assert first in lines[0] and second in lines[1]
+
+
+def test_a_table_with_a_bad_name_is_reported_once_not_again_where_it_is_named(
+    tmp_path: Path,
+) -> None:
+    # the binding naming it said "expected one of webchat": the broken [accounts] were
+    # replaced by the default ones, and the name was reported a second time, misleadingly
+    path = tmp_path / "bot.toml"
+    path.write_text(
+        '[accounts."bad name!"]\nchannel = "telegram"\ntoken = "1:a"\n\n'
+        '[agents."bad agent"]\nkind = "demo"\n\n'
+        '[[bindings]]\nagent = "bad agent"\naccounts = ["bad name!"]\n',
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(main, ["check", "-c", str(path)])
+    assert result.exit_code == 1
+    lines = [line.removeprefix(f"error: {path}: ") for line in result.stderr.splitlines()]
+    assert [line.split(":")[0] for line in lines] == ["accounts.bad name!", "agents.bad agent"]
+    assert "webchat" not in result.stderr
+
+
+def test_an_unreadable_agent_is_not_replaced_by_the_demo_agent(tmp_path: Path) -> None:
+    path = tmp_path / "bot.toml"
+    path.write_text('[agents."bad agent"]\nkind = "demo"\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).count("\n") == 0 and "agents.bad agent" in str(caught.value)

@@ -222,6 +222,9 @@ class Config:
     source: str | None = None
     #: the file named no [store] path, so the store is the one `store_path_for` gives it
     store_defaulted: bool = False
+    #: [accounts] tables the file declares that could not be read (each has its own
+    #: error): a plugin naming one says so instead of "no account called"
+    unreadable_accounts: frozenset[str] = frozenset()
     #: key paths whose value came from ${VAR}
     secret_keys: frozenset[str] = field(factory=frozenset, repr=False)
     #: every value that came from ${VAR}
@@ -383,6 +386,8 @@ class _Parser:
         self.converter = _make_converter()
         #: every mistake found so far: a file's mistakes are reported together
         self.problems: list[ConfigError] = []
+        #: [accounts] and [agents] tables declared but unreadable (see parse)
+        self.unreadable: set[str] = set()
 
     def secret_values(self, prefix: str = "") -> frozenset[str]:
         return frozenset(
@@ -481,10 +486,15 @@ class _Parser:
                     data.get("agents"), "agents", "kind"
                 )
             }
-        # a missing section falls back to the embedded default: the web chat, the demo agent
+        # a missing section falls back to the embedded default: the web chat, the demo agent.
+        # Tables declared but unreadable (their own error is recorded) are neither replaced
+        # by the default nor reported again where they are named (a binding, [owner])
+        declared_accounts = _declared(data.get("accounts"))
+        declared_agents = _declared(data.get("agents"))
+        self.unreadable = (declared_accounts - set(accounts)) | (declared_agents - set(agents))
         defaults = default_config()
-        accounts = accounts or dict(defaults.accounts)
-        agents = agents or dict(defaults.agents)
+        accounts = accounts or ({} if declared_accounts else dict(defaults.accounts))
+        agents = agents or ({} if declared_agents else dict(defaults.agents))
         bindings: tuple[BindingConfig, ...] = ()
         with self.collecting():
             bindings = self.bindings(data.get("bindings"), accounts, agents)
@@ -513,6 +523,7 @@ class _Parser:
             orchestration=orchestration,
             mcp=mcp,
             source=self.source,
+            unreadable_accounts=frozenset(declared_accounts - set(accounts)),
             secret_keys=frozenset(self.secret_keys),
             secret_values=self.secret_values(),
             sections={
@@ -638,6 +649,8 @@ class _Parser:
         agents: Mapping[str, AgentConfig],
     ) -> tuple[BindingConfig, ...]:
         if data is None:
+            if not agents and self.unreadable:
+                return ()  # the agents' own errors say it all
             if len(agents) != 1:
                 raise self.error(
                     "bindings",
@@ -665,13 +678,13 @@ class _Parser:
         accounts: Mapping[str, AccountConfig],
         agents: Mapping[str, AgentConfig],
     ) -> None:
-        if binding.agent not in agents:
+        if binding.agent not in agents and binding.agent not in self.unreadable:
             raise self.error(
                 f"{key}.agent",
                 f"expected one of {_names(agents)} (the [agents] tables), got {_describe(binding.agent)}",
             )
         for i, account in enumerate(binding.accounts or ()):
-            if account not in accounts:
+            if account not in accounts and account not in self.unreadable:
                 raise self.error(
                     f"{key}.accounts[{i}]",
                     f"expected one of {_names(accounts)} (the [accounts] tables), got {_describe(account)}",
@@ -835,6 +848,11 @@ def _resolve_path(path: str, base_dir: Path) -> str:
     if expanded is None:
         return path
     return str(expanded if expanded.is_absolute() else (base_dir / expanded))
+
+
+def _declared(section: Any) -> set[str]:
+    """The names a [accounts] or [agents] section declares, read or not."""
+    return {str(name) for name in section} if isinstance(section, Mapping) else set()
 
 
 def _names(table: Mapping[str, Any]) -> str:

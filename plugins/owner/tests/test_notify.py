@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from backchannel.store import SQLiteStore
 from backchannel_owner.api import OwnerError, notify
@@ -164,6 +166,26 @@ async def test_a_bad_owner_table_is_one_error_naming_the_key_at_serve_start(
     world.write_config(**owner)
     with pytest.raises(ConfigError, match=message):
         await build_switchboard(world.config, serve_http=False)
+
+
+def test_an_owner_account_whose_table_is_unreadable_is_not_called_unknown(
+    tmp_path: Path,
+) -> None:
+    # it said "no account called 'bad name!' (configured: webchat)", after the account's
+    # own error
+    from backchannel.cli import main
+    from click.testing import CliRunner
+
+    path = tmp_path / "bot.toml"
+    path.write_text(
+        '[accounts."bad name!"]\nchannel = "telegram"\ntoken = "1:a"\n\n'
+        '[owner]\naccount = "bad name!"\nchat = "42"\nuser = "42"\n',
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(main, ["check", "-c", str(path)])
+    assert result.exit_code == 1
+    assert "no account called" not in result.stderr and "webchat" not in result.stderr
+    assert "owner.account: the account 'bad name!' could not be read" in result.stderr
 
 
 async def test_a_runaway_notify_is_refused_whole_as_every_send_is(world: OwnerWorld) -> None:

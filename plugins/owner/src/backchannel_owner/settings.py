@@ -82,6 +82,11 @@ class OwnerSettings:
                 f"{where}: owner.late_after: {late:g} is not after owner.stale_after"
                 f" ({stale:g}): the second notice comes after the first"
             )
+        if values["account"] in config.unreadable_accounts:
+            raise ConfigError(
+                f"{where}: owner.account: the account {values['account']!r} could not be read"
+                " (its own error says why)"
+            )
         if values["account"] not in config.accounts:
             known_accounts = ", ".join(sorted(config.accounts)) or "none"
             raise ConfigError(
