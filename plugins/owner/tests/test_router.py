@@ -535,6 +535,12 @@ async def test_an_edit_of_a_permission_answer_changes_nothing_and_the_owner_is_t
     )
     (answer,) = rows(board)
     assert (answer.kind, answer.text) == ("permission", "yes")
+    # delivered again (a webhook's retry, a restart before the offset moved): told once
+    world.fake.deliver_again(edit["update_id"])
+    await say(world, world.owner_chat, world.owner, "after the redelivery")  # in order
+    await asyncio.gather(*(t for t in asyncio.all_tasks() if t.get_name() == "owner-notice"))
+    notices = [s for s in world.fake.sent if "an edit does not change the answer" in s.text]
+    assert len(notices) == 1
 
 
 async def test_a_bot_showing_the_owners_id_is_never_the_owner(

@@ -243,6 +243,17 @@ class OwnerRecords:
                 )
         return True
 
+    def first_notice(self, key: str, now: float) -> bool:
+        """Stamp `key` (an event's notice) and return True the first time only: a
+        redelivered event does not send its notice again (pruned with the corrections)."""
+        with self.db:
+            self.db.execute(
+                "INSERT INTO owner_corrections (key, at) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+                (key, now),
+            )
+            first = bool(self.db.changes())
+        return first
+
     # helpers ------------------------------------------------------------------------
     def _one(self, where: str, params: tuple[Any, ...]) -> OwnerMessage | None:
         rows = self._all(where + " LIMIT 1", params)

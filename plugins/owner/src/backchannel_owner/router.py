@@ -254,6 +254,10 @@ class OwnerDuplex:
         if routed is None:
             return None  # an ordinary edit: the bindings' transcript takes it
         if routed.kind == "permission":
+            if event.event_id is not None and not self.records.first_notice(
+                f"edit:{event.account}/{event.event_id}", time.time()
+            ):
+                return "routed"  # a redelivery: told once already
             self._send_later(
                 event.address,
                 f"#{routed.parent_id} was answered {routed.text!r} already: an edit does not"
@@ -336,7 +340,7 @@ class OwnerDuplex:
             except Exception:  # a notice is best effort: say so, keep serving
                 log.exception("owner: a notice to the owner failed")
 
-        task = asyncio.get_running_loop().create_task(logged())
+        task = asyncio.get_running_loop().create_task(logged(), name="owner-notice")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
