@@ -2,8 +2,9 @@
 
 SIGKILL is the crash; SIGTERM stops it cleanly.
 
-Usage: python crash_worker.py API_BASE STORE_PATH, with the bot token in $CRASH_TEST_TOKEN
-(never on the command line).
+Usage: python crash_worker.py API_BASE STORE_PATH [MODE], with the bot token in
+$CRASH_TEST_TOKEN (never on the command line). MODE is polling (the default) or webhook
+(served on a free port of 127.0.0.1, which the adapter gives Telegram with setWebhook).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from backchannel.switchboard import Binding, Switchboard
 from backchannel_telegram import TelegramAdapter
 
 
-async def main(api_base: str, store_path: str) -> None:
+async def main(api_base: str, store_path: str, mode: str = "polling") -> None:
     token = os.environ["CRASH_TEST_TOKEN"]
     settings = {
         "token": token,
@@ -31,8 +32,9 @@ async def main(api_base: str, store_path: str) -> None:
         "pace_per_chat": 0,
         "pace_per_group": 0,
         "pace_overall": 0,
+        "mode": mode,
     }
-    board = Switchboard(SQLiteStore(store_path))
+    board = Switchboard(SQLiteStore(store_path), port=0 if mode == "webhook" else None)
     board.add_account(TelegramAdapter("tg", settings), Binding(demo_agent), secrets=[token])
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
@@ -43,4 +45,4 @@ async def main(api_base: str, store_path: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    asyncio.run(main(*sys.argv[1:4]))
