@@ -293,3 +293,41 @@ async def test_stop_gives_up_on_an_event_the_store_keeps_refusing_and_catch_up_r
         await second.stop()
     transcript = await contract_context.transcript(Address("test", fake.general))
     assert [m.text for m in transcript] == ["one", "lost?"]
+
+
+async def test_a_message_dispatched_after_a_newer_one_and_lost_with_a_crash_is_caught_up(
+    fake: FakeDiscord, contract_context: ContractContext
+) -> None:
+    # two messages posted together may be dispatched in either order: the newer one was
+    # committed (the cursor moved to it), the process died before the older one came, and
+    # the next catch-up read only after the cursor: the older one was never stored
+    first = DiscordAdapter("test", {**fake.settings, **FAST})
+    await first.start(contract_context.bind(first))
+    one = await fake.post_message(fake.general, fake.alice, "one")
+    await contract_context.wait_ingested(one["id"])
+    older = fake.message_payload(fake.general, fake.alice, "posted first, dispatched late")
+    newer = fake.message_payload(fake.general, fake.alice, "posted second, dispatched first")
+    # history from long before (the bot never listened then): not caught up
+    ancient = {**older, "id": str(int(one["id"]) - ((7200 * 1000) << 22)), "content": "ancient"}
+    for message in (ancient, older, newer):
+        fake.messages[message["id"]] = message
+    fake.channels[fake.general]["last_message_id"] = newer["id"]
+    await fake.dispatch("MESSAGE_CREATE", newer)
+    await contract_context.wait_ingested(newer["id"])
+    await first.stop()  # the older one's dispatch never came
+
+    second = DiscordAdapter("test", {**fake.settings, **FAST})
+    await second.start(contract_context.bind(second))
+    try:
+        await contract_context.wait_ingested(older["id"])
+        after = await fake.post_message(fake.general, fake.alice, "after")
+        await contract_context.wait_ingested(after["id"])
+    finally:
+        await second.stop()
+    transcript = await contract_context.transcript(Address("test", fake.general))
+    assert [m.text for m in transcript] == [
+        "one",
+        "posted second, dispatched first",
+        "posted first, dispatched late",
+        "after",
+    ]

@@ -45,7 +45,7 @@ from backchannel.wire import BadPayload, parse_json
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from .catchup import Cursor, Cursors, History, read_history
+from .catchup import Cursor, Cursors, History, late_dispatches, read_history
 from .failures import (
     DiscordStartError,
     delivery_error,
@@ -457,6 +457,11 @@ class DiscordAdapter:
             stored = await self._ctx.transcript(address, 2 * len(recent))
         except NotImplementedError:
             return
+        # posted just before the cursor's message but dispatched after it, and lost with
+        # a crash in between: the cursor had moved past them (the store drops any it has)
+        kept_ids = {kept.platform_message_id for kept in stored if kept.platform_message_id}
+        for message in late_dispatches(recent, cursor, kept_ids):
+            await self._ingest({"op": 0, "t": "MESSAGE_CREATE", "d": dict(message)})
         empty = {
             kept.platform_message_id
             for kept in stored

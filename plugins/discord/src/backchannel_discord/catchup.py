@@ -29,6 +29,11 @@ _INDEX_KEY = "discord.channels"
 _PAGE = 100
 #: how far in the future a message id's time may be (clock skew) for the cursor to move to it
 _SKEW = 3600.0
+#: seconds before the cursor's message within which one never stored is taken as a late
+#: dispatch (the Gateway may hand two messages posted together over in either order; a
+#: crash between them moved the cursor past the one still to come). Older ones are
+#: history from before the bot listened there, never caught up
+LATE_DISPATCH = 60.0
 
 
 @define
@@ -178,6 +183,23 @@ async def missed_messages(
         if cursor.guild_id and isinstance(message, dict) and "guild_id" not in message:
             message["guild_id"] = cursor.guild_id
     return found
+
+
+def late_dispatches(
+    recent: list[dict[str, Any]], cursor: Cursor, stored: set[str]
+) -> list[dict[str, Any]]:
+    """Messages of `recent` (at or before the cursor) that were never stored, posted at most
+    LATE_DISPATCH seconds before the cursor's message: dispatched after it, and lost with
+    a crash before they came. Oldest first."""
+    since = snowflake_time(str(cursor.message_id)) - LATE_DISPATCH
+    return [
+        message
+        for message in recent
+        if (number := _id(message)) is not None
+        and number < cursor.message_id
+        and str(number) not in stored
+        and snowflake_time(str(number)) >= since
+    ]
 
 
 def _id(message: object) -> int | None:
