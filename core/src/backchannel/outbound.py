@@ -250,9 +250,8 @@ class Deliverer:
     async def finish(self, timeout: float | None = None) -> None:
         """At stop, before the store closes: sends delivered whose recording still goes on
         in the background are tried again now, until recorded or `timeout` seconds
-        (STOP_RECORDING_WAIT). One
-        still unrecorded then stays pending, which a restart makes `uncertain` (never sent
-        again); each is named in one line."""
+        (STOP_RECORDING_WAIT). One still unrecorded then stays pending, which a restart
+        makes `uncertain` (never sent again); each is named in one line."""
         if not self._recording:
             return
         owed = list(self._recording.values())
